@@ -1,0 +1,383 @@
+"""The public API: ``init``, ``trace_step``, the ``wrap_*`` helpers, ``flush`` and ``shutdown``.
+
+``init()`` fails open: when telemetry cannot start it warns once on stderr and every
+call below becomes a no-op (``strict=True`` or ``TRACEML_STRICT=1`` raises instead).
+User exceptions inside ``trace_step`` always propagate; errors of our own are counted,
+reported once, and never reach the training loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any
+
+from traceml_otel._version import __version__
+from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.settings import Settings, load_settings
+
+MODES = ("auto", "manual", "selective")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """Which automatic hooks are installed."""
+
+    mode: str
+    dataloader: bool
+    forward: bool
+    backward: bool
+    optimizer: bool
+    h2d: bool
+
+
+def _warn(message: str) -> None:
+    print(f"traceml: {message}", file=sys.stderr, flush=True)
+
+
+def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
+    """Validate ``init()``'s mode and ``patch_*`` arguments."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    given = {name: value for name, value in patches.items() if value is not None}
+    if mode != "selective":
+        if given:
+            raise ValueError(
+                f"patch_* arguments need mode='selective' (got mode={mode!r} with {sorted(given)})"
+            )
+        return CaptureConfig(mode, *([mode == "auto"] * 5))
+    if not any(given.values()):
+        raise ValueError("mode='selective' needs at least one patch_*=True")
+    return CaptureConfig(mode, *(bool(patches[name]) for name in
+                                 ("dataloader", "forward", "backward", "optimizer", "h2d")))
+
+
+class _NoopTelemetry:
+    """What every call reaches before ``init()`` and after a failed or disabled one."""
+
+    active = False
+    config: CaptureConfig | None = None
+    recorder: StepRecorder | None = None
+
+    def begin_step(self, model: Any) -> None:
+        pass
+
+    def end_step(self, exception_type: str | None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def shutdown(self, status: str = "ok") -> None:
+        pass
+
+
+class _Telemetry(_NoopTelemetry):
+    """Capture hooks plus the channel to this rank's emitter process."""
+
+    active = True
+
+    def __init__(self, config: CaptureConfig, settings: Settings) -> None:
+        from traceml_otel.capture import hooks
+        from traceml_otel.capture.device_clock import default_clock
+        from traceml_otel.emit.channel import EmitterChannel
+
+        self.config = config
+        self.settings = settings
+        self.internal_errors = 0
+        self._closed = False
+        self.channel = EmitterChannel(_hello(settings))
+        self.recorder = StepRecorder(
+            self.channel, default_clock(),
+            flush_steps=settings.flush_steps, flush_interval_ns=settings.flush_interval_ns,
+        )
+        self.forward = hooks.ForwardHooks(self.recorder) if config.forward else None
+        self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
+        self._installed: list[Any] = []
+        for wanted, hook in (
+            (config.backward, hooks.BackwardPatch(self.recorder)),
+            (config.optimizer, self.optimizer_hooks),
+            (config.h2d, hooks.HostToDevicePatch(self.recorder)),
+            (config.dataloader, hooks.DataLoaderPatch(self.recorder)),
+        ):
+            if wanted:
+                hook.install()
+                self._installed.append(hook)
+        self._parallelism_of = hooks.parallelism_of
+
+    def begin_step(self, model: Any) -> None:
+        if model is not None and self.forward is not None and not self.forward.is_watching(model):
+            self.forward.watch(model)
+            self.recorder.parallelism = self._parallelism_of(model)
+        self.recorder.begin_step()
+
+    def end_step(self, exception_type: str | None) -> None:
+        self.recorder.end_step(exception_type)
+
+    def flush(self) -> None:
+        self.recorder.flush()
+
+    def shutdown(self, status: str = "ok") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.recorder.in_step:
+                self.recorder.end_step("Interrupted")
+            self.recorder.flush(wait_s=2.0)
+            lost = self.recorder.unresolved_steps
+            self.channel.dropped_steps += lost
+            finished = self.channel.close(self.settings.shutdown_timeout_s, status)
+        except Exception as error:
+            _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
+            return
+        for hook in self._installed:
+            hook.uninstall()
+        if self.channel.dropped_steps:
+            reason = self.channel.broken or "backlog full or device work unfinished"
+            _warn(f"{self.channel.dropped_steps} step(s) could not be handed to the emitter and are "
+                  f"missing from telemetry ({reason})")
+        if self.internal_errors:
+            _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
+        if not finished:
+            _warn("the emitter was still exporting at the shutdown deadline; it finishes in the background "
+                  "(the local copy is complete)")
+
+
+def _hello(settings: Settings) -> dict[str, Any]:
+    identity = settings.identity
+    return {
+        "run_id": settings.run_id,
+        "run_name": settings.run_name,
+        "rank": identity.rank, "local_rank": identity.local_rank, "world_size": identity.world_size,
+        "node_rank": identity.node_rank, "host": identity.host,
+        "service_name": settings.service_name,
+        "run_dir": str(settings.run_dir) if settings.run_dir else None,
+        "traces": [settings.traces.endpoint, settings.traces.protocol] if settings.traces else None,
+        "metrics": [settings.metrics.endpoint, settings.metrics.protocol] if settings.metrics else None,
+        "sampler": settings.sampler, "sampler_arg": settings.sampler_arg,
+        "prometheus_port": settings.prometheus_port,
+        "pid": os.getpid(),
+        "anchor_ns": time.time_ns() - perf_counter_ns(),
+        "argv": sys.argv,
+        "version": __version__,
+    }
+
+
+_NOOP = _NoopTelemetry()
+_telemetry: _NoopTelemetry = _NOOP
+_lock = threading.Lock()
+_warned_not_initialised = False
+
+
+def init(
+    mode: str = "auto",
+    *,
+    patch_dataloader: bool | None = None,
+    patch_forward: bool | None = None,
+    patch_backward: bool | None = None,
+    patch_optimizer: bool | None = None,
+    patch_h2d: bool | None = None,
+    disabled: bool = False,
+    strict: bool | None = None,
+) -> bool:
+    """Start step telemetry for this process. Returns True when telemetry is active.
+
+    Args:
+        mode: ``auto`` installs every hook; ``manual`` none (use the ``wrap_*`` helpers);
+            ``selective`` only the ``patch_*=True`` ones.
+        disabled: do nothing (as does ``TRACEML_DISABLED=1`` or ``OTEL_SDK_DISABLED=true``).
+        strict: raise instead of warning when telemetry cannot start.
+
+    Calling it again with the same arguments is a no-op; with different ones, an error.
+    """
+    global _telemetry
+    config = capture_config(mode, {
+        "dataloader": patch_dataloader, "forward": patch_forward, "backward": patch_backward,
+        "optimizer": patch_optimizer, "h2d": patch_h2d,
+    })
+    with _lock:
+        if _telemetry is not _NOOP or getattr(init, "_config", None) is not None:
+            if init._config != (config, disabled):  # type: ignore[attr-defined]
+                raise RuntimeError("traceml.init() was already called with a different configuration")
+            return _telemetry.active
+        init._config = (config, disabled)  # type: ignore[attr-defined]
+        try:
+            settings = load_settings()
+        except ValueError as error:
+            if strict:
+                raise
+            _warn(f"telemetry disabled: {error}")
+            return False
+        if disabled or settings.sdk_disabled:
+            return False
+        try:
+            _telemetry = _Telemetry(config, settings)
+        except Exception as error:
+            if strict or (strict is None and settings.strict):
+                raise
+            _warn(f"telemetry could not start and is off for this run:"
+                  f" {type(error).__name__}: {error}")
+            return False
+        atexit.register(shutdown)
+        os.register_at_fork(after_in_child=_forget_in_child)
+        _install_sigterm_flush()
+        return True
+
+
+class _StepContext:
+    __slots__ = ("_model",)
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def __enter__(self) -> None:
+        telemetry = _telemetry
+        try:
+            telemetry.begin_step(self._model)
+        except Exception:
+            _count_internal_error(telemetry)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        telemetry = _telemetry
+        try:
+            telemetry.end_step(exc_type.__name__ if exc_type is not None else None)
+        except Exception:
+            _count_internal_error(telemetry)
+        return False
+
+
+def trace_step(model: Any = None) -> _StepContext:
+    """Context manager around one training step (zero_grad → forward → backward → step).
+
+    Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed.
+    """
+    if _telemetry is _NOOP:
+        _warn_not_initialised()
+    return _StepContext(model)
+
+
+def flush() -> None:
+    """Hand every completed step to the emitter now."""
+    try:
+        _telemetry.flush()
+    except Exception:
+        _count_internal_error(_telemetry)
+
+
+def shutdown() -> None:
+    """Flush and stop telemetry; waits (bounded) for the local copy and OTLP export."""
+    global _telemetry
+    telemetry, _telemetry = _telemetry, _NOOP
+    telemetry.shutdown()
+
+
+def _recorder_for(helper: str, auto_flag: str) -> StepRecorder | None:
+    telemetry = _telemetry
+    if telemetry.recorder is None:
+        _warn_not_initialised()
+        return None
+    if getattr(telemetry.config, auto_flag):
+        raise ValueError(f"{helper}() would double count: the automatic {auto_flag} hook is active")
+    return telemetry.recorder
+
+
+def wrap_dataloader_fetch(loader: Iterable[Any]) -> Iterable[Any]:
+    """Time each ``next()`` on ``loader`` (an iterable or iterator) as input wait."""
+    from traceml_otel.capture.wrappers import TimedFetchIterator
+
+    recorder = _recorder_for("wrap_dataloader_fetch", "dataloader")
+    return loader if recorder is None else TimedFetchIterator(loader, recorder)
+
+
+def wrap_forward(model: Any) -> Any:
+    """Time the outermost forward of ``model``; returns the same model."""
+    from traceml_otel.capture.hooks import ForwardHooks, parallelism_of
+
+    recorder = _recorder_for("wrap_forward", "forward")
+    if recorder is not None:
+        telemetry = _telemetry
+        if getattr(telemetry, "forward", None) is None:
+            telemetry.forward = ForwardHooks(recorder)  # type: ignore[attr-defined]
+        telemetry.forward.watch(model)  # type: ignore[attr-defined]
+        recorder.parallelism = parallelism_of(model)
+    return model
+
+
+def wrap_backward(loss: Any) -> Any:
+    """Return ``loss`` with a timed ``.backward()``."""
+    from traceml_otel.capture.wrappers import TimedLoss
+
+    recorder = _recorder_for("wrap_backward", "backward")
+    return loss if recorder is None else TimedLoss(loss, recorder)
+
+
+def wrap_optimizer(optimizer: Any) -> Any:
+    """Time ``optimizer.step()``; returns the same object (GradScaler-safe)."""
+    from traceml_otel.capture.wrappers import watch_optimizer
+
+    recorder = _recorder_for("wrap_optimizer", "optimizer")
+    if recorder is not None:
+        hooks = _telemetry.optimizer_hooks  # type: ignore[attr-defined]
+        watch_optimizer(optimizer, hooks.pre, hooks.post)
+    return optimizer
+
+
+def wrap_h2d(obj: Any) -> Any:
+    """Return ``obj`` with timed ``.to()`` / ``.cuda()`` calls."""
+    from traceml_otel.capture.wrappers import TimedTransfer
+
+    recorder = _recorder_for("wrap_h2d", "h2d")
+    return obj if recorder is None else TimedTransfer(obj, recorder)
+
+
+def _count_internal_error(telemetry: _NoopTelemetry) -> None:
+    if isinstance(telemetry, _Telemetry):
+        if telemetry.internal_errors == 0:
+            _warn("an internal instrumentation error was ignored (training continues)")
+        telemetry.internal_errors += 1
+
+
+def _warn_not_initialised() -> None:
+    global _warned_not_initialised
+    if not _warned_not_initialised and getattr(init, "_config", None) is None:
+        _warned_not_initialised = True
+        _warn("trace_step() called before traceml.init(); telemetry is off")
+
+
+def _forget_in_child() -> None:
+    """After fork (DataLoader workers): the child must not write to the parent's pipe."""
+    global _telemetry
+    telemetry, _telemetry = _telemetry, _NOOP
+    if isinstance(telemetry, _Telemetry):
+        telemetry._closed = True
+        telemetry.channel.detach()
+
+
+def _install_sigterm_flush() -> None:
+    """On SIGTERM, flush completed steps, then let the previous handler act."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        global _telemetry
+        telemetry, _telemetry = _telemetry, _NOOP
+        telemetry.shutdown(status="SIGTERM")
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)

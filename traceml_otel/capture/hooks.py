@@ -1,0 +1,235 @@
+"""Automatic capture: the patches and hooks that feed the :class:`StepRecorder`.
+
+Each hook is a small class with ``install()`` / ``uninstall()``. All of them run on the
+training thread, time the wrapped call with the recorder and nothing more, and let
+every user exception propagate untouched. Depth guards make nested calls (a module
+calling itself, ``Tensor.backward`` calling ``torch.autograd.backward``, an optimizer
+wrapping another) count once.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from traceml_otel.capture.recorder import StepRecorder
+
+H2DPredicate = Callable[[torch.Tensor, Any], bool]
+
+
+def is_host_to_cuda(source: torch.Tensor, result: Any) -> bool:
+    """True when ``result`` is a CUDA copy of a CPU tensor."""
+    return isinstance(result, torch.Tensor) and result.is_cuda and not source.is_cuda
+
+
+def parallelism_of(model: torch.nn.Module) -> str:
+    """``ddp``, ``fsdp`` or ``none`` for the wrapper around a traced model."""
+    name = type(model).__name__
+    if "FullyShardedDataParallel" in name or name.startswith("FSDP"):
+        return "fsdp"
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return "ddp"
+    return "none"
+
+
+class ForwardHooks:
+    """Times the outermost forward of each traced model via module hooks.
+
+    Hooks go on the model passed to ``trace_step`` only (not every module), so sub-modules
+    cost nothing; a depth counter shared by all traced models ignores nested calls, e.g. a
+    DDP wrapper and its ``.module`` both traced.
+    """
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._depth = 0
+        self._token: tuple[int, Any] | None = None
+        self._handles: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Hook ``model`` once; later calls are a dictionary lookup."""
+        if model in self._handles:
+            return
+        self._handles[model] = [
+            model.register_forward_pre_hook(self._pre),
+            model.register_forward_hook(self._post, always_call=True),
+        ]
+
+    def is_watching(self, model: torch.nn.Module) -> bool:
+        return model in self._handles
+
+    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._token = self._recorder.phase_begin()
+
+    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self._token is not None:
+            self._recorder.phase_end("forward", self._token)
+            self._token = None
+
+    def install(self) -> None:
+        """Nothing global: models are hooked as they are traced."""
+
+    def uninstall(self) -> None:
+        for handles in list(self._handles.values()):
+            for handle in handles:
+                handle.remove()
+        self._handles = weakref.WeakKeyDictionary()
+
+
+class BackwardPatch:
+    """Times ``Tensor.backward`` and ``torch.autograd.backward`` (outermost call)."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._depth = 0
+        self._originals: tuple[Any, Any] | None = None
+
+    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            token = self._recorder.phase_begin() if self._depth == 1 else None
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if token is not None:
+                    self._recorder.phase_end("backward", token)
+
+        timed.__traceml_original__ = original  # type: ignore[attr-defined]
+        return timed
+
+    def install(self) -> None:
+        if self._originals is not None:
+            return
+        self._originals = (torch.Tensor.backward, torch.autograd.backward)
+        torch.Tensor.backward = self._timed(self._originals[0])  # type: ignore[method-assign]
+        torch.autograd.backward = self._timed(self._originals[1])
+
+    def uninstall(self) -> None:
+        if self._originals is not None:
+            torch.Tensor.backward, torch.autograd.backward = self._originals  # type: ignore[method-assign]
+            self._originals = None
+
+
+class OptimizerHooks:
+    """Times ``optimizer.step()`` through the global step pre/post hooks."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._depth = 0
+        self._token: tuple[int, Any] | None = None
+        self._handles: list[Any] = []
+
+    def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._token = self._recorder.phase_begin()
+
+    def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self._token is not None:
+            self._recorder.phase_end("optimizer", self._token)
+            self._recorder.optimizer_stepped()
+            self._token = None
+
+    def install(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        if not self._handles:
+            self._handles = [
+                register_optimizer_step_pre_hook(self.pre),
+                register_optimizer_step_post_hook(self.post),
+            ]
+
+    def uninstall(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+class HostToDevicePatch:
+    """Times CPU→CUDA copies made with ``Tensor.to`` or ``Tensor.cuda`` inside a step.
+
+    The copy is timed around the call and kept only when ``is_h2d(source, result)``;
+    outside a step the patch costs one attribute check.
+    """
+
+    def __init__(self, recorder: StepRecorder, is_h2d: H2DPredicate = is_host_to_cuda) -> None:
+        self._recorder = recorder
+        self._is_h2d = is_h2d
+        self._originals: tuple[Any, Any] | None = None
+
+    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        recorder = self._recorder
+        is_h2d = self._is_h2d
+
+        @functools.wraps(original)
+        def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not recorder.in_step:
+                return original(tensor, *args, **kwargs)
+            token = recorder.phase_begin()
+            result = original(tensor, *args, **kwargs)
+            if result is not tensor and is_h2d(tensor, result):
+                recorder.phase_end("h2d", token, tensor.numel() * tensor.element_size())
+            else:
+                recorder.clock.release(token[1])
+            return result
+
+        timed.__traceml_original__ = original  # type: ignore[attr-defined]
+        return timed
+
+    def install(self) -> None:
+        if self._originals is None:
+            self._originals = (torch.Tensor.to, torch.Tensor.cuda)
+            torch.Tensor.to = self._timed(self._originals[0])  # type: ignore[method-assign]
+            torch.Tensor.cuda = self._timed(self._originals[1])  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self._originals is not None:
+            torch.Tensor.to, torch.Tensor.cuda = self._originals  # type: ignore[method-assign]
+            self._originals = None
+
+
+class DataLoaderPatch:
+    """Times every ``next()`` on a DataLoader iterator (single- and multi-process)."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._original: Any = None
+
+    def install(self) -> None:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        if self._original is not None:
+            return
+        self._original = _BaseDataLoaderIter.__next__
+        recorder = self._recorder
+        original = self._original
+
+        @functools.wraps(original)
+        def timed_next(iterator: Any) -> Any:
+            token = recorder.fetch_begin()
+            try:
+                return original(iterator)
+            finally:
+                recorder.fetch_end(token)
+
+        _BaseDataLoaderIter.__next__ = timed_next  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        if self._original is not None:
+            _BaseDataLoaderIter.__next__ = self._original  # type: ignore[method-assign]
+            self._original = None

@@ -1,0 +1,205 @@
+"""The hot path: clock readings for steps, phases and input fetches.
+
+Everything here runs on the training thread. It reads ``perf_counter_ns`` (and, on
+CUDA, records an event), appends to lists, and every ``flush_steps`` steps or
+``flush_interval_ns`` hands a batch of plain rows to the sink. It builds no OTel objects,
+never blocks on the device and never raises into training.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any, Protocol
+
+from traceml_otel.capture.device_clock import CpuClock
+from traceml_otel.emit.wire import StepRow
+
+
+class StepSink(Protocol):
+    """Where batches of completed steps go (the emitter channel, or a list in tests)."""
+
+    def send_steps(self, rows: list[StepRow]) -> None: ...
+
+
+@dataclass(slots=True)
+class _OpenStep:
+    """A finished step whose device marks may still be in flight."""
+
+    row: StepRow
+    start_mark: Any
+    end_mark: Any
+    phase_marks: list[tuple[Any, Any]]
+    wait_marks: list[tuple[Any, Any]]
+
+
+@dataclass(slots=True)
+class _StepState:
+    start_ns: int = 0
+    start_mark: Any = None
+    phases: list[list[Any]] = field(default_factory=list)
+    phase_marks: list[tuple[Any, Any]] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    optimizer_steps: int = 0
+
+
+class StepRecorder:
+    """Collects one rank's step timings and hands them off in batches."""
+
+    def __init__(
+        self,
+        sink: StepSink,
+        clock: CpuClock | None = None,
+        *,
+        flush_steps: int = 64,
+        flush_interval_ns: int = 250_000_000,
+    ) -> None:
+        self.sink = sink
+        self.clock = clock or CpuClock()
+        self.flush_steps = flush_steps
+        self.flush_interval_ns = flush_interval_ns
+        self.parallelism = "none"
+        self.step = 0
+        self.in_step = False
+        self._state = _StepState()
+        self._wait_ns: int | None = None
+        self._fetches = 0
+        self._wait_marks: list[tuple[Any, Any]] = []
+        self._prefetch_h2d_ns: int | None = None
+        self._pending: collections.deque[_OpenStep] = collections.deque()
+        self._ready: list[StepRow] = []
+        self._last_flush_ns = perf_counter_ns()
+
+    # --- input fetches ---------------------------------------------------------
+    def fetch_begin(self) -> tuple[int, Any]:
+        """Mark the start of a ``next()`` on the data loader."""
+        return perf_counter_ns(), self.clock.mark()
+
+    def fetch_end(self, token: tuple[int, Any]) -> None:
+        """A fetch outside a step is input wait of the next step; inside one it is ignored."""
+        end = perf_counter_ns()
+        end_mark = self.clock.mark()
+        if self.in_step:
+            self.clock.release(token[1])
+            self.clock.release(end_mark)
+            return
+        self._wait_ns = (self._wait_ns or 0) + end - token[0]
+        self._fetches += 1
+        self._wait_marks.append((token[1], end_mark))
+
+    def add_prefetch_h2d(self, duration_ns: int) -> None:
+        """Host-to-device copy made by the loader during a fetch (taken out of the wait)."""
+        self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
+
+    # --- phases ----------------------------------------------------------------
+    def phase_begin(self) -> tuple[int, Any]:
+        """Mark the start of a phase call."""
+        return perf_counter_ns(), (self.clock.mark() if self.in_step else None)
+
+    def phase_end(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
+        """Record one call of ``phase`` that began at ``token``."""
+        end = perf_counter_ns()
+        if not self.in_step:
+            self.clock.release(token[1])
+            return
+        state = self._state
+        call = state.calls.get(phase, 0)
+        state.calls[phase] = call + 1
+        state.phases.append([phase, call, token[0], end, None, None, nbytes])
+        state.phase_marks.append((token[1], self.clock.mark()))
+
+    def optimizer_stepped(self) -> None:
+        """Count an optimizer update inside the current step."""
+        if self.in_step:
+            self._state.optimizer_steps += 1
+
+    # --- steps -------------------------------------------------------------------
+    def begin_step(self) -> None:
+        """Open a step. A still-open step (begin without end) is closed first."""
+        if self.in_step:
+            self.end_step("IncompleteStep")
+        state = self._state = _StepState()
+        self.clock.reset_peak_memory()
+        state.start_mark = self.clock.mark()
+        state.start_ns = perf_counter_ns()
+        self.in_step = True
+
+    def end_step(self, exception_type: str | None = None) -> None:
+        """Close the step and queue it; flush a batch when one is due."""
+        end_ns = perf_counter_ns()
+        if not self.in_step:
+            return
+        end_mark = self.clock.mark()
+        state = self._state
+        self.in_step = False
+        memory = self.clock.peak_memory()
+        alloc, reserved, total = memory if memory is not None else (None, None, None)
+        wait = self._wait_ns
+        if wait is not None and self._prefetch_h2d_ns is not None:
+            wait = max(0, wait - self._prefetch_h2d_ns)
+        row: StepRow = [
+            self.step, state.start_ns, end_ns, None, wait, None, self._fetches, self._prefetch_h2d_ns,
+            state.optimizer_steps, self.parallelism, alloc, reserved, total, exception_type, state.phases,
+        ]
+        if self.clock.has_device:
+            self._pending.append(
+                _OpenStep(row, state.start_mark, end_mark, state.phase_marks, self._wait_marks)
+            )
+        else:
+            self._ready.append(row)
+        self.step += 1
+        self._wait_ns = None
+        self._fetches = 0
+        self._wait_marks = []
+        self._prefetch_h2d_ns = None
+        if (
+            len(self._ready) + len(self._pending) >= self.flush_steps
+            or end_ns - self._last_flush_ns >= self.flush_interval_ns
+        ):
+            self.flush()
+
+    def flush(self, wait_s: float = 0.0) -> None:
+        """Resolve finished device marks and hand ready steps to the sink.
+
+        With ``wait_s`` > 0 (shutdown only) it polls the device for the last steps.
+        """
+        self._last_flush_ns = perf_counter_ns()
+        while self._pending:
+            open_step = self._pending[0]
+            done = self.clock.is_done(open_step.end_mark) or (
+                wait_s > 0 and self.clock.wait(open_step.end_mark, wait_s)
+            )
+            if not done:
+                break
+            self._pending.popleft()
+            self._ready.append(self._resolve(open_step))
+        if self._ready:
+            rows, self._ready = self._ready, []
+            self.sink.send_steps(rows)
+
+    @property
+    def unresolved_steps(self) -> int:
+        """Steps whose device work had not finished at the last flush."""
+        return len(self._pending)
+
+    def _resolve(self, open_step: _OpenStep) -> StepRow:
+        clock = self.clock
+        row = open_step.row
+        start = open_step.start_mark
+        row[3] = clock.elapsed_ns(start, open_step.end_mark)
+        for phase, (begin, end) in zip(row[14], open_step.phase_marks, strict=False):
+            phase[4] = clock.elapsed_ns(start, begin)
+            phase[5] = clock.elapsed_ns(begin, end)
+            clock.release(begin)
+            clock.release(end)
+        if open_step.wait_marks:
+            total = 0
+            for begin, end in open_step.wait_marks:
+                total += clock.elapsed_ns(begin, end) or 0
+                clock.release(begin)
+                clock.release(end)
+            row[5] = total
+        clock.release(start)
+        clock.release(open_step.end_mark)
+        return row

@@ -1,0 +1,96 @@
+"""Names of every span, attribute and metric traceml-otel emits.
+
+This module is the code form of ``docs/telemetry.md``, the public contract. The
+emitter writes these names and the analyzer reads them; the dashboard and the
+alert rules use the Prometheus forms listed in the doc. Change both together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+INSTRUMENTATION_SCOPE = "traceml_otel"
+CONTRACT_VERSION = 1
+
+# --- span names -----------------------------------------------------------
+SPAN_STEP = "traceml.step"
+"""One per rank per training step: the ``trace_step()`` block. A root span."""
+
+PHASES = ("forward", "backward", "optimizer", "h2d")
+"""Phase names, in their usual order inside a step."""
+
+PHASE_SPAN_NAMES = {phase: f"traceml.{phase}" for phase in PHASES}
+SPAN_NAME_TO_PHASE = {name: phase for phase, name in PHASE_SPAN_NAMES.items()}
+
+# --- attributes on every traceml span ---------------------------------------
+ATTR_RUN_ID = "traceml.run.id"
+ATTR_STEP = "traceml.step.number"
+ATTR_RANK = "traceml.rank"
+
+# --- attributes on the step span ----------------------------------------------
+ATTR_LOCAL_RANK = "traceml.local_rank"
+ATTR_WORLD_SIZE = "traceml.world_size"
+ATTR_NODE_RANK = "traceml.node_rank"
+ATTR_HOST = "traceml.host"
+ATTR_PARALLELISM = "traceml.parallelism"
+"""How the traced model is wrapped: ``none``, ``ddp`` or ``fsdp``."""
+ATTR_CLOCK = "traceml.clock"
+"""``gpu`` when CUDA events timed the step, else ``cpu``."""
+ATTR_STEP_CPU_DURATION = "traceml.step.cpu_duration"
+ATTR_STEP_GPU_DURATION = "traceml.step.gpu_duration"
+ATTR_INPUT_WAIT_CPU = "traceml.input_wait.cpu_duration"
+ATTR_INPUT_WAIT_GPU = "traceml.input_wait.gpu_duration"
+ATTR_INPUT_WAIT_FETCHES = "traceml.input_wait.fetches"
+ATTR_PREFETCH_H2D_CPU = "traceml.h2d.prefetch.cpu_duration"
+"""Host-to-device copies made while fetching the batch (Accelerate's prepared
+loaders), already subtracted from the input wait."""
+ATTR_OPTIMIZER_STEPS = "traceml.optimizer.steps"
+ATTR_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
+ATTR_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
+ATTR_MEM_TOTAL = "traceml.cuda.memory.total"
+ATTR_EXCEPTION_TYPE = "exception.type"
+
+# --- attributes on phase spans --------------------------------------------------
+ATTR_PHASE_NAME = "traceml.phase.name"
+ATTR_PHASE_CALL = "traceml.phase.call"
+ATTR_PHASE_CPU_DURATION = "traceml.phase.cpu_duration"
+ATTR_PHASE_GPU_DURATION = "traceml.phase.gpu_duration"
+ATTR_H2D_BYTES = "traceml.h2d.bytes"
+
+# --- metric names (OTel form; Prometheus form in docs/telemetry.md) -------------
+METRIC_STEP_DURATION = "traceml.step.duration"
+METRIC_PHASE_DURATION = "traceml.phase.duration"
+METRIC_INPUT_WAIT = "traceml.input_wait.duration"
+METRIC_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
+METRIC_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
+METRIC_STEPS = "traceml.steps"
+METRIC_SPANS_DROPPED = "traceml.export.dropped_spans"
+
+DURATION_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+"""Explicit histogram boundaries in seconds, for step and phase durations."""
+
+# --- local copy layout -------------------------------------------------------------
+RUNS_DIR_DEFAULT = "traceml-runs"
+MANIFEST_FILE = "manifest.json"
+
+
+def traces_file_name(rank: int) -> str:
+    """Name of one rank's OTLP JSON Lines file inside the run directory."""
+    return f"rank-{rank}.traces.jsonl"
+
+
+def export_stats_file_name(rank: int) -> str:
+    """Name of one rank's export statistics file inside the run directory."""
+    return f"rank-{rank}.export.json"
+
+
+def step_trace_id(run_id: str, step: int) -> int:
+    """The 128-bit trace id shared by every rank's spans of one step.
+
+    Derived from (run id, step) alone, so ranks agree without a collective and a
+    ratio sampler (which reads the low 64 bits) decides the same on every rank.
+    """
+    digest = hashlib.sha256(f"{run_id}\x00{step}".encode()).digest()
+    return int.from_bytes(digest[:16], "big") or 1

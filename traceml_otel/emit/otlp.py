@@ -1,0 +1,171 @@
+"""OTLP export of spans from the emitter: the SDK's exporters, with every drop counted.
+
+The SDK's ``BatchSpanProcessor`` evicts spans silently when its queue is full and does
+not report failed exports, so the emitter ships batches itself: a bounded queue, one
+thread calling the SDK exporter's ``export()``, and counters for what was sent, what
+failed and what never left before the shutdown deadline. Header values (tokens) are
+read by the SDK exporters from the environment and never printed here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Sampler,
+    TraceIdRatioBased,
+)
+
+MAX_QUEUED_SPANS = 200_000
+MAX_BATCH_SPANS = 512
+BATCH_DELAY_S = 1.0
+
+
+def make_span_exporter(protocol: str) -> SpanExporter:
+    """The SDK OTLP span exporter for ``protocol``; it reads endpoint, headers, TLS from env."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter()
+
+
+def quiet_sdk_exporter_logs() -> None:
+    """The SDK logs every retry; we report failures once, with counts, ourselves."""
+    for name in ("opentelemetry.exporter.otlp", "opentelemetry.sdk.metrics"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def sampler_from_settings(name: str, arg: str | None) -> Sampler:
+    """The sampler named by ``OTEL_TRACES_SAMPLER``; step spans are roots, so ``parentbased_x`` is ``x``."""
+    base = name.removeprefix("parentbased_")
+    if base == "always_off":
+        return ALWAYS_OFF
+    if base == "traceidratio":
+        try:
+            ratio = float(arg) if arg not in (None, "") else 1.0
+        except ValueError:
+            ratio = 1.0
+        return TraceIdRatioBased(min(1.0, max(0.0, ratio)))
+    return ALWAYS_ON
+
+
+@dataclass(slots=True)
+class ExportCounts:
+    """What happened to the spans offered to OTLP export."""
+
+    sampled_out: int = 0
+    exported: int = 0
+    failed: int = 0
+    queue_full: int = 0
+    not_sent_at_shutdown: int = 0
+    last_error: str | None = None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> int:
+        return self.failed + self.queue_full + self.not_sent_at_shutdown
+
+
+class OtlpSpanShipper:
+    """Sends spans through an SDK exporter on its own thread, counting every outcome."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        sampler: Sampler,
+        endpoint: str,
+        on_first_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        self._exporter = exporter
+        self._sampler = sampler
+        self._endpoint = endpoint
+        self._on_first_failure = on_first_failure or _warn_stderr
+        self._queue: queue.Queue[list[ReadableSpan] | None] = queue.Queue()
+        self._queued = 0
+        self._lock = threading.Lock()
+        self.counts = ExportCounts()
+        self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
+        self._thread.start()
+
+    def offer(self, step_spans: Sequence[ReadableSpan]) -> None:
+        """Queue one step's spans if the sampler keeps its trace."""
+        if not step_spans:
+            return
+        root = step_spans[0]
+        decision = self._sampler.should_sample(None, root.context.trace_id, root.name)
+        if not decision.decision.is_sampled():
+            self.counts.sampled_out += len(step_spans)
+            return
+        with self._lock:
+            if self._queued + len(step_spans) > MAX_QUEUED_SPANS:
+                self.counts.queue_full += len(step_spans)
+                return
+            self._queued += len(step_spans)
+        self._queue.put(list(step_spans))
+
+    def close(self, timeout_s: float) -> ExportCounts:
+        """Send what is queued until ``timeout_s``; count the rest as not sent."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        with self._lock:
+            self.counts.not_sent_at_shutdown += self._queued
+            self._queued = 0
+        try:
+            self._exporter.shutdown()
+        except Exception:
+            pass
+        return self.counts
+
+    def _run(self) -> None:
+        batch: list[ReadableSpan] = []
+        deadline = time.monotonic() + BATCH_DELAY_S
+        while True:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                item = []
+            if item is None:
+                self._send(batch)
+                return
+            batch.extend(item)
+            if len(batch) >= MAX_BATCH_SPANS or time.monotonic() >= deadline:
+                self._send(batch)
+                batch = []
+                deadline = time.monotonic() + BATCH_DELAY_S
+
+    def _send(self, batch: list[ReadableSpan]) -> None:
+        if not batch:
+            return
+        try:
+            result = self._exporter.export(batch)
+            error = None if result == SpanExportResult.SUCCESS else "export returned FAILURE"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            self._queued -= len(batch)
+        if error is None:
+            self.counts.exported += len(batch)
+            return
+        first = self.counts.failed == 0
+        self.counts.failed += len(batch)
+        self.counts.last_error = error
+        if first:
+            self._on_first_failure(
+                f"OTLP span export to {self._endpoint} is failing ({error}); spans that cannot be "
+                "delivered are counted and reported at the end; the local copy is unaffected"
+            )
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"traceml: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,147 @@
+"""Turn step records into OTel SDK spans, placed on the right timeline.
+
+Spans are built after the fact as SDK ``ReadableSpan`` objects: the step span is a root
+in the trace derived from (run id, step) (``contract.step_trace_id``), and phase spans are
+its children. Runs in the emitter process only.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from traceml_otel import contract as c
+from traceml_otel.records import PhaseTiming, StepRecord
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """Who emits: the run and the rank's place in it."""
+
+    run_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpans:
+    """The spans of one step on one rank; ``step`` is the root."""
+
+    step: ReadableSpan
+    phases: tuple[ReadableSpan, ...]
+
+    def all(self) -> list[ReadableSpan]:
+        return [self.step, *self.phases]
+
+
+class StepSpanBuilder:
+    """Builds :class:`StepSpans` for one rank."""
+
+    def __init__(self, rank: RankInfo, resource: Resource, scope: InstrumentationScope) -> None:
+        self._rank = rank
+        self._resource = resource
+        self._scope = scope
+        self._random = random.Random()
+        self._common = {c.ATTR_RUN_ID: rank.run_id, c.ATTR_RANK: rank.rank}
+
+    def _span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def build(self, record: StepRecord) -> StepSpans:
+        trace_id = c.step_trace_id(self._rank.run_id, record.step)
+        step_context = SpanContext(trace_id, self._span_id(), is_remote=False, trace_flags=_SAMPLED)
+        on_gpu = record.gpu_duration_ns is not None
+        phases = tuple(self._phase_span(p, record, step_context, on_gpu) for p in record.phases)
+        end_ns = record.end_ns
+        if on_gpu:
+            end_ns = max(end_ns, record.start_ns + record.gpu_duration_ns, *(p.end_time for p in phases))
+        status = Status(StatusCode.UNSET)
+        if record.exception_type is not None:
+            status = Status(StatusCode.ERROR, record.exception_type)
+        step = ReadableSpan(
+            name=c.SPAN_STEP,
+            context=step_context,
+            parent=None,
+            resource=self._resource,
+            attributes=self._step_attributes(record),
+            kind=SpanKind.INTERNAL,
+            instrumentation_scope=self._scope,
+            status=status,
+            start_time=record.start_ns,
+            end_time=end_ns,
+        )
+        return StepSpans(step=step, phases=phases)
+
+    def _step_attributes(self, record: StepRecord) -> dict[str, object]:
+        rank = self._rank
+        attributes: dict[str, object] = {
+            **self._common,
+            c.ATTR_STEP: record.step,
+            c.ATTR_LOCAL_RANK: rank.local_rank,
+            c.ATTR_WORLD_SIZE: rank.world_size,
+            c.ATTR_NODE_RANK: rank.node_rank,
+            c.ATTR_HOST: rank.host,
+            c.ATTR_PARALLELISM: record.parallelism,
+            c.ATTR_CLOCK: record.clock,
+            c.ATTR_STEP_CPU_DURATION: (record.end_ns - record.start_ns) * _NS,
+            c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
+        }
+        optional = {
+            c.ATTR_STEP_GPU_DURATION: _seconds(record.gpu_duration_ns),
+            c.ATTR_INPUT_WAIT_CPU: _seconds(record.input_wait_ns),
+            c.ATTR_INPUT_WAIT_GPU: _seconds(record.input_wait_gpu_ns),
+            c.ATTR_PREFETCH_H2D_CPU: _seconds(record.prefetch_h2d_ns),
+            c.ATTR_MEM_PEAK_ALLOCATED: record.peak_allocated_bytes,
+            c.ATTR_MEM_PEAK_RESERVED: record.peak_reserved_bytes,
+            c.ATTR_MEM_TOTAL: record.device_total_bytes,
+            c.ATTR_EXCEPTION_TYPE: record.exception_type,
+        }
+        attributes.update((key, value) for key, value in optional.items() if value is not None)
+        if record.input_fetches:
+            attributes[c.ATTR_INPUT_WAIT_FETCHES] = record.input_fetches
+        return attributes
+
+    def _phase_span(
+        self, phase: PhaseTiming, record: StepRecord, parent: SpanContext, on_gpu: bool
+    ) -> ReadableSpan:
+        start, end = phase.start_ns, phase.end_ns
+        if on_gpu and phase.gpu_offset_ns is not None and phase.gpu_duration_ns is not None:
+            start = record.start_ns + phase.gpu_offset_ns
+            end = start + phase.gpu_duration_ns
+        attributes: dict[str, object] = {
+            **self._common,
+            c.ATTR_STEP: record.step,
+            c.ATTR_PHASE_NAME: phase.phase,
+            c.ATTR_PHASE_CALL: phase.call,
+            c.ATTR_PHASE_CPU_DURATION: (phase.end_ns - phase.start_ns) * _NS,
+        }
+        if phase.gpu_duration_ns is not None:
+            attributes[c.ATTR_PHASE_GPU_DURATION] = phase.gpu_duration_ns * _NS
+        if phase.nbytes is not None:
+            attributes[c.ATTR_H2D_BYTES] = phase.nbytes
+        return ReadableSpan(
+            name=c.PHASE_SPAN_NAMES.get(phase.phase, f"traceml.{phase.phase}"),
+            context=SpanContext(parent.trace_id, self._span_id(), is_remote=False, trace_flags=_SAMPLED),
+            parent=parent,
+            resource=self._resource,
+            attributes=attributes,
+            kind=SpanKind.INTERNAL,
+            instrumentation_scope=self._scope,
+            start_time=start,
+            end_time=end,
+        )
+
+
+def _seconds(value_ns: int | None) -> float | None:
+    return None if value_ns is None else value_ns * _NS

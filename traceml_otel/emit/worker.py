@@ -1,0 +1,192 @@
+"""The emitter process: one per rank, fed step batches through its stdin pipe.
+
+It turns records into spans, appends them to the local copy first (nothing is dropped
+there), then offers them to OTLP export and records metrics. It ignores SIGINT and
+SIGTERM, so a Ctrl-C or a launcher's SIGTERM reaches the trainer, whose flush arrives
+here; it stops at end of stream, which also comes when the trainer is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from traceml_otel import contract as c
+from traceml_otel._version import __version__
+from traceml_otel.emit.local_copy import LocalCopySpanExporter
+from traceml_otel.emit.metrics import StepMetrics
+from traceml_otel.emit.otlp import (
+    OtlpSpanShipper,
+    make_span_exporter,
+    quiet_sdk_exporter_logs,
+    sampler_from_settings,
+)
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.wire import WireError, decode_step, read_frames
+
+SHUTDOWN_DRAIN_S = 8.0
+
+
+@dataclass(slots=True)
+class ExportStats:
+    """What this rank's emitter did; written to ``rank-<R>.export.json``."""
+
+    run_id: str
+    rank: int
+    steps_received: int = 0
+    spans_local: int = 0
+    capture_dropped_steps: int = 0
+    otlp_endpoint: str | None = None
+    otlp_exported: int = 0
+    otlp_sampled_out: int = 0
+    otlp_dropped: int = 0
+    otlp_drop_reasons: dict[str, int] = field(default_factory=dict)
+    otlp_last_error: str | None = None
+    clean_shutdown: bool = False
+    end_status: str = "running"
+    problems: list[str] = field(default_factory=list)
+
+
+def build_resource(hello: dict[str, Any]) -> Resource:
+    """Our resource attributes, merged under ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
+    attributes: dict[str, Any] = {
+        "service.instance.id": f"{hello['run_id']}/rank-{hello['rank']}",
+        "host.name": hello["host"],
+        "process.pid": hello["pid"],
+        c.ATTR_RUN_ID: hello["run_id"],
+    }
+    if hello.get("service_name"):
+        attributes["service.name"] = hello["service_name"]
+    # Resource.create merges the env detector (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) under ours;
+    # service.name is only ours when the env named none.
+    return Resource.create(attributes)
+
+
+class Emitter:
+    """Spans, local copy, OTLP and metrics for one rank."""
+
+    def __init__(self, hello: dict[str, Any]) -> None:
+        self.anchor_ns = int(hello["anchor_ns"])
+        rank = RankInfo(
+            run_id=hello["run_id"], rank=hello["rank"], local_rank=hello["local_rank"],
+            world_size=hello["world_size"], node_rank=hello["node_rank"], host=hello["host"],
+        )
+        resource = build_resource(hello)
+        scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
+        self.builder = StepSpanBuilder(rank, resource, scope)
+        self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
+        self.stats_path: Path | None = None
+        self.local: LocalCopySpanExporter | None = None
+        if hello.get("run_dir"):
+            run_dir = Path(hello["run_dir"])
+            self.local = LocalCopySpanExporter(run_dir / c.traces_file_name(rank.rank))
+            self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
+        quiet_sdk_exporter_logs()
+        self.shipper: OtlpSpanShipper | None = None
+        if hello.get("traces"):
+            endpoint, protocol = hello["traces"]
+            self.stats.otlp_endpoint = endpoint
+            self.shipper = OtlpSpanShipper(
+                make_span_exporter(protocol),
+                sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
+                endpoint,
+            )
+        metrics_protocol = hello["metrics"][1] if hello.get("metrics") else None
+        self.metrics = StepMetrics(resource, rank.run_id, rank.rank, metrics_protocol,
+                                   _prometheus_port(hello))
+        self.write_stats()
+
+    def handle_steps(self, rows: list[Any]) -> None:
+        """Build, store and ship one batch of steps."""
+        records = [decode_step(row, self.anchor_ns) for row in rows]
+        built = [self.builder.build(record) for record in records]
+        if self.local is not None:
+            self.local.export([span for step in built for span in step.all()])
+            self.stats.spans_local = self.local.spans_written
+        for record, spans in zip(records, built, strict=False):
+            if self.shipper is not None:
+                self.shipper.offer(spans.all())
+            self.metrics.record(record, spans)
+        self.stats.steps_received += len(records)
+
+    def finish(self, status: str, capture_dropped: int, clean: bool) -> None:
+        """Close the local copy, drain OTLP within the deadline, write the final stats."""
+        self.stats.capture_dropped_steps = capture_dropped
+        self.stats.clean_shutdown = clean
+        self.stats.end_status = status
+        if self.local is not None:
+            self.local.shutdown()
+        self.write_stats()
+        if self.shipper is not None:
+            counts = self.shipper.close(SHUTDOWN_DRAIN_S)
+            self.stats.otlp_exported = counts.exported
+            self.stats.otlp_sampled_out = counts.sampled_out
+            self.stats.otlp_dropped = counts.dropped
+            self.stats.otlp_last_error = counts.last_error
+            self.stats.otlp_drop_reasons = {
+                reason: n for reason, n in (
+                    ("export failed", counts.failed), ("queue full", counts.queue_full),
+                    ("not sent before shutdown deadline", counts.not_sent_at_shutdown),
+                ) if n
+            }
+            self.metrics.count_dropped(counts.dropped)
+            if counts.dropped:
+                print(f"traceml: rank {self.stats.rank}: {counts.dropped} span(s) were not delivered over "
+                      f"OTLP to {self.stats.otlp_endpoint} ({self.stats.otlp_drop_reasons}); "
+                      "the local copy has them", file=sys.stderr, flush=True)
+        self.metrics.shutdown(timeout_s=3.0)
+        self.write_stats()
+
+    def write_stats(self) -> None:
+        if self.stats_path is None:
+            return
+        temporary = self.stats_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(asdict(self.stats), indent=2))
+        os.replace(temporary, self.stats_path)
+
+
+def _prometheus_port(hello: dict[str, Any]) -> int | None:
+    port = hello.get("prometheus_port")
+    return None if port is None else int(port) + int(hello["local_rank"])
+
+
+def main() -> int:
+    """Read frames from stdin until it closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stream = sys.stdin.buffer
+    frames = read_frames(stream)
+    try:
+        hello = next(frames)
+    except (StopIteration, WireError, ValueError):
+        print("traceml: emitter got no settings; exiting", file=sys.stderr)
+        return 1
+    emitter = Emitter(hello)
+    status, dropped, clean = "trainer exited without shutdown (killed?)", 0, False
+    started = time.monotonic()
+    try:
+        for frame in frames:
+            kind = frame["t"]
+            if kind == "steps":
+                emitter.handle_steps(frame["s"])
+            elif kind == "bye":
+                status, dropped, clean = frame.get("status", "ok"), int(frame.get("dropped", 0)), True
+                break
+    except (WireError, ValueError) as error:
+        emitter.stats.problems.append(f"stream from trainer broken after {time.monotonic() - started:.1f}s: "
+                                      f"{error}")
+    emitter.finish(status, dropped, clean)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Every environment variable traceml-otel reads, parsed once into frozen settings.
+
+Components take a :class:`Settings` (or the :class:`RankIdentity` in it) and never read
+``os.environ`` themselves. The ``OTEL_*`` exporter variables (headers, timeout,
+compression, certificates, insecure) are read by the OTel SDK's exporters inside the
+emitter process; we only read the ones that decide *whether* and *how* to export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from traceml_otel.contract import RUNS_DIR_DEFAULT
+
+TRACEML_RUN_ID = "TRACEML_RUN_ID"
+"""Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
+TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
+"""Human name of the run, used in the generated run id and the default service name."""
+TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
+"""Parent folder of the local copies (default ``traceml-runs`` in the working directory)."""
+TRACEML_LOCAL_COPY = "TRACEML_LOCAL_COPY"
+"""``0`` turns the local OTLP-JSON copy off."""
+TRACEML_DISABLED = "TRACEML_DISABLED"
+"""``1`` makes ``init()`` a no-op."""
+TRACEML_STRICT = "TRACEML_STRICT"
+"""``1`` makes ``init()`` raise instead of warning when telemetry cannot start."""
+TRACEML_FLUSH_STEPS = "TRACEML_FLUSH_STEPS"
+"""Hand completed steps to the emitter every this many steps (default 64)."""
+TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
+"""... or when this many milliseconds passed since the last hand-off (default 250)."""
+TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
+"""How long exit waits for the emitter to finish OTLP export (default 10 s)."""
+TRACEML_PROMETHEUS_PORT = "TRACEML_PROMETHEUS_PORT"
+"""If set, the emitter serves Prometheus metrics on 127.0.0.1:PORT+local_rank."""
+
+OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
+OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+OTEL_EXPORTER_OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTEL_EXPORTER_OTLP_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+OTEL_EXPORTER_OTLP_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_EXPORTER_OTLP_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTEL_EXPORTER_OTLP_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+OTEL_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+OTEL_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+OTEL_TRACES_SAMPLER = "OTEL_TRACES_SAMPLER"
+OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
+
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+class SettingsError(ValueError):
+    """A traceml or OTel environment variable has a value we cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankIdentity:
+    """Where this process sits in the job (from the torchrun environment)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    node_rank: int = 0
+    host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalExport:
+    """How one signal (traces or metrics) leaves the emitter over OTLP."""
+
+    endpoint: str
+    protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything traceml-otel needs to know from the environment, read once."""
+
+    run_id: str
+    run_name: str
+    identity: RankIdentity
+    service_name: str | None
+    """Our default service name, or None when OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES set one."""
+    run_dir: Path | None
+    """Local copy folder, or None when the local copy is off."""
+    traces: SignalExport | None
+    metrics: SignalExport | None
+    sampler: str
+    sampler_arg: str | None
+    sdk_disabled: bool
+    strict: bool
+    flush_steps: int
+    flush_interval_ns: int
+    shutdown_timeout_s: float
+    prometheus_port: int | None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def rank_identity(env: Mapping[str, str]) -> RankIdentity:
+    """Read the torchrun / accelerate rank variables (single process when absent)."""
+    return RankIdentity(
+        rank=_int(env, "RANK", 0, minimum=0),
+        local_rank=_int(env, "LOCAL_RANK", 0, minimum=0),
+        world_size=_int(env, "WORLD_SIZE", 1),
+        node_rank=_int(env, "GROUP_RANK", _int(env, "NODE_RANK", 0, minimum=0), minimum=0),
+        host=socket.gethostname(),
+    )
+
+
+def new_run_id(run_name: str) -> str:
+    """A fresh run id: ``<name>-<UTC time>-<random hex>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in run_name)[:40] or "run"
+    return f"{safe}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _run_id(env: Mapping[str, str], run_name: str) -> str:
+    explicit = env.get(TRACEML_RUN_ID, "").strip()
+    if explicit:
+        return explicit
+    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if elastic and elastic != "none":
+        return elastic
+    if elastic == "none":
+        # Plain torchrun without --rdzv-id: ranks of one node share the agent (our parent).
+        # Multi-node jobs need --rdzv-id or `traceml run` to agree across nodes.
+        seed = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}:{os.getppid()}"
+        return f"{run_name}-torchrun-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+    return new_run_id(run_name)
+
+
+def _script_name() -> str:
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    return Path(argv0).stem or "python"
+
+
+def _choose_protocol(env: Mapping[str, str], signal_var: str, endpoint: str) -> str:
+    raw = env.get(signal_var) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL) or ""
+    raw = raw.strip().lower()
+    if raw == "http/json":
+        raise SettingsError("OTLP protocol http/json is not supported; use grpc or http/protobuf")
+    if raw:
+        if raw not in PROTOCOLS:
+            raise SettingsError(f"OTLP protocol {raw!r} is not one of {', '.join(PROTOCOLS)}")
+        return raw
+    # Unset: the spec default is http/protobuf, but 4317 is the well-known gRPC port.
+    return "grpc" if urlparse(endpoint).port == 4317 else "http/protobuf"
+
+
+def _signal_export(
+    env: Mapping[str, str], exporter_var: str, endpoint_var: str, protocol_var: str
+) -> SignalExport | None:
+    if env.get(exporter_var, "otlp").strip().lower() == "none":
+        return None
+    endpoint = (env.get(endpoint_var) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or "").strip()
+    if not endpoint:
+        return None
+    return SignalExport(endpoint=endpoint, protocol=_choose_protocol(env, protocol_var, endpoint))
+
+
+def _service_name_is_set(env: Mapping[str, str]) -> bool:
+    if env.get(OTEL_SERVICE_NAME, "").strip():
+        return True
+    pairs = env.get(OTEL_RESOURCE_ATTRIBUTES, "").split(",")
+    return any(pair.split("=", 1)[0].strip() == "service.name" for pair in pairs)
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Parse the environment once. Raises :class:`SettingsError` on unusable values."""
+    env = os.environ if env is None else env
+    run_name = env.get(TRACEML_RUN_NAME, "").strip() or _script_name()
+    run_id = _run_id(env, run_name)
+    local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
+    runs_dir = Path(env.get(TRACEML_RUNS_DIR, "").strip() or RUNS_DIR_DEFAULT)
+    port = env.get(TRACEML_PROMETHEUS_PORT, "").strip()
+    return Settings(
+        run_id=run_id,
+        run_name=run_name,
+        identity=rank_identity(env),
+        service_name=None if _service_name_is_set(env) else f"traceml-{run_name}",
+        run_dir=(runs_dir / run_id).resolve() if local_copy else None,
+        traces=_signal_export(
+            env, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+        ),
+        metrics=_signal_export(
+            env, OTEL_METRICS_EXPORTER, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+            OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+        ),
+        sampler=env.get(OTEL_TRACES_SAMPLER, "parentbased_always_on").strip().lower(),
+        sampler_arg=env.get(OTEL_TRACES_SAMPLER_ARG),
+        sdk_disabled=_flag(env, OTEL_SDK_DISABLED) or _flag(env, TRACEML_DISABLED),
+        strict=_flag(env, TRACEML_STRICT),
+        flush_steps=_int(env, TRACEML_FLUSH_STEPS, 64),
+        flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
+        shutdown_timeout_s=float(_int(env, TRACEML_SHUTDOWN_TIMEOUT_S, 10, minimum=0)),
+        prometheus_port=int(port) if port.isdigit() else None,
+    )
