@@ -29,7 +29,7 @@ class EmitterChannel:
     ``send_steps`` runs on the training thread: it must not block or raise.
     """
 
-    def __init__(self, hello: dict[str, Any], *, python: str = sys.executable) -> None:
+    def __init__(self, hello: dict[str, Any], *, command: list[str] | None = None) -> None:
         read_fd, write_fd = os.pipe()
         try:
             fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
@@ -37,7 +37,7 @@ class EmitterChannel:
             pass  # a smaller pipe only means more use of the backlog
         os.set_blocking(write_fd, False)
         self._process = subprocess.Popen(
-            [python, "-m", "traceml_otel.emit.worker"],
+            command or [sys.executable, "-m", "traceml_otel.emit.worker"],
             stdin=read_fd,
             close_fds=True,
         )

@@ -1,0 +1,94 @@
+"""Records become spans with the contract's names, parents, attributes and timeline."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from tests.local_copy_reader import parse_line
+from traceml_otel import contract as c
+from traceml_otel.emit.local_copy import traces_data_json
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.records import PhaseTiming, StepRecord
+
+MS = 1_000_000
+
+
+def _builder(rank: int = 0) -> StepSpanBuilder:
+    info = RankInfo(run_id="run-1", rank=rank, local_rank=rank, world_size=2, node_rank=0, host="h")
+    return StepSpanBuilder(info, Resource.create({"service.name": "t"}), InstrumentationScope("traceml_otel"))
+
+
+def _cpu_record(step: int = 7) -> StepRecord:
+    return StepRecord(
+        step=step, start_ns=1_000 * MS, end_ns=1_010 * MS, input_wait_ns=2 * MS, input_fetches=1,
+        phases=(
+            PhaseTiming("forward", 0, 1_001 * MS, 1_004 * MS),
+            PhaseTiming("backward", 0, 1_004 * MS, 1_008 * MS),
+            PhaseTiming("optimizer", 0, 1_008 * MS, 1_009 * MS),
+        ),
+        optimizer_steps=1,
+    )
+
+
+def test_step_span_is_a_root_with_children_in_the_derived_trace() -> None:
+    spans = _builder().build(_cpu_record())
+    step = spans.step
+    assert step.name == c.SPAN_STEP and step.parent is None
+    assert step.context.trace_id == c.step_trace_id("run-1", 7)
+    assert [s.name for s in spans.phases] == ["traceml.forward", "traceml.backward", "traceml.optimizer"]
+    for child in spans.phases:
+        assert child.parent.span_id == step.context.span_id
+        assert child.context.trace_id == step.context.trace_id
+        assert step.start_time <= child.start_time <= child.end_time <= step.end_time
+    attributes = step.attributes
+    assert attributes[c.ATTR_RUN_ID] == "run-1" and attributes[c.ATTR_STEP] == 7
+    assert attributes[c.ATTR_RANK] == 0 and attributes[c.ATTR_WORLD_SIZE] == 2
+    assert attributes[c.ATTR_CLOCK] == "cpu"
+    assert abs(attributes[c.ATTR_STEP_CPU_DURATION] - 0.010) < 1e-9
+    assert abs(attributes[c.ATTR_INPUT_WAIT_CPU] - 0.002) < 1e-9
+    assert c.ATTR_STEP_GPU_DURATION not in attributes and c.ATTR_MEM_PEAK_RESERVED not in attributes
+    forward = spans.phases[0].attributes
+    assert forward[c.ATTR_PHASE_NAME] == "forward" and forward[c.ATTR_PHASE_CALL] == 0
+    assert abs(forward[c.ATTR_PHASE_CPU_DURATION] - 0.003) < 1e-9
+
+
+def test_every_rank_puts_step_n_in_the_same_trace() -> None:
+    a, b = _builder(0).build(_cpu_record(3)), _builder(1).build(_cpu_record(3))
+    assert a.step.context.trace_id == b.step.context.trace_id
+    assert a.step.context.span_id != b.step.context.span_id
+    assert _builder(0).build(_cpu_record(4)).step.context.trace_id != a.step.context.trace_id
+
+
+def test_gpu_children_sit_on_the_gpu_timeline() -> None:
+    record = StepRecord(
+        step=1, start_ns=1_000 * MS, end_ns=1_002 * MS, gpu_duration_ns=20 * MS,
+        phases=(
+            PhaseTiming("forward", 0, 1_000 * MS, 1_001 * MS, gpu_offset_ns=5 * MS, gpu_duration_ns=10 * MS),
+        ),
+        peak_allocated_bytes=10, peak_reserved_bytes=20, device_total_bytes=100,
+    )
+    spans = _builder().build(record)
+    (forward,) = spans.phases
+    assert forward.start_time == 1_005 * MS and forward.end_time == 1_015 * MS
+    assert spans.step.end_time == 1_020 * MS  # the step stretches over its GPU work
+    assert spans.step.attributes[c.ATTR_CLOCK] == "gpu"
+    assert forward.attributes[c.ATTR_PHASE_GPU_DURATION] == 0.010
+    assert abs(forward.attributes[c.ATTR_PHASE_CPU_DURATION] - 0.001) < 1e-9
+    assert spans.step.attributes[c.ATTR_MEM_PEAK_RESERVED] == 20
+
+
+def test_failed_step_has_error_status() -> None:
+    record = StepRecord(step=0, start_ns=1, end_ns=2, exception_type="ValueError")
+    step = _builder().build(record).step
+    assert step.status.status_code.name == "ERROR"
+    assert step.attributes["exception.type"] == "ValueError"
+
+
+def test_local_copy_line_is_otlp_json_with_hex_ids() -> None:
+    spans = _builder().build(_cpu_record()).all()
+    data = parse_line(traces_data_json(spans))
+    parsed = data.resource_spans[0].scope_spans[0].spans
+    assert len(parsed) == 4
+    assert parsed[0].trace_id.hex() == f"{c.step_trace_id('run-1', 7):032x}"
+    assert parsed[1].parent_span_id == parsed[0].span_id

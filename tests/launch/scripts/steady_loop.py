@@ -1,0 +1,31 @@
+"""A tiny instrumented loop for launcher tests: prints `completed N` after each step."""
+
+import argparse
+import sys
+import time
+
+import torch
+from torch import nn
+
+import traceml_otel as traceml
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=20)
+parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--exit-code", type=int, default=0)
+args = parser.parse_args()
+
+traceml.init(mode="auto")
+torch.set_num_threads(1)
+model = nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+dataset = torch.utils.data.TensorDataset(torch.randn(args.steps * 4, 8))
+loader = torch.utils.data.DataLoader(dataset, batch_size=4)
+for step, (x,) in enumerate(loader):
+    with traceml.trace_step(model):
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        time.sleep(args.sleep)
+    print(f"completed {step}", flush=True)
+sys.exit(args.exit_code)

@@ -1,0 +1,132 @@
+"""`traceml run` and direct launches end to end: files, traces across ranks, exit codes, signals, outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from tests.local_copy_reader import read_run
+from traceml_otel import contract as c
+
+REPO = Path(__file__).resolve().parents[2]
+STEADY = REPO / "tests" / "launch" / "scripts" / "steady_loop.py"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _only_run_dir(tmp_path: Path) -> Path:
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return run_dir
+
+
+def _steps_by_rank(run_dir: Path) -> dict[int, set[int]]:
+    steps: dict[int, set[int]] = defaultdict(set)
+    for span in read_run(run_dir):
+        if span.name == c.SPAN_STEP:
+            steps[span.attributes[c.ATTR_RANK]].add(span.attributes[c.ATTR_STEP])
+    return steps
+
+
+def test_traceml_run_quickstart_writes_local_copy_and_manifest(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", str(REPO / "examples" / "quickstart.py"),
+         "--", "--steps", "30"],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "telemetry: 30 steps" in result.stdout
+    run_dir = _only_run_dir(tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 0 and manifest["world_size"] == 1
+    assert manifest["end_time"] >= manifest["start_time"]
+    spans = read_run(run_dir)  # strict OTLP TracesData parse of every line
+    names = defaultdict(int)
+    for span in spans:
+        names[span.name] += 1
+    assert names[c.SPAN_STEP] == 30 and names["traceml.forward"] == 30
+    assert names["traceml.backward"] == 30 and names["traceml.optimizer"] == 30
+    resource = spans[0].resource
+    assert resource["service.name"] == "traceml-quickstart"
+    assert resource["service.instance.id"] == f"{manifest['run_id']}/rank-0"
+    assert {"host.name", "process.pid"} <= resource.keys()
+
+
+def test_ddp_ranks_share_one_trace_per_step(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", str(REPO / "examples" / "ddp_minimal.py"),
+         "--nproc-per-node", "2", "--no-report", "--", "--steps", "12"],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    traces: dict[int, dict[int, str]] = defaultdict(dict)
+    for span in read_run(_only_run_dir(tmp_path)):
+        if span.name == c.SPAN_STEP:
+            assert span.parent_span_id == ""  # a root: no orphan parent in any backend
+            traces[span.attributes[c.ATTR_STEP]][span.attributes[c.ATTR_RANK]] = span.trace_id
+    assert sorted(traces) == list(range(12))
+    for step, by_rank in traces.items():
+        assert set(by_rank) == {0, 1}
+        assert by_rank[0] == by_rank[1], f"step {step} split across traces"
+    assert len({by_rank[0] for by_rank in traces.values()}) == 12
+
+
+def test_exit_code_is_the_scripts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", str(STEADY), "--no-report", "--",
+         "--steps", "5", "--exit-code", "3"],
+        env=_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 3
+    manifest = json.loads((_only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["exit_code"] == 3
+    assert _steps_by_rank(_only_run_dir(tmp_path))[0] == set(range(5))
+
+
+def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+               OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_TIMEOUT="1",
+               OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer sekret-token")
+    result = subprocess.run([sys.executable, str(STEADY), "--steps", "40"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert result.stdout.count("completed") == 40
+    run_dir = _only_run_dir(tmp_path)
+    assert _steps_by_rank(run_dir)[0] == set(range(40))  # the local copy is complete
+    warnings = [line for line in result.stderr.splitlines() if "is failing" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "sekret-token" not in result.stderr + result.stdout
+    stats = json.loads((run_dir / c.export_stats_file_name(0)).read_text())
+    assert stats["otlp_exported"] == 0 and stats["otlp_dropped"] == 160  # 40 steps x 4 spans, all counted
+
+
+def test_sigterm_keeps_every_completed_step(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.005"],
+                               env=_env(tmp_path), stdout=subprocess.PIPE, text=True)
+    completed = -1
+    deadline = time.monotonic() + 60
+    while completed < 60 and time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if line.startswith("completed"):
+            completed = int(line.split()[1])
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    completed = max([completed, *(int(x.split()[1]) for x in rest.splitlines() if x.startswith("completed"))])
+    assert process.returncode == -signal.SIGTERM  # the default action still happens after our flush
+    steps = _steps_by_rank(_only_run_dir(tmp_path))[0]
+    assert set(range(completed + 1)) <= steps
+    stats = json.loads((_only_run_dir(tmp_path) / c.export_stats_file_name(0)).read_text())
+    assert stats["end_status"] == "SIGTERM" and stats["clean_shutdown"]

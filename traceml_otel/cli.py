@@ -1,0 +1,89 @@
+"""The ``traceml`` command: ``run``, ``analyze`` and ``compare``. Thin: parse, call, exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from traceml_otel._version import __version__
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("script", help="training script to launch")
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="processes (ranks) on this node")
+    parser.add_argument("--nnodes", type=int, default=1, help="number of nodes")
+    parser.add_argument("--node-rank", type=int, default=0, help="rank of this node")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (multi-node)")
+    parser.add_argument("--master-port", type=int, default=29500, help="rendezvous port (multi-node)")
+    parser.add_argument("--run-name", help="name of the run (default: the script name)")
+    parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
+    parser.add_argument("--html-report", action="store_true", help="also write report.html")
+    parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
+
+
+def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+    from traceml_otel.launch.export_report import render_export_report
+    from traceml_otel.launch.run import LaunchOptions, launch
+
+    options = LaunchOptions(
+        script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+        master_port=args.master_port, run_name=args.run_name, run_id=args.run_id,
+        html_report=args.html_report,
+    )
+    code, run_dir = launch(options)
+    print()
+    if not args.no_report and run_dir.exists():
+        print(_diagnosis(run_dir, args.html_report))
+    print(render_export_report(run_dir))
+    return code
+
+
+def _diagnosis(run_dir: Path, html: bool) -> str:
+    try:
+        from traceml_otel.analyze import diagnose_run_directory
+    except ImportError:
+        return "(diagnosis unavailable: the analyzer is not installed)"
+    try:
+        return diagnose_run_directory(run_dir, html=html)
+    except Exception as error:
+        return f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
+    parser.add_argument("--version", action="version", version=f"traceml-otel {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_run_arguments(commands.add_parser(
+        "run", help="launch a script through torch.distributed.run and diagnose it",
+        description="Launch SCRIPT on every rank; arguments after `--` go to the script.",
+    ))
+    try:
+        from traceml_otel.analyze import add_analyze_arguments, add_compare_arguments
+    except ImportError:
+        return parser
+    add_analyze_arguments(commands.add_parser("analyze", help="diagnose a run from its spans"))
+    add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``traceml`` and ``traceml-otel``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv[:1] == ["run"] and "--" in argv:
+        split = argv.index("--")
+        argv, script_args = argv[:split], argv[split + 1:]
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args, script_args)
+    from traceml_otel.analyze import run_analyze, run_compare
+
+    return run_analyze(args) if args.command == "analyze" else run_compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""``traceml run``: launch a training script through ``torch.distributed.run`` and report.
+
+All ranks get one run id (``TRACEML_RUN_ID``) and the caller's ``OTEL_*`` environment.
+The launcher writes ``manifest.json`` around the run and returns the script's exit code.
+``torch.distributed.run`` runs in this process, so its elastic agent passes SIGTERM and
+Ctrl-C on to every rank, whose telemetry flushes before it exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traceml_otel import contract as c
+from traceml_otel.settings import TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_RUNS_DIR, new_run_id
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOptions:
+    """What ``traceml run`` was asked to do."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    run_name: str | None = None
+    run_id: str | None = None
+    html_report: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
+    """One id for every rank: explicit, from the environment, or generated.
+
+    Nodes of a multi-node job launch separately, so there the id is derived from what they
+    share (run name, master address and port) unless given.
+    """
+    if options.run_id:
+        return options.run_id
+    if env.get(TRACEML_RUN_ID):
+        return env[TRACEML_RUN_ID]
+    name = options.run_name or Path(options.script).stem
+    if options.nnodes > 1:
+        seed = f"{name}:{options.master_addr}:{options.master_port}"
+        return f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
+    return new_run_id(name)
+
+
+def torchrun_arguments(options: LaunchOptions) -> list[str]:
+    """The ``torch.distributed.run`` command-line arguments for ``options``."""
+    arguments = [f"--nproc-per-node={options.nproc_per_node}"]
+    if options.nnodes > 1:
+        arguments += [
+            f"--nnodes={options.nnodes}", f"--node-rank={options.node_rank}",
+            f"--master-addr={options.master_addr}", f"--master-port={options.master_port}",
+        ]
+    else:
+        arguments.append("--standalone")
+    return [*arguments, options.script, *options.script_args]
+
+
+def run_torchrun(arguments: list[str]) -> int:
+    """Run ``torch.distributed.run`` in this process; the exit code of the first failing rank.
+
+    The elastic agent forwards SIGTERM/SIGINT to every rank (whose telemetry flushes) and
+    raises here; a rank killed by a signal gives 128 + the signal number.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    try:
+        run(parse_args(arguments))
+    except ChildFailedError as error:
+        _, failure = error.get_first_failure()
+        return exit_code_of(failure.exitcode)
+    except SignalException as error:
+        return 128 + int(error.sigval)
+    return 0
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` atomically."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    temporary = run_dir / (c.MANIFEST_FILE + ".tmp")
+    temporary.write_text(json.dumps(manifest, indent=2))
+    os.replace(temporary, run_dir / c.MANIFEST_FILE)
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell-style exit code: 128 + signal number for a child killed by a signal."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def launch(options: LaunchOptions) -> tuple[int, Path]:
+    """Run the script under ``torch.distributed.run``; returns (exit code, run directory)."""
+    env = {**os.environ, **options.extra_env}
+    run_id = resolve_run_id(options, env)
+    run_name = options.run_name or Path(options.script).stem
+    run_dir = (Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT) / run_id).resolve()
+    arguments = torchrun_arguments(options)
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "run_name": run_name,
+        "command": [options.script, *options.script_args],
+        "launcher": ["torch.distributed.run", *arguments],
+        "world_size": options.nproc_per_node * options.nnodes,
+        "nnodes": options.nnodes,
+        "node_rank": options.node_rank,
+        "start_time": time.time(),
+        "end_time": None,
+        "exit_code": None,
+    }
+    write_manifest(run_dir, manifest)
+    saved = {name: os.environ.get(name) for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, *options.extra_env)}
+    os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, **options.extra_env})
+    try:
+        code = run_torchrun(arguments)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    manifest.update(end_time=time.time(), exit_code=code)
+    write_manifest(run_dir, manifest)
+    return code, run_dir
