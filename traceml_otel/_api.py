@@ -56,7 +56,7 @@ def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
         return CaptureConfig(mode, *([mode == "auto"] * 5))
     if not any(given.values()):
         raise ValueError("mode='selective' needs at least one patch_*=True")
-    return CaptureConfig(mode, *(bool(patches[name]) for name in
+    return CaptureConfig(mode, *(bool(patches.get(name)) for name in
                                  ("dataloader", "forward", "backward", "optimizer", "h2d")))
 
 

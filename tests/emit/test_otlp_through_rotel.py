@@ -1,0 +1,66 @@
+"""Our emitter's OTLP export through a real collector (rotel) into a receiver: spans arrive intact."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
+from tests.local_copy_reader import read_run
+from traceml_otel import contract as c
+
+STEADY = Path(__file__).resolve().parents[1] / "launch" / "scripts" / "steady_loop.py"
+
+
+@pytest.fixture
+def stack() -> Iterator[tuple[OtlpHttpReceiver, RotelCollector]]:
+    with OtlpHttpReceiver() as receiver:
+        collector = RotelCollector(receiver.endpoint)
+        try:
+            collector.start()
+        except FileNotFoundError as error:
+            pytest.fail(f"rotel is a test dependency and must be installed: {error}")
+        yield receiver, collector
+        collector.stop()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
+    receiver, collector = stack
+    endpoint = collector.grpc_endpoint if protocol == "grpc" else collector.http_endpoint
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(
+        TRACEML_RUNS_DIR=str(tmp_path), OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol, OTEL_SERVICE_NAME="rotel-e2e",
+        OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=test", OTEL_METRIC_EXPORT_INTERVAL="500",
+    )
+    steps = 25
+    result = subprocess.run([sys.executable, str(STEADY), "--steps", str(steps)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    expected = steps * 4  # step + forward + backward + optimizer
+    received = receiver.wait_for_spans(expected, timeout=20)
+    assert len(received) == expected
+    (run_dir,) = tmp_path.iterdir()
+    local = {(s.span_id): s for s in read_run(run_dir)}
+    by_trace: dict[int, list] = defaultdict(list)
+    for span in received:
+        original = local[f"{span.span_id:016x}"]  # same ids end to end
+        assert span.name == original.name
+        assert f"{span.trace_id:032x}" == original.trace_id
+        assert span.attributes == original.attributes
+        assert span.resource["service.name"] == "rotel-e2e"
+        assert span.resource["deployment.environment.name"] == "test"
+        by_trace[span.trace_id].append(span)
+    for spans in by_trace.values():
+        (root,) = [s for s in spans if s.name == c.SPAN_STEP]
+        assert all(s.parent_span_id == root.span_id for s in spans if s is not root)
+    names = receiver.wait_for_metrics({c.METRIC_STEP_DURATION, c.METRIC_PHASE_DURATION, c.METRIC_STEPS},
+                                      timeout=20)
+    assert c.METRIC_STEP_DURATION in names

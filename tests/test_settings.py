@@ -1,0 +1,64 @@
+"""Environment parsing: endpoints, protocol choice, sampler, service name, run ids, bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceml_otel.settings import SettingsError, load_settings
+
+
+def test_no_endpoint_means_no_export() -> None:
+    settings = load_settings({})
+    assert settings.traces is None and settings.metrics is None
+    assert settings.run_dir is not None and settings.run_dir.parent.name == "traceml-runs"
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, "grpc"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "http/protobuf"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+     "http/protobuf"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://c", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, "grpc"),
+])
+def test_protocol_is_chosen_explicitly(env: dict[str, str], expected: str) -> None:
+    assert load_settings(env).traces.protocol == expected
+
+
+def test_per_signal_endpoints_and_exporter_none() -> None:
+    settings = load_settings({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/v1/traces",
+                              "OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"})
+    assert settings.traces.endpoint == "http://t:4318/v1/traces"
+    assert settings.metrics is None
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "http/json"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"}, "thrift"),
+    ({"TRACEML_FLUSH_STEPS": "zero"}, "TRACEML_FLUSH_STEPS"),
+    ({"TRACEML_FLUSH_STEPS": "0"}, ">= 1"),
+])
+def test_bad_values_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(env)
+
+
+def test_service_name_defers_to_otel_variables() -> None:
+    assert load_settings({"TRACEML_RUN_NAME": "bert"}).service_name == "traceml-bert"
+    assert load_settings({"OTEL_SERVICE_NAME": "x"}).service_name is None
+    assert load_settings({"OTEL_RESOURCE_ATTRIBUTES": "a=b,service.name=y"}).service_name is None
+
+
+def test_run_id_sources() -> None:
+    assert load_settings({"TRACEML_RUN_ID": "r1", "TORCHELASTIC_RUN_ID": "e"}).run_id == "r1"
+    assert load_settings({"TORCHELASTIC_RUN_ID": "job-7"}).run_id == "job-7"
+    plain = {"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    assert load_settings(plain).run_id == load_settings(plain).run_id  # ranks of one torchrun agree
+    assert load_settings({}).run_id != load_settings({}).run_id
+
+
+def test_rank_identity_and_switches() -> None:
+    settings = load_settings({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "1",
+                              "TRACEML_LOCAL_COPY": "0", "OTEL_SDK_DISABLED": "true"})
+    identity = settings.identity
+    assert (identity.rank, identity.local_rank, identity.world_size, identity.node_rank) == (3, 1, 8, 1)
+    assert settings.run_dir is None and settings.sdk_disabled
