@@ -92,3 +92,27 @@ def test_local_copy_line_is_otlp_json_with_hex_ids() -> None:
     assert len(parsed) == 4
     assert parsed[0].trace_id.hex() == f"{c.step_trace_id('run-1', 7):032x}"
     assert parsed[1].parent_span_id == parsed[0].span_id
+
+
+def test_hand_encoder_matches_the_sdk_encoder_field_for_field() -> None:
+    """Our OTLP JSON equals the SDK protobuf encoder's output mapped to JSON with hex ids."""
+    import base64
+    import json
+
+    from google.protobuf import json_format
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    gpu_record = StepRecord(
+        step=2, start_ns=5 * MS, end_ns=9 * MS, gpu_duration_ns=6 * MS, exception_type="OSError",
+        phases=(PhaseTiming("h2d", 0, 5 * MS, 6 * MS, gpu_offset_ns=0, gpu_duration_ns=MS, nbytes=4096),),
+        peak_allocated_bytes=2**40, peak_reserved_bytes=2**41, device_total_bytes=2**42,
+    )
+    spans = [*_builder().build(_cpu_record()).all(), *_builder().build(gpu_record).all()]
+    expected = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for resource_spans in expected["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            for span in scope_spans["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    assert json.loads(traces_data_json(spans)) == expected

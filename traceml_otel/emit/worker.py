@@ -34,6 +34,7 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.wire import WireError, decode_step, read_frames
 
 SHUTDOWN_DRAIN_S = 8.0
+EMITTER_NICENESS = 10
 
 
 @dataclass(slots=True)
@@ -163,6 +164,10 @@ def main() -> int:
     """Read frames from stdin until it closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.nice(EMITTER_NICENESS)  # when a CPU is contended, training goes first
+    except OSError:
+        pass
     stream = sys.stdin.buffer
     frames = read_frames(stream)
     try:

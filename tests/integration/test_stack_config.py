@@ -1,0 +1,273 @@
+"""Static checks of the observability stack: compose, collector, Tempo, Prometheus, Grafana.
+
+Docker does not run on the machines these tests run on, so nothing here starts a container:
+the files are parsed and cross-checked, and `promtool` validates the Prometheus config and
+unit-tests the alert rules. test_prometheus_live.py runs a real Prometheus server.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.stack_files import (
+    ALERTS,
+    COLLECTOR,
+    COMPOSE,
+    GRAFANA_DASHBOARDS,
+    GRAFANA_DATASOURCES,
+    PROMETHEUS_DIR,
+    RECORDING,
+    REPO,
+    STACK_DOC,
+    TELEMETRY_DOC,
+    TEMPO,
+    contract_prometheus_names,
+    dashboard_targets,
+    load_dashboard,
+    load_yaml,
+    prometheus_exprs,
+    promql_metric_names,
+    rules,
+)
+
+SERVICES = {"otel-collector", "tempo", "prometheus", "grafana"}
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)"
+)
+
+
+def compose_services() -> dict[str, Any]:
+    return dict(load_yaml(COMPOSE)["services"])
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Host path (relative to the repo) -> container path, for ./ bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = (
+            volume.split(":")[:2] if isinstance(volume, str) else (volume["source"], volume["target"])
+        )
+        if source.startswith("./"):
+            mounts[source[2:]] = target
+    return mounts
+
+
+# --- docker-compose ---------------------------------------------------------------
+
+
+def test_compose_defines_the_four_services() -> None:
+    assert set(compose_services()) == SERVICES
+
+
+def test_compose_bind_mounts_exist() -> None:
+    for name, service in compose_services().items():
+        for source in bind_mounts(service):
+            assert (REPO / source).exists(), f"{name} mounts missing ./{source}"
+
+
+def test_compose_publishes_ports_on_localhost_only() -> None:
+    for name, service in compose_services().items():
+        for port in service.get("ports", []):
+            host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).split(":")[0]
+            assert host_ip == "127.0.0.1", f"{name} publishes {port!r} beyond 127.0.0.1"
+
+
+def test_compose_images_are_pinned() -> None:
+    for name, service in compose_services().items():
+        assert re.search(r":v?\d+\.\d+\.\d+$", service["image"]), f"{name}: pin the image version"
+
+
+def test_prometheus_service_stores_exemplars_and_mounts_its_rules() -> None:
+    service = compose_services()["prometheus"]
+    assert "--enable-feature=exemplar-storage" in service["command"]
+    config_path = next(a.split("=", 1)[1] for a in service["command"] if a.startswith("--config.file="))
+    mounts = bind_mounts(service)
+    assert mounts["prometheus/prometheus.yml"] == config_path
+    config_dir = Path(config_path).parent
+    for rule_file in load_yaml(PROMETHEUS_DIR / "prometheus.yml")["rule_files"]:
+        assert mounts[f"prometheus/{rule_file}"] == str(config_dir / rule_file)
+
+
+def test_grafana_service_mounts_provisioning_and_dashboards() -> None:
+    service = compose_services()["grafana"]
+    mounts = bind_mounts(service)
+    assert mounts["grafana/provisioning"] == "/etc/grafana/provisioning"
+    provider = load_yaml(GRAFANA_DASHBOARDS)["providers"][0]
+    assert mounts["grafana/dashboards"] == provider["options"]["path"]
+    home = service["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{provider['options']['path']}/traceml-training.json"
+    assert service["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+
+
+# --- collector and Tempo --------------------------------------------------------------
+
+
+def test_collector_pipelines_reference_defined_components() -> None:
+    config = load_yaml(COLLECTOR)
+    pipelines = config["service"]["pipelines"]
+    assert set(pipelines) == {"traces", "metrics"}
+    for name, pipeline in pipelines.items():
+        for kind in ("receivers", "processors", "exporters"):
+            undefined = set(pipeline[kind]) - set(config[kind])
+            assert not undefined, f"pipeline {name} uses undefined {kind}: {undefined}"
+        assert pipeline["processors"][0] == "memory_limiter"
+        assert pipeline["processors"][-1] == "batch"
+        assert "debug" not in pipeline["exporters"], "the debug exporter is off by default"
+
+
+def test_collector_exports_where_the_stack_expects() -> None:
+    config = load_yaml(COLLECTOR)
+    protocols = config["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"].endswith(":4317") and protocols["http"]["endpoint"].endswith(":4318")
+    tempo = config["exporters"]["otlp_grpc"]
+    assert tempo["endpoint"] == "tempo:4317" and tempo["tls"]["insecure"] is True
+    prom = config["exporters"]["prometheus"]
+    assert prom["endpoint"] == "0.0.0.0:8889" and prom["enable_open_metrics"] is True
+    assert load_yaml(TEMPO)["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(
+        ":4317"
+    )
+
+
+def test_prometheus_scrapes_the_collector_exporter() -> None:
+    jobs = {job["job_name"]: job for job in load_yaml(PROMETHEUS_DIR / "prometheus.yml")["scrape_configs"]}
+    targets = jobs["otel-collector"]["static_configs"][0]["targets"]
+    assert targets == ["otel-collector:8889"]
+    assert jobs["otel-collector"]["honor_labels"] is True
+
+
+# --- Grafana ----------------------------------------------------------------------------
+
+
+def test_datasources_link_exemplars_to_tempo() -> None:
+    sources = {ds["type"]: ds for ds in load_yaml(GRAFANA_DATASOURCES)["datasources"]}
+    destinations = sources["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert destinations == [
+        {"name": "trace_id", "datasourceUid": sources["tempo"]["uid"], "urlDisplayLabel": "Open step trace"}
+    ]
+    assert sources["prometheus"]["url"] == "http://prometheus:9090"
+    assert sources["tempo"]["url"] == "http://tempo:3200"
+
+
+def test_dashboard_identity_and_variables() -> None:
+    dashboard = load_dashboard()
+    assert dashboard["uid"] == "traceml-training"
+    assert dashboard["schemaVersion"] == 42
+    assert "__inputs" not in dashboard and "__requires" not in dashboard
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (variables["datasource"]["type"], variables["datasource"]["query"]) == ("datasource", "prometheus")
+    assert (variables["tempo"]["type"], variables["tempo"]["query"]) == ("datasource", "tempo")
+    run_id = variables["run_id"]
+    assert run_id["type"] == "query" and run_id["datasource"]["uid"] == "${datasource}"
+    assert run_id["query"]["query"] == "label_values(traceml_steps_total, traceml_run_id)"
+
+
+def test_every_panel_uses_a_datasource_variable() -> None:
+    dashboard = load_dashboard()
+    allowed = {"prometheus": "${datasource}", "tempo": "${tempo}"}
+    for panel in dashboard["panels"]:
+        assert allowed[panel["datasource"]["type"]] == panel["datasource"]["uid"], panel["title"]
+    for panel, target in dashboard_targets(dashboard):
+        assert target["datasource"] == panel["datasource"], panel["title"]
+
+
+def test_dashboard_promql_uses_only_contract_metrics() -> None:
+    contract = contract_prometheus_names()
+    for expr in prometheus_exprs(load_dashboard()):
+        names = promql_metric_names(expr)
+        assert names, f"no metric found in {expr!r}"
+        assert names <= contract, f"not in docs/telemetry.md: {names - contract} in {expr!r}"
+
+
+def test_dashboard_step_time_panel_shows_exemplars() -> None:
+    targets = [
+        t
+        for _, t in dashboard_targets(load_dashboard())
+        if "traceml_step_duration_seconds_bucket" in t.get("expr", "")
+    ]
+    assert targets and all(t.get("exemplar") is True for t in targets)
+    assert all(re.search(r"histogram_quantile\(0\.(5|95),", t["expr"]) for t in targets)
+
+
+def test_dashboard_traceql_uses_contract_names() -> None:
+    doc = TELEMETRY_DOC.read_text()
+    targets = [t for _, t in dashboard_targets(load_dashboard())]
+    queries = [t["query"] for t in targets if t["datasource"]["type"] == "tempo"]
+    assert queries
+    for query in queries:
+        for name in re.findall(r'name = "([\w.]+)"', query) + re.findall(r"span\.([\w.]+) =", query):
+            assert f"`{name}`" in doc, f"{name} (in {query!r}) is not in docs/telemetry.md"
+
+
+def test_promql_name_scan() -> None:
+    expr = 'rate(foo_total{a="b:c"}[5m] offset 1h) / on (x) group_left bar:baz * 1e9 > $thr'
+    assert promql_metric_names(expr) == {"foo_total", "bar:baz"}
+
+
+# --- Prometheus rules ---------------------------------------------------------------------
+
+
+def test_rules_use_only_contract_metrics_and_recorded_series() -> None:
+    known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)}
+    for rule in [*rules(RECORDING), *rules(ALERTS)]:
+        unknown = promql_metric_names(rule["expr"]) - known
+        assert not unknown, f"{rule.get('alert') or rule['record']}: {unknown}"
+
+
+def test_alerts_have_severity_and_runbook() -> None:
+    headings = {h.strip().lower() for h in re.findall(r"^#+ (.*)$", STACK_DOC.read_text(), flags=re.M)}
+    for rule in rules(ALERTS):
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in headings, f"no heading '{anchor}' in {STACK_DOC.name}"
+
+
+def promtool_cases() -> list[dict[str, Any]]:
+    return [
+        case
+        for path in sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
+        for test in load_yaml(path)["tests"]
+        for case in test.get("alert_rule_test", [])
+    ]
+
+
+def test_every_alert_has_firing_and_silent_unit_tests() -> None:
+    cases = promtool_cases()
+    for name in {rule["alert"] for rule in rules(ALERTS)}:
+        mine = [case for case in cases if case["alertname"] == name]
+        assert any(case["exp_alerts"] for case in mine), f"{name}: no test where it fires"
+        assert any(not case["exp_alerts"] for case in mine), f"{name}: no test where it stays silent"
+    for case in cases:
+        for alert in case["exp_alerts"]:
+            assert "traceml_run_id" in alert["exp_labels"], case["alertname"]
+
+
+def run_promtool(*args: str) -> None:
+    assert PROMTOOL is not None
+    result = subprocess.run([PROMTOOL, *args], cwd=PROMETHEUS_DIR, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    run_promtool("check", "rules", "recording.yml", "alerts.yml")
+
+
+@needs_promtool
+def test_promtool_check_config() -> None:
+    # Paths in prometheus.yml are relative to it, so this resolves the rule files in the repo.
+    run_promtool("check", "config", "prometheus.yml")
+
+
+@needs_promtool
+def test_promtool_unit_tests() -> None:
+    files = sorted(str(p.relative_to(PROMETHEUS_DIR)) for p in (PROMETHEUS_DIR / "tests").glob("*.yml"))
+    assert files
+    run_promtool("test", "rules", *files)
