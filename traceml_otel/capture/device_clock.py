@@ -73,12 +73,15 @@ class CudaEventClock(CpuClock):
         self._torch.cuda.reset_peak_memory_stats(self._device)
 
     def peak_memory(self) -> tuple[int, int, int] | None:
-        cuda = self._torch.cuda
-        return (
-            int(cuda.max_memory_allocated(self._device)),
-            int(cuda.max_memory_reserved(self._device)),
-            self._total,
-        )
+        # One nested-dict read: max_memory_allocated() and max_memory_reserved() each flatten
+        # the allocator's whole stats tree in Python, which cost ~100 us per step on an H200 host.
+        stats = self._torch.cuda.memory_stats_as_nested_dict(self._device)
+        try:
+            allocated = stats["allocated_bytes"]["all"]["peak"]
+            reserved = stats["reserved_bytes"]["all"]["peak"]
+        except KeyError:  # allocator not initialised yet on this device
+            return (0, 0, self._total)
+        return (int(allocated), int(reserved), self._total)
 
     def is_done(self, mark: Any) -> bool:
         return mark is None or bool(mark.query())

@@ -1,0 +1,113 @@
+"""The compare policy at its thresholds, and the compare command on runs and reports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from traceml_otel.analyze.commands import add_compare_arguments, run_compare
+from traceml_otel.analyze.synthetic import SyntheticStep, write_run
+from traceml_otel.report.compare import ReportFormatError, RunSummary, compare_runs, summary_from_report
+
+PHASES = (
+    ("input_wait", 0.001),
+    ("h2d", 0.0),
+    ("forward", 0.004),
+    ("backward", 0.008),
+    ("optimizer", 0.001),
+    ("residual", 0.0005),
+)
+
+
+def summary(
+    step_time: float = 0.1,
+    *,
+    kind: str = "BALANCED",
+    severity: str = "info",
+    clock: str = "cpu",
+    memory: int | None = None,
+    forward: float = 0.004,
+) -> RunSummary:
+    phases = tuple((name, forward if name == "forward" else value) for name, value in PHASES)
+    return RunSummary("x", "run", kind, severity, clock, 100, step_time, phases, memory)
+
+
+@pytest.mark.parametrize(
+    ("after", "verdict", "material"),
+    [
+        (0.1029, "EQUIVALENT", False),
+        (0.103, "REGRESSION", False),
+        (0.108, "REGRESSION", True),
+        (0.0971, "EQUIVALENT", False),
+        (0.097, "IMPROVEMENT", False),
+        (0.092, "IMPROVEMENT", True),
+    ],
+)
+def test_step_time_policy(after: float, verdict: str, material: bool) -> None:
+    comparison = compare_runs(summary(0.1), summary(after))
+    assert (comparison.verdict, comparison.material) == (verdict, material)
+
+
+@pytest.mark.parametrize(
+    ("after", "verdict"), [(109, "EQUIVALENT"), (110, "REGRESSION"), (90, "IMPROVEMENT")]
+)
+def test_memory_policy(after: int, verdict: str) -> None:
+    comparison = compare_runs(summary(memory=100 << 20), summary(memory=after << 20))
+    assert comparison.verdict == verdict
+
+
+def test_a_worse_diagnosis_is_a_regression_even_at_equal_speed() -> None:
+    worse = compare_runs(summary(), summary(kind="INPUT_BOUND", severity="warning"))
+    assert worse.verdict == "REGRESSION" and worse.diagnosis == "regression"
+    better = compare_runs(summary(kind="RESIDUAL_HEAVY", severity="critical"), summary(kind="COMPUTE_BOUND"))
+    assert better.verdict == "IMPROVEMENT"
+    unknown = compare_runs(summary(kind="INCOMPLETE_DATA"), summary())
+    assert unknown.diagnosis == "not compared" and unknown.verdict == "EQUIVALENT"
+
+
+def test_any_regression_beats_an_improvement() -> None:
+    comparison = compare_runs(summary(0.1, memory=100), summary(0.09, memory=200))
+    assert comparison.verdict == "REGRESSION"
+
+
+def test_phases_only_on_the_same_clock() -> None:
+    same = compare_runs(summary(), summary(forward=0.005))
+    forward = next(p for p in same.phases if p.name == "forward")
+    assert forward.verdict == "regression" and forward.change == pytest.approx(0.25)
+    other = compare_runs(summary(), summary(clock="gpu"))
+    assert other.phases == () and any("different clocks" in note for note in other.notes)
+
+
+def test_report_loader_rejects_foreign_and_newer_reports() -> None:
+    with pytest.raises(ReportFormatError):
+        summary_from_report({"schema": "something else"}, "a")
+    with pytest.raises(ReportFormatError, match="newer"):
+        summary_from_report({"schema": "traceml-otel/report", "schema_version": 99}, "a")
+
+
+def compare_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_compare_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_compare_command_on_a_run_and_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_run(tmp_path / "a", "a", [SyntheticStep(rank=0, step=n) for n in range(40)])
+    slow = write_run(tmp_path / "b", "b", [SyntheticStep(rank=0, step=n, forward=0.006) for n in range(40)])
+    out = tmp_path / "a.json"
+    from traceml_otel.analyze.commands import diagnose_run_directory
+
+    diagnose_run_directory(base)
+    out.write_text((base / "report.json").read_text())
+    assert run_compare(compare_args(str(out), str(slow), "--format", "json")) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "REGRESSION" and document["material"] is True
+    assert document["step_time"]["change"] == pytest.approx(0.002 / 0.0145, rel=1e-3)
+    assert run_compare(compare_args(str(slow), str(base), "--fail-on-regression")) == 0
+    text = capsys.readouterr().out
+    assert "Verdict      IMPROVEMENT (material)" in text
+    assert run_compare(compare_args(str(base), str(slow), "--fail-on-regression")) == 1
+    assert run_compare(compare_args(str(base), str(tmp_path / "missing"))) == 2

@@ -1,0 +1,288 @@
+"""Fold spans into per-(rank, step) numbers as they stream past.
+
+Sources decode each span's attributes and hand them to :meth:`StepAssembler.add_span`; the
+assembler keeps only a few numbers per (run, rank, step), never span objects, so a run of a
+million spans fits in a few hundred megabytes. :meth:`StepAssembler.steps` freezes them into
+:class:`~traceml_otel.analyze.records.StepTiming` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from traceml_otel import contract as c
+from traceml_otel.analyze.otlp import as_float, as_int, as_str, is_error_status, span_field, trace_id_hex
+from traceml_otel.analyze.records import PHASE_INDEX, StepTiming
+
+STEP_SPAN = -1
+"""Pseudo phase index of the ``traceml.step`` span."""
+
+SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN} | {
+    name: PHASE_INDEX[phase] for name, phase in c.SPAN_NAME_TO_PHASE.items()
+}
+
+WANTED_ATTRIBUTES = frozenset(
+    {
+        c.ATTR_RUN_ID,
+        c.ATTR_STEP,
+        c.ATTR_RANK,
+        c.ATTR_WORLD_SIZE,
+        c.ATTR_PARALLELISM,
+        c.ATTR_STEP_CPU_DURATION,
+        c.ATTR_STEP_GPU_DURATION,
+        c.ATTR_INPUT_WAIT_CPU,
+        c.ATTR_INPUT_WAIT_GPU,
+        c.ATTR_PREFETCH_H2D_CPU,
+        c.ATTR_OPTIMIZER_STEPS,
+        c.ATTR_MEM_PEAK_ALLOCATED,
+        c.ATTR_MEM_PEAK_RESERVED,
+        c.ATTR_MEM_TOTAL,
+        c.ATTR_EXCEPTION_TYPE,
+        c.ATTR_PHASE_NAME,
+        c.ATTR_PHASE_CPU_DURATION,
+        c.ATTR_PHASE_GPU_DURATION,
+    }
+)
+"""The attributes the analyzer reads; sources decode only these."""
+
+_N = len(c.PHASES)
+assert _N == 4, "_freeze spells out the four phases"
+
+
+class _StepAccumulator:
+    """Mutable numbers of one (rank, step) while spans arrive."""
+
+    __slots__ = (
+        "calls",
+        "cpu",
+        "error",
+        "gpu",
+        "has_step",
+        "mem_total",
+        "optimizer_steps",
+        "parallelism",
+        "peak_alloc",
+        "peak_res",
+        "prefetch",
+        "start",
+        "trace_id",
+        "traced_cpu",
+        "traced_gpu",
+        "wait_cpu",
+        "wait_gpu",
+        "world_size",
+    )
+
+    def __init__(self) -> None:
+        self.has_step = False
+        self.trace_id = ""
+        self.start = 0
+        self.parallelism = "none"
+        self.world_size: int | None = None
+        self.traced_cpu: float | None = None
+        self.traced_gpu: float | None = None
+        self.wait_cpu: float | None = None
+        self.wait_gpu: float | None = None
+        self.prefetch: float | None = None
+        self.optimizer_steps: int | None = None
+        self.peak_alloc: int | None = None
+        self.peak_res: int | None = None
+        self.mem_total: int | None = None
+        self.error: str | None = None
+        self.calls = [0] * _N
+        self.cpu: list[float | None] = [0.0] * _N
+        self.gpu: list[float | None] = [0.0] * _N
+
+    def __getstate__(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        for name, value in zip(self.__slots__, state, strict=True):
+            setattr(self, name, value)
+
+
+class StepAssembler:
+    """Collects spans of one or more runs into per-(rank, step) aggregates."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[tuple[int, int], _StepAccumulator]] = {}
+        self.spans = 0
+        self.foreign_spans = 0
+        self.duplicate_steps = 0
+
+    def add_span(
+        self,
+        name: object,
+        attrs: Mapping[str, object],
+        span: Mapping[str, object],
+        default_run_id: str = "",
+    ) -> bool:
+        """Fold one span in; returns False for a span that is not a traceml step or phase span.
+
+        ``attrs`` holds the decoded :data:`WANTED_ATTRIBUTES`; ``span`` the raw OTLP span, read
+        for ``traceId``, ``startTimeUnixNano``, ``endTimeUnixNano`` and ``status`` only when needed.
+        Runs once per span of a read, so it stays lean.
+        """
+        index = SPAN_INDEX.get(name)  # type: ignore[arg-type]
+        if index is None:
+            index = _classify_by_attributes(attrs)
+            if index is None:
+                self.foreign_spans += 1
+                return False
+        try:
+            key = (int(attrs[c.ATTR_RANK]), int(attrs[c.ATTR_STEP]))  # type: ignore[call-overload]
+        except (KeyError, TypeError, ValueError):
+            rank, step = as_int(attrs.get(c.ATTR_RANK)), as_int(attrs.get(c.ATTR_STEP))
+            if rank is None or step is None:
+                self.foreign_spans += 1
+                return False
+            key = (rank, step)
+        run_id = attrs.get(c.ATTR_RUN_ID) or default_run_id
+        table = self._runs.get(run_id)  # type: ignore[arg-type]
+        if table is None:
+            table = self._runs[str(run_id)] = {}
+        acc = table.get(key)
+        if acc is None:
+            acc = table[key] = _StepAccumulator()
+        self.spans += 1
+        if index == STEP_SPAN:
+            self._add_step(acc, attrs, span)
+            return True
+        cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
+        if cpu.__class__ is not float:
+            cpu = as_float(cpu)
+        gpu = attrs.get(c.ATTR_PHASE_GPU_DURATION)
+        if gpu is not None and gpu.__class__ is not float:
+            gpu = as_float(gpu)
+        if cpu is None and gpu is None:
+            cpu = _span_seconds(
+                span_field(span, "startTimeUnixNano", "start_time_unix_nano"),
+                span_field(span, "endTimeUnixNano", "end_time_unix_nano"),
+            )
+        acc.calls[index] += 1
+        total = acc.cpu[index]
+        acc.cpu[index] = None if total is None or cpu is None else total + cpu  # type: ignore[operator]
+        total = acc.gpu[index]
+        acc.gpu[index] = None if total is None or gpu is None else total + gpu  # type: ignore[operator]
+        return True
+
+    def _add_step(
+        self, acc: _StepAccumulator, attrs: Mapping[str, object], span: Mapping[str, object]
+    ) -> None:
+        if acc.has_step:
+            self.duplicate_steps += 1
+        start_ns = span_field(span, "startTimeUnixNano", "start_time_unix_nano")
+        end_ns = span_field(span, "endTimeUnixNano", "end_time_unix_nano")
+        acc.has_step = True
+        acc.trace_id = trace_id_hex(span_field(span, "traceId", "trace_id"))
+        acc.start = as_int(start_ns) or 0
+        acc.parallelism = as_str(attrs.get(c.ATTR_PARALLELISM)) or "none"
+        acc.world_size = as_int(attrs.get(c.ATTR_WORLD_SIZE))
+        acc.traced_cpu = as_float(attrs.get(c.ATTR_STEP_CPU_DURATION))
+        acc.traced_gpu = as_float(attrs.get(c.ATTR_STEP_GPU_DURATION))
+        if acc.traced_cpu is None and acc.traced_gpu is None:
+            acc.traced_cpu = _span_seconds(start_ns, end_ns)
+        acc.wait_cpu = as_float(attrs.get(c.ATTR_INPUT_WAIT_CPU))
+        acc.wait_gpu = as_float(attrs.get(c.ATTR_INPUT_WAIT_GPU))
+        acc.prefetch = as_float(attrs.get(c.ATTR_PREFETCH_H2D_CPU))
+        acc.optimizer_steps = as_int(attrs.get(c.ATTR_OPTIMIZER_STEPS))
+        acc.peak_alloc = as_int(attrs.get(c.ATTR_MEM_PEAK_ALLOCATED))
+        acc.peak_res = as_int(attrs.get(c.ATTR_MEM_PEAK_RESERVED))
+        acc.mem_total = as_int(attrs.get(c.ATTR_MEM_TOTAL))
+        exception = as_str(attrs.get(c.ATTR_EXCEPTION_TYPE))
+        acc.error = exception or ("error" if is_error_status(span) else None)
+
+    def merge(self, other: StepAssembler) -> None:
+        """Fold another assembler's aggregates in (used to join files read in parallel)."""
+        self.spans += other.spans
+        self.foreign_spans += other.foreign_spans
+        self.duplicate_steps += other.duplicate_steps
+        for run_id, theirs in other._runs.items():
+            mine = self._runs.get(run_id)
+            if mine is None:
+                self._runs[run_id] = theirs
+                continue
+            for key, acc in theirs.items():
+                present = mine.get(key)
+                mine[key] = acc if present is None else self._combine(present, acc)
+
+    def _combine(self, mine: _StepAccumulator, theirs: _StepAccumulator) -> _StepAccumulator:
+        if mine.has_step and theirs.has_step:
+            self.duplicate_steps += 1
+        base, extra = (theirs, mine) if theirs.has_step else (mine, theirs)
+        for index in range(_N):
+            base.calls[index] += extra.calls[index]
+            a, b = base.cpu[index], extra.cpu[index]
+            base.cpu[index] = None if a is None or b is None else a + b
+            a, b = base.gpu[index], extra.gpu[index]
+            base.gpu[index] = None if a is None or b is None else a + b
+        return base
+
+    def run_ids(self) -> list[str]:
+        """Run ids seen, the one with most steps first."""
+        return sorted(self._runs, key=lambda run: -len(self._runs[run]))
+
+    def steps(self, run_id: str) -> tuple[list[StepTiming], int]:
+        """Frozen steps of ``run_id`` sorted by (rank, step), and how many had no step span."""
+        table = self._runs.get(run_id, {})
+        out: list[StepTiming] = []
+        orphans = 0
+        for (rank, step), acc in sorted(table.items()):
+            if not acc.has_step:
+                orphans += 1
+                continue
+            out.append(_freeze(run_id, rank, step, acc))
+        return out, orphans
+
+
+def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
+    """Span kind for sources that return no span name (e.g. a TraceQL ``select``)."""
+    phase = attrs.get(c.ATTR_PHASE_NAME)
+    if isinstance(phase, str) and phase in PHASE_INDEX:
+        return PHASE_INDEX[phase]
+    if c.ATTR_STEP_CPU_DURATION in attrs or c.ATTR_STEP_GPU_DURATION in attrs:
+        return STEP_SPAN
+    return None
+
+
+def _span_seconds(start_ns: object, end_ns: object) -> float | None:
+    start, end = as_int(start_ns), as_int(end_ns)
+    if start is None or end is None or end < start:
+        return None
+    return (end - start) / 1e9
+
+
+def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTiming:
+    calls, cpu, gpu = acc.calls, acc.cpu, acc.gpu
+    return StepTiming(
+        run_id,
+        rank,
+        step,
+        acc.trace_id,
+        acc.start,
+        acc.parallelism,
+        acc.world_size,
+        acc.traced_cpu,
+        acc.traced_gpu,
+        acc.wait_cpu,
+        acc.wait_gpu,
+        acc.prefetch,
+        tuple(calls),
+        (
+            cpu[0] if calls[0] else None,
+            cpu[1] if calls[1] else None,
+            cpu[2] if calls[2] else None,
+            cpu[3] if calls[3] else None,
+        ),
+        (
+            gpu[0] if calls[0] else None,
+            gpu[1] if calls[1] else None,
+            gpu[2] if calls[2] else None,
+            gpu[3] if calls[3] else None,
+        ),
+        acc.optimizer_steps,
+        acc.peak_alloc,
+        acc.peak_res,
+        acc.mem_total,
+        acc.error,
+    )

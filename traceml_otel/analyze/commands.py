@@ -1,0 +1,193 @@
+"""The ``traceml analyze`` and ``traceml compare`` commands, and the end-of-run diagnosis.
+
+Thin: parse arguments, pick a span source, call the analyzer and a reporter, set the exit code.
+Exit codes: 0 done; 1 nothing to analyse (no usable steps) or, with ``--fail-on-regression``, a
+regression; 2 bad arguments, unreadable input or an unreachable backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.analyze.pipeline import analyze_path, analyze_source
+from traceml_otel.analyze.records import WindowSpec
+from traceml_otel.analyze.sources.base import SourceError, SpanSource
+from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
+from traceml_otel.analyze.sources.tempo import TempoSpanSource
+from traceml_otel.analyze.timerange import time_range
+from traceml_otel.report import FORMATS, render, report_json
+from traceml_otel.report.compare import ReportFormatError, RunSummary, compare_runs, summary_from_report
+from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+EXIT_OK, EXIT_NO_DATA, EXIT_ERROR = 0, 1, 2
+
+
+def _step_range(text: str) -> tuple[int | None, int | None]:
+    low, sep, high = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError("use FIRST:LAST, e.g. 100:200, :200 or 100:")
+    try:
+        return (int(low) if low else None, int(high) if high else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a step range: {text!r}") from None
+
+
+def _add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--window", type=int, metavar="N", help="analyse only the last N aligned steps")
+    window.add_argument(
+        "--step-range", type=_step_range, metavar="FIRST:LAST", help="analyse a range of step numbers"
+    )
+
+
+def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``traceml analyze``."""
+    parser.add_argument(
+        "inputs",
+        nargs="*",
+        type=Path,
+        metavar="RUN_DIR | FILE",
+        help="a run directory of the local copy, or OTLP JSON (Lines) files",
+    )
+    backend = parser.add_mutually_exclusive_group()
+    backend.add_argument("--tempo", metavar="URL", help="read the run from Grafana Tempo (TraceQL search)")
+    backend.add_argument("--jaeger", metavar="URL", help="read the run from Jaeger (API v3)")
+    parser.add_argument("--run-id", help="the run to analyse (required with --tempo)")
+    parser.add_argument("--service", help="only spans of this service.name (required with --jaeger)")
+    parser.add_argument(
+        "--since", metavar="T", help="backend search start: unix seconds, ISO 8601 or an age (2h)"
+    )
+    parser.add_argument("--until", metavar="T", help="backend search end (default: now)")
+    _add_window_arguments(parser)
+    parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
+    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
+    parser.add_argument("--page-size", type=int, default=500, help="traces per backend request (default 500)")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for each backend request"
+    )
+
+
+def _window(args: argparse.Namespace) -> WindowSpec:
+    if getattr(args, "step_range", None):
+        first, last = args.step_range
+        return WindowSpec(first_step=first, last_step=last)
+    return WindowSpec(last=getattr(args, "window", None))
+
+
+def _backend(args: argparse.Namespace) -> SpanSource:
+    when = time_range(args.since, args.until)
+    if args.tempo:
+        return TempoSpanSource(
+            args.tempo,
+            run_id=args.run_id,
+            service=args.service,
+            when=when,
+            page_size=args.page_size,
+            timeout=args.timeout,
+        )
+    return JaegerSpanSource(
+        args.jaeger,
+        service=args.service,
+        run_id=args.run_id,
+        when=when,
+        page_size=args.page_size,
+        timeout=args.timeout,
+    )
+
+
+def _analyze(args: argparse.Namespace) -> RunAnalysis:
+    window = _window(args)
+    if args.tempo or args.jaeger:
+        if args.inputs:
+            raise ValueError("give either files or a backend (--tempo/--jaeger), not both")
+        return analyze_source(_backend(args), window)
+    if not args.inputs:
+        raise ValueError("nothing to analyse: give a run directory, OTLP JSON files, --tempo or --jaeger")
+    return analyze_path(args.inputs, run_id=args.run_id, service=args.service, window=window)
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"traceml {command}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    print(f"traceml: wrote {output}", file=sys.stderr)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    """Run ``traceml analyze``; returns the exit code."""
+    try:
+        analysis = _analyze(args)
+    except (SourceError, ValueError, OSError) as error:
+        return _fail("analyze", str(error))
+    _write(render(analysis, args.format), args.output)
+    return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
+
+
+def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
+    """Diagnose the local copy in ``run_dir``; write ``report.json`` (and ``report.html``) there.
+
+    Returns the text report to print at the end of ``traceml run``.
+    """
+    run_dir = Path(run_dir)
+    try:
+        analysis = analyze_path([run_dir])
+    except SourceError as error:
+        return f"traceml: no diagnosis: {error}\n"
+    written = [run_dir / REPORT_JSON]
+    written[0].write_text(render(analysis, "json"), encoding="utf-8")
+    if html:
+        written.append(run_dir / REPORT_HTML)
+        written[1].write_text(render(analysis, "html"), encoding="utf-8")
+    return render(analysis, "text") + "".join(f"Report: {path}\n" for path in written)
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``traceml compare``."""
+    parser.add_argument("a", type=Path, help="the baseline: a run directory, OTLP JSON file or report.json")
+    parser.add_argument("b", type=Path, help="the candidate, in the same forms")
+    _add_window_arguments(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the comparison here")
+    parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses against A")
+
+
+def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
+    """A run summary from a JSON report, or by analysing a run directory or span files."""
+    if path.is_file() and path.suffix == ".json":
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise ReportFormatError(f"{path}: not JSON ({error})") from None
+        if isinstance(document, dict) and "schema" in document:
+            return summary_from_report(document, label)
+    return summary_from_report(report_json(analyze_path([path], window=window)), label)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run ``traceml compare``; returns the exit code."""
+    window = _window(args)
+    try:
+        a = load_summary(args.a, window, str(args.a))
+        b = load_summary(args.b, window, str(args.b))
+    except (SourceError, ReportFormatError, ValueError, OSError) as error:
+        return _fail("compare", str(error))
+    comparison = compare_runs(a, b)
+    text = render_comparison_json(comparison) if args.format == "json" else render_comparison_text(comparison)
+    _write(text, args.output)
+    if args.fail_on_regression and comparison.verdict == "REGRESSION":
+        return EXIT_NO_DATA
+    return EXIT_OK

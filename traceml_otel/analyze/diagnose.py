@@ -1,0 +1,102 @@
+"""Turn a loaded run into a :class:`~traceml_otel.analyze.findings.RunAnalysis`."""
+
+from __future__ import annotations
+
+from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
+from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
+from traceml_otel.analyze.manifest import RunManifest
+from traceml_otel.analyze.memory import diagnose_memory
+from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize
+from traceml_otel.analyze.records import LoadedRun, WindowSpec
+from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.window import (
+    aligned_window,
+    group_by_rank,
+    select_clock,
+    select_window,
+    window_parallelism,
+)
+
+
+def analyze_run(
+    loaded: LoadedRun, spec: WindowSpec | None = None, manifest: RunManifest | None = None
+) -> RunAnalysis:
+    """Diagnose ``loaded`` over the window ``spec`` (default: the whole run)."""
+    spec = spec or WindowSpec()
+    by_rank = group_by_rank(loaded.steps)
+    run = aligned_window(by_rank)
+    window, window_info = select_window(run, spec)
+    clock = select_clock(window)
+    parallelism = window_parallelism(window)
+
+    measured = [
+        rank_metrics(rank, steps, clock) for rank, steps in zip(window.ranks, window.per_rank, strict=True)
+    ]
+    ranks = tuple(metrics for metrics, _ in measured)
+    window_seconds = [seconds for _, seconds in measured]
+    run_seconds = (
+        window_seconds
+        if window is run
+        else [
+            rank_metrics(rank, steps, clock)[1] for rank, steps in zip(run.ranks, run.per_rank, strict=True)
+        ]
+    )
+    steps, series = step_series(run.step_numbers, run_seconds)
+    charts = tuple(
+        rank_series(rank, rank_steps, seconds)
+        for rank, rank_steps, seconds in zip(run.ranks, run.per_rank, run_seconds, strict=True)
+    )
+    return RunAnalysis(
+        run=_run_info(loaded, manifest, parallelism),
+        window=window_info,
+        clock=clock,
+        ranks=ranks,
+        summaries=tuple(summarize(ranks, name) for name in COMPONENTS),
+        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source),
+        memory=diagnose_memory(window),
+        drift=detect_drift(steps, series),
+        worst_steps=worst_steps(window, window_seconds, clock),
+        series=charts,
+        accumulation=_accumulation(ranks),
+    )
+
+
+def _accumulation(ranks: tuple[RankMetrics, ...]) -> Accumulation:
+    """Optimizer updates and micro-steps of the median rank (ranks agree in data-parallel runs)."""
+    known = sorted(
+        (m for m in ranks if m.optimizer_updates is not None), key=lambda m: m.optimizer_updates or 0
+    )
+    if not known:
+        micro = max((m.micro_steps for m in ranks), default=0)
+        return Accumulation(None, micro, None)
+    middle = known[len(known) // 2]
+    updates = middle.optimizer_updates or 0
+    per_update = middle.steps / updates if updates else None
+    return Accumulation(updates, middle.micro_steps, per_update)
+
+
+def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str) -> RunInfo:
+    sizes = [s.world_size for s in loaded.steps if s.world_size is not None]
+    world_size = max(sizes) if sizes else (manifest.world_size if manifest else None)
+    observed = tuple(sorted({s.rank for s in loaded.steps}))
+    warnings = list(loaded.warnings)
+    if loaded.orphan_steps:
+        warnings.append(f"{loaded.orphan_steps} (rank, step) pairs had phase spans but no traceml.step span")
+    return RunInfo(
+        run_id=loaded.run_id or (manifest.run_id if manifest else ""),
+        source=loaded.source,
+        service=loaded.service,
+        world_size=world_size,
+        ranks=observed,
+        parallelism=parallelism,
+        command=manifest.command if manifest else "",
+        start_time=manifest.start_time if manifest else None,
+        end_time=manifest.end_time if manifest else None,
+        exit_code=manifest.exit_code if manifest else None,
+        spans_read=loaded.spans_read,
+        steps_read=len(loaded.steps),
+        failed_steps=sum(1 for s in loaded.steps if s.error is not None),
+        other_run_ids=loaded.other_run_ids,
+        warnings=tuple(warnings),
+        warnings_total=loaded.warnings_total + (1 if loaded.orphan_steps else 0),
+    )

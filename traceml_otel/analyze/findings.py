@@ -1,0 +1,213 @@
+"""The analysis output records: findings, per-rank metrics, memory, drift and the whole run.
+
+Reporters read only these. Times are seconds, memory bytes, shares and scores ratios in [0, 1+].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One number behind a finding (``unit``: ``s``, ``ratio``, ``rank``, ``By`` or empty)."""
+
+    name: str
+    value: float | int | str | None
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A diagnosis: its stable kind, how bad it is, and the Why / Next wording."""
+
+    kind: str
+    severity: Severity
+    score: float | None
+    title: str
+    why: str
+    next: str
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SignalCoverage:
+    """How many of the observed ranks measured one signal on every step of the window."""
+
+    signal: str
+    measured_ranks: int
+    observed_ranks: int
+
+
+@dataclass(frozen=True, slots=True)
+class Abstention:
+    """A rule that could not decide because signals it needs were not measured."""
+
+    rule: str
+    missing: tuple[SignalCoverage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepDiagnosis:
+    """Step-time findings sorted by severity then score; ``primary`` is the first (or a fallback)."""
+
+    primary: Finding
+    issues: tuple[Finding, ...]
+    abstentions: tuple[Abstention, ...] = ()
+    caps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankMetrics:
+    """Means over one rank's steps in the window, on the window's clock; ``None`` = unavailable."""
+
+    rank: int
+    steps: int
+    step_time: float | None
+    input_wait: float | None
+    traced: float | None
+    forward: float | None
+    backward: float | None
+    optimizer: float
+    h2d: float
+    h2d_measured: bool
+    compute: float | None
+    residual: float | None
+    optimizer_updates: int | None
+    micro_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """One component across ranks: the median of rank means, the worst rank, skew and share."""
+
+    name: str
+    median: float | None
+    worst: float | None
+    worst_rank: int | None
+    skew: float | None
+    share: float | None
+    measured_ranks: int
+    observed_ranks: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """A rank's highest per-step memory peaks over the window (bytes)."""
+
+    rank: int
+    peak_allocated: int | None
+    peak_reserved: int | None
+    total: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAnalysis:
+    """The step-memory section: its status kind, findings and per-rank peaks."""
+
+    status: MemoryKind
+    findings: tuple[Finding, ...]
+    ranks: tuple[RankMemory, ...]
+    pressure: float | None = None
+    imbalance: float | None = None
+    growth_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DriftAnalysis:
+    """Typical step time early in the run against the recent steps, and where the change began."""
+
+    kind: DriftKind
+    baseline_s: float | None = None
+    recent_s: float | None = None
+    change: float | None = None
+    since_step: int | None = None
+    baseline_steps: tuple[int, int] | None = None
+    recent_steps: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorstStep:
+    """One of the slowest steps: which rank, how long, what dominated, and its trace id."""
+
+    step: int
+    rank: int
+    step_time: float
+    trace_id: str
+    dominant: str
+    dominant_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RankSeries:
+    """A rank's step time (and reserved-memory peak) over the window, thinned for charts."""
+
+    rank: int
+    steps: tuple[int, ...]
+    step_time: tuple[float, ...]
+    peak_reserved: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulation:
+    """Optimizer updates against ``trace_step`` blocks (gradient accumulation)."""
+
+    optimizer_updates: int | None
+    micro_steps: int
+    steps_per_update: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """Where the data came from and what the run was."""
+
+    run_id: str
+    source: str
+    service: str = ""
+    world_size: int | None = None
+    ranks: tuple[int, ...] = ()
+    parallelism: str = "none"
+    command: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    spans_read: int = 0
+    steps_read: int = 0
+    failed_steps: int = 0
+    other_run_ids: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    warnings_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowInfo:
+    """The aligned steps analysed: how chosen, first and last step numbers and how many."""
+
+    mode: str
+    first_step: int | None
+    last_step: int | None
+    steps: int
+    requested: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunAnalysis:
+    """Everything the reporters show about one run."""
+
+    run: RunInfo
+    window: WindowInfo
+    clock: Clock
+    ranks: tuple[RankMetrics, ...]
+    summaries: tuple[MetricSummary, ...]
+    step: StepDiagnosis
+    memory: MemoryAnalysis
+    drift: DriftAnalysis
+    worst_steps: tuple[WorstStep, ...]
+    series: tuple[RankSeries, ...]
+    accumulation: Accumulation
+
+    def summary(self, name: str) -> MetricSummary | None:
+        """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""
+        return next((s for s in self.summaries if s.name == name), None)

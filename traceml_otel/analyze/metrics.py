@@ -1,0 +1,198 @@
+"""Per-step and per-rank numbers on one clock, and their summaries across ranks.
+
+Formulas (diagnosis-semantics): ``step_time = input_wait + traced`` (plus loader-side prefetch
+copies, which are neither), ``compute = forward + backward + optimizer`` and per step
+``residual = max(0, traced - h2d - compute)``. Input wait, forward, backward and traced time must
+be present on every step of a rank or that rank's metric is ``None``. Optimizer and h2d are
+occurrence metrics: a step without them counts 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage
+from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.records import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
+
+COMPONENTS = (
+    "input_wait",
+    "h2d",
+    "forward",
+    "backward",
+    "optimizer",
+    "residual",
+    "compute",
+    "traced",
+    "step_time",
+)
+"""Summary names, in report order."""
+REQUIRED_SIGNALS = ("input_wait", "forward", "backward", "traced")
+"""Signals that must be measured on every step (missing is not zero)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepValues:
+    """One step's components on the window clock; ``None`` where not measured.
+
+    Built for single steps (the slowest ones, tests); whole-run passes use :func:`rank_metrics`.
+    """
+
+    step: int
+    rank: int
+    trace_id: str
+    input_wait: float | None
+    traced: float | None
+    forward: float | None
+    backward: float | None
+    optimizer: float
+    h2d: float
+    h2d_in_step: float
+
+    @property
+    def step_time(self) -> float | None:
+        """Input wait + traced block + loader-side copies, or ``None`` if a part is missing."""
+        if self.input_wait is None or self.traced is None:
+            return None
+        return self.input_wait + self.traced + (self.h2d - self.h2d_in_step)
+
+    @property
+    def compute(self) -> float | None:
+        if self.forward is None or self.backward is None:
+            return None
+        return self.forward + self.backward + self.optimizer
+
+    @property
+    def residual(self) -> float | None:
+        compute = self.compute
+        if compute is None or self.traced is None:
+            return None
+        return max(0.0, self.traced - self.h2d_in_step - compute)
+
+
+def step_values(step: StepTiming, clock: Clock) -> StepValues:
+    """Read one step's components on ``clock``."""
+    h2d_in_step = step.phase(H2D, clock) or 0.0
+    return StepValues(
+        step=step.step,
+        rank=step.rank,
+        trace_id=step.trace_id,
+        input_wait=step.input_wait(clock),
+        traced=step.traced(clock),
+        forward=step.phase(FORWARD, clock),
+        backward=step.phase(BACKWARD, clock),
+        optimizer=step.phase(OPTIMIZER, clock) or 0.0,
+        h2d=h2d_in_step + (step.prefetch_h2d_cpu or 0.0),
+        h2d_in_step=h2d_in_step,
+    )
+
+
+def rank_metrics(
+    rank: int, steps: Sequence[StepTiming], clock: Clock
+) -> tuple[RankMetrics, list[float | None]]:
+    """Means of one rank's steps, and each step's step time (its traced time where input wait is missing).
+
+    One pass over the steps (this runs over every step of a run). A required signal missing on
+    any step makes its mean ``None``.
+    """
+    gpu = clock is Clock.GPU
+    n = len(steps)
+    sums = [0.0] * 8  # input wait, traced, forward, backward, optimizer, h2d, compute, residual
+    missing = [False] * 4  # input wait, traced, forward, backward
+    step_sum, step_missing = 0.0, False
+    seconds: list[float | None] = []
+    h2d_measured = False
+    updates: int | None = None
+    micro = 0
+    for s in steps:
+        wait = s.input_wait_gpu if gpu else s.input_wait_cpu
+        traced = s.traced_gpu if gpu else s.traced_cpu
+        times = s.phase_gpu if gpu else s.phase_cpu
+        forward, backward = times[FORWARD], times[BACKWARD]
+        optimizer, h2d_in = times[OPTIMIZER] or 0.0, times[H2D] or 0.0
+        prefetch = s.prefetch_h2d_cpu
+        h2d = h2d_in + (prefetch or 0.0)
+        if prefetch is not None or s.phase_calls[H2D]:
+            h2d_measured = True
+        if s.optimizer_steps is not None:
+            updates = (updates or 0) + s.optimizer_steps
+            micro += s.optimizer_steps == 0
+        sums[4] += optimizer
+        sums[5] += h2d
+        for slot, value in enumerate((wait, traced, forward, backward)):
+            if value is None:
+                missing[slot] = True
+            else:
+                sums[slot] += value
+        if forward is not None and backward is not None:
+            compute = forward + backward + optimizer
+            sums[6] += compute
+            if traced is not None:
+                sums[7] += max(0.0, traced - h2d_in - compute)
+        if wait is not None and traced is not None:
+            whole = wait + traced + (h2d - h2d_in)
+            step_sum += whole
+            seconds.append(whole)
+        else:
+            step_missing = True
+            seconds.append(traced)
+
+    def mean(total: float, absent: bool) -> float | None:
+        return None if absent or n == 0 else total / n
+
+    no_compute = missing[2] or missing[3]
+    metrics = RankMetrics(
+        rank=rank,
+        steps=n,
+        step_time=mean(step_sum, step_missing),
+        input_wait=mean(sums[0], missing[0]),
+        traced=mean(sums[1], missing[1]),
+        forward=mean(sums[2], missing[2]),
+        backward=mean(sums[3], missing[3]),
+        optimizer=sums[4] / n if n else 0.0,
+        h2d=sums[5] / n if n else 0.0,
+        h2d_measured=h2d_measured,
+        compute=mean(sums[6], no_compute),
+        residual=mean(sums[7], no_compute or missing[1]),
+        optimizer_updates=updates,
+        micro_steps=micro,
+    )
+    return metrics, seconds
+
+
+def component(metrics: RankMetrics, name: str) -> float | None:
+    """A component's mean on one rank by summary name."""
+    return getattr(metrics, name)
+
+
+def share(ranks: Sequence[RankMetrics], name: str) -> float | None:
+    """Median over ranks of (rank mean component / rank mean step time).
+
+    ``None`` (unavailable) unless every rank measured both: a rule never decides on the ranks
+    that happened to measure a signal while others did not.
+    """
+    ratios = []
+    for metrics in ranks:
+        value, total = component(metrics, name), metrics.step_time
+        if value is None or total is None or total <= 0:
+            return None
+        ratios.append(value / total)
+    return statistics.median(ratios) if ratios else None
+
+
+def summarize(ranks: Sequence[RankMetrics], name: str) -> MetricSummary:
+    """Median, worst, worst rank, skew and share of one component across ranks."""
+    measured = [(component(m, name), m.rank) for m in ranks if component(m, name) is not None]
+    if not measured:
+        return MetricSummary(name, None, None, None, None, share(ranks, name), 0, len(ranks))
+    median = statistics.median(v for v, _ in measured)
+    worst, worst_rank = max(measured, key=lambda item: (item[0], -item[1]))
+    skew = (worst - median) / median if median > 0 else None
+    return MetricSummary(name, median, worst, worst_rank, skew, share(ranks, name), len(measured), len(ranks))
+
+
+def coverage(ranks: Sequence[RankMetrics], signal: str) -> SignalCoverage:
+    """How many ranks measured ``signal`` on every step."""
+    return SignalCoverage(signal, sum(1 for m in ranks if component(m, signal) is not None), len(ranks))

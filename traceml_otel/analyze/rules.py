@@ -1,0 +1,226 @@
+"""Step-time rules and the primary verdict.
+
+Rules run in the order straggler, input, h2d, residual, compute. Each fires a finding, abstains
+(signals it needs were not measured) or stays quiet. Findings are sorted by severity, then
+score; the first is the primary diagnosis. With nothing fired the verdict is INCOMPLETE_DATA if a
+rule abstained, else BALANCED. Fewer than 20 steps per rank, or FSDP, caps severity at warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
+from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
+from traceml_otel.analyze.metrics import coverage, share
+from traceml_otel.analyze.straggler import straggler_rule
+
+_SHARE_NEEDS = {
+    "input_wait": ("input_wait", "traced"),
+    "h2d": ("input_wait", "traced"),
+    "residual": ("input_wait", "traced", "forward", "backward"),
+}
+_SHARE_TEXT = {
+    StepKind.INPUT_BOUND: (
+        "input_wait",
+        "Input-bound",
+        "Waiting for the next batch takes {share:.0%} of the step time (median over ranks).",
+        "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "
+        "workers, prefetching, or moving decoding and augmentation out of the training loop. Check the "
+        "storage read speed.",
+    ),
+    StepKind.H2D_BOUND: (
+        "h2d",
+        "Host-to-device copies dominate",
+        "Copying batches to the GPU takes {share:.0%} of the step time (median over ranks).",
+        "Copy from pinned memory with non_blocking=True, send fewer and larger tensors, keep static data on "
+        "the device, or overlap copies with compute (a prefetching loader on a side stream).",
+    ),
+    StepKind.RESIDUAL_HEAVY: (
+        "residual",
+        "Much of the step is outside the model",
+        "{share:.0%} of the step time is inside trace_step() but outside forward, backward, optimizer and "
+        "copies: per-step logging, metrics, .item() or .cpu() syncs, Python work or callbacks.",
+        "Profile the step body for work outside the model: log and compute metrics every N steps instead of "
+        "every step, avoid host syncs (.item(), .cpu(), print of tensors), and move expensive callbacks out.",
+    ),
+}
+
+
+def _severity(score: float) -> Severity:
+    return Severity.CRITICAL if score >= t.SHARE_CRITICAL else Severity.WARNING
+
+
+def _abstention(rule: str, ranks: Sequence[RankMetrics], signals: Sequence[str]) -> Abstention:
+    found = (coverage(ranks, name) for name in signals)
+    return Abstention(rule, tuple(cov for cov in found if cov.measured_ranks < cov.observed_ranks))
+
+
+def share_rule(kind: StepKind, ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
+    """INPUT_BOUND, H2D_BOUND or RESIDUAL_HEAVY: fires when the component's share >= 0.10."""
+    name, title, why, advice = _SHARE_TEXT[kind]
+    value = share(ranks, name)
+    if value is None:
+        return _abstention(name, ranks, _SHARE_NEEDS[name])
+    if value < t.SHARE_WARN:
+        return None
+    return Finding(
+        kind=kind,
+        severity=_severity(value),
+        score=value,
+        title=title,
+        why=why.format(share=value),
+        next=advice,
+        evidence=(Evidence(f"{name}_share", value, "ratio"),),
+    )
+
+
+def compute_rule(ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
+    """COMPUTE_BOUND: compute share >= 0.90 with input, h2d and residual shares all under 0.10."""
+    shares = {name: share(ranks, name) for name in ("compute", "input_wait", "h2d", "residual")}
+    if any(value is None for value in shares.values()):
+        return _abstention("compute", ranks, _SHARE_NEEDS["residual"])
+    compute = shares.pop("compute")
+    assert compute is not None
+    if compute < t.COMPUTE_SHARE or any(v >= t.SHARE_WARN for v in shares.values()):  # type: ignore[operator]
+        return None
+    return Finding(
+        kind=StepKind.COMPUTE_BOUND,
+        severity=Severity.INFO,
+        score=compute,
+        title="Compute-bound",
+        why=(
+            f"Forward, backward and optimizer take {compute:.0%} of the step time; input wait, copies and "
+            "other work are each under 10%."
+        ),
+        next=(
+            "The time goes into the model itself. Gains come from the model: mixed precision, torch.compile, "
+            "a fused optimizer, a larger batch per device, or cheaper layers."
+        ),
+        evidence=(Evidence("compute_share", compute, "ratio"),),
+    )
+
+
+def _cap(finding: Finding, caps: Sequence[str]) -> Finding:
+    if caps and finding.severity is Severity.CRITICAL:
+        return replace(finding, severity=Severity.WARNING)
+    return finding
+
+
+def diagnose_step_time(
+    ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = ""
+) -> StepDiagnosis:
+    """Run every step-time rule over one window's rank metrics and pick the primary verdict."""
+    if not ranks or all(m.steps == 0 for m in ranks):
+        return StepDiagnosis(no_data(source), ())
+    fewest = min(m.steps for m in ranks)
+    if fewest < t.MIN_STEPS:
+        return StepDiagnosis(warmup(fewest), ())
+    caps = tuple(
+        reason
+        for reason, applies in (
+            (f"fewer than {t.MIN_STEPS_FOR_CRITICAL} steps per rank", fewest < t.MIN_STEPS_FOR_CRITICAL),
+            ("FSDP", parallelism == "fsdp"),
+        )
+        if applies
+    )
+    outcomes = [
+        straggler_rule(ranks, parallelism),
+        share_rule(StepKind.INPUT_BOUND, ranks),
+        share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
+        share_rule(StepKind.RESIDUAL_HEAVY, ranks),
+        compute_rule(ranks),
+    ]
+    issues = [_cap(o, caps) for o in outcomes if isinstance(o, Finding)]
+    issues.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], -(f.score or 0.0)))
+    abstentions = _merge_abstentions([o for o in outcomes if isinstance(o, Abstention)])
+    if issues:
+        primary = issues[0]
+    elif abstentions:
+        primary = incomplete(abstentions)
+    else:
+        primary = balanced(ranks)
+    return StepDiagnosis(primary, tuple(issues), tuple(abstentions), caps)
+
+
+def _merge_abstentions(abstentions: Sequence[Abstention]) -> list[Abstention]:
+    return [a for a in abstentions if a.missing]
+
+
+def missing_signals(abstentions: Sequence[Abstention]) -> list[str]:
+    """``signal measured/observed`` for each distinct missing signal, e.g. ``forward 0/2 ranks``."""
+    seen: dict[str, str] = {}
+    for abstention in abstentions:
+        for cov in abstention.missing:
+            seen.setdefault(cov.signal, f"{cov.signal} {cov.measured_ranks}/{cov.observed_ranks} ranks")
+    return list(seen.values())
+
+
+def incomplete(abstentions: Sequence[Abstention]) -> Finding:
+    """INCOMPLETE_DATA: nothing fired, and rules abstained for missing signals."""
+    missing = missing_signals(abstentions)
+    rules = ", ".join(a.rule for a in abstentions)
+    return Finding(
+        kind=StepKind.INCOMPLETE_DATA,
+        severity=Severity.INFO,
+        score=None,
+        title="Insufficient step-time data",
+        why=f"Some signals were not measured on every step ({'; '.join(missing)}), so these rules could not "
+        f"decide: {rules}.",
+        next=(
+            "Call the traced model as model(x) (calling model.forward(x) skips the hook), wrap the whole "
+            "step in trace_step(), and fetch batches from a DataLoader iterator (or use wrap_forward, "
+            "wrap_backward and wrap_dataloader_fetch)."
+        ),
+        evidence=tuple(
+            Evidence(f"coverage.{c.signal}", f"{c.measured_ranks}/{c.observed_ranks}")
+            for a in abstentions
+            for c in a.missing
+        ),
+    )
+
+
+def balanced(ranks: Sequence[RankMetrics]) -> Finding:
+    """BALANCED: every rule ran and none fired."""
+    parts = {name: share(ranks, name) for name in ("input_wait", "h2d", "compute", "residual")}
+    text = ", ".join(
+        f"{name.replace('_', ' ')} {value:.0%}" for name, value in parts.items() if value is not None
+    )
+    return Finding(
+        kind=StepKind.BALANCED,
+        severity=Severity.INFO,
+        score=None,
+        title="Balanced",
+        why=f"No part of the step stands out ({text}).",
+        next="Nothing to fix in how the step is spent; to go faster, shorten its largest part.",
+    )
+
+
+def warmup(steps: int) -> Finding:
+    """WARMUP: fewer than two steps per rank."""
+    return Finding(
+        kind=StepKind.WARMUP,
+        severity=Severity.INFO,
+        score=None,
+        title="Insufficient step-time data",
+        why=f"Only {steps} aligned step(s) per rank: too few to diagnose.",
+        next=f"Run more steps (at least {t.MIN_STEPS_FOR_CRITICAL} give a full-strength verdict).",
+    )
+
+
+def no_data(source: str = "") -> Finding:
+    """NO_DATA: no usable step spans."""
+    where = f" in {source}" if source else ""
+    return Finding(
+        kind=StepKind.NO_DATA,
+        severity=Severity.INFO,
+        score=None,
+        title="Insufficient step-time data",
+        why=f"No usable traceml step spans were found{where}.",
+        next=(
+            "Check that the script calls traceml.init() and wraps each step in trace_step(); with a trace "
+            "backend, check --run-id, --service and the --since/--until range."
+        ),
+    )

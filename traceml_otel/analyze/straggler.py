@@ -1,0 +1,118 @@
+"""The rank-straggler rule.
+
+In data-parallel training every rank meets the others in the gradient all-reduce inside
+backward, so the rank that arrives last waits least there: its *visible* phase (backward; for
+FSDP forward + backward) is the shortest. That rank is the culprit; the upper-median rank is the
+victim. The gap between their visible times, over the victim's step time, is the score. Whatever
+the culprit spent more on than the victim (input wait, h2d, forward) and that covers most of the
+gap names the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics
+from traceml_otel.analyze.kinds import Severity, StepKind
+from traceml_otel.analyze.metrics import coverage
+
+_CAUSES = (
+    (StepKind.INPUT_STRAGGLER, "input_wait", "waiting for input"),
+    (StepKind.H2D_STRAGGLER, "h2d", "copying to the device"),
+    (StepKind.COMPUTE_STRAGGLER, "forward", "in forward"),
+)
+_ADVICE = {
+    StepKind.INPUT_STRAGGLER: (
+        "Look at rank {c}'s data path: its shard (bigger or slower files), its DataLoader workers, and "
+        "CPU or disk contention on its host. Balance the work per rank or add loader workers there."
+    ),
+    StepKind.H2D_STRAGGLER: (
+        "Look at rank {c}'s host-to-device copies: pinned memory, NUMA placement of its process and "
+        "the size of the batches it receives."
+    ),
+    StepKind.COMPUTE_STRAGGLER: (
+        "Rank {c} computes longer in forward: check for uneven batch sizes or sequence lengths, a slower "
+        "or throttled device, or another process sharing it."
+    ),
+    StepKind.STRAGGLER: (
+        "No measured phase explains why rank {c} arrives late: look for work it does outside the phases "
+        "(logging, checkpoint or metric I/O on one rank), host contention, or a slower device."
+    ),
+}
+
+
+def _visible(metrics: RankMetrics, fsdp: bool) -> float:
+    assert metrics.backward is not None
+    if fsdp:
+        assert metrics.forward is not None
+        return metrics.forward + metrics.backward
+    return metrics.backward
+
+
+def straggler_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+    """A straggler finding, an abstention for missing signals, or ``None`` (no straggler / one rank)."""
+    if len(ranks) < 2:
+        return None
+    fsdp = parallelism == "fsdp"
+    needed = ["input_wait", "backward", "step_time"] + (["forward"] if fsdp else [])
+    eligible = [
+        m
+        for m in ranks
+        if all(getattr(m, name) is not None for name in needed) and m.backward > 0 and m.step_time > 0  # type: ignore[operator]
+    ]
+    if len(eligible) < 2:
+        missing = tuple(
+            cov for cov in (coverage(ranks, name) for name in needed) if cov.measured_ranks < len(ranks)
+        )
+        return Abstention("straggler", missing) if missing else None
+    ordered = sorted(eligible, key=lambda m: (_visible(m, fsdp), m.rank))
+    culprit, victim = ordered[0], ordered[len(ordered) // 2]
+    gap = _visible(victim, fsdp) - _visible(culprit, fsdp)
+    victim_step = victim.step_time
+    assert victim_step is not None
+    score = gap / victim_step
+    if gap <= 0 or score < t.STRAGGLER_WARN:
+        return None
+    kind, cause, covered = _cause(culprit, victim, gap, fsdp)
+    severity = Severity.CRITICAL if score >= t.STRAGGLER_CRITICAL else Severity.WARNING
+    phase = "forward + backward" if fsdp else "backward"
+    why = (
+        f"Rank {culprit.rank} holds the others back: rank {victim.rank} spends {gap * 1e3:.1f} ms more "
+        f"per step in {phase} (waiting in the collectives), {score:.0%} of its step time."
+    )
+    if cause:
+        why += f" Rank {culprit.rank} spends that time {cause} ({covered:.0%} of the gap)."
+    return Finding(
+        kind=kind,
+        severity=severity,
+        score=score,
+        title=f"Rank {culprit.rank} is a straggler",
+        why=why,
+        next=_ADVICE[kind].format(c=culprit.rank),
+        evidence=(
+            Evidence("culprit_rank", culprit.rank, "rank"),
+            Evidence("victim_rank", victim.rank, "rank"),
+            Evidence("gap", gap, "s"),
+            Evidence("coverage", covered, "ratio"),
+        ),
+    )
+
+
+def _cause(culprit: RankMetrics, victim: RankMetrics, gap: float, fsdp: bool) -> tuple[StepKind, str, float]:
+    """The excess with the highest coverage of the gap, if it reaches STRAGGLER_COVERAGE."""
+    best: tuple[StepKind, str, float] = (StepKind.STRAGGLER, "", 0.0)
+    for kind, name, words in _CAUSES:
+        if name == "h2d" and not (culprit.h2d_measured and victim.h2d_measured):
+            continue
+        if name == "forward" and fsdp:
+            continue
+        mine, theirs = getattr(culprit, name), getattr(victim, name)
+        if mine is None or theirs is None:
+            continue
+        covered = min(1.0, max(0.0, mine - theirs) / gap)
+        if covered > best[2]:
+            best = (kind, words, covered)
+    if best[2] >= t.STRAGGLER_COVERAGE:
+        return best
+    return StepKind.STRAGGLER, "", best[2]

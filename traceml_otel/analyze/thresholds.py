@@ -1,0 +1,41 @@
+"""Every diagnosis threshold in one place (values from docs/analyzer.md, matching TraceML)."""
+
+from __future__ import annotations
+
+SHARE_WARN = 0.10
+"""Input, h2d and residual shares at or above this fire their rule."""
+SHARE_CRITICAL = 0.20
+"""... and at or above this they are critical."""
+COMPUTE_SHARE = 0.90
+"""Compute share at or above this (with the others under SHARE_WARN) is COMPUTE_BOUND."""
+STRAGGLER_WARN = 0.10
+STRAGGLER_CRITICAL = 0.20
+STRAGGLER_COVERAGE = 0.80
+"""An excess explaining at least this much of the straggler gap names the cause."""
+MIN_STEPS = 2
+"""Fewer steps per rank than this is WARMUP."""
+MIN_STEPS_FOR_CRITICAL = 20
+"""Fewer steps per rank than this caps severity at warning."""
+
+MEMORY_MIN_STEPS = 50
+PRESSURE_WARN = 0.92
+PRESSURE_CRITICAL = 0.97
+IMBALANCE_WARN = 0.20
+IMBALANCE_WARN_PRESSURE = 0.30
+IMBALANCE_CRITICAL = 0.30
+IMBALANCE_CRITICAL_PRESSURE = 0.50
+CREEP_BYTES = 1 << 30
+"""Memory growth (recent band minus baseline band) at or above this is MEMORY_CREEP."""
+CREEP_BANDS = ((0.15, 0.25), (0.45, 0.55), (0.90, 1.00))
+"""Baseline, middle and recent bands, as fractions of the window."""
+
+DRIFT_MIN_STEPS = 20
+DRIFT_CHANGE = 0.10
+"""A recent step time this much above (or below) the early baseline is drift."""
+DRIFT_BAND = 0.20
+"""Baseline and recent windows are each this fraction of the run (at least DRIFT_MIN_BAND steps)."""
+DRIFT_MIN_BAND = 5
+DRIFT_SKIP = 0.05
+"""Fraction of the first steps skipped as warm-up before the baseline (at least 1 step)."""
+WORST_STEPS = 5
+"""How many of the slowest steps the report lists."""

@@ -1,0 +1,37 @@
+"""Reports of a run analysis: text (the Verdict / Why / Next card), versioned JSON, and HTML.
+
+    from traceml_otel.report import render
+    print(render(analysis, "text"))
+
+``compare`` holds the run comparison and its reports.
+"""
+
+from __future__ import annotations
+
+from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.report.html import HtmlReporter
+from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION, JsonReporter, report_json
+from traceml_otel.report.text import TextReporter
+
+FORMATS = ("text", "json", "html")
+_REPORTERS = {"text": TextReporter, "json": JsonReporter, "html": HtmlReporter}
+
+__all__ = [
+    "FORMATS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "HtmlReporter",
+    "JsonReporter",
+    "TextReporter",
+    "render",
+    "report_json",
+]
+
+
+def render(analysis: RunAnalysis, fmt: str = "text") -> str:
+    """``analysis`` as a ``text``, ``json`` or ``html`` document."""
+    try:
+        reporter = _REPORTERS[fmt]()
+    except KeyError:
+        raise ValueError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}") from None
+    return reporter.render(analysis)

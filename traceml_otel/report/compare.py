@@ -1,0 +1,190 @@
+"""Compare two runs: is B a regression, an improvement, or equivalent to A?
+
+Policy (TraceML's): a step-time change of 3 % or more is a regression or an improvement, 8 % or
+more is material; peak memory counts at +-10 %; a worse primary diagnosis is a regression.
+Phases are compared only when both runs were analysed on the same clock. Any regression makes
+the verdict REGRESSION; otherwise any improvement makes it IMPROVEMENT; else EQUIVALENT.
+
+Both sides are read from the JSON report form (a run is analysed and rendered to it first), so
+comparing a fresh run with last week's ``report.json`` works the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS
+from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
+
+STEP_TIME_CHANGE = 0.03
+STEP_TIME_MATERIAL = 0.08
+MEMORY_CHANGE = 0.10
+PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual")
+_SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
+
+
+class ReportFormatError(ValueError):
+    """A JSON file that is not a traceml-otel report this version can read."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What ``compare`` needs from one report."""
+
+    label: str
+    run_id: str
+    kind: str
+    severity: str
+    clock: str
+    steps: int
+    step_time: float | None
+    phases: tuple[tuple[str, float | None], ...]
+    peak_memory: int | None
+
+    def phase(self, name: str) -> float | None:
+        return dict(self.phases).get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One compared quantity: before, after, relative change and what it means."""
+
+    name: str
+    before: float | None
+    after: float | None
+    change: float | None
+    verdict: str
+    material: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The verdict and every change behind it."""
+
+    a: RunSummary
+    b: RunSummary
+    verdict: str
+    material: bool
+    step_time: Change
+    memory: Change
+    diagnosis: str
+    phases: tuple[Change, ...]
+    notes: tuple[str, ...]
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
+    """Read the fields ``compare`` uses from a JSON report; raises :class:`ReportFormatError`."""
+    if report.get("schema") != SCHEMA:
+        raise ReportFormatError(f"{label}: not a traceml-otel report (schema {report.get('schema')!r})")
+    version = report.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ReportFormatError(f"{label}: report schema version {version!r} is newer than this tool reads")
+    try:
+        primary = report["primary_diagnosis"]
+        phases = {p["name"]: _number(p["median_s"]) for p in report["phases"]}  # type: ignore[index, union-attr]
+        memory = report["memory"]["ranks"]  # type: ignore[index]
+        run = report["run"]
+        window = report["window"]
+    except (KeyError, TypeError) as error:
+        raise ReportFormatError(f"{label}: report lacks {error}") from None
+    peaks = [
+        _number(m.get("peak_reserved_bytes")) or _number(m.get("peak_allocated_bytes"))
+        for m in memory
+        if isinstance(m, dict)
+    ]
+    known = [p for p in peaks if p is not None]
+    return RunSummary(
+        label=label,
+        run_id=str(run.get("run_id", "")),  # type: ignore[union-attr]
+        kind=str(primary.get("kind", "")),  # type: ignore[union-attr]
+        severity=str(primary.get("severity", "")),  # type: ignore[union-attr]
+        clock=str(report.get("clock", "")),
+        steps=int(window.get("steps") or 0),  # type: ignore[union-attr]
+        step_time=phases.get("step_time"),
+        phases=tuple((name, phases.get(name)) for name in PHASES),
+        peak_memory=int(max(known)) if known else None,
+    )
+
+
+def _relative(before: float | None, after: float | None) -> float | None:
+    """``after / before - 1``, rounded to 1e-9 so a change of exactly 3 % is not 2.9999999 %."""
+    if before is None or after is None or before <= 0:
+        return None
+    return round(after / before - 1.0, 9)
+
+
+def _change(
+    name: str, before: float | None, after: float | None, threshold: float, material: float
+) -> Change:
+    delta = _relative(before, after)
+    if delta is None:
+        return Change(name, before, after, None, "not compared")
+    if delta >= threshold:
+        verdict = "regression"
+    elif delta <= -threshold:
+        verdict = "improvement"
+    else:
+        verdict = "equivalent"
+    return Change(name, before, after, delta, verdict, verdict != "equivalent" and abs(delta) >= material)
+
+
+def _badness(summary: RunSummary) -> int | None:
+    """0 healthy, 1 a warning-level problem, 2 critical; ``None`` when the data could not decide."""
+    if summary.kind in INCONCLUSIVE_KINDS:
+        return None
+    if summary.kind in HEALTHY_KINDS:
+        return 0
+    return _SEVERITY_RANK.get(summary.severity, 1)
+
+
+def _diagnosis(a: RunSummary, b: RunSummary) -> str:
+    worse_a, worse_b = _badness(a), _badness(b)
+    if worse_a is None or worse_b is None:
+        return "not compared"
+    if worse_b > worse_a:
+        return "regression"
+    if worse_b < worse_a:
+        return "improvement"
+    return "equivalent" if a.kind == b.kind else "changed"
+
+
+def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
+    """Apply the comparison policy to two run summaries (A = before, B = after)."""
+    notes: list[str] = []
+    step = _change("step_time", a.step_time, b.step_time, STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
+    memory = _change(
+        "peak_memory", _float(a.peak_memory), _float(b.peak_memory), MEMORY_CHANGE, MEMORY_CHANGE
+    )
+    diagnosis = _diagnosis(a, b)
+    same_clock = a.clock == b.clock
+    phases: tuple[Change, ...] = ()
+    if same_clock:
+        phases = tuple(
+            _change(name, a.phase(name), b.phase(name), STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
+            for name in PHASES
+        )
+    else:
+        notes.append(
+            f"different clocks ({a.clock} vs {b.clock}): phases not compared, step times on their own clocks"
+        )
+    if memory.verdict == "not compared":
+        notes.append("peak memory not compared (no GPU memory data on one side)")
+    if diagnosis == "not compared":
+        notes.append("diagnosis not compared (one run has insufficient step-time data)")
+    verdicts = {step.verdict, memory.verdict, diagnosis}
+    if "regression" in verdicts:
+        verdict = "REGRESSION"
+    elif "improvement" in verdicts:
+        verdict = "IMPROVEMENT"
+    else:
+        verdict = "EQUIVALENT"
+    return Comparison(a, b, verdict, step.material, step, memory, diagnosis, phases, tuple(notes))
+
+
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)

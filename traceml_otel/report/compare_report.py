@@ -1,0 +1,94 @@
+"""Text and JSON forms of a run comparison."""
+
+from __future__ import annotations
+
+import json
+
+from traceml_otel.report.compare import Change, Comparison, RunSummary
+from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
+
+COMPARE_SCHEMA = "traceml-otel/compare"
+COMPARE_SCHEMA_VERSION = 1
+
+
+def _signed(change: float | None) -> str:
+    return "n/a" if change is None else f"{change * 100:+.1f}%"
+
+
+def _side(name: str, s: RunSummary) -> str:
+    return (
+        f"{name}: {s.label}  run {s.run_id or '?'}  {kind_label(s.kind)} [{s.severity}]  "
+        f"{s.steps} steps, {s.clock} clock, step time {seconds(s.step_time)}"
+    )
+
+
+def _row(label: str, change: Change, fmt) -> str:  # type: ignore[no-untyped-def]
+    material = " (material)" if change.material else ""
+    return (
+        f"{label:<12} {fmt(change.before):>10} -> {fmt(change.after):>10}  {_signed(change.change):>8}  "
+        f"{change.verdict}{material}"
+    )
+
+
+def render_comparison_text(comparison: Comparison) -> str:
+    """The comparison as a short text card and a table."""
+    c = comparison
+    headline = c.verdict + (" (material)" if c.material else "")
+    lines = [
+        "traceml-otel compare",
+        _side("A", c.a),
+        _side("B", c.b),
+        "",
+        f"Verdict      {headline}",
+        _row("step time", c.step_time, seconds),
+        _row("peak memory", c.memory, lambda v: size(v) if v is not None else "n/a"),
+        f"{'diagnosis':<12} {kind_label(c.a.kind)} -> {kind_label(c.b.kind)}: {c.diagnosis}",
+    ]
+    if c.phases:
+        lines += ["", f"Phases ({c.a.clock} clock, mean per step)"]
+        lines += [_row(PHASE_LABELS[p.name], p, seconds) for p in c.phases]
+    lines += [f"Note: {note}" for note in c.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _change_json(change: Change) -> dict[str, object]:
+    return {
+        "name": change.name,
+        "before": change.before,
+        "after": change.after,
+        "change": change.change,
+        "verdict": change.verdict,
+        "material": change.material,
+    }
+
+
+def _side_json(s: RunSummary) -> dict[str, object]:
+    return {
+        "label": s.label,
+        "run_id": s.run_id,
+        "kind": s.kind,
+        "severity": s.severity,
+        "clock": s.clock,
+        "steps": s.steps,
+        "step_time_s": s.step_time,
+        "peak_memory_bytes": s.peak_memory,
+    }
+
+
+def render_comparison_json(comparison: Comparison) -> str:
+    """The comparison as versioned JSON (see docs/report-schema.md)."""
+    c = comparison
+    document = {
+        "schema": COMPARE_SCHEMA,
+        "schema_version": COMPARE_SCHEMA_VERSION,
+        "verdict": c.verdict,
+        "material": c.material,
+        "a": _side_json(c.a),
+        "b": _side_json(c.b),
+        "step_time": _change_json(c.step_time),
+        "peak_memory": _change_json(c.memory),
+        "diagnosis": {"before": c.a.kind, "after": c.b.kind, "verdict": c.diagnosis},
+        "phases": [_change_json(p) for p in c.phases],
+        "notes": list(c.notes),
+    }
+    return json.dumps(document, indent=2) + "\n"

@@ -1,0 +1,155 @@
+"""The JSON report: a versioned, documented (docs/report-schema.md) form of a run analysis."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
+from traceml_otel.contract import CONTRACT_VERSION
+
+SCHEMA = "traceml-otel/report"
+SCHEMA_VERSION = 1
+"""Bump on any breaking change to the report layout (renamed or removed keys, changed units)."""
+
+
+def finding_json(finding: Finding) -> dict[str, object]:
+    """A finding as JSON: stable ``kind``, ``severity``, ``score`` and the Why / Next text."""
+    return {
+        "kind": str(finding.kind),
+        "severity": str(finding.severity),
+        "score": finding.score,
+        "title": finding.title,
+        "why": finding.why,
+        "next": finding.next,
+        "evidence": [{"name": e.name, "value": e.value, "unit": e.unit} for e in finding.evidence],
+    }
+
+
+def _abstention_json(abstention: Abstention) -> dict[str, object]:
+    return {"rule": abstention.rule, "missing": [asdict(c) for c in abstention.missing]}
+
+
+def _summary_json(summary: MetricSummary) -> dict[str, object]:
+    return {
+        "name": summary.name,
+        "median_s": summary.median,
+        "worst_s": summary.worst,
+        "worst_rank": summary.worst_rank,
+        "skew": summary.skew,
+        "share": summary.share,
+        "measured_ranks": summary.measured_ranks,
+        "observed_ranks": summary.observed_ranks,
+    }
+
+
+def _rank_json(m: RankMetrics) -> dict[str, object]:
+    return {
+        "rank": m.rank,
+        "steps": m.steps,
+        "step_time_s": m.step_time,
+        "input_wait_s": m.input_wait,
+        "traced_s": m.traced,
+        "forward_s": m.forward,
+        "backward_s": m.backward,
+        "optimizer_s": m.optimizer,
+        "h2d_s": m.h2d,
+        "h2d_measured": m.h2d_measured,
+        "compute_s": m.compute,
+        "residual_s": m.residual,
+        "optimizer_updates": m.optimizer_updates,
+        "micro_steps": m.micro_steps,
+    }
+
+
+def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dict[str, object]:
+    """The report as a JSON-ready object (see docs/report-schema.md)."""
+    run = analysis.run
+    memory = analysis.memory
+    drift = analysis.drift
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "contract_version": CONTRACT_VERSION,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(generated_at)),
+        "run": {
+            "run_id": run.run_id,
+            "source": run.source,
+            "service": run.service,
+            "world_size": run.world_size,
+            "ranks": list(run.ranks),
+            "parallelism": run.parallelism,
+            "command": run.command,
+            "start_time": run.start_time,
+            "end_time": run.end_time,
+            "exit_code": run.exit_code,
+            "spans_read": run.spans_read,
+            "steps_read": run.steps_read,
+            "failed_steps": run.failed_steps,
+            "other_run_ids": list(run.other_run_ids),
+            "warnings_total": run.warnings_total,
+            "warnings": list(run.warnings),
+        },
+        "window": asdict(analysis.window),
+        "clock": str(analysis.clock),
+        "primary_diagnosis": finding_json(analysis.step.primary),
+        "issues": [finding_json(f) for f in analysis.step.issues],
+        "abstentions": [_abstention_json(a) for a in analysis.step.abstentions],
+        "severity_caps": list(analysis.step.caps),
+        "phases": [_summary_json(s) for s in analysis.summaries],
+        "ranks": [_rank_json(m) for m in analysis.ranks],
+        "accumulation": asdict(analysis.accumulation),
+        "memory": {
+            "status": str(memory.status),
+            "findings": [finding_json(f) for f in memory.findings],
+            "pressure": memory.pressure,
+            "imbalance": memory.imbalance,
+            "growth_bytes": memory.growth_bytes,
+            "ranks": [
+                {
+                    "rank": m.rank,
+                    "peak_allocated_bytes": m.peak_allocated,
+                    "peak_reserved_bytes": m.peak_reserved,
+                    "total_bytes": m.total,
+                }
+                for m in memory.ranks
+            ],
+        },
+        "drift": {
+            "kind": str(drift.kind),
+            "baseline_s": drift.baseline_s,
+            "recent_s": drift.recent_s,
+            "change": drift.change,
+            "since_step": drift.since_step,
+            "baseline_steps": list(drift.baseline_steps) if drift.baseline_steps else None,
+            "recent_steps": list(drift.recent_steps) if drift.recent_steps else None,
+        },
+        "worst_steps": [
+            {
+                "step": w.step,
+                "rank": w.rank,
+                "step_time_s": w.step_time,
+                "trace_id": w.trace_id,
+                "dominant": w.dominant,
+                "dominant_s": w.dominant_s,
+            }
+            for w in analysis.worst_steps
+        ],
+        "series": [
+            {
+                "rank": s.rank,
+                "steps": list(s.steps),
+                "step_time_s": list(s.step_time),
+                "peak_reserved_bytes": list(s.peak_reserved),
+            }
+            for s in analysis.series
+        ],
+    }
+
+
+class JsonReporter:
+    """Renders a run analysis as the versioned JSON report."""
+
+    def render(self, analysis: RunAnalysis) -> str:
+        return json.dumps(report_json(analysis), indent=2, allow_nan=False) + "\n"

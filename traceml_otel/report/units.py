@@ -1,0 +1,87 @@
+"""Human formatting of durations, shares, sizes, labels and the sentences both the text and the
+HTML report print."""
+
+from __future__ import annotations
+
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis
+from traceml_otel.analyze.kinds import DriftKind
+
+PHASE_LABELS = {
+    "input_wait": "input wait",
+    "h2d": "h2d copies",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "residual": "residual",
+    "compute": "compute",
+    "traced": "traced step",
+    "step_time": "step time",
+}
+TABLE_ROWS = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual", "step_time")
+"""The phase table's rows: the parts of a step, then the whole."""
+
+
+def seconds(value: float | None) -> str:
+    """``850 us``, ``12.3 ms``, ``1.24 s``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-3:
+        return f"{value * 1e6:.0f} us"
+    if abs(value) < 1.0:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def percent(value: float | None, digits: int = 0) -> str:
+    """``31%``; ``n/a`` when missing."""
+    return "n/a" if value is None else f"{value * 100:.{digits}f}%"
+
+
+def signed_percent(value: float | None, digits: int = 1) -> str:
+    """``+6.6%`` / ``-2.9%``; ``n/a`` when missing."""
+    return "n/a" if value is None else f"{value * 100:+.{digits}f}%"
+
+
+def gib(value: float) -> str:
+    """An axis label in GiB (``24 GiB``, ``1.5 GiB``)."""
+    return "0" if value == 0 else f"{value:g} GiB"
+
+
+def size(value: float | None) -> str:
+    """Bytes as ``1.50 GiB`` or ``320 MiB``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    if abs(value) >= 1 << 30:
+        return f"{value / (1 << 30):.2f} GiB"
+    return f"{value / (1 << 20):.0f} MiB"
+
+
+def kind_label(kind: str) -> str:
+    """``INPUT_STRAGGLER`` -> ``INPUT STRAGGLER``."""
+    return str(kind).replace("_", " ")
+
+
+def drift_sentence(drift: DriftAnalysis) -> str:
+    """``slowing: recent 18.9 ms vs early 14.9 ms (+26.8%), from step 301``."""
+    if drift.kind is DriftKind.NOT_ENOUGH_STEPS:
+        return "not enough steps to compare early and recent step times"
+    text = (
+        f"{drift.kind.lower().replace('_', ' ')}: recent {seconds(drift.recent_s)} vs early "
+        f"{seconds(drift.baseline_s)} ({signed_percent(drift.change)})"
+    )
+    return text + (f", from step {drift.since_step}" if drift.since_step is not None else "")
+
+
+def updates_sentence(accumulation: Accumulation) -> str:
+    """``40 optimizer updates; gradient accumulation: 4.0 traced steps per update (30 micro-steps)``."""
+    if accumulation.optimizer_updates is None:
+        return ""
+    text = f"{accumulation.optimizer_updates} optimizer updates"
+    if accumulation.micro_steps and accumulation.steps_per_update:
+        text += (
+            f"; gradient accumulation: {accumulation.steps_per_update:.1f} traced steps per update "
+            f"({accumulation.micro_steps} micro-steps)"
+        )
+    return text
