@@ -102,6 +102,7 @@ class _Telemetry(_NoopTelemetry):
         self.forward = hooks.ForwardHooks(self.recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
         self._installed: list[Any] = []
+        self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
         for wanted, hook in (
             (config.backward, hooks.BackwardPatch(self.recorder)),
             (config.optimizer, self.optimizer_hooks),
@@ -115,9 +116,17 @@ class _Telemetry(_NoopTelemetry):
 
     def begin_step(self, model: Any) -> None:
         if model is not None and self.forward is not None and not self.forward.is_watching(model):
-            self.forward.watch(model)
-            self.recorder.parallelism = self._parallelism_of(model)
+            self._first_step_with(model)
         self.recorder.begin_step()
+
+    def _first_step_with(self, model: Any) -> None:
+        """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
+        self.forward.watch(model)  # type: ignore[union-attr]
+        self.recorder.parallelism = self._parallelism_of(model)
+        if self.prefetch is not None and not self.prefetch.installed:
+            self.prefetch.install()
+            if self.prefetch.installed:
+                self._installed.append(self.prefetch)
 
     def end_step(self, exception_type: str | None) -> None:
         self.recorder.end_step(exception_type)

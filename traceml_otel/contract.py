@@ -42,8 +42,8 @@ ATTR_INPUT_WAIT_CPU = "traceml.input_wait.cpu_duration"
 ATTR_INPUT_WAIT_GPU = "traceml.input_wait.gpu_duration"
 ATTR_INPUT_WAIT_FETCHES = "traceml.input_wait.fetches"
 ATTR_PREFETCH_H2D_CPU = "traceml.h2d.prefetch.cpu_duration"
-"""Host-to-device copies made while fetching the batch (Accelerate's prepared
-loaders), already subtracted from the input wait."""
+"""Host-to-device copies the data loader made between steps (Accelerate's prepared
+loaders); part of neither the input wait nor the traced block."""
 ATTR_OPTIMIZER_STEPS = "traceml.optimizer.steps"
 ATTR_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
 ATTR_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"

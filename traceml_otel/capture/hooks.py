@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -120,13 +121,52 @@ class BackwardPatch:
 
 
 class OptimizerHooks:
-    """Times ``optimizer.step()`` through the global step pre/post hooks."""
+    """Times ``optimizer.step()`` from the outside, with the global step hooks as a fallback.
+
+    torch wraps each optimizer class's ``step`` once (``Optimizer.profile_hook_step``: a
+    profiler range plus the hook loops) and calls the hooks inside that wrapper, so hooks
+    alone miss 10-30 us per step, which would show up as residual. The outer wrapper goes
+    around torch's wrapper, for classes already wrapped and for those wrapped later; the
+    global hooks still time any optimizer whose ``step`` escaped both.
+    """
 
     def __init__(self, recorder: StepRecorder) -> None:
         self._recorder = recorder
         self._depth = 0
         self._token: tuple[int, Any] | None = None
         self._handles: list[Any] = []
+        self._wrapped_classes: list[tuple[type, Any]] = []
+        self._original_profile_hook_step: Any = None
+
+    def _timed_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.pre(None, args, kwargs)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self.post(None, args, kwargs)
+
+        timed.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped" marker
+        timed.__traceml_original__ = step  # type: ignore[attr-defined]
+        return timed
+
+    def _wrap_optimizer_classes(self) -> None:
+        from torch.optim import Optimizer
+
+        original = Optimizer.__dict__["profile_hook_step"]
+        self._original_profile_hook_step = original
+        Optimizer.profile_hook_step = staticmethod(  # type: ignore[method-assign]
+            lambda func: self._timed_step(original.__func__(func))
+        )
+        pending = list(Optimizer.__subclasses__())
+        while pending:
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            step = cls.__dict__.get("step")
+            if getattr(step, "hooked", False) and not hasattr(step, "__traceml_original__"):
+                self._wrapped_classes.append((cls, step))
+                cls.step = self._timed_step(step)
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._depth += 1
@@ -151,11 +191,20 @@ class OptimizerHooks:
                 register_optimizer_step_pre_hook(self.pre),
                 register_optimizer_step_post_hook(self.post),
             ]
+            self._wrap_optimizer_classes()
 
     def uninstall(self) -> None:
+        from torch.optim import Optimizer
+
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for cls, step in self._wrapped_classes:
+            cls.step = step
+        self._wrapped_classes = []
+        if self._original_profile_hook_step is not None:
+            Optimizer.profile_hook_step = self._original_profile_hook_step  # type: ignore[method-assign]
+            self._original_profile_hook_step = None
 
 
 class HostToDevicePatch:
@@ -199,6 +248,61 @@ class HostToDevicePatch:
         if self._originals is not None:
             torch.Tensor.to, torch.Tensor.cuda = self._originals  # type: ignore[method-assign]
             self._originals = None
+
+
+def is_accelerator_device(device: Any) -> bool:
+    """True for a CUDA (or other non-CPU) target of Accelerate's ``send_to_device``."""
+    try:
+        return torch.device(device).type not in ("cpu", "meta")
+    except (RuntimeError, TypeError):
+        return False
+
+
+class AcceleratePrefetchPatch:
+    """Times the copies Accelerate's prepared loaders make between steps (``send_to_device``).
+
+    ``DataLoaderShard`` moves each batch to the device after fetching it and before handing
+    it over, outside both the fetch and the step, so TraceML never sees these copies. They
+    are recorded as the next step's prefetch h2d. Installs only once ``accelerate`` is imported.
+    """
+
+    def __init__(
+        self, recorder: StepRecorder, is_device: Callable[[Any], bool] = is_accelerator_device
+    ) -> None:
+        self._recorder = recorder
+        self._is_device = is_device
+        self._module: Any = None
+        self._original: Any = None
+
+    def install(self) -> None:
+        import sys
+
+        module = sys.modules.get("accelerate.data_loader")
+        if module is None or self._original is not None or not hasattr(module, "send_to_device"):
+            return
+        recorder, is_device, original = self._recorder, self._is_device, module.send_to_device
+
+        @functools.wraps(original)
+        def timed_send(batch: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
+            if recorder.in_step or not is_device(device):
+                return original(batch, device, *args, **kwargs)
+            started = perf_counter_ns()
+            try:
+                return original(batch, device, *args, **kwargs)
+            finally:
+                recorder.add_prefetch_h2d(perf_counter_ns() - started)
+
+        self._module, self._original = module, original
+        module.send_to_device = timed_send
+
+    @property
+    def installed(self) -> bool:
+        return self._original is not None
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            self._module.send_to_device = self._original
+            self._module = self._original = None
 
 
 class DataLoaderPatch:

@@ -89,8 +89,12 @@ class StepRecorder:
         self._wait_marks.append((token[1], end_mark))
 
     def add_prefetch_h2d(self, duration_ns: int) -> None:
-        """Host-to-device copy made by the loader during a fetch (taken out of the wait)."""
-        self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
+        """A host-to-device copy the data loader made between steps (Accelerate's prepared loaders).
+
+        It belongs to the next step, beside its input wait: neither the fetch nor the block timed it.
+        """
+        if not self.in_step:
+            self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
 
     # --- phases ----------------------------------------------------------------
     def phase_begin(self) -> tuple[int, Any]:
@@ -135,12 +139,10 @@ class StepRecorder:
         self.in_step = False
         memory = self.clock.peak_memory()
         alloc, reserved, total = memory if memory is not None else (None, None, None)
-        wait = self._wait_ns
-        if wait is not None and self._prefetch_h2d_ns is not None:
-            wait = max(0, wait - self._prefetch_h2d_ns)
         row: StepRow = [
-            self.step, state.start_ns, end_ns, None, wait, None, self._fetches, self._prefetch_h2d_ns,
-            state.optimizer_steps, self.parallelism, alloc, reserved, total, exception_type, state.phases,
+            self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
+            self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved, total,
+            exception_type, state.phases,
         ]
         if self.clock.has_device:
             self._pending.append(
