@@ -190,6 +190,7 @@ def microbenchmarks() -> dict[str, float]:
     clock = CudaEventClock()
     x = torch.randn(1024, 1024, device="cuda")
     x @ x
+    clock.reset_peak_memory()  # resolves the device, as the first step does
 
     def per_call(fn, n: int = 2000) -> float:
         started = time.perf_counter_ns()
@@ -197,8 +198,37 @@ def microbenchmarks() -> dict[str, float]:
             fn()
         return (time.perf_counter_ns() - started) / n / 1000
 
+    from traceml_otel.capture.hooks import HostToDevicePatch
+    from traceml_otel.capture.recorder import StepRecorder
+
+    class Discard:
+        def send_steps(self, rows: list) -> None:
+            pass
+
+    recorder = StepRecorder(Discard(), clock, flush_steps=64)
+
+    def empty_step() -> None:
+        recorder.begin_step()
+        recorder.end_step()
+
+    def one_phase_step() -> None:
+        recorder.begin_step()
+        recorder.phase_end("forward", recorder.phase_begin())
+        recorder.end_step()
+
     marks = []
+    bare_to = per_call(lambda: x.to(torch.float32))
+    patch = HostToDevicePatch(recorder)
+    patch.install()
+    recorder.begin_step()
+    patched_to = per_call(lambda: x.to(torch.float32))
+    recorder.end_step()
+    patch.uninstall()
     results = {
+        "recorder: empty step (begin+end)": per_call(empty_step),
+        "recorder: step with one phase": per_call(one_phase_step),
+        "Tensor.to on a CUDA tensor, bare": bare_to,
+        "Tensor.to on a CUDA tensor, h2d patch in a step": patched_to,
         "clock.mark (pooled event record)": per_call(lambda: marks.append(clock.mark())),
         "clock.reset_peak_memory": per_call(clock.reset_peak_memory),
         "clock.peak_memory (nested dict)": per_call(clock.peak_memory),
@@ -206,7 +236,14 @@ def microbenchmarks() -> dict[str, float]:
             lambda: (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())),
         "event.query": per_call(lambda: marks[-1].query()),
     }
+    heavy = torch.randn(8192, 8192, device="cuda")
+    heavy @ heavy
     torch.cuda.synchronize()
+    started = time.perf_counter_ns()
+    heavy @ heavy
+    launch_us = (time.perf_counter_ns() - started) / 1000
+    torch.cuda.synchronize()
+    results["CPU time to launch an 8192^3 matmul (large = blocking launches)"] = launch_us
     return results
 
 
@@ -224,7 +261,8 @@ def main() -> int:
     on_gpu = torch.cuda.is_available()
     device_total = torch.cuda.get_device_properties(0).total_memory if on_gpu else 0
     device_name = torch.cuda.get_device_name(0) if on_gpu else "cpu (dry run)"
-    print(f"device: {device_name}, torch {torch.__version__}", flush=True)
+    print(f"device: {device_name}, torch {torch.__version__}, "
+          f"CUDA_LAUNCH_BLOCKING={os.environ.get('CUDA_LAUNCH_BLOCKING')!r}", flush=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(TRACEML_RUNS_DIR=str(out / "runs"), TRACEML_RUN_ID="gpu-check")
     traced = _child(True, STEPS, out / "traced.json", env)

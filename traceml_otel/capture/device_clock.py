@@ -51,7 +51,12 @@ class CpuClock:
 
 
 class CudaEventClock(CpuClock):
-    """CUDA events on the current stream, pooled; peak memory of the current device."""
+    """CUDA events on the current stream, pooled; peak memory of the current device.
+
+    It never initialises CUDA itself (that would put a context on GPU 0 of every rank
+    before ``torch.cuda.set_device``): until the program has initialised CUDA, marks and
+    memory are absent. The device is read again at each step start.
+    """
 
     has_device = True
 
@@ -61,27 +66,57 @@ class CudaEventClock(CpuClock):
         self._torch = torch
         self._event_type = torch.cuda.Event
         self._free: list[Any] = []
-        self._device = torch.cuda.current_device()
-        self._total = int(torch.cuda.get_device_properties(self._device).total_memory)
+        self._device: int | None = None
+        self._totals: dict[int, int] = {}
+        # torch.cuda.current_stream() builds a Stream object per call (~8 us on an H200 host);
+        # the raw stream handle is an int, so streams are looked up in a small cache instead.
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._streams: dict[tuple[int, int], Any] = {}
+
+    def _current_stream(self, device: int) -> Any:
+        if self._raw_stream is None:
+            return self._torch.cuda.current_stream(device)
+        key = (device, self._raw_stream(device))
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = self._torch.cuda.current_stream(device)
+        return stream
 
     def mark(self) -> Any:
+        device = self._device
+        if device is None:
+            if not self._torch.cuda.is_initialized():
+                return None
+            device = self._torch.cuda.current_device()
         event = self._free.pop() if self._free else self._event_type(enable_timing=True)
-        event.record()
+        event.record(self._current_stream(device))
         return event
 
     def reset_peak_memory(self) -> None:
-        self._torch.cuda.reset_peak_memory_stats(self._device)
+        cuda = self._torch.cuda
+        if not cuda.is_initialized():
+            self._device = None
+            return
+        self._device = cuda.current_device()
+        cuda.reset_peak_memory_stats(self._device)
 
     def peak_memory(self) -> tuple[int, int, int] | None:
-        # One nested-dict read: max_memory_allocated() and max_memory_reserved() each flatten
-        # the allocator's whole stats tree in Python, which cost ~100 us per step on an H200 host.
-        stats = self._torch.cuda.memory_stats_as_nested_dict(self._device)
+        device = self._device
+        if device is None:
+            return None
+        cuda = self._torch.cuda
+        total = self._totals.get(device)
+        if total is None:
+            total = self._totals[device] = int(cuda.get_device_properties(device).total_memory)
+        # One nested-dict read: max_memory_allocated() plus max_memory_reserved() flatten the
+        # allocator's whole stats tree in Python, 179 us per step on an H200 host against 12 us.
+        stats = cuda.memory_stats_as_nested_dict(device)
         try:
             allocated = stats["allocated_bytes"]["all"]["peak"]
             reserved = stats["reserved_bytes"]["all"]["peak"]
-        except KeyError:  # allocator not initialised yet on this device
-            return (0, 0, self._total)
-        return (int(allocated), int(reserved), self._total)
+        except KeyError:  # nothing allocated on this device yet
+            return (0, 0, total)
+        return (int(allocated), int(reserved), total)
 
     def is_done(self, mark: Any) -> bool:
         return mark is None or bool(mark.query())

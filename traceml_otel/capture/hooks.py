@@ -211,7 +211,7 @@ class HostToDevicePatch:
     """Times CPU→CUDA copies made with ``Tensor.to`` or ``Tensor.cuda`` inside a step.
 
     The copy is timed around the call and kept only when ``is_h2d(source, result)``;
-    outside a step the patch costs one attribute check.
+    outside a step, or for a source already on a device, the patch costs two attribute checks.
     """
 
     def __init__(self, recorder: StepRecorder, is_h2d: H2DPredicate = is_host_to_cuda) -> None:
@@ -225,7 +225,7 @@ class HostToDevicePatch:
 
         @functools.wraps(original)
         def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not recorder.in_step:
+            if not recorder.in_step or not tensor.is_cpu:  # only a CPU source can be a host-to-device copy
                 return original(tensor, *args, **kwargs)
             token = recorder.phase_begin()
             result = original(tensor, *args, **kwargs)
