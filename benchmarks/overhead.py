@@ -109,12 +109,15 @@ def measure(label: str, hidden: int, steps: int, rounds: int, env: dict[str, str
         traced.append(_run_worker(hidden, steps, True, env))
     bare_ns, traced_ns = statistics.median(bare), statistics.median(traced)
     added_us = (traced_ns - bare_ns) / 1000
-    print(f"{label:<28} bare {bare_ns / 1e6:8.3f} ms   traced {traced_ns / 1e6:8.3f} ms   "
-          f"added {added_us:+8.1f} us/step   ratio {traced_ns / bare_ns:.4f} ({(traced_ns / bare_ns - 1) * 100:+.2f} %)")
+    ratio = traced_ns / bare_ns
+    print(f"{label:<34} bare {bare_ns / 1e6:8.3f} ms   traced {traced_ns / 1e6:8.3f} ms   "
+          f"added {added_us:+8.1f} us/step   ratio {ratio:.4f} ({(ratio - 1) * 100:+.2f} %)", flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--otlp", action="store_true", help="also measure with an OTLP endpoint (rotel)")
     parser.add_argument("--steps", type=int, default=0, help="steps per process (default: ~3 s of work)")
     parser.add_argument("--rounds", type=int, default=3, help="bare/traced process pairs per configuration")
