@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -70,7 +70,6 @@ class ExportCounts:
     queue_full: int = 0
     not_sent_at_shutdown: int = 0
     last_error: str | None = None
-    failures: list[str] = field(default_factory=list)
 
     @property
     def dropped(self) -> int:
@@ -93,6 +92,7 @@ class OtlpSpanShipper:
         self._on_first_failure = on_first_failure or _warn_stderr
         self._queue: queue.Queue[list[ReadableSpan] | None] = queue.Queue()
         self._queued = 0
+        self._closed = False
         self._lock = threading.Lock()
         self.counts = ExportCounts()
         self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
@@ -118,7 +118,8 @@ class OtlpSpanShipper:
         """Send what is queued until ``timeout_s``; count the rest as not sent."""
         self._queue.put(None)
         self._thread.join(timeout_s)
-        with self._lock:
+        with self._lock:  # whatever is still queued or in flight now counts as not sent, once
+            self._closed = True
             self.counts.not_sent_at_shutdown += self._queued
             self._queued = 0
         try:
@@ -135,7 +136,7 @@ class OtlpSpanShipper:
                 item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 item = []
-            if item is None:
+            if item is None or self._closed:
                 self._send(batch)
                 return
             batch.extend(item)
@@ -145,7 +146,7 @@ class OtlpSpanShipper:
                 deadline = time.monotonic() + BATCH_DELAY_S
 
     def _send(self, batch: list[ReadableSpan]) -> None:
-        if not batch:
+        if not batch or self._closed:
             return
         try:
             result = self._exporter.export(batch)
@@ -153,13 +154,15 @@ class OtlpSpanShipper:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         with self._lock:
+            if self._closed:  # close() already counted this batch as not sent
+                return
             self._queued -= len(batch)
-        if error is None:
-            self.counts.exported += len(batch)
-            return
-        first = self.counts.failed == 0
-        self.counts.failed += len(batch)
-        self.counts.last_error = error
+            if error is None:
+                self.counts.exported += len(batch)
+                return
+            first = self.counts.failed == 0
+            self.counts.failed += len(batch)
+            self.counts.last_error = error
         if first:
             self._on_first_failure(
                 f"OTLP span export to {self._endpoint} is failing ({error}); spans that cannot be "
