@@ -151,3 +151,29 @@ def test_trace_step_before_init_warns_once(tmp_path: Path) -> None:
     """
     result = _python(code, tmp_path)
     assert result.returncode == 0 and result.stderr.count("before traceml.init()") == 1
+
+
+def test_a_provider_the_program_set_up_is_reused_not_replaced(tmp_path: Path) -> None:
+    code = """
+        import warnings
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        provider = TracerProvider(resource=Resource.create({"service.name": "my-trainer", "team": "nlp"}))
+        trace.set_tracer_provider(provider)
+        import traceml_otel as traceml
+        traceml.init()
+        with traceml.trace_step(None):
+            pass
+        traceml.shutdown()
+        assert trace.get_tracer_provider() is provider
+    """
+    result = _python(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Overriding" not in result.stderr
+    from tests.local_copy_reader import read_run
+
+    (run_dir,) = tmp_path.iterdir()
+    (span,) = read_run(run_dir)
+    assert span.resource["service.name"] == "my-trainer" and span.resource["team"] == "nlp"
+    assert span.resource["traceml.run.id"] == run_dir.name

@@ -116,3 +116,29 @@ def test_hand_encoder_matches_the_sdk_encoder_field_for_field() -> None:
                     if key in span:
                         span[key] = base64.b64decode(span[key]).hex()
     assert json.loads(traces_data_json(spans)) == expected
+
+
+def test_ratio_sampler_decides_alike_on_every_rank_and_counts_what_it_skips() -> None:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from traceml_otel.emit.otlp import OtlpSpanShipper, sampler_from_settings
+
+    class Collect(SpanExporter):
+        def __init__(self) -> None:
+            self.trace_ids: set[int] = set()
+
+        def export(self, spans):
+            self.trace_ids.update(span.context.trace_id for span in spans)
+            return SpanExportResult.SUCCESS
+
+    kept = []
+    for rank in (0, 1):
+        exporter = Collect()
+        shipper = OtlpSpanShipper(exporter, sampler_from_settings("parentbased_traceidratio", "0.5"), "x")
+        for step in range(200):
+            shipper.offer(_builder(rank).build(_cpu_record(step)).all())
+        counts = shipper.close(timeout_s=10)
+        assert counts.exported + counts.sampled_out == 200 * 4 and counts.dropped == 0
+        kept.append(exporter.trace_ids)
+    assert kept[0] == kept[1]  # the same steps on both ranks
+    assert 60 < len(kept[0]) < 140  # about half

@@ -68,8 +68,12 @@ def build_resource(hello: dict[str, Any]) -> Resource:
     if hello.get("service_name"):
         attributes["service.name"] = hello["service_name"]
     # Resource.create merges the env detector (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) under ours;
-    # service.name is only ours when the env named none.
-    return Resource.create(attributes)
+    # service.name is only ours when the env named none. A provider the program set up wins over both.
+    resource = Resource.create(attributes)
+    user = hello.get("user_resource") or {}
+    if user:
+        resource = resource.merge(Resource({**user, c.ATTR_RUN_ID: hello["run_id"]}))
+    return resource
 
 
 class Emitter:
