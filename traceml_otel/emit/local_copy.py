@@ -12,6 +12,7 @@ per span, and a test checks it field for field against the SDK encoder's output.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,18 +26,31 @@ _SPAN_FLAGS_IS_REMOTE = 0x200
 _STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _dumps = json.dumps
 _key_json: dict[str, str] = {}
+_string_json: dict[str, str] = {}  # attribute strings repeat (run id, host, phase names)
+_STRING_CACHE_LIMIT = 4096
+
+
+def _str_json(value: str) -> str:
+    encoded = _string_json.get(value)
+    if encoded is None:
+        encoded = _dumps(value)
+        if len(_string_json) < _STRING_CACHE_LIMIT:
+            _string_json[value] = encoded
+    return encoded
 
 
 def _value_json(value: object) -> str:
     kind = type(value)
     if kind is str:
-        return '{"stringValue":' + _dumps(value) + "}"
+        return '{"stringValue":' + _str_json(value) + "}"  # type: ignore[arg-type]
     if kind is bool:
         return '{"boolValue":true}' if value else '{"boolValue":false}'
     if kind is int:
         return '{"intValue":"' + str(value) + '"}'
     if kind is float:
-        return '{"doubleValue":' + _dumps(value) + "}"
+        # repr() is the shortest round-trip form, as json.dumps writes finite floats.
+        text = repr(value) if math.isfinite(value) else _dumps(value)  # type: ignore[arg-type]
+        return '{"doubleValue":' + text + "}"
     if kind is list or kind is tuple:
         return '{"arrayValue":{"values":[' + ",".join(_value_json(item) for item in value) + "]}}"
     return '{"stringValue":' + _dumps(str(value)) + "}"
@@ -53,7 +67,10 @@ def _attributes_json(attributes: Any) -> str:
 
 
 def _status_json(span: ReadableSpan) -> str:
-    code = _STATUS_CODES[span.status.status_code]
+    status = span.status
+    if status.status_code is StatusCode.UNSET and not status.description:
+        return "{}"
+    code = _STATUS_CODES[status.status_code]
     fields = []
     if span.status.description:
         fields.append('"message":' + _dumps(span.status.description))
@@ -73,7 +90,7 @@ def _span_json(span: ReadableSpan) -> str:
             flags |= _SPAN_FLAGS_IS_REMOTE
     return (
         f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"{parent_json},'
-        f'"name":{_dumps(span.name)},"kind":{span.kind.value + 1},'  # SDK INTERNAL=0 -> OTLP 1
+        f'"name":{_str_json(span.name)},"kind":{span.kind.value + 1},'  # SDK INTERNAL=0 -> OTLP 1
         f'"startTimeUnixNano":"{span.start_time}","endTimeUnixNano":"{span.end_time}",'
         f'"attributes":{_attributes_json(span.attributes)},"status":{_status_json(span)},"flags":{flags}}}'
     )
