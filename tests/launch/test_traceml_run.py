@@ -12,6 +12,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.local_copy_reader import read_run
 from traceml_otel import contract as c
 
@@ -113,20 +115,77 @@ def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> Non
     assert stats["otlp_exported"] == 0 and stats["otlp_dropped"] == 160  # 40 steps x 4 spans, all counted
 
 
-def test_sigterm_keeps_every_completed_step(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.005"],
-                               env=_env(tmp_path), stdout=subprocess.PIPE, text=True)
+def _run_until(
+    command: list[str], env: dict[str, str], completed_at_least: int
+) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     completed = -1
     deadline = time.monotonic() + 60
-    while completed < 60 and time.monotonic() < deadline:
+    while completed < completed_at_least and time.monotonic() < deadline:
         line = process.stdout.readline()
         if line.startswith("completed"):
             completed = int(line.split()[1])
-    process.send_signal(signal.SIGTERM)
-    rest, _ = process.communicate(timeout=60)
-    completed = max([completed, *(int(x.split()[1]) for x in rest.splitlines() if x.startswith("completed"))])
-    assert process.returncode == -signal.SIGTERM  # the default action still happens after our flush
+    return process, completed
+
+
+def _finish(process: subprocess.Popen, completed: int) -> int:
+    rest, _ = process.communicate(timeout=90)
+    return max([completed, *(int(x.split()[1]) for x in rest.splitlines() if x.startswith("completed"))])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_keeps_every_completed_step(tmp_path: Path, signum: int) -> None:
+    command = [sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.005"]
+    process, completed = _run_until(command, _env(tmp_path), 60)
+    process.send_signal(signum)
+    completed = _finish(process, completed)
+    assert process.returncode != 0
     steps = _steps_by_rank(_only_run_dir(tmp_path))[0]
     assert set(range(completed + 1)) <= steps
     stats = json.loads((_only_run_dir(tmp_path) / c.export_stats_file_name(0)).read_text())
-    assert stats["end_status"] == "SIGTERM" and stats["clean_shutdown"]
+    assert stats["clean_shutdown"]
+    if signum == signal.SIGTERM:
+        assert process.returncode == -signal.SIGTERM  # the default action still happens after our flush
+        assert stats["end_status"] == "SIGTERM"
+
+
+def test_sigkill_of_the_trainer_keeps_what_reached_the_emitter(tmp_path: Path) -> None:
+    env = _env(tmp_path, TRACEML_FLUSH_STEPS="1")  # every step is handed off as it completes
+    command = [sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.005"]
+    process, completed = _run_until(command, env, 40)
+    process.kill()
+    process.communicate(timeout=30)
+    run_dir = _only_run_dir(tmp_path)
+    stats_path = run_dir / c.export_stats_file_name(0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the orphaned emitter finishes on its own
+        stats = json.loads(stats_path.read_text())
+        if stats["end_status"] != "running":
+            break
+        time.sleep(0.1)
+    assert not stats["clean_shutdown"] and "without shutdown" in stats["end_status"]
+    assert set(range(completed + 1)) <= _steps_by_rank(run_dir)[0]
+
+
+def test_exception_in_the_script_flushes_every_step(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(STEADY), "--steps", "50", "--raise-at", "30"],
+                            env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "user bug at step 30" in result.stderr
+    steps = _steps_by_rank(_only_run_dir(tmp_path))[0]
+    assert steps == set(range(31))  # the failing step is kept too, marked as an error
+    (failed,) = [s for s in read_run(_only_run_dir(tmp_path))
+                 if s.name == c.SPAN_STEP and s.attributes[c.ATTR_STEP] == 30]
+    assert failed.attributes["exception.type"] == "RuntimeError"
+
+
+def test_traceml_run_passes_sigterm_to_the_ranks(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "traceml_otel.cli", "run", str(STEADY), "--no-report", "--",
+               "--steps", "100000", "--sleep", "0.005"]
+    process, completed = _run_until(command, _env(tmp_path), 40)
+    process.send_signal(signal.SIGTERM)
+    completed = _finish(process, completed)
+    assert process.returncode == 128 + signal.SIGTERM
+    run_dir = _only_run_dir(tmp_path)
+    assert set(range(completed + 1)) <= _steps_by_rank(run_dir)[0]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 128 + signal.SIGTERM

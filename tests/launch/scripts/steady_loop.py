@@ -13,6 +13,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--exit-code", type=int, default=0)
+parser.add_argument("--raise-at", type=int, default=-1, help="raise inside this step")
 args = parser.parse_args()
 
 traceml.init(mode="auto")
@@ -27,5 +28,7 @@ for step, (x,) in enumerate(loader):
         model(x).sum().backward()
         optimizer.step()
         time.sleep(args.sleep)
+        if step == args.raise_at:
+            raise RuntimeError(f"user bug at step {step}")
     print(f"completed {step}", flush=True)
 sys.exit(args.exit_code)
