@@ -8,15 +8,17 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from tests.local_copy_reader import parse_line
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import traces_data_json
-from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
 from traceml_otel.records import PhaseTiming, StepRecord
 
 MS = 1_000_000
+RESOURCE = Resource.create({"service.name": "t", "note": "quote \" and \u00e9"})
+SCOPE = InstrumentationScope("traceml_otel", "9.9")
 
 
 def _builder(rank: int = 0) -> StepSpanBuilder:
     info = RankInfo(run_id="run-1", rank=rank, local_rank=rank, world_size=2, node_rank=0, host="h")
-    return StepSpanBuilder(info, Resource.create({"service.name": "t"}), InstrumentationScope("traceml_otel"))
+    return StepSpanBuilder(info)
 
 
 def _cpu_record(step: int = 7) -> StepRecord:
@@ -34,13 +36,13 @@ def _cpu_record(step: int = 7) -> StepRecord:
 def test_step_span_is_a_root_with_children_in_the_derived_trace() -> None:
     spans = _builder().build(_cpu_record())
     step = spans.step
-    assert step.name == c.SPAN_STEP and step.parent is None
-    assert step.context.trace_id == c.step_trace_id("run-1", 7)
+    assert step.name == c.SPAN_STEP and step.parent_span_id is None
+    assert step.trace_id == c.step_trace_id("run-1", 7)
     assert [s.name for s in spans.phases] == ["traceml.forward", "traceml.backward", "traceml.optimizer"]
     for child in spans.phases:
-        assert child.parent.span_id == step.context.span_id
-        assert child.context.trace_id == step.context.trace_id
-        assert step.start_time <= child.start_time <= child.end_time <= step.end_time
+        assert child.parent_span_id == step.span_id
+        assert child.trace_id == step.trace_id
+        assert step.start_ns <= child.start_ns <= child.end_ns <= step.end_ns
     attributes = step.attributes
     assert attributes[c.ATTR_RUN_ID] == "run-1" and attributes[c.ATTR_STEP] == 7
     assert attributes[c.ATTR_RANK] == 0 and attributes[c.ATTR_WORLD_SIZE] == 2
@@ -55,9 +57,9 @@ def test_step_span_is_a_root_with_children_in_the_derived_trace() -> None:
 
 def test_every_rank_puts_step_n_in_the_same_trace() -> None:
     a, b = _builder(0).build(_cpu_record(3)), _builder(1).build(_cpu_record(3))
-    assert a.step.context.trace_id == b.step.context.trace_id
-    assert a.step.context.span_id != b.step.context.span_id
-    assert _builder(0).build(_cpu_record(4)).step.context.trace_id != a.step.context.trace_id
+    assert a.step.trace_id == b.step.trace_id
+    assert a.step.span_id != b.step.span_id
+    assert _builder(0).build(_cpu_record(4)).step.trace_id != a.step.trace_id
 
 
 def test_gpu_children_sit_on_the_gpu_timeline() -> None:
@@ -70,8 +72,8 @@ def test_gpu_children_sit_on_the_gpu_timeline() -> None:
     )
     spans = _builder().build(record)
     (forward,) = spans.phases
-    assert forward.start_time == 1_005 * MS and forward.end_time == 1_015 * MS
-    assert spans.step.end_time == 1_020 * MS  # the step stretches over its GPU work
+    assert forward.start_ns == 1_005 * MS and forward.end_ns == 1_015 * MS
+    assert spans.step.end_ns == 1_020 * MS  # the step stretches over its GPU work
     assert spans.step.attributes[c.ATTR_CLOCK] == "gpu"
     assert forward.attributes[c.ATTR_PHASE_GPU_DURATION] == 0.010
     assert abs(forward.attributes[c.ATTR_PHASE_CPU_DURATION] - 0.001) < 1e-9
@@ -81,13 +83,14 @@ def test_gpu_children_sit_on_the_gpu_timeline() -> None:
 def test_failed_step_has_error_status() -> None:
     record = StepRecord(step=0, start_ns=1, end_ns=2, exception_type="ValueError")
     step = _builder().build(record).step
-    assert step.status.status_code.name == "ERROR"
+    assert step.error == "ValueError"
+    assert ReadableSpanFactory(RESOURCE, SCOPE).convert(step).status.status_code.name == "ERROR"
     assert step.attributes["exception.type"] == "ValueError"
 
 
 def test_local_copy_line_is_otlp_json_with_hex_ids() -> None:
     spans = _builder().build(_cpu_record()).all()
-    data = parse_line(traces_data_json(spans))
+    data = parse_line(traces_data_json(spans, RESOURCE, SCOPE))
     parsed = data.resource_spans[0].scope_spans[0].spans
     assert len(parsed) == 4
     assert parsed[0].trace_id.hex() == f"{c.step_trace_id('run-1', 7):032x}"
@@ -108,14 +111,16 @@ def test_hand_encoder_matches_the_sdk_encoder_field_for_field() -> None:
         peak_allocated_bytes=2**40, peak_reserved_bytes=2**41, device_total_bytes=2**42,
     )
     spans = [*_builder().build(_cpu_record()).all(), *_builder().build(gpu_record).all()]
-    expected = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    factory = ReadableSpanFactory(RESOURCE, SCOPE)
+    expected = json_format.MessageToDict(encode_spans([factory.convert(s) for s in spans]),
+                                         use_integers_for_enums=True)
     for resource_spans in expected["resourceSpans"]:
         for scope_spans in resource_spans["scopeSpans"]:
             for span in scope_spans["spans"]:
                 for key in ("traceId", "spanId", "parentSpanId"):
                     if key in span:
                         span[key] = base64.b64decode(span[key]).hex()
-    assert json.loads(traces_data_json(spans)) == expected
+    assert json.loads(traces_data_json(spans, RESOURCE, SCOPE)) == expected
 
 
 def test_ratio_sampler_decides_alike_on_every_rank_and_counts_what_it_skips() -> None:
@@ -134,7 +139,8 @@ def test_ratio_sampler_decides_alike_on_every_rank_and_counts_what_it_skips() ->
     kept = []
     for rank in (0, 1):
         exporter = Collect()
-        shipper = OtlpSpanShipper(exporter, sampler_from_settings("parentbased_traceidratio", "0.5"), "x")
+        shipper = OtlpSpanShipper(exporter, sampler_from_settings("parentbased_traceidratio", "0.5"), "x",
+                                  ReadableSpanFactory(RESOURCE, SCOPE).convert)
         for step in range(200):
             shipper.offer(_builder(rank).build(_cpu_record(step)).all())
         counts = shipper.close(timeout_s=10)

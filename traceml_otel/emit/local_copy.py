@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-_SPAN_FLAGS_HAS_IS_REMOTE = 0x100
-_SPAN_FLAGS_IS_REMOTE = 0x200
-_STATUS_CODES = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
+from traceml_otel.emit.spans import SpanData
+
+_SPAN_FLAGS_HAS_IS_REMOTE = 0x100  # a local parent (or none): "is remote" known and false
+_SPAN_KIND_INTERNAL = 1
 _dumps = json.dumps
 _key_json: dict[str, str] = {}
 _string_json: dict[str, str] = {}  # attribute strings repeat (run id, host, phase names)
@@ -66,92 +66,51 @@ def _attributes_json(attributes: Any) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _status_json(span: ReadableSpan) -> str:
-    status = span.status
-    if status.status_code is StatusCode.UNSET and not status.description:
-        return "{}"
-    code = _STATUS_CODES[status.status_code]
-    fields = []
-    if span.status.description:
-        fields.append('"message":' + _dumps(span.status.description))
-    if code:
-        fields.append(f'"code":{code}')
-    return "{" + ",".join(fields) + "}"
-
-
-def _span_json(span: ReadableSpan) -> str:
-    context = span.context
-    parent = span.parent
-    flags = _SPAN_FLAGS_HAS_IS_REMOTE
-    parent_json = ""
-    if parent is not None:
-        parent_json = f',"parentSpanId":"{parent.span_id:016x}"'
-        if parent.is_remote:
-            flags |= _SPAN_FLAGS_IS_REMOTE
+def _span_json(span: SpanData) -> str:
+    parent = "" if span.parent_span_id is None else f',"parentSpanId":"{span.parent_span_id:016x}"'
+    status = "{}" if span.error is None else '{"message":' + _str_json(span.error) + ',"code":2}'
     return (
-        f'{{"traceId":"{context.trace_id:032x}","spanId":"{context.span_id:016x}"{parent_json},'
-        f'"name":{_str_json(span.name)},"kind":{span.kind.value + 1},'  # SDK INTERNAL=0 -> OTLP 1
-        f'"startTimeUnixNano":"{span.start_time}","endTimeUnixNano":"{span.end_time}",'
-        f'"attributes":{_attributes_json(span.attributes)},"status":{_status_json(span)},"flags":{flags}}}'
+        f'{{"traceId":"{span.trace_id:032x}","spanId":"{span.span_id:016x}"{parent},'
+        f'"name":{_str_json(span.name)},"kind":{_SPAN_KIND_INTERNAL},'
+        f'"startTimeUnixNano":"{span.start_ns}","endTimeUnixNano":"{span.end_ns}",'
+        f'"attributes":{_attributes_json(span.attributes)},"status":{status},"flags":{_SPAN_FLAGS_HAS_IS_REMOTE}}}'
     )
 
 
-def _scope_json(span: ReadableSpan) -> str:
-    scope = span.instrumentation_scope
-    if scope is None:
-        return "{}"
+def traces_data_prefix(resource: Resource, scope: InstrumentationScope) -> str:
+    """The JSON before the span list of a ``TracesData`` line: resource and scope, encoded once."""
     version = f',"version":{_dumps(scope.version)}' if scope.version else ""
-    return '{"name":' + _dumps(scope.name) + version + "}"
+    return (
+        '{"resourceSpans":[{"resource":{"attributes":' + _attributes_json(resource.attributes)
+        + '},"scopeSpans":[{"scope":{"name":' + _dumps(scope.name) + version + '},"spans":['
+    )
 
 
-def traces_data_json(spans: Sequence[ReadableSpan]) -> str:
-    """One OTLP ``TracesData`` JSON line (no newline) for ``spans``, grouped by resource and scope."""
-    by_identity: dict[tuple[int, int], tuple[ReadableSpan, list[str]]] = {}
-    for span in spans:  # cheap grouping by object identity first ...
-        key = (id(span.resource), id(span.instrumentation_scope))
-        if key not in by_identity:
-            by_identity[key] = (span, [])
-        by_identity[key][1].append(_span_json(span))
-    groups: dict[tuple[Any, Any], tuple[ReadableSpan, list[str]]] = {}
-    for first, encoded in by_identity.values():  # ... then merge equal resources, as the SDK does
-        key = (first.resource, first.instrumentation_scope)
-        if key in groups:
-            groups[key][1].extend(encoded)
-        else:
-            groups[key] = (first, encoded)
-    resource_spans = [
-        '{"resource":{"attributes":' + _attributes_json(first.resource.attributes)
-        + '},"scopeSpans":[{"scope":' + _scope_json(first) + ',"spans":[' + ",".join(encoded) + "]}]}"
-        for first, encoded in groups.values()
-    ]
-    return '{"resourceSpans":[' + ",".join(resource_spans) + "]}"
+def traces_data_json(spans: Sequence[SpanData], resource: Resource, scope: InstrumentationScope) -> str:
+    """One OTLP ``TracesData`` JSON line (no newline) for spans of one resource and scope."""
+    return traces_data_prefix(resource, scope) + ",".join(_span_json(span) for span in spans) + "]}]}]}"
 
 
-class LocalCopySpanExporter(SpanExporter):
-    """Appends each batch as one line to ``path`` and flushes it to the OS at once.
+class LocalCopyWriter:
+    """Appends each batch as one ``TracesData`` line to ``path`` and hands it to the OS at once.
 
-    Flushing per batch means a crash of the emitter itself loses at most the batch in hand.
+    Handing each batch over means a crash of the emitter itself loses at most the batch in hand.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, resource: Resource, scope: InstrumentationScope) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._prefix = traces_data_prefix(resource, scope)
         self._file = path.open("a", encoding="utf-8")
         self.spans_written = 0
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def write(self, spans: Sequence[SpanData]) -> None:
         if not spans:
-            return SpanExportResult.SUCCESS
-        self._file.write(traces_data_json(spans) + "\n")
+            return
+        self._file.write(self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n")
         self._file.flush()
         self.spans_written += len(spans)
-        return SpanExportResult.SUCCESS
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         if not self._file.closed:
             self._file.close()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        if not self._file.closed:
-            self._file.flush()
-        return True

@@ -14,13 +14,14 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import StepSpans
 from traceml_otel.records import PhaseTiming, StepRecord
 
 _NS = 1e-9
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def _make_metric_exporter(protocol: str):
@@ -88,7 +89,10 @@ class StepMetrics:
             self._prometheus.record(step_s, phases, self._last_wait, self._last_memory)
         if self._provider is None:
             return
-        context = trace.set_span_in_context(NonRecordingSpan(spans.step.context))
+        step = spans.step
+        context = trace.set_span_in_context(NonRecordingSpan(
+            SpanContext(step.trace_id, step.span_id, is_remote=False, trace_flags=_SAMPLED)
+        ))
         self._step.record(step_s, self._attributes, context=context)
         for phase, seconds in phases:
             self._phase.record(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase}, context=context)

@@ -26,6 +26,8 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
+from traceml_otel.emit.spans import SpanData
+
 MAX_QUEUED_SPANS = 200_000
 MAX_BATCH_SPANS = 512
 BATCH_DELAY_S = 1.0
@@ -84,9 +86,11 @@ class OtlpSpanShipper:
         exporter: SpanExporter,
         sampler: Sampler,
         endpoint: str,
+        convert: Callable[[SpanData], ReadableSpan],
         on_first_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._exporter = exporter
+        self._convert = convert
         self._sampler = sampler
         self._endpoint = endpoint
         self._on_first_failure = on_first_failure or _warn_stderr
@@ -98,12 +102,12 @@ class OtlpSpanShipper:
         self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
         self._thread.start()
 
-    def offer(self, step_spans: Sequence[ReadableSpan]) -> None:
-        """Queue one step's spans if the sampler keeps its trace."""
+    def offer(self, step_spans: Sequence[SpanData]) -> None:
+        """Queue one step's spans (root first) if the sampler keeps its trace."""
         if not step_spans:
             return
         root = step_spans[0]
-        decision = self._sampler.should_sample(None, root.context.trace_id, root.name)
+        decision = self._sampler.should_sample(None, root.trace_id, root.name)
         if not decision.decision.is_sampled():
             self.counts.sampled_out += len(step_spans)
             return
@@ -112,7 +116,7 @@ class OtlpSpanShipper:
                 self.counts.queue_full += len(step_spans)
                 return
             self._queued += len(step_spans)
-        self._queue.put(list(step_spans))
+        self._queue.put([self._convert(span) for span in step_spans])
 
     def close(self, timeout_s: float) -> ExportCounts:
         """Send what is queued until ``timeout_s``; count the rest as not sent."""

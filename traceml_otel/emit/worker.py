@@ -22,7 +22,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
-from traceml_otel.emit.local_copy import LocalCopySpanExporter
+from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.metrics import StepMetrics
 from traceml_otel.emit.otlp import (
     OtlpSpanShipper,
@@ -30,7 +30,7 @@ from traceml_otel.emit.otlp import (
     quiet_sdk_exporter_logs,
     sampler_from_settings,
 )
-from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
 from traceml_otel.emit.wire import WireError, decode_step, read_frames
 
 SHUTDOWN_DRAIN_S = 8.0
@@ -87,13 +87,13 @@ class Emitter:
         )
         resource = build_resource(hello)
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
-        self.builder = StepSpanBuilder(rank, resource, scope)
+        self.builder = StepSpanBuilder(rank)
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
         self.stats_path: Path | None = None
-        self.local: LocalCopySpanExporter | None = None
+        self.local: LocalCopyWriter | None = None
         if hello.get("run_dir"):
             run_dir = Path(hello["run_dir"])
-            self.local = LocalCopySpanExporter(run_dir / c.traces_file_name(rank.rank))
+            self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
             self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
         quiet_sdk_exporter_logs()
         self.shipper: OtlpSpanShipper | None = None
@@ -104,6 +104,7 @@ class Emitter:
                 make_span_exporter(protocol),
                 sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
                 endpoint,
+                ReadableSpanFactory(resource, scope).convert,
             )
         metrics_protocol = hello["metrics"][1] if hello.get("metrics") else None
         self.metrics = StepMetrics(resource, rank.run_id, rank.rank, metrics_protocol,
@@ -115,7 +116,7 @@ class Emitter:
         records = [decode_step(row, self.anchor_ns) for row in rows]
         built = [self.builder.build(record) for record in records]
         if self.local is not None:
-            self.local.export([span for step in built for span in step.all()])
+            self.local.write([span for step in built for span in step.all()])
             self.stats.spans_local = self.local.spans_written
         for record, spans in zip(records, built, strict=False):
             if self.shipper is not None:
@@ -129,7 +130,7 @@ class Emitter:
         self.stats.clean_shutdown = clean
         self.stats.end_status = status
         if self.local is not None:
-            self.local.shutdown()
+            self.local.close()
         self.write_stats()
         if self.shipper is not None:
             counts = self.shipper.close(SHUTDOWN_DRAIN_S)
