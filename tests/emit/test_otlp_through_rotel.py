@@ -64,3 +64,14 @@ def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
     names = receiver.wait_for_metrics({c.METRIC_STEP_DURATION, c.METRIC_PHASE_DURATION, c.METRIC_STEPS},
                                       timeout=20)
     assert c.METRIC_STEP_DURATION in names
+    step_trace_ids = {s.trace_id for s in local.values() if s.name == c.SPAN_STEP}
+    histograms = [m.metric for m in receiver.metrics() if m.metric.name == c.METRIC_STEP_DURATION]
+    points = [point for metric in histograms for point in metric.histogram.data_points]
+    assert histograms[0].unit == "s"
+    assert max(point.count for point in points) == steps
+    for point in points:
+        attributes = {kv.key for kv in point.attributes}
+        assert attributes == {c.ATTR_RUN_ID, c.ATTR_RANK}  # never the step number
+        assert list(point.explicit_bounds) == list(c.DURATION_BUCKETS_S)
+    exemplar_traces = {e.trace_id.hex() for point in points for e in point.exemplars}
+    assert exemplar_traces and exemplar_traces <= step_trace_ids  # exemplars open the step's trace
