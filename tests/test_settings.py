@@ -62,3 +62,10 @@ def test_rank_identity_and_switches() -> None:
     identity = settings.identity
     assert (identity.rank, identity.local_rank, identity.world_size, identity.node_rank) == (3, 1, 8, 1)
     assert settings.run_dir is None and settings.sdk_disabled
+
+
+def test_prometheus_port() -> None:
+    assert load_settings({}).prometheus_port is None
+    assert load_settings({"TRACEML_PROMETHEUS_PORT": "9464"}).prometheus_port == 9464
+    with pytest.raises(SettingsError, match="TRACEML_PROMETHEUS_PORT"):
+        load_settings({"TRACEML_PROMETHEUS_PORT": "ninety"})

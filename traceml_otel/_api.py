@@ -201,6 +201,7 @@ def _hello(settings: Settings) -> dict[str, Any]:
 _NOOP = _NoopTelemetry()
 _telemetry: _NoopTelemetry = _NOOP
 _lock = threading.Lock()
+_init_config: tuple[CaptureConfig, bool] | None = None
 _warned_not_initialised = False
 
 
@@ -225,17 +226,17 @@ def init(
 
     Calling it again with the same arguments is a no-op; with different ones, an error.
     """
-    global _telemetry
+    global _telemetry, _init_config
     config = capture_config(mode, {
         "dataloader": patch_dataloader, "forward": patch_forward, "backward": patch_backward,
         "optimizer": patch_optimizer, "h2d": patch_h2d,
     })
     with _lock:
-        if _telemetry is not _NOOP or getattr(init, "_config", None) is not None:
-            if init._config != (config, disabled):  # type: ignore[attr-defined]
+        if _init_config is not None:
+            if _init_config != (config, disabled):
                 raise RuntimeError("traceml.init() was already called with a different configuration")
             return _telemetry.active
-        init._config = (config, disabled)  # type: ignore[attr-defined]
+        _init_config = (config, disabled)
         try:
             settings = load_settings()
         except ValueError as error:
@@ -376,7 +377,7 @@ def _count_internal_error(telemetry: _NoopTelemetry) -> None:
 
 def _warn_not_initialised() -> None:
     global _warned_not_initialised
-    if not _warned_not_initialised and getattr(init, "_config", None) is None:
+    if not _warned_not_initialised and _init_config is None:
         _warned_not_initialised = True
         _warn("trace_step() called before traceml.init(); telemetry is off")
 

@@ -198,7 +198,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     run_id = _run_id(env, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
     runs_dir = Path(env.get(TRACEML_RUNS_DIR, "").strip() or RUNS_DIR_DEFAULT)
-    port = env.get(TRACEML_PROMETHEUS_PORT, "").strip()
+    port = _int(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
     return Settings(
         run_id=run_id,
         run_name=run_name,
@@ -219,5 +219,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         flush_steps=_int(env, TRACEML_FLUSH_STEPS, 64),
         flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
         shutdown_timeout_s=float(_int(env, TRACEML_SHUTDOWN_TIMEOUT_S, 10, minimum=0)),
-        prometheus_port=int(port) if port.isdigit() else None,
+        prometheus_port=port or None,
     )
