@@ -75,3 +75,35 @@ def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
         assert list(point.explicit_bounds) == list(c.DURATION_BUCKETS_S)
     exemplar_traces = {e.trace_id.hex() for point in points for e in point.exemplars}
     assert exemplar_traces and exemplar_traces <= step_trace_ids  # exemplars open the step's trace
+
+
+def test_prometheus_scrape_endpoint_serves_the_contract_names(tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path), TRACEML_PROMETHEUS_PORT=str(port), TRACEML_FLUSH_STEPS="4")
+    process = subprocess.Popen([sys.executable, str(STEADY), "--steps", "400", "--sleep", "0.02"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    body = ""
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and "traceml_steps_total{" not in body:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    body = response.read().decode()
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    assert 'traceml_steps_total{traceml_rank="0",traceml_run_id="' in body
+    for family in ("traceml_step_duration_seconds_bucket", "traceml_phase_duration_seconds_bucket",
+                   "traceml_input_wait_duration_seconds"):
+        assert family in body
+    assert 'traceml_phase_name="forward"' in body
+    assert "traceml_cuda_memory_peak_reserved_bytes{" not in body  # a CPU run: missing, not 0

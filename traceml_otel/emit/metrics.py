@@ -123,7 +123,11 @@ def _phase_seconds(phase: PhaseTiming, on_gpu: bool) -> float:
 
 
 class PrometheusStepMetrics:
-    """The same series for direct Prometheus scraping on 127.0.0.1 (no collector needed)."""
+    """The same series for direct Prometheus scraping on 127.0.0.1 (no collector needed).
+
+    Series appear with their first measurement: nothing is exposed as 0 before it was measured,
+    and CUDA memory never on a CPU run.
+    """
 
     def __init__(self, port: int, run_id: str, rank: int) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -133,29 +137,29 @@ class PrometheusStepMetrics:
         self._labels = {"traceml_run_id": run_id, "traceml_rank": str(rank)}
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
-                               buckets=buckets, registry=registry).labels(**self._labels)
+                               buckets=buckets, registry=registry)
         self._phase = Histogram("traceml_phase_duration_seconds", "Phase call duration",
                                 [*labels, "traceml_phase_name"], buckets=buckets, registry=registry)
-        self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry).labels(
-            **self._labels)
+        self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
         self._wait = Gauge("traceml_input_wait_duration_seconds", "Input wait of the last step", labels,
-                           registry=registry).labels(**self._labels)
+                           registry=registry)
         self._allocated = Gauge("traceml_cuda_memory_peak_allocated_bytes", "CUDA peak allocated", labels,
-                                registry=registry).labels(**self._labels)
+                                registry=registry)
         self._reserved = Gauge("traceml_cuda_memory_peak_reserved_bytes", "CUDA peak reserved", labels,
-                               registry=registry).labels(**self._labels)
+                               registry=registry)
         self.server, self.thread = start_http_server(port, addr="127.0.0.1", registry=registry)
 
     def record(
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
         memory: tuple[int, int] | None,
     ) -> None:
-        self._step.observe(step_s)
+        labels = self._labels
+        self._step.labels(**labels).observe(step_s)
         for phase, seconds in phases:
-            self._phase.labels(**self._labels, traceml_phase_name=phase).observe(seconds)
-        self._steps.inc()
+            self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
+        self._steps.labels(**labels).inc()
         if wait_s is not None:
-            self._wait.set(wait_s)
+            self._wait.labels(**labels).set(wait_s)
         if memory is not None:
-            self._allocated.set(memory[0])
-            self._reserved.set(memory[1])
+            self._allocated.labels(**labels).set(memory[0])
+            self._reserved.labels(**labels).set(memory[1])
