@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,11 @@ def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
     name = options.run_name or Path(options.script).stem
     if options.nnodes > 1:
         seed = f"{name}:{options.master_addr}:{options.master_port}"
-        return f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
+        run_id = f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
+        print(f"traceml: run id {run_id} is derived from the run name and master address, so a later run "
+              "with the same ones reuses it; pass the same --run-id on every node to tell runs apart",
+              file=sys.stderr, flush=True)
+        return run_id
     return new_run_id(name)
 
 
