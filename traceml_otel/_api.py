@@ -106,7 +106,8 @@ class _Telemetry(_NoopTelemetry):
         for wanted, hook in (
             (config.backward, hooks.BackwardPatch(self.recorder)),
             (config.optimizer, self.optimizer_hooks),
-            (config.h2d, hooks.HostToDevicePatch(self.recorder)),
+            # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
+            (config.h2d and self.recorder.clock.has_device, hooks.HostToDevicePatch(self.recorder)),
             (config.dataloader, hooks.DataLoaderPatch(self.recorder)),
         ):
             if wanted:
