@@ -49,11 +49,6 @@ class EmitterChannel:
         self.broken: str | None = None
         self._enqueue(encode_frame({"t": "hello", "v": WIRE_VERSION, **hello}), steps=0)
 
-    @property
-    def pid(self) -> int:
-        """The emitter process id."""
-        return self._process.pid
-
     def send_steps(self, rows: list[StepRow]) -> None:
         """Queue a batch of completed steps and push as much as the pipe takes."""
         if self.broken is not None or self._fd is None:

@@ -14,14 +14,13 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan
 
 from traceml_otel import contract as c
-from traceml_otel.emit.spans import StepSpans
+from traceml_otel.emit.spans import StepSpans, sampled_context
 from traceml_otel.records import PhaseTiming, StepRecord
 
 _NS = 1e-9
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 def _make_metric_exporter(protocol: str):
@@ -90,9 +89,7 @@ class StepMetrics:
         if self._provider is None:
             return
         step = spans.step
-        context = trace.set_span_in_context(NonRecordingSpan(
-            SpanContext(step.trace_id, step.span_id, is_remote=False, trace_flags=_SAMPLED)
-        ))
+        context = trace.set_span_in_context(NonRecordingSpan(sampled_context(step.trace_id, step.span_id)))
         self._step.record(step_s, self._attributes, context=context)
         for phase, seconds in phases:
             self._phase.record(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase}, context=context)

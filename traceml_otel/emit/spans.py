@@ -62,6 +62,11 @@ class StepSpans:
         return [self.step, *self.phases]
 
 
+def sampled_context(trace_id: int, span_id: int) -> SpanContext:
+    """The SDK span context of one of our spans (local, always sampled)."""
+    return SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)
+
+
 class ReadableSpanFactory:
     """Makes the SDK ``ReadableSpan`` the OTLP exporters take, for one resource and scope."""
 
@@ -72,11 +77,11 @@ class ReadableSpanFactory:
     def convert(self, span: SpanData) -> ReadableSpan:
         parent = None
         if span.parent_span_id is not None:
-            parent = SpanContext(span.trace_id, span.parent_span_id, is_remote=False, trace_flags=_SAMPLED)
+            parent = sampled_context(span.trace_id, span.parent_span_id)
         status = Status(StatusCode.UNSET) if span.error is None else Status(StatusCode.ERROR, span.error)
         return ReadableSpan(
             name=span.name,
-            context=SpanContext(span.trace_id, span.span_id, is_remote=False, trace_flags=_SAMPLED),
+            context=sampled_context(span.trace_id, span.span_id),
             parent=parent,
             resource=self.resource,
             attributes=span.attributes,

@@ -59,10 +59,6 @@ def read_frames(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
         yield message
 
 
-def _shift(value: int | None, anchor_ns: int) -> int | None:
-    return None if value is None else value + anchor_ns
-
-
 def decode_step(row: StepRow, anchor_ns: int) -> StepRecord:
     """Turn a step row into a record, moving CPU readings onto the epoch clock."""
     (step, start, end, gpu_dur, wait, wait_gpu, fetches, prefetch, opt_steps,
