@@ -72,6 +72,19 @@ def test_strict_raises(tmp_path: Path) -> None:
     assert "OSError" in _python(code.replace("strict=True", ""), tmp_path, TRACEML_STRICT="1").stderr
 
 
+def test_strict_env_raises_on_a_bad_setting(tmp_path: Path) -> None:
+    code = """
+        import traceml_otel as traceml
+        traceml.init()
+        print("continued")
+    """
+    strict = _python(code, tmp_path, TRACEML_STRICT="1", TRACEML_FLUSH_STEPS="many")
+    assert strict.returncode != 0 and "SettingsError" in strict.stderr and "continued" not in strict.stdout
+    lenient = _python(code, tmp_path, TRACEML_FLUSH_STEPS="many")
+    assert lenient.returncode == 0 and "continued" in lenient.stdout
+    assert lenient.stderr.count("traceml:") == 1 and "TRACEML_FLUSH_STEPS" in lenient.stderr
+
+
 def test_init_is_idempotent_and_rejects_a_new_config(tmp_path: Path) -> None:
     code = """
         import traceml_otel as traceml

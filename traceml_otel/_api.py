@@ -22,7 +22,7 @@ from typing import Any
 
 from traceml_otel._version import __version__
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.settings import Settings, load_settings
+from traceml_otel.settings import Settings, load_settings, strict_requested
 
 MODES = ("auto", "manual", "selective")
 
@@ -241,7 +241,7 @@ def init(
         try:
             settings = load_settings()
         except ValueError as error:
-            if strict:
+            if strict or (strict is None and strict_requested()):
                 raise
             _warn(f"telemetry disabled: {error}")
             return False

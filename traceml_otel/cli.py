@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+    if importlib.util.find_spec("torch") is None:
+        print("traceml run: PyTorch is not installed in this environment; install the torch build for"
+              " your machine (traceml analyze and compare work without it)", file=sys.stderr)
+        return 2
     from traceml_otel.launch.export_report import render_export_report
     from traceml_otel.launch.run import LaunchOptions, launch
 

@@ -109,6 +109,11 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def strict_requested(env: Mapping[str, str] | None = None) -> bool:
+    """``TRACEML_STRICT`` on its own, readable when the other settings are unusable."""
+    return _flag(os.environ if env is None else env, TRACEML_STRICT)
+
+
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name, "").strip()
     if not raw:
@@ -215,7 +220,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sampler=env.get(OTEL_TRACES_SAMPLER, "parentbased_always_on").strip().lower(),
         sampler_arg=env.get(OTEL_TRACES_SAMPLER_ARG),
         sdk_disabled=_flag(env, OTEL_SDK_DISABLED) or _flag(env, TRACEML_DISABLED),
-        strict=_flag(env, TRACEML_STRICT),
+        strict=strict_requested(env),
         flush_steps=_int(env, TRACEML_FLUSH_STEPS, 64),
         flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
         shutdown_timeout_s=float(_int(env, TRACEML_SHUTDOWN_TIMEOUT_S, 10, minimum=0)),

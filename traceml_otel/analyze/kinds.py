@@ -43,9 +43,6 @@ class StepKind(StrEnum):
     NO_DATA = "NO_DATA"
 
 
-STRAGGLER_KINDS = frozenset(
-    {StepKind.STRAGGLER, StepKind.INPUT_STRAGGLER, StepKind.H2D_STRAGGLER, StepKind.COMPUTE_STRAGGLER}
-)
 HEALTHY_KINDS = frozenset({StepKind.BALANCED, StepKind.COMPUTE_BOUND})
 """Kinds that say nothing is wrong with the step time."""
 INCONCLUSIVE_KINDS = frozenset({StepKind.INCOMPLETE_DATA, StepKind.WARMUP, StepKind.NO_DATA})

@@ -56,14 +56,6 @@ def span_id_hex(raw: object) -> str:
     return normalize_id(raw, 8)
 
 
-def any_value(value: object) -> object:
-    """The payload of an OTLP ``AnyValue`` object (``{"intValue": "3"}`` -> ``"3"``)."""
-    if isinstance(value, Mapping):
-        for payload in value.values():
-            return payload
-    return None
-
-
 def decode_attributes(attributes: list, wanted: frozenset[str]) -> dict[str, object]:
     """Raw payloads of the ``wanted`` keys of an OTLP attribute list; other keys are skipped.
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Check the analysis-only install: traceml-otel without any of its dependencies (no torch, grpc,
+# prometheus-client or OTel SDK) in a fresh venv must analyze and compare a stored run.
+#   bash scripts/check_analysis_install.sh
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+PYTHON=${PYTHON:-python3}
+
+"$PYTHON" -m venv "$work/venv"
+py="$work/venv/bin/python"
+"$py" -m pip install -q --disable-pip-version-check --no-deps "$repo" 2>&1 | grep -v "^WARNING: Location" || true
+"$py" -c "import traceml_otel" || { echo "traceml-otel did not install" >&2; exit 1; }
+for module in torch grpc prometheus_client opentelemetry; do
+  if "$py" -c "import $module" 2>/dev/null; then
+    echo "analysis-only venv unexpectedly has $module" >&2
+    exit 1
+  fi
+done
+
+cp -r "$repo/tests/data/stored-run" "$work/run"
+cd "$work"
+"$work/venv/bin/traceml" analyze run > text.txt
+"$work/venv/bin/traceml" analyze run --format json -o report.json
+"$work/venv/bin/traceml" compare report.json run > compare.txt
+"$py" - <<'PY'
+import json
+report = json.load(open("report.json"))
+kind = report["primary_diagnosis"]["kind"]
+text = open("text.txt").read()
+assert kind == "INPUT_BOUND", kind
+assert "INPUT BOUND" in text, text
+assert "EQUIVALENT" in open("compare.txt").read().upper()
+print(f"analysis-only install: traceml analyze and compare ran without torch, grpc, prometheus-client"
+      f" or the OTel SDK; primary diagnosis {kind}")
+PY
