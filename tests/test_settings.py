@@ -69,3 +69,15 @@ def test_prometheus_port() -> None:
     assert load_settings({"TRACEML_PROMETHEUS_PORT": "9464"}).prometheus_port == 9464
     with pytest.raises(SettingsError, match="TRACEML_PROMETHEUS_PORT"):
         load_settings({"TRACEML_PROMETHEUS_PORT": "ninety"})
+
+
+def test_prometheus_bind_address_and_linger() -> None:
+    default = load_settings({"TRACEML_PROMETHEUS_PORT": "9464"})
+    assert default.prometheus_addr == "127.0.0.1" and default.prometheus_linger_s == 20.0
+    assert load_settings({}).prometheus_linger_s == 0.0  # no endpoint, nothing to keep up
+    wide = load_settings({"TRACEML_PROMETHEUS_PORT": "9464", "TRACEML_PROMETHEUS_ADDR": "0.0.0.0",
+                          "TRACEML_PROMETHEUS_LINGER_S": "0"})
+    assert wide.prometheus_addr == "0.0.0.0" and wide.prometheus_linger_s == 0.0
+    assert load_settings({"TRACEML_PROMETHEUS_ADDR": "[::1]"}).prometheus_addr == "::1"
+    with pytest.raises(SettingsError, match="TRACEML_PROMETHEUS_ADDR"):
+        load_settings({"TRACEML_PROMETHEUS_ADDR": "pod.example"})

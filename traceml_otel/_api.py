@@ -145,7 +145,10 @@ class _Telemetry(_NoopTelemetry):
             self.recorder.flush(wait_s=2.0)
             lost = self.recorder.unresolved_steps
             self.channel.dropped_steps += lost
-            finished = self.channel.close(self.settings.shutdown_timeout_s, status)
+            # The scrape endpoint may stay up until a scrape saw the end marker (prometheus_linger_s).
+            finished = self.channel.close(
+                self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status
+            )
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
             return
@@ -192,6 +195,8 @@ def _hello(settings: Settings) -> dict[str, Any]:
         "metrics": [settings.metrics.endpoint, settings.metrics.protocol] if settings.metrics else None,
         "sampler": settings.sampler, "sampler_arg": settings.sampler_arg,
         "prometheus_port": settings.prometheus_port,
+        "prometheus_addr": settings.prometheus_addr,
+        "prometheus_linger_s": settings.prometheus_linger_s,
         "pid": os.getpid(),
         "anchor_ns": time.time_ns() - perf_counter_ns(),
         "argv": sys.argv,

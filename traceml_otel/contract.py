@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 INSTRUMENTATION_SCOPE = "traceml_otel"
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 
 # --- span names -----------------------------------------------------------
 SPAN_STEP = "traceml.step"
@@ -50,6 +50,13 @@ ATTR_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
 ATTR_MEM_TOTAL = "traceml.cuda.memory.total"
 ATTR_EXCEPTION_TYPE = "exception.type"
 
+# --- attributes of the per-rank info metric (traceml.rank.info) -------------------
+ATTR_CUDA_DEVICE = "traceml.cuda.device"
+"""CUDA device index the rank uses ("" until CUDA is initialised, and on CPU)."""
+ATTR_GPU_UUID = "traceml.gpu.uuid"
+"""The device's UUID in NVIDIA's form ``GPU-<uuid>`` (DCGM exporter's ``UUID`` label)."""
+ATTR_VERSION = "traceml.version"
+
 # --- attributes on phase spans --------------------------------------------------
 ATTR_PHASE_NAME = "traceml.phase.name"
 ATTR_PHASE_CALL = "traceml.phase.call"
@@ -65,6 +72,14 @@ METRIC_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
 METRIC_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
 METRIC_STEPS = "traceml.steps"
 METRIC_SPANS_DROPPED = "traceml.export.dropped_spans"
+METRIC_STEP_INPUT_WAIT = "traceml.step.input_wait"
+"""Histogram of each measured step's input wait: exact mean over any window."""
+METRIC_LAST_STEP_TIMESTAMP = "traceml.step.last_timestamp"
+"""Unix time at which the last step ended (run liveness)."""
+METRIC_RUN_ENDED = "traceml.run.ended"
+"""0 while the rank runs, 1 once it ended cleanly (the clean-end marker)."""
+METRIC_RANK_INFO = "traceml.rank.info"
+"""Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
 
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

@@ -9,6 +9,7 @@ emitter process; we only read the ones that decide *whether* and *how* to export
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import secrets
 import socket
@@ -40,7 +41,13 @@ TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
 TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
 """How long exit waits for the emitter to finish OTLP export (default 10 s)."""
 TRACEML_PROMETHEUS_PORT = "TRACEML_PROMETHEUS_PORT"
-"""If set, the emitter serves Prometheus metrics on 127.0.0.1:PORT+local_rank."""
+"""If set, the emitter serves Prometheus metrics on ADDRESS:PORT+local_rank."""
+TRACEML_PROMETHEUS_ADDR = "TRACEML_PROMETHEUS_ADDR"
+"""Address the scrape endpoint binds: default 127.0.0.1; ``0.0.0.0`` or the pod IP lets a central
+Prometheus (or a Kubernetes PodMonitor) scrape it."""
+TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
+"""After a clean end, keep the scrape endpoint up until one scrape saw the end marker, at most this long
+(default 20 s; 0 turns it off)."""
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -103,6 +110,8 @@ class Settings:
     flush_interval_ns: int
     shutdown_timeout_s: float
     prometheus_port: int | None
+    prometheus_addr: str = "127.0.0.1"
+    prometheus_linger_s: float = 0.0
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -225,4 +234,17 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
         shutdown_timeout_s=float(_int(env, TRACEML_SHUTDOWN_TIMEOUT_S, 10, minimum=0)),
         prometheus_port=port or None,
+        prometheus_addr=_bind_address(env),
+        prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
     )
+
+
+def _bind_address(env: Mapping[str, str]) -> str:
+    raw = env.get(TRACEML_PROMETHEUS_ADDR, "").strip()
+    if not raw:
+        return "127.0.0.1"
+    try:
+        ipaddress.ip_address(raw.strip("[]"))
+    except ValueError:
+        raise SettingsError(f"{TRACEML_PROMETHEUS_ADDR}={raw!r} is not an IP address") from None
+    return raw.strip("[]")

@@ -144,3 +144,57 @@ def test_phase_outside_a_step_is_ignored() -> None:
     recorder.begin_step()
     recorder.end_step()
     assert decode_step(sink.batches[0][0], 0).phases == ()
+
+
+class DeviceSink(ListSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.devices: list[tuple[int, str | None]] = []
+
+    def send_device(self, index: int, uuid: str | None) -> None:
+        self.devices.append((index, uuid))
+
+
+class IdentifiedClock(FakeEventClock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.identity: tuple[int, str | None] | None = None
+
+    def device_identity(self) -> tuple[int, str | None] | None:
+        return self.identity
+
+
+def test_device_identity_is_reported_once_known_and_on_change() -> None:
+    sink, clock = DeviceSink(), IdentifiedClock()
+    recorder = StepRecorder(sink, clock, flush_steps=1, flush_interval_ns=10**12)
+
+    def one_step() -> None:
+        recorder.begin_step()
+        recorder.end_step()
+        clock.complete_all()
+        recorder.flush()
+
+    one_step()
+    assert sink.devices == []  # CUDA not initialised by the program yet: nothing to say
+    clock.identity = (1, "GPU-abc")
+    one_step()
+    one_step()
+    assert sink.devices == [(1, "GPU-abc")]  # once, not per flush
+    clock.identity = (2, "GPU-def")
+    one_step()
+    assert sink.devices == [(1, "GPU-abc"), (2, "GPU-def")]
+    plain = StepRecorder(ListSink(), IdentifiedClock(), flush_steps=1)  # a sink without send_device
+    plain.begin_step()
+    plain.end_step()
+    plain.flush()
+
+
+def test_gpu_uuid_label_matches_dcgm() -> None:
+    from traceml_otel.capture.device_clock import gpu_uuid_label
+
+    uuid = "5f1b2c3d-0000-1111-2222-333344445555"
+    assert gpu_uuid_label(uuid) == f"GPU-{uuid}"
+    assert gpu_uuid_label("GPU-5f1b") == "GPU-5f1b"
+    assert gpu_uuid_label("MIG-5f1b") == "MIG-5f1b"
+    assert gpu_uuid_label(None) is None and gpu_uuid_label("") is None
+    assert CpuClock().device_identity() is None

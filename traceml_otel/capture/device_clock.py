@@ -29,6 +29,10 @@ class CpuClock:
         """``(peak allocated, peak reserved, device total)`` in bytes since the last reset."""
         return None
 
+    def device_identity(self) -> tuple[int, str | None] | None:
+        """``(device index, "GPU-<uuid>")`` of the device in use, once known; None without one."""
+        return None
+
     def is_done(self, mark: Any) -> bool:
         """Whether the device has passed ``mark`` (non-blocking)."""
         return True
@@ -68,6 +72,7 @@ class CudaEventClock(CpuClock):
         self._free: list[Any] = []
         self._device: int | None = None
         self._totals: dict[int, int] = {}
+        self._uuids: dict[int, str | None] = {}
         # torch.cuda.current_stream() builds a Stream object per call (~8 us on an H200 host);
         # the raw stream handle is an int, so streams are looked up in a small cache instead.
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -118,6 +123,15 @@ class CudaEventClock(CpuClock):
             return (0, 0, total)
         return (int(allocated), int(reserved), total)
 
+    def device_identity(self) -> tuple[int, str | None] | None:
+        device = self._device
+        if device is None:
+            return None
+        if device not in self._uuids:
+            uuid = getattr(self._torch.cuda.get_device_properties(device), "uuid", None)
+            self._uuids[device] = gpu_uuid_label(uuid)
+        return device, self._uuids[device]
+
     def is_done(self, mark: Any) -> bool:
         return mark is None or bool(mark.query())
 
@@ -129,6 +143,16 @@ class CudaEventClock(CpuClock):
     def release(self, mark: Any) -> None:
         if mark is not None:
             self._free.append(mark)
+
+
+def gpu_uuid_label(uuid: Any) -> str | None:
+    """torch's device UUID in NVIDIA's ``GPU-<uuid>`` form (DCGM exporter's ``UUID`` label)."""
+    if uuid is None:
+        return None
+    text = str(uuid).strip()
+    if not text:
+        return None
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
 
 def default_clock() -> CpuClock:

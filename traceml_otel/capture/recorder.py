@@ -18,7 +18,11 @@ from traceml_otel.emit.wire import StepRow
 
 
 class StepSink(Protocol):
-    """Where batches of completed steps go (the emitter channel, or a list in tests)."""
+    """Where batches of completed steps go (the emitter channel, or a list in tests).
+
+    A sink may also have ``send_device(index, uuid)``: the recorder then reports the CUDA
+    device in use once it is known, and again if it changes (it never initialises CUDA).
+    """
 
     def send_steps(self, rows: list[StepRow]) -> None: ...
 
@@ -70,6 +74,7 @@ class StepRecorder:
         self._pending: collections.deque[_OpenStep] = collections.deque()
         self._ready: list[StepRow] = []
         self._last_flush_ns = perf_counter_ns()
+        self._device_sent: tuple[int, str | None] | None = None
 
     # --- input fetches ---------------------------------------------------------
     def fetch_begin(self) -> tuple[int, Any]:
@@ -179,6 +184,16 @@ class StepRecorder:
         if self._ready:
             rows, self._ready = self._ready, []
             self.sink.send_steps(rows)
+        if self.clock.has_device:
+            self._report_device()
+
+    def _report_device(self) -> None:
+        """Tell the sink which CUDA device this rank uses, when it is first known or changes."""
+        identity = self.clock.device_identity()
+        send = getattr(self.sink, "send_device", None)
+        if identity is not None and identity != self._device_sent and send is not None:
+            self._device_sent = identity
+            send(identity[0], identity[1])
 
     @property
     def unresolved_steps(self) -> int:

@@ -56,6 +56,11 @@ class EmitterChannel:
             return
         self._enqueue(encode_frame({"t": "steps", "s": rows}), steps=len(rows))
 
+    def send_device(self, index: int, uuid: str | None) -> None:
+        """Tell the emitter the CUDA device this rank uses (for the per-rank info series)."""
+        if self.broken is None and self._fd is not None:
+            self._enqueue(encode_frame({"t": "device", "index": index, "uuid": uuid}), steps=0)
+
     def close(self, timeout_s: float, status: str = "ok") -> bool:
         """Send the goodbye, drain the backlog, and wait for the emitter to finish.
 

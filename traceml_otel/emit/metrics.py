@@ -1,18 +1,23 @@
 """Step metrics in the emitter: OTel instruments exported over OTLP, and optionally the same
 series served for Prometheus scraping with ``prometheus-client``.
 
-Histograms get explicit second-based boundaries and exemplars that point at the step's
-trace. The step number is never an attribute.
+Both paths carry one metric set (docs/telemetry.md): step, phase and input-wait histograms
+with exemplars that point at the step's trace, the step counter, CUDA peak memory as the
+maximum over each export (or scrape) interval, the dropped-spans counter (0 from the first
+export, read live from the span shipper), the run-liveness pair (time of the last step and
+the clean-end marker) and the per-rank info series. The step number is never an attribute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan
 
@@ -31,22 +36,89 @@ def _make_metric_exporter(protocol: str):
     return OTLPMetricExporter()
 
 
+@dataclass(frozen=True, slots=True)
+class RankLabels:
+    """What the per-rank info series says about this rank (joins DCGM and node-exporter)."""
+
+    run_id: str
+    rank: int
+    local_rank: int
+    host: str
+    version: str
+
+
+class IntervalPeak:
+    """The maximum of the values seen since the last read.
+
+    Each reader (the OTLP export, the Prometheus scrape) owns one, so a peak between two
+    reads is never missed. With no new value since the last read it repeats the last
+    maximum (the gauge does not vanish during a long step); before any value it is None.
+    """
+
+    def __init__(self) -> None:
+        self._max: int | None = None
+        self._last: int | None = None
+        self._lock = threading.Lock()
+
+    def update(self, value: int) -> None:
+        with self._lock:
+            if self._max is None or value > self._max:
+                self._max = value
+
+    def take(self) -> int | None:
+        with self._lock:
+            if self._max is not None:
+                self._last, self._max = self._max, None
+            return self._last
+
+
+class LiveState:
+    """The values both readers observe: set by the emitter, read at export or scrape time."""
+
+    def __init__(self, labels: RankLabels, dropped_spans: Callable[[], int]) -> None:
+        self.labels = labels
+        self.dropped_spans = dropped_spans
+        self.last_wait_s: float | None = None
+        self.last_step_end_s: float | None = None
+        self.ended = 0
+        self.cuda_device: str = ""
+        self.gpu_uuid: str = ""
+
+    def info_labels(self) -> dict[str, str]:
+        """Label values of the info series (Prometheus names, without run id and rank)."""
+        return {
+            "traceml_host": self.labels.host,
+            "traceml_local_rank": str(self.labels.local_rank),
+            "traceml_cuda_device": self.cuda_device,
+            "traceml_gpu_uuid": self.gpu_uuid,
+            "traceml_version": self.labels.version,
+        }
+
+
 class StepMetrics:
-    """Records each step into OTel instruments (and Prometheus, when a port is given)."""
+    """Records each step into OTel instruments (and Prometheus, when an endpoint is given)."""
 
     def __init__(
-        self, resource: Resource, run_id: str, rank: int, protocol: str | None, prometheus_port: int | None
+        self,
+        resource: Resource,
+        labels: RankLabels,
+        protocol: str | None,
+        prometheus: PrometheusEndpoint | None = None,
+        dropped_spans: Callable[[], int] = lambda: 0,
+        metric_reader: MetricReader | None = None,
     ) -> None:
-        self._attributes = {c.ATTR_RUN_ID: run_id, c.ATTR_RANK: rank}
-        self._last_wait: float | None = None
-        self._last_memory: tuple[int, int] | None = None
+        """``metric_reader`` replaces the periodic OTLP reader (tests read with an in-memory one)."""
+        self._attributes = {c.ATTR_RUN_ID: labels.run_id, c.ATTR_RANK: labels.rank}
+        self.state = LiveState(labels, dropped_spans)
+        self._allocated = IntervalPeak()
+        self._reserved = IntervalPeak()
         self._provider: MeterProvider | None = None
         self._prometheus: PrometheusStepMetrics | None = None
-        if prometheus_port is not None:
-            self._prometheus = PrometheusStepMetrics(prometheus_port, run_id, rank)
-        if protocol is None:
+        if prometheus is not None:
+            self._prometheus = PrometheusStepMetrics(prometheus, self.state)
+        if protocol is None and metric_reader is None:
             return
-        reader = PeriodicExportingMetricReader(_make_metric_exporter(protocol))
+        reader = metric_reader or PeriodicExportingMetricReader(_make_metric_exporter(protocol or "grpc"))
         self._provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE)
         buckets = list(c.DURATION_BUCKETS_S)
@@ -58,59 +130,118 @@ class StepMetrics:
             c.METRIC_PHASE_DURATION, unit="s", description="Duration of one phase call",
             explicit_bucket_boundaries_advisory=buckets,
         )
+        self._wait = meter.create_histogram(
+            c.METRIC_STEP_INPUT_WAIT, unit="s", description="Input wait before each step (measured steps)",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
         self._steps = meter.create_counter(c.METRIC_STEPS, unit="{step}", description="Completed steps")
-        self.dropped_spans = meter.create_counter(
-            c.METRIC_SPANS_DROPPED, unit="{span}", description="Spans OTLP export could not deliver"
+        meter.create_observable_counter(
+            c.METRIC_SPANS_DROPPED, [self._observe_dropped], unit="{span}",
+            description="Spans OTLP export could not deliver",
         )
         meter.create_observable_gauge(
             c.METRIC_INPUT_WAIT, [self._observe_wait], unit="s", description="Input wait of the last step"
         )
         meter.create_observable_gauge(
             c.METRIC_MEM_PEAK_ALLOCATED, [self._observe_allocated], unit="By",
-            description="CUDA peak allocated memory of the last step",
+            description="CUDA peak allocated memory, maximum over the export interval",
         )
         meter.create_observable_gauge(
             c.METRIC_MEM_PEAK_RESERVED, [self._observe_reserved], unit="By",
-            description="CUDA peak reserved memory of the last step",
+            description="CUDA peak reserved memory, maximum over the export interval",
+        )
+        meter.create_observable_gauge(
+            c.METRIC_LAST_STEP_TIMESTAMP, [self._observe_last_step], unit="s",
+            description="Unix time at which the last step ended",
+        )
+        meter.create_observable_gauge(
+            c.METRIC_RUN_ENDED, [self._observe_ended], description="1 once this rank ended cleanly, else 0",
+        )
+        meter.create_observable_gauge(
+            c.METRIC_RANK_INFO, [self._observe_info], description="Always 1; labels describe the rank",
         )
 
-    def record(self, record: StepRecord, spans: StepSpans) -> None:
-        """Record one step; the step span becomes the exemplar's trace context."""
+    def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
+        """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
         on_gpu = record.gpu_duration_ns is not None
         step_s = (record.gpu_duration_ns if on_gpu else record.end_ns - record.start_ns) * _NS
+        wait_s: float | None = None
         if record.input_wait_ns is not None:
-            self._last_wait = (record.input_wait_gpu_ns if on_gpu and record.input_wait_gpu_ns is not None
-                               else record.input_wait_ns) * _NS
+            wait_s = (record.input_wait_gpu_ns if on_gpu and record.input_wait_gpu_ns is not None
+                      else record.input_wait_ns) * _NS
+            self.state.last_wait_s = wait_s
+        self.state.last_step_end_s = record.end_ns * _NS
+        memory = None
         if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
-            self._last_memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
+            memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
+            self._allocated.update(memory[0])
+            self._reserved.update(memory[1])
         phases = [(p.phase, _phase_seconds(p, on_gpu)) for p in record.phases]
+        step = spans.step
         if self._prometheus is not None:
-            self._prometheus.record(step_s, phases, self._last_wait, self._last_memory)
+            ids = (f"{step.trace_id:032x}", f"{step.span_id:016x}") if exemplar else None
+            self._prometheus.record(step_s, phases, wait_s, memory, ids)
         if self._provider is None:
             return
-        step = spans.step
-        context = trace.set_span_in_context(NonRecordingSpan(sampled_context(step.trace_id, step.span_id)))
+        context = None
+        if exemplar:
+            span = NonRecordingSpan(sampled_context(step.trace_id, step.span_id))
+            context = trace.set_span_in_context(span)
         self._step.record(step_s, self._attributes, context=context)
         for phase, seconds in phases:
             self._phase.record(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase}, context=context)
+        if wait_s is not None:
+            self._wait.record(wait_s, self._attributes, context=context)
         self._steps.add(1, self._attributes)
 
-    def count_dropped(self, spans: int) -> None:
-        if self._provider is not None and spans:
-            self.dropped_spans.add(spans, self._attributes)
+    def set_device(self, index: int, uuid: str | None) -> None:
+        """The CUDA device this rank uses (from the trainer, once CUDA is initialised)."""
+        self.state.cuda_device = str(index)
+        self.state.gpu_uuid = uuid or ""
+
+    def mark_ended(self) -> None:
+        """The rank ended cleanly: the next export (the final one) and scrapes say so."""
+        self.state.ended = 1
 
     def shutdown(self, timeout_s: float) -> None:
+        """Final OTLP export (it carries the end marker and the final drop count)."""
         if self._provider is not None:
             self._provider.shutdown(timeout_millis=timeout_s * 1000)
 
+    def linger(self, timeout_s: float) -> None:
+        """Keep the scrape endpoint up until it was scraped once after the end, or ``timeout_s``."""
+        if self._prometheus is not None:
+            self._prometheus.wait_for_scrape(timeout_s)
+            self._prometheus.close()
+
+    def _one(self, value: float | int | None) -> list[Observation]:
+        return [] if value is None else [Observation(value, self._attributes)]
+
     def _observe_wait(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [] if self._last_wait is None else [Observation(self._last_wait, self._attributes)]
+        return self._one(self.state.last_wait_s)
 
     def _observe_allocated(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [] if self._last_memory is None else [Observation(self._last_memory[0], self._attributes)]
+        return self._one(self._allocated.take())
 
     def _observe_reserved(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [] if self._last_memory is None else [Observation(self._last_memory[1], self._attributes)]
+        return self._one(self._reserved.take())
+
+    def _observe_dropped(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._one(self.state.dropped_spans())
+
+    def _observe_last_step(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._one(self.state.last_step_end_s)
+
+    def _observe_ended(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._one(self.state.ended)
+
+    def _observe_info(self, options: CallbackOptions) -> Iterable[Observation]:
+        info = {
+            c.ATTR_HOST: self.state.labels.host, c.ATTR_LOCAL_RANK: self.state.labels.local_rank,
+            c.ATTR_CUDA_DEVICE: self.state.cuda_device, c.ATTR_GPU_UUID: self.state.gpu_uuid,
+            c.ATTR_VERSION: self.state.labels.version,
+        }
+        return [Observation(1, {**self._attributes, **info})]
 
 
 def _phase_seconds(phase: PhaseTiming, on_gpu: bool) -> float:
@@ -119,44 +250,115 @@ def _phase_seconds(phase: PhaseTiming, on_gpu: bool) -> float:
     return (phase.end_ns - phase.start_ns) * _NS
 
 
-class PrometheusStepMetrics:
-    """The same series for direct Prometheus scraping on 127.0.0.1 (no collector needed).
+@dataclass(frozen=True, slots=True)
+class PrometheusEndpoint:
+    """Where the direct scrape endpoint listens."""
 
-    Series appear with their first measurement: nothing is exposed as 0 before it was measured,
-    and CUDA memory never on a CPU run.
+    port: int
+    address: str = "127.0.0.1"
+
+
+class PrometheusStepMetrics:
+    """The same series for direct Prometheus scraping (no collector needed).
+
+    Served in OpenMetrics (with exemplars) to scrapers that ask for it, else in the text
+    format. Series appear with their first measurement: nothing is exposed as 0 before it
+    was measured, and CUDA memory never on a CPU run. The dropped-spans counter, the
+    end marker and the info series are there from the first scrape.
     """
 
-    def __init__(self, port: int, run_id: str, rank: int) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+    def __init__(self, endpoint: PrometheusEndpoint, state: LiveState) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
         registry = CollectorRegistry()
         labels = ["traceml_run_id", "traceml_rank"]
-        self._labels = {"traceml_run_id": run_id, "traceml_rank": str(rank)}
+        self._labels = {"traceml_run_id": state.labels.run_id, "traceml_rank": str(state.labels.rank)}
+        self._state = state
+        self._allocated = IntervalPeak()
+        self._reserved = IntervalPeak()
+        self._scrapes = 0
+        self._scraped = threading.Condition()
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
                                buckets=buckets, registry=registry)
         self._phase = Histogram("traceml_phase_duration_seconds", "Phase call duration",
                                 [*labels, "traceml_phase_name"], buckets=buckets, registry=registry)
+        self._wait = Histogram("traceml_step_input_wait_seconds", "Input wait before each step", labels,
+                               buckets=buckets, registry=registry)
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
-        self._wait = Gauge("traceml_input_wait_duration_seconds", "Input wait of the last step", labels,
-                           registry=registry)
-        self._allocated = Gauge("traceml_cuda_memory_peak_allocated_bytes", "CUDA peak allocated", labels,
-                                registry=registry)
-        self._reserved = Gauge("traceml_cuda_memory_peak_reserved_bytes", "CUDA peak reserved", labels,
-                               registry=registry)
-        self.server, self.thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+        registry.register(_LiveCollector(self))
+        self.server, self.thread = start_http_server(endpoint.port, addr=endpoint.address, registry=registry)
 
     def record(
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
-        memory: tuple[int, int] | None,
+        memory: tuple[int, int] | None, exemplar_ids: tuple[str, str] | None = None,
     ) -> None:
         labels = self._labels
-        self._step.labels(**labels).observe(step_s)
+        exemplar = None if exemplar_ids is None else {"trace_id": exemplar_ids[0], "span_id": exemplar_ids[1]}
+        self._step.labels(**labels).observe(step_s, exemplar=exemplar)
         for phase, seconds in phases:
             self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
-        self._steps.labels(**labels).inc()
         if wait_s is not None:
-            self._wait.labels(**labels).set(wait_s)
+            self._wait.labels(**labels).observe(wait_s, exemplar=exemplar)
+        self._steps.labels(**labels).inc()
         if memory is not None:
-            self._allocated.labels(**labels).set(memory[0])
-            self._reserved.labels(**labels).set(memory[1])
+            self._allocated.update(memory[0])
+            self._reserved.update(memory[1])
+
+    def collect_live(self) -> Iterator[object]:
+        """The families read at scrape time (called by the registry on each scrape)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        state, keys, values = self._state, list(self._labels), list(self._labels.values())
+
+        def gauge(name: str, documentation: str, value: float | int | None, unit: str = "") -> None:
+            if value is not None:
+                family = GaugeMetricFamily(name, documentation, labels=keys, unit=unit)
+                family.add_metric(values, value)
+                families.append(family)
+
+        families: list[object] = []
+        dropped = CounterMetricFamily("traceml_export_dropped_spans", "Spans OTLP export could not deliver",
+                                      labels=keys)
+        dropped.add_metric(values, state.dropped_spans())
+        families.append(dropped)
+        gauge("traceml_input_wait_duration_seconds", "Input wait of the last step", state.last_wait_s)
+        gauge("traceml_cuda_memory_peak_allocated_bytes", "CUDA peak allocated, max since the last scrape",
+              self._allocated.take())
+        gauge("traceml_cuda_memory_peak_reserved_bytes", "CUDA peak reserved, max since the last scrape",
+              self._reserved.take())
+        gauge("traceml_step_last_timestamp_seconds", "Unix time at which the last step ended",
+              state.last_step_end_s)
+        gauge("traceml_run_ended", "1 once this rank ended cleanly, else 0", state.ended)
+        info_labels = state.info_labels()
+        info = GaugeMetricFamily("traceml_rank_info", "Always 1; labels describe the rank",
+                                 labels=[*keys, *info_labels])
+        info.add_metric([*values, *info_labels.values()], 1)
+        families.append(info)
+        with self._scraped:
+            self._scrapes += 1
+            self._scraped.notify_all()
+        return iter(families)
+
+    def wait_for_scrape(self, timeout_s: float) -> bool:
+        """Block until one more scrape happened (or ``timeout_s``); True if it did."""
+        with self._scraped:
+            seen = self._scrapes
+            return self._scraped.wait_for(lambda: self._scrapes > seen, timeout=max(0.0, timeout_s))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _LiveCollector:
+    """Adapter: prometheus_client calls ``collect()`` on every scrape."""
+
+    def __init__(self, owner: PrometheusStepMetrics) -> None:
+        self._owner = owner
+
+    def collect(self) -> Iterator[object]:
+        return self._owner.collect_live()
+
+    def describe(self) -> list[object]:
+        return []  # no up-front description: collect() must not run (or count) at registration

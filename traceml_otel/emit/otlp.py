@@ -102,21 +102,25 @@ class OtlpSpanShipper:
         self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
         self._thread.start()
 
-    def offer(self, step_spans: Sequence[SpanData]) -> None:
-        """Queue one step's spans (root first) if the sampler keeps its trace."""
+    def offer(self, step_spans: Sequence[SpanData]) -> bool:
+        """Queue one step's spans (root first) if the sampler keeps its trace.
+
+        Returns whether the sampler kept it (exemplars then point at a trace that is sent).
+        """
         if not step_spans:
-            return
+            return False
         root = step_spans[0]
         decision = self._sampler.should_sample(None, root.trace_id, root.name)
         if not decision.decision.is_sampled():
             self.counts.sampled_out += len(step_spans)
-            return
+            return False
         with self._lock:
             if self._queued + len(step_spans) > MAX_QUEUED_SPANS:
                 self.counts.queue_full += len(step_spans)
-                return
+                return True
             self._queued += len(step_spans)
         self._queue.put([self._convert(span) for span in step_spans])
+        return True
 
     def close(self, timeout_s: float) -> ExportCounts:
         """Send what is queued until ``timeout_s``; count the rest as not sent."""
@@ -170,7 +174,8 @@ class OtlpSpanShipper:
         if first:
             self._on_first_failure(
                 f"OTLP span export to {self._endpoint} is failing ({error}); spans that cannot be "
-                "delivered are counted and reported at the end; the local copy is unaffected"
+                "delivered are counted (traceml_export_dropped_spans_total) and reported at the end; "
+                "the local copy is unaffected"
             )
 
 

@@ -2,7 +2,8 @@
 
 A frame is a 4-byte big-endian length followed by a compact JSON object with a ``t``
 (type) key: ``hello`` (settings and clock anchor, once), ``steps`` (a batch of step
-rows) or ``bye`` (clean shutdown, with the capture side's own drop count). JSON, not
+rows), ``device`` (the CUDA device index and UUID, once known) or ``bye`` (clean
+shutdown, with the capture side's own drop count). JSON, not
 pickle: the emitter never evaluates what it reads.
 
 A step row is a flat list (cheap to build on the training thread); ``decode_step``

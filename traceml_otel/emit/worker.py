@@ -23,7 +23,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter
-from traceml_otel.emit.metrics import StepMetrics
+from traceml_otel.emit.metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.otlp import (
     OtlpSpanShipper,
     make_span_exporter,
@@ -107,8 +107,11 @@ class Emitter:
                 ReadableSpanFactory(resource, scope).convert,
             )
         metrics_protocol = hello["metrics"][1] if hello.get("metrics") else None
-        self.metrics = StepMetrics(resource, rank.run_id, rank.rank, metrics_protocol,
-                                   _prometheus_port(hello))
+        labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
+                            version=__version__)
+        self.linger_s = float(hello.get("prometheus_linger_s") or 0.0)
+        self.metrics = StepMetrics(resource, labels, metrics_protocol, _prometheus_endpoint(hello),
+                                   dropped_spans=self._dropped_spans)
         self.write_stats()
 
     def handle_steps(self, rows: list[Any]) -> None:
@@ -119,9 +122,10 @@ class Emitter:
             self.local.write([span for step in built for span in step.all()])
             self.stats.spans_local = self.local.spans_written
         for record, spans in zip(records, built, strict=False):
+            sampled = True
             if self.shipper is not None:
-                self.shipper.offer(spans.all())
-            self.metrics.record(record, spans)
+                sampled = self.shipper.offer(spans.all())
+            self.metrics.record(record, spans, exemplar=sampled)
         self.stats.steps_received += len(records)
 
     def finish(self, status: str, capture_dropped: int, clean: bool) -> None:
@@ -129,6 +133,8 @@ class Emitter:
         self.stats.capture_dropped_steps = capture_dropped
         self.stats.clean_shutdown = clean
         self.stats.end_status = status
+        if clean:
+            self.metrics.mark_ended()
         if self.local is not None:
             self.local.close()
         self.write_stats()
@@ -144,13 +150,22 @@ class Emitter:
                     ("not sent before shutdown deadline", counts.not_sent_at_shutdown),
                 ) if n
             }
-            self.metrics.count_dropped(counts.dropped)
             if counts.dropped:
                 print(f"traceml: rank {self.stats.rank}: {counts.dropped} span(s) were not delivered over "
                       f"OTLP to {self.stats.otlp_endpoint} ({self.stats.otlp_drop_reasons}); "
                       "the local copy has them", file=sys.stderr, flush=True)
         self.metrics.shutdown(timeout_s=3.0)
         self.write_stats()
+        if clean:  # a scrape sees the end marker, so the end is not mistaken for a dead rank
+            self.metrics.linger(self.linger_s)
+
+    def _dropped_spans(self) -> int:
+        return 0 if self.shipper is None else self.shipper.counts.dropped
+
+    def handle_device(self, frame: dict[str, Any]) -> None:
+        """The trainer reported its CUDA device (index, UUID) for the info series."""
+        uuid = frame.get("uuid")
+        self.metrics.set_device(int(frame["index"]), str(uuid)[:128] if uuid else None)
 
     def write_stats(self) -> None:
         if self.stats_path is None:
@@ -160,9 +175,12 @@ class Emitter:
         os.replace(temporary, self.stats_path)
 
 
-def _prometheus_port(hello: dict[str, Any]) -> int | None:
+def _prometheus_endpoint(hello: dict[str, Any]) -> PrometheusEndpoint | None:
     port = hello.get("prometheus_port")
-    return None if port is None else int(port) + int(hello["local_rank"])
+    if port is None:
+        return None
+    address = hello.get("prometheus_addr") or "127.0.0.1"
+    return PrometheusEndpoint(int(port) + int(hello["local_rank"]), address)
 
 
 def main() -> int:
@@ -188,6 +206,8 @@ def main() -> int:
             kind = frame["t"]
             if kind == "steps":
                 emitter.handle_steps(frame["s"])
+            elif kind == "device":
+                emitter.handle_device(frame)
             elif kind == "bye":
                 status, dropped, clean = frame.get("status", "ok"), int(frame.get("dropped", 0)), True
                 break

@@ -1,0 +1,186 @@
+"""The emitter's metric set on both paths: OTLP (read in memory) and the direct scrape endpoint."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from traceml_otel import contract as c
+from traceml_otel.emit.metrics import IntervalPeak, PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.records import StepRecord
+
+LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9")
+BUILDER = StepSpanBuilder(
+    RankInfo(run_id="r1", rank=3, local_rank=1, world_size=4, node_rank=0, host="node-a")
+)
+S = 1_000_000_000
+
+
+def step(n: int, seconds: float = 0.1, wait: float | None = 0.02, memory: tuple[int, int] | None = None):
+    start = 1_700_000_000 * S + n * S
+    record = StepRecord(
+        step=n, start_ns=start, end_ns=start + int(seconds * S), input_wait_ns=None if wait is None
+        else int(wait * S), input_fetches=0 if wait is None else 1,
+        peak_allocated_bytes=None if memory is None else memory[0],
+        peak_reserved_bytes=None if memory is None else memory[1],
+    )
+    return record, BUILDER.build(record)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_interval_peak_is_the_max_since_the_last_read() -> None:
+    peak = IntervalPeak()
+    assert peak.take() is None  # nothing measured: absent, not 0
+    for value in (5, 9, 7):
+        peak.update(value)
+    assert peak.take() == 9  # the spike between two reads is kept
+    peak.update(3)
+    assert peak.take() == 3  # a new interval starts after each read
+    assert peak.take() == 3  # no step since: the last maximum, the series does not vanish
+
+
+def otlp_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    points: dict[str, list[Any]] = {}
+    for resource_metrics in data.resource_metrics if data else []:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                points.setdefault(metric.name, []).extend(metric.data.data_points)
+    return points
+
+
+def test_otlp_metric_set() -> None:
+    dropped = [0]
+    reader = InMemoryMetricReader()
+    metrics = StepMetrics(Resource.create({}), LABELS, None, dropped_spans=lambda: dropped[0],
+                          metric_reader=reader)
+    first = otlp_points(reader)
+    assert [p.value for p in first[c.METRIC_SPANS_DROPPED]] == [0]  # present at 0 before any step
+    assert [p.value for p in first[c.METRIC_RUN_ENDED]] == [0]
+    (info,) = first[c.METRIC_RANK_INFO]
+    assert info.value == 1
+    assert dict(info.attributes) == {
+        c.ATTR_RUN_ID: "r1", c.ATTR_RANK: 3, c.ATTR_HOST: "node-a", c.ATTR_LOCAL_RANK: 1,
+        c.ATTR_CUDA_DEVICE: "", c.ATTR_GPU_UUID: "", c.ATTR_VERSION: "9.9.9",
+    }
+    assert c.METRIC_LAST_STEP_TIMESTAMP not in first  # no step yet: absent
+
+    for n, (seconds, wait, reserved) in enumerate([(0.1, 0.02, 500), (0.1, 0.04, 900), (0.1, None, 700)]):
+        record, spans = step(n, seconds, wait, (100, reserved))
+        metrics.record(record, spans)
+    dropped[0] = 12  # the shipper dropped spans: the next export says so, while the run goes on
+    metrics.set_device(2, "GPU-0000-aaaa")
+    second = otlp_points(reader)
+    assert [p.value for p in second[c.METRIC_SPANS_DROPPED]] == [12]
+    (wait_hist,) = second[c.METRIC_STEP_INPUT_WAIT]
+    assert wait_hist.count == 2 and wait_hist.sum == pytest.approx(0.06)  # only measured steps count
+    assert [p.value for p in second[c.METRIC_MEM_PEAK_RESERVED]] == [900]  # max over the interval
+    assert [p.value for p in second[c.METRIC_INPUT_WAIT]] == [pytest.approx(0.04)]  # last measured step
+    (last,) = second[c.METRIC_LAST_STEP_TIMESTAMP]
+    assert last.value == pytest.approx(1_700_000_002.1)
+    (info,) = second[c.METRIC_RANK_INFO]
+    assert info.attributes[c.ATTR_CUDA_DEVICE] == "2" and info.attributes[c.ATTR_GPU_UUID] == "GPU-0000-aaaa"
+    (steps,) = second[c.METRIC_STEPS]
+    assert steps.value == 3
+    (step_hist,) = second[c.METRIC_STEP_DURATION]
+    assert step_hist.exemplars and {e.trace_id for e in step_hist.exemplars} <= {
+        c.step_trace_id("r1", n) for n in range(3)
+    }
+
+    record, spans = step(3, memory=(100, 600))
+    metrics.record(record, spans)
+    assert [p.value for p in otlp_points(reader)[c.METRIC_MEM_PEAK_RESERVED]] == [600]  # a new interval
+    metrics.mark_ended()
+    assert [p.value for p in otlp_points(reader)[c.METRIC_RUN_ENDED]] == [1]
+    metrics.shutdown(1.0)
+
+
+def scrape(port: int) -> tuple[str, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        body = response.read().decode()
+    return body, {family.name: family for family in text_string_to_metric_families(body)}
+
+
+def test_direct_scrape_metric_set() -> None:
+    dropped = [0]
+    port = free_port()
+    metrics = StepMetrics(Resource.create({}), LABELS, None, PrometheusEndpoint(port),
+                          dropped_spans=lambda: dropped[0])
+    try:
+        _, families = scrape(port)
+        (sample,) = families["traceml_export_dropped_spans"].samples[:1]
+        assert sample.name == "traceml_export_dropped_spans_total" and sample.value == 0
+        assert families["traceml_run_ended"].samples[0].value == 0
+        (info,) = families["traceml_rank_info"].samples
+        assert info.labels == {
+            "traceml_run_id": "r1", "traceml_rank": "3", "traceml_host": "node-a", "traceml_local_rank": "1",
+            "traceml_cuda_device": "", "traceml_gpu_uuid": "", "traceml_version": "9.9.9",
+        }
+        assert "traceml_step_last_timestamp_seconds" not in families
+        assert "traceml_cuda_memory_peak_reserved_bytes" not in families
+
+        for n, reserved in enumerate((500, 900, 700)):
+            record, spans = step(n, memory=(100, reserved))
+            metrics.record(record, spans, exemplar=n != 1)  # step 1's trace was sampled out
+        dropped[0] = 4
+        metrics.set_device(0, "GPU-1234")
+        _, families = scrape(port)
+        assert families["traceml_export_dropped_spans"].samples[0].value == 4
+        assert families["traceml_cuda_memory_peak_reserved_bytes"].samples[0].value == 900
+        last_step = families["traceml_step_last_timestamp_seconds"].samples[0].value
+        assert last_step == pytest.approx(1_700_000_002.1)
+        assert families["traceml_rank_info"].samples[0].labels["traceml_gpu_uuid"] == "GPU-1234"
+        wait = {s.name: s.value for s in families["traceml_step_input_wait_seconds"].samples}
+        assert wait["traceml_step_input_wait_seconds_count"] == 3
+        assert wait["traceml_step_input_wait_seconds_sum"] == pytest.approx(0.06)
+        exemplars = [s.exemplar for s in families["traceml_step_duration_seconds"].samples if s.exemplar]
+        sampled = {f"{c.step_trace_id('r1', n):032x}" for n in (0, 2)}
+        assert exemplars and {e.labels["trace_id"] for e in exemplars} <= sampled
+        assert families["traceml_steps"].samples[0].value == 3
+        _, families = scrape(port)
+        assert families["traceml_cuda_memory_peak_reserved_bytes"].samples[0].value == 900  # no new step
+
+        metrics.mark_ended()
+        done = threading.Event()
+        lingering = threading.Thread(target=lambda: (metrics.linger(10.0), done.set()))
+        lingering.start()
+        time.sleep(0.2)
+        assert not done.is_set()  # still serving: no scrape has seen the end yet
+        _, families = scrape(port)
+        assert families["traceml_run_ended"].samples[0].value == 1
+        lingering.join(5)
+        assert done.is_set()  # the scrape that saw the end released it
+    finally:
+        metrics.linger(0)
+
+
+def test_direct_scrape_binds_the_configured_address() -> None:
+    port = free_port()
+    metrics = StepMetrics(Resource.create({}), LABELS, None, PrometheusEndpoint(port, "127.0.0.2"))
+    try:
+        assert metrics._prometheus is not None
+        assert metrics._prometheus.server.server_address[0] == "127.0.0.2"
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=2) as response:
+            assert b"traceml_rank_info" in response.read()
+    finally:
+        metrics.linger(0)
