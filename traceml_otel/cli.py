@@ -1,4 +1,4 @@
-"""The ``traceml`` command: ``run``, ``analyze`` and ``compare``. Thin: parse, call, exit code."""
+"""The ``traceml`` command: ``run``, ``analyze``, ``compare`` and ``stack``. Thin: parse, call, exit code."""
 
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="launch a script through torch.distributed.run and diagnose it",
         description="Launch SCRIPT on every rank; arguments after `--` go to the script.",
     ))
+    from traceml_otel.stack.cli import add_stack_arguments
+
+    add_stack_arguments(commands.add_parser("stack", help="render alert rules, dashboard and manifests"))
     try:
         from traceml_otel.analyze import add_analyze_arguments, add_compare_arguments
     except ImportError:
@@ -85,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return _run(args, script_args)
+    if args.command == "stack":
+        from traceml_otel.stack.cli import run_stack
+
+        return run_stack(args)
     from traceml_otel.analyze import run_analyze, run_compare
 
     return run_analyze(args) if args.command == "analyze" else run_compare(args)

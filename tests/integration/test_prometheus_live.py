@@ -65,6 +65,10 @@ class FakeTraining:
         self.allocated = Gauge(
             "traceml_cuda_memory_peak_allocated_bytes", "a", labels, registry=self.registry
         )
+        self.wait_hist = Histogram(
+            "traceml_step_input_wait_seconds", "wait", labels, buckets=BUCKETS, registry=self.registry
+        )
+        self.ended = Gauge("traceml_run_ended", "ended", labels, registry=self.registry)
         self.steps = Counter("traceml_steps", "steps", labels, registry=self.registry)
         self.dropped = Counter("traceml_export_dropped_spans", "dropped", labels, registry=self.registry)
         self._stop = threading.Event()
@@ -83,6 +87,8 @@ class FakeTraining:
             for phase, seconds in (("forward", 0.03), ("backward", 0.05), ("optimizer", 0.01)):
                 self.phase.labels(**lab, traceml_phase_name=phase).observe(seconds)
             self.wait.labels(**lab).set(0.005)
+            self.wait_hist.labels(**lab).observe(0.005)
+            self.ended.labels(**lab).set(0)
             self.reserved.labels(**lab).set(8e9 + n * 1e6)
             self.allocated.labels(**lab).set(6e9)
             self.steps.labels(**lab).inc()
@@ -249,16 +255,16 @@ def test_rules_load_and_evaluate(prometheus: PrometheusServer) -> None:
 
 def test_recording_rules_see_the_slow_rank(prometheus: PrometheusServer) -> None:
     wait_until(
-        lambda: len(prometheus.query("run_rank:traceml_step_duration_seconds:skew5m")) == 4,
+        lambda: len(prometheus.query("run_rank:traceml_step_duration_seconds:skew")) == 4,
         10,
         "skew not recorded",
         prometheus.log,
     )
     skew = {
         r["metric"]["traceml_rank"]: float(r["value"][1])
-        for r in prometheus.query("run_rank:traceml_step_duration_seconds:skew5m")
+        for r in prometheus.query("run_rank:traceml_step_duration_seconds:skew")
     }
     assert skew["3"] == pytest.approx(0.3, abs=0.02)
     assert all(abs(skew[rank]) < 0.02 for rank in "012")
-    share = prometheus.query("run:traceml_input_wait_share:median5m")
+    share = prometheus.query("run:traceml_input_wait_share:median")
     assert [float(r["value"][1]) for r in share] == [pytest.approx(0.005 / 0.105, rel=0.05)]

@@ -1,0 +1,174 @@
+"""`traceml stack render`: the shipped files are its default output; options reach every rule and panel."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from traceml_otel.cli import main
+from traceml_otel.stack import StackConfig, StackConfigError, Windows, render_all
+from traceml_otel.stack.config import parse_selector
+
+REPO = Path(__file__).resolve().parents[2]
+PROMTOOL = shutil.which("promtool")
+SELECTOR = 'namespace="ml-prod", cluster=~"eu-.*"'
+RUN_METRIC = re.compile(r"(?<![\w:])(traceml_[a-z_]+)(?![\w:])(\{[^}]*\})?")
+
+
+def rules_of(files: dict[str, str]) -> list[dict[str, Any]]:
+    return [rule for path in ("prometheus/recording.yml", "prometheus/alerts.yml")
+            for group in yaml.safe_load(files[path])["groups"] for rule in group["rules"]]
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in dashboard["panels"] for inner in [p, *p.get("panels", [])]
+             for t in inner.get("targets", []) if "expr" in t]
+    exprs += [a["expr"] for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if variable["type"] == "query":
+            exprs.append(query["query"] if isinstance(query, dict) else query)
+    return exprs
+
+
+def selectors_of(expr: str) -> list[tuple[str, str]]:
+    """(metric, matcher block) for every raw traceml metric an expression selects."""
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    return [(m[1], m[2] or "") for m in RUN_METRIC.finditer(expr)]
+
+
+def test_shipped_files_are_the_default_render() -> None:
+    for path, text in render_all().items():
+        shipped = REPO / path
+        assert shipped.exists(), f"{path} is not in the repository: run `traceml stack render -o .`"
+        assert shipped.read_text() == text, f"{path} differs from the render: run `traceml stack render -o .`"
+
+
+def test_generated_drift_tests_are_up_to_date(tmp_path: Path) -> None:
+    script = REPO / "prometheus" / "tests" / "make_drift_test.py"
+    copy = tmp_path / "make_drift_test.py"
+    copy.write_text(script.read_text())
+    subprocess.run([sys.executable, str(copy)], check=True, timeout=60)
+    assert (tmp_path / "drift_test.yml").read_text() == (REPO / "prometheus/tests/drift_test.yml").read_text()
+
+
+def test_selector_reaches_every_metric_selector_in_rules_and_dashboard() -> None:
+    files = render_all(StackConfig(selector=parse_selector(SELECTOR),
+                                   collector_selector=parse_selector('job="otelcol"')))
+    exprs = [rule["expr"] for rule in rules_of(files)]
+    exprs += dashboard_exprs(json.loads(files["grafana/dashboards/traceml-training.json"]))
+    seen = 0
+    for expr in exprs:
+        for metric, matchers in selectors_of(expr):
+            seen += 1
+            assert 'namespace="ml-prod"' in matchers and 'cluster=~"eu-.*"' in matchers, (metric, expr)
+    assert seen > 40
+    (collector,) = [r for r in rules_of(files) if r.get("alert") == "TraceMLCollectorRefusingTelemetry"]
+    assert '{job="otelcol",__name__=~' in collector["expr"]
+    # the query inside the stall alert's description is scoped too
+    (stalled,) = [r for r in rules_of(files) if r.get("alert") == "TraceMLTrainingStalled"]
+    assert 'traceml_step_last_timestamp_seconds{namespace="ml-prod",cluster=~"eu-.*",traceml_run_id=%q}' in (
+        stalled["annotations"]["description"])
+
+
+def test_default_selector_leaves_no_empty_matchers() -> None:
+    files = render_all()
+    exprs = [rule["expr"] for rule in rules_of(files)]
+    exprs += dashboard_exprs(json.loads(files["grafana/dashboards/traceml-training.json"]))
+    for expr in exprs:
+        assert "{}" not in expr and ",}" not in expr and "<sel>" not in expr, expr
+
+
+def test_urls_in_every_alert() -> None:
+    config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
+                         dashboard_url="https://grafana.example.com/d/traceml-training")
+    alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
+    assert len({a["alert"] for a in alerts}) == 10
+    for alert in alerts:
+        annotations = alert["annotations"]
+        assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"
+        if "traceml_run_id" in alert["expr"] or "run:" in alert["expr"]:
+            assert annotations["dashboard_url"] == (
+                "https://grafana.example.com/d/traceml-training?var-run_id={{ $labels.traceml_run_id }}"
+            )
+
+
+def test_windows_and_for_durations_are_applied() -> None:
+    short = rules_of(render_all(StackConfig(windows=Windows.short())))
+    default = rules_of(render_all())
+    drift = next(r for r in short if r.get("alert") == "TraceMLStepTimeDrift")
+    assert drift["for"] == "6s"
+    assert next(r for r in default if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "10m"
+    mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:mean")
+    assert "[20s]" in mean["expr"] and "[5m]" not in mean["expr"]
+    stalled = next(r for r in short if r.get("alert") == "TraceMLTrainingStalled")
+    assert "> 10" in stalled["expr"]
+    custom = rules_of(render_all(StackConfig(windows=Windows().with_overrides({"for_drift": "30m"}))))
+    assert next(r for r in custom if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "30m"
+
+
+def test_kubernetes_manifests_parse_as_objects() -> None:
+    config = StackConfig(selector=parse_selector(SELECTOR), namespace="ml-prod",
+                         manifest_labels=(("release", "kube-prometheus-stack"),),
+                         pod_labels=(("app", "trainer"),), ranks_per_pod=4)
+    files = render_all(config)
+    rule = yaml.safe_load(files["kubernetes/prometheusrule.yaml"])
+    assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "ml-prod"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    groups = [g for path in ("prometheus/recording.yml", "prometheus/alerts.yml")
+              for g in yaml.safe_load(files[path])["groups"]]
+    assert rule["spec"]["groups"] == groups
+    monitor = yaml.safe_load(files["kubernetes/podmonitor.yaml"])
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app": "trainer"}
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == [f"traceml-{i}" for i in range(4)]
+
+
+def test_import_copy_has_inputs_and_keeps_the_variables() -> None:
+    files = render_all()
+    provisioned = json.loads(files["grafana/dashboards/traceml-training.json"])
+    imported = json.loads(files["grafana/import/traceml-training.grafana-com.json"])
+    assert "__inputs" not in provisioned
+    assert {i["name"]: i["pluginId"] for i in imported["__inputs"]} == {
+        "DS_PROMETHEUS": "prometheus", "DS_TEMPO": "tempo"}
+    assert imported["schemaVersion"] == provisioned["schemaVersion"]
+    assert imported["panels"] == provisioned["panels"]  # panels still use ${datasource} / ${tempo}
+    variables = {v["name"]: v for v in imported["templating"]["list"]}
+    assert variables["datasource"]["current"]["value"] == "${DS_PROMETHEUS}"
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed")
+@pytest.mark.parametrize("profile", ["default", "short"])
+def test_rendered_rules_pass_promtool(tmp_path: Path, profile: str) -> None:
+    assert main(["stack", "render", "-o", str(tmp_path), "--profile", profile, "--selector", SELECTOR]) == 0
+    result = subprocess.run([PROMTOOL, "check", "rules", "recording.yml", "alerts.yml"],
+                            cwd=tmp_path / "prometheus", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("option", [
+    ["--selector", "job=train"], ["--window", "rate=5 minutes"], ["--window", "bogus=1m"],
+    ["--runbook-url", 'http://x/"y'], ["--selector", 'job="a`b"'], ["--label", "novalue"],
+])
+def test_bad_options_are_refused(
+    tmp_path: Path, option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stack", "render", "-o", str(tmp_path), *option]) == 2
+    assert "traceml stack render:" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_selector_parsing() -> None:
+    assert parse_selector('{job="a", ns!~"b.*",}') == (("job", "=", "a"), ("ns", "!~", "b.*"))
+    assert parse_selector("") == ()
+    with pytest.raises(StackConfigError):
+        parse_selector('job="a" ns="b"')
