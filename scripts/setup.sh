@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for traceml-otel in ./.venv.
 #   bash scripts/setup.sh          # the package, torch (CPU) if missing, and the examples' needs
-#   bash scripts/setup.sh --test   # + test tools, the rotel collector, and Debian's prometheus/promtool
+#   bash scripts/setup.sh --test   # + test tools, the rotel collector, and Debian's prometheus/promtool/node-exporter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,11 +22,12 @@ fi
 
 if [ "$want_tests" = 1 ]; then
   pip install -e ".[test]"
-  if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 \
+      || ! command -v prometheus-node-exporter >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-node-exporter >/dev/null
   fi
 else
   pip install -e . accelerate

@@ -35,14 +35,17 @@ def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
     for variable in dashboard["templating"]["list"]:
         query = variable.get("query")
         if variable["type"] == "query":
-            exprs.append(query["query"] if isinstance(query, dict) else query)
+            query = query["query"] if isinstance(query, dict) else query
+            exprs.append(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", query))
     return exprs
 
 
 def selectors_of(expr: str) -> list[tuple[str, str]]:
     """(metric, matcher block) for every raw traceml metric an expression selects."""
     expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
-    return [(m[1], m[2] or "") for m in RUN_METRIC.finditer(expr)]
+    blocks = [m.span() for m in re.finditer(r'\{[^}]*\}|"[^"]*"', expr)]  # matchers and strings
+    return [(m[1], m[2] or "") for m in RUN_METRIC.finditer(expr)
+            if not any(start < m.start() < end for start, end in blocks)]
 
 
 def test_shipped_files_are_the_default_render() -> None:

@@ -1,6 +1,7 @@
 """Render the Prometheus rules, the Grafana dashboard and the Kubernetes manifests from one source.
 
-The templates under ``templates/`` hold every rule and panel once, with placeholders for what
+The rule templates under ``templates/`` and the dashboard in :mod:`.dashboard` hold every rule
+and panel once, with placeholders for what
 a platform team sets (:class:`~traceml_otel.stack.config.StackConfig`): ``<sel>`` (the label
 matchers added to every traceml metric selector), ``<csel>`` (the collector's), ``<runbook>``,
 ``<dashboard>`` and one ``<name>`` per window. Rendering is plain text substitution, so the
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel.stack.config import StackConfig, duration_seconds, format_selector
+from traceml_otel.stack.dashboard import build_dashboard
 
 RECORDING_FILE = "prometheus/recording.yml"
 ALERTS_FILE = "prometheus/alerts.yml"
@@ -80,7 +82,7 @@ def _fill_json(value: Any, config: StackConfig) -> Any:
 
 def render_dashboard(config: StackConfig) -> dict[str, Any]:
     """The provisioned dashboard (datasource variables, no ``__inputs``)."""
-    return _fill_json(json.loads(_template("dashboard.json")), config)
+    return _fill_json(build_dashboard(), config)
 
 
 def import_copy(dashboard: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,397 @@
+"""A real Prometheus (Debian 2.42) runs the rendered short-window rules against real training runs.
+
+Two `traceml_otel.init()` training processes serve their metrics on the direct scrape path
+(TRACEML_PROMETHEUS_PORT): 'drift' steps at 0.05 s, then at 0.12 s (the slowdown), then ends
+cleanly; 'loader' waits on a slow data loader, and is SIGKILLed once its alert fired. Beside
+them Prometheus scrapes a static exposition in NVIDIA DCGM exporter format and, where installed,
+a real node-exporter. The rules are `traceml stack render --profile short` (the shipped logic
+with second-long windows), evaluated every second.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.otlp_stack import free_port
+from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
+from traceml_otel import contract as c
+from traceml_otel.stack import StackConfig, Windows, render_all, write_files
+
+PROMETHEUS = shutil.which("prometheus")
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "stack_run.py"
+GPU_UUID = "GPU-5fb2a1c4-7d7e-4c1b-9f0e-1a2b3c4d5e6f"
+OTHER_GPU_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+FAST_S, SLOW_S = 30.0, 20.0
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
+)
+
+# The DCGM exporter's exposition (its documented metric and label names): this run's GPU and
+# another node's, which the join must leave out.
+DCGM_EXPOSITION = "".join(
+    f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
+    + "".join(
+        f'{name}{{gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
+        f'Hostname="{host}",DCGM_FI_DRIVER_VERSION="550.54.15"}} {value}\n'
+        for gpu, uuid, host, value in (
+            (0, GPU_UUID, "trainer-host", base),
+            (1, OTHER_GPU_UUID, "other", base / 2),
+        )
+    )
+    for name, help_text, base in (
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", 87),
+        ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", 41),
+        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", 512.5),
+    )
+)
+
+
+class _DcgmHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = DCGM_EXPOSITION.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Prometheus:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=5) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return list(self.api("query", query=expr)["result"])
+
+    def series_times(self, expr: str, start: float, end: float) -> list[float]:
+        """Timestamps (1 s resolution) at which ``expr`` had a value."""
+        data = self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1")
+        return sorted(float(t) for series in data["result"] for t, _ in series["values"])
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {timeout} s; prometheus log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def finite(result: list[dict[str, Any]]) -> list[float]:
+    return [float(r["value"][1]) for r in result if math.isfinite(float(r["value"][1]))]
+
+
+@dataclass
+class LiveRun:
+    """What happened, collected once for the tests below."""
+
+    prometheus: Prometheus
+    rules_dir: Path
+    drift_port: int
+    started: float
+    slowdown: float = 0.0
+    drift_ended: float = 0.0
+    loader_killed: float = 0.0
+    dashboard: dict[str, list[float]] = field(default_factory=dict)
+    exemplars: list[dict[str, Any]] = field(default_factory=list)
+    drift_steps: int = 0
+
+
+def _trainer(name: str, port: int, runs_dir: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(
+        TRACEML_RUN_ID=name,
+        TRACEML_RUNS_DIR=str(runs_dir),
+        TRACEML_PROMETHEUS_PORT=str(port),
+        TRACEML_FLUSH_INTERVAL_MS="100",
+        TRACEML_PROMETHEUS_LINGER_S="10",
+    )
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
+    tmp = tmp_path_factory.mktemp("stack-live")
+    write_files(render_all(StackConfig(windows=Windows.short())), tmp)
+    drift_port, loader_port, dcgm_port, node_port, prom_port = (free_port() for _ in range(5))
+    dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", dcgm_port), _DcgmHandler)
+    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    node = None
+    if NODE_EXPORTER:
+        node = subprocess.Popen(
+            [
+                NODE_EXPORTER,
+                f"--web.listen-address=127.0.0.1:{node_port}",
+                "--collector.disable-defaults",
+                "--collector.cpu",
+                "--collector.uname",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
+        "scrape_configs": [
+            {
+                "job_name": "traceml",
+                "static_configs": [{"targets": [f"127.0.0.1:{drift_port}", f"127.0.0.1:{loader_port}"]}],
+            },
+            {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{dcgm_port}"]}]},
+            {"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{node_port}"]}]},
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = tmp / "prometheus.log"
+    assert PROMETHEUS is not None
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                "--enable-feature=exemplar-storage",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    prometheus = Prometheus(f"http://127.0.0.1:{prom_port}", proc, log)
+    trainers: list[subprocess.Popen[str]] = []
+    try:
+        wait_until(
+            lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
+            15,
+            "prometheus not ready",
+            log,
+        )
+        run = LiveRun(prometheus, tmp / "prometheus", drift_port, started=time.time())
+        drift = _trainer(
+            "drift",
+            drift_port,
+            tmp / "runs",
+            "--fast-seconds",
+            str(FAST_S),
+            "--slow-seconds",
+            str(SLOW_S),
+            "--gpu-uuid",
+            GPU_UUID,
+        )
+        loader = _trainer(
+            "loader",
+            loader_port,
+            tmp / "runs",
+            "--fast-seconds",
+            "120",
+            "--step",
+            "0.03",
+            "--loader-wait",
+            "0.03",
+        )
+        trainers += [drift, loader]
+        _observe(run, drift, loader)
+        yield run
+    finally:
+        for trainer in trainers:
+            if trainer.poll() is None:
+                trainer.kill()
+            trainer.communicate(timeout=30)
+        proc.terminate()
+        proc.wait(timeout=15)
+        if node is not None:
+            node.terminate()
+            node.wait(timeout=10)
+        dcgm.shutdown()
+        dcgm.server_close()
+
+
+def _observe(run: LiveRun, drift: subprocess.Popen[str], loader: subprocess.Popen[str]) -> None:
+    """Drive the scenario: kill 'loader' once its alert fires; read the dashboard while 'drift' is slow."""
+    prometheus = run.prometheus
+
+    def alert(name: str, run_id: str, state: str = "firing") -> bool:
+        return bool(
+            prometheus.query(f'ALERTS{{alertname="{name}", traceml_run_id="{run_id}", alertstate="{state}"}}')
+        )
+
+    wait_until(
+        lambda: alert("TraceMLInputBound", "loader"), 60, "the input-bound alert did not fire", prometheus.log
+    )
+    loader.send_signal(signal.SIGKILL)
+    run.loader_killed = time.time()
+    assert drift.stdout is not None
+    line = drift.stdout.readline()
+    assert line.startswith("slowdown "), line + (drift.stderr.read() if drift.stderr else "")
+    run.slowdown = float(line.split()[1])
+    wait_until(
+        lambda: alert("TraceMLStepTimeDrift", "drift"), SLOW_S, "the drift alert did not fire", prometheus.log
+    )
+    for expr in prometheus_exprs(run_dashboard()):
+        promql = substitute_grafana_vars(expr, "drift", rate_interval="10s")
+        run.dashboard[expr] = finite(prometheus.query(promql))
+    now = time.time()
+    run.exemplars = prometheus.api(
+        "query_exemplars",
+        query='traceml_step_duration_seconds_bucket{traceml_run_id="drift"}',
+        start=str(run.started),
+        end=str(now + 1),
+    )
+    steps = prometheus.query('traceml_steps_total{traceml_run_id="drift"}')
+    run.drift_steps = int(float(steps[0]["value"][1]))
+    drift.wait(timeout=SLOW_S + 30)
+    run.drift_ended = time.time()
+    time.sleep(6)  # two evaluations past every `for:` of the short profile
+
+
+def run_dashboard() -> dict[str, Any]:
+    return json.loads(
+        render_all(StackConfig(windows=Windows.short()))["grafana/dashboards/traceml-training.json"]
+    )
+
+
+def test_drift_goes_pending_then_firing_after_the_slowdown_and_never_before(live: LiveRun) -> None:
+    p = live.prometheus
+    base = 'ALERTS{alertname="TraceMLStepTimeDrift", traceml_run_id="drift", alertstate="%s"}'
+    pending = p.series_times(base % "pending", live.started, live.drift_ended)
+    firing = p.series_times(base % "firing", live.started, live.drift_ended)
+    assert pending and firing
+    assert min(pending) > live.slowdown - 1, "pending before the slowdown"
+    assert min(firing) > min(pending)
+    # The alert could have fired before: the baseline existed well before the slowdown.
+    baseline = p.series_times(
+        'run:traceml_step_time_seconds:baseline{traceml_run_id="drift"}', live.started, live.slowdown
+    )
+    assert baseline and min(baseline) < live.slowdown - 5
+    # the input-bound run never drifts (its pace is constant)
+    assert not p.series_times(
+        'ALERTS{alertname="TraceMLStepTimeDrift", traceml_run_id="loader"}', live.started, live.drift_ended
+    )
+
+
+def test_clean_end_resolves_and_is_not_missing(live: LiveRun) -> None:
+    p = live.prometheus
+    end = time.time()
+    firing = p.series_times(
+        'ALERTS{alertname="TraceMLStepTimeDrift", traceml_run_id="drift", alertstate="firing"}',
+        live.drift_ended + 3,
+        end,
+    )
+    assert not firing, "the drift alert outlived the run"
+    assert not p.series_times(
+        'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="drift"}', live.started, end
+    )
+    assert p.series_times('traceml_run_ended{traceml_run_id="drift"} == 1', live.started, end), (
+        "the end marker was never scraped (the endpoint's linger)"
+    )
+
+
+def test_input_bound_variant_fires_and_a_killed_run_is_missing(live: LiveRun) -> None:
+    p = live.prometheus
+    share = p.series_times(
+        'run:traceml_input_wait_share:median{traceml_run_id="loader"} > 0.4', live.started, live.loader_killed
+    )
+    assert share, "input wait share of the slow loader not recorded"
+    wait_until(
+        lambda: bool(
+            p.query(
+                'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="loader", alertstate="firing"}'
+            )
+        ),
+        15,
+        "killed run not reported missing",
+        p.log,
+    )
+    assert not p.series_times(
+        'ALERTS{alertname="TraceMLInputBound", traceml_run_id="loader", alertstate="firing"}',
+        live.loader_killed + 3,
+        time.time(),
+    ), "an alert outlived the killed run"
+
+
+def test_every_dashboard_query_returns_data(live: LiveRun) -> None:
+    may_be_empty = ("traceml_cuda_memory_peak", "DCGM_FI_")  # CUDA memory on CPU
+    if NODE_EXPORTER is None:
+        may_be_empty += ("node_cpu_seconds_total",)
+    empty = [
+        expr
+        for expr, values in live.dashboard.items()
+        if not values and not any(m in expr for m in may_be_empty)
+    ]
+    assert not empty
+    dropped = [v for e, v in live.dashboard.items() if "traceml_export_dropped_spans_total" in e]
+    assert dropped == [[0.0]]  # present at 0 on the direct path
+
+
+def test_dcgm_panels_get_this_runs_gpu_through_the_info_join(live: LiveRun) -> None:
+    values = {
+        metric: v
+        for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_POWER_USAGE")
+        for e, v in live.dashboard.items()
+        if metric in e
+    }
+    assert values == {
+        "DCGM_FI_DEV_GPU_UTIL": [87.0],
+        "DCGM_FI_DEV_MEM_COPY_UTIL": [41.0],
+        "DCGM_FI_DEV_POWER_USAGE": [512.5],
+    }  # this run's GPU only, not the other node's
+
+
+@pytest.mark.skipif(NODE_EXPORTER is None, reason="prometheus-node-exporter not installed")
+def test_host_cpu_panel_joins_node_exporter(live: LiveRun) -> None:
+    (values,) = [v for e, v in live.dashboard.items() if "node_cpu_seconds_total" in e]
+    assert len(values) == 1 and 0 <= values[0] <= 1
+
+
+def test_exemplars_point_at_this_runs_step_traces(live: LiveRun) -> None:
+    trace_ids = {e["labels"]["trace_id"] for series in live.exemplars for e in series["exemplars"]}
+    assert trace_ids
+    known = {f"{c.step_trace_id('drift', n):032x}" for n in range(live.drift_steps + 200)}
+    assert trace_ids <= known
+
+
+def test_rules_load_and_evaluate_healthy(live: LiveRun) -> None:
+    loaded = [r for g in live.prometheus.api("rules")["groups"] for r in g["rules"]]
+    assert len(loaded) == 26
+    assert [r["name"] for r in loaded if r["health"] != "ok"] == []

@@ -1,0 +1,620 @@
+"""The "TraceML training" Grafana dashboard, built once here with ``<sel>`` placeholders.
+
+Panels read the contract's Prometheus names (docs/telemetry.md), the recording rules'
+series (drift baseline), and, joined through ``traceml_rank_info``, NVIDIA DCGM exporter
+(``UUID`` label) and node-exporter (``node_uname_info``'s ``nodename``) series. Views stay
+readable at 64+ ranks: worst-k ranks and per-rank heatmaps beside the per-rank lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROM = {"type": "prometheus", "uid": "${datasource}"}
+TEMPO = {"type": "tempo", "uid": "${tempo}"}
+RUN = '<sel>traceml_run_id="$run_id"'
+RANKS = f'{RUN}, traceml_rank=~"$rank"'
+WINDOW = "$__rate_interval"
+WORST_K = 5
+
+# Step counts and means, per rank (the selection of ranks in $rank).
+STEP_COUNT_BY_RANK = f"sum by (traceml_rank) (rate(traceml_step_duration_seconds_count{{{RANKS}}}[{WINDOW}]))"
+MEAN_STEP_BY_RANK = (
+    f"sum by (traceml_rank) (rate(traceml_step_duration_seconds_sum{{{RANKS}}}[{WINDOW}]))"
+    f" / {STEP_COUNT_BY_RANK}"
+)
+WAIT_PER_STEP_BY_RANK = (
+    f"sum by (traceml_rank) (rate(traceml_step_input_wait_seconds_sum{{{RANKS}}}[{WINDOW}]))"
+    f" / {STEP_COUNT_BY_RANK}"
+)
+STEP_COUNT = f"sum (rate(traceml_step_duration_seconds_count{{{RANKS}}}[{WINDOW}]))"
+
+# The info series of this run's ranks, with the label the other exporter uses.
+GPU_OF_RANK = (
+    "label_replace(max by (traceml_rank, traceml_gpu_uuid) (traceml_rank_info{"
+    + RUN
+    + ', traceml_rank=~"$rank", '
+    'traceml_gpu_uuid!=""}), "UUID", "$1", "traceml_gpu_uuid", "(.+)")'
+)
+HOST_OF_RUN = (
+    "label_replace(max by (traceml_host) (traceml_rank_info{"
+    + RUN
+    + '}), "nodename", "$1", "traceml_host", "(.+)")'
+)
+
+DCGM_NOTE = (
+    "No data: this Prometheus has no NVIDIA DCGM exporter series for the GPUs of this run "
+    "(a CPU run, CUDA not yet initialised, or no DCGM exporter scraped)."
+)
+NODE_NOTE = "No data: no node-exporter series (node_uname_info) for the hosts of this run."
+
+
+def _target(ref: str, expr: str, legend: str, exemplar: bool = False) -> dict[str, Any]:
+    target = {
+        "refId": ref,
+        "datasource": PROM,
+        "editorMode": "code",
+        "expr": expr,
+        "legendFormat": legend,
+        "range": True,
+        "instant": False,
+    }
+    if exemplar:
+        target["exemplar"] = True
+    return target
+
+
+def _thresholds(*steps: tuple[str, float]) -> dict[str, Any]:
+    return {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, *({"color": c, "value": v} for c, v in steps)],
+    }
+
+
+def _timeseries(
+    title: str,
+    description: str,
+    grid: tuple[int, int, int, int],
+    unit: str,
+    targets: list[dict[str, Any]],
+    *,
+    stacked: bool = False,
+    thresholds: tuple = (),
+    no_value: str | None = None,
+    overrides: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "min": 0,
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10 if stacked else 0,
+            "showPoints": "never",
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if stacked else "none", "group": "A"},
+            "thresholdsStyle": {"mode": "line" if thresholds else "off"},
+        },
+        "thresholds": _thresholds(*thresholds),
+    }
+    if no_value:
+        defaults["noValue"] = no_value
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": PROM,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+        "options": {
+            "legend": {
+                "displayMode": "table",
+                "placement": "right",
+                "showLegend": True,
+                "calcs": ["mean", "max"],
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": targets,
+    }
+
+
+def _heatmap(
+    title: str, description: str, grid: tuple[int, int, int, int], unit: str, target: dict[str, Any]
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    return {
+        "type": "heatmap",
+        "title": title,
+        "description": description,
+        "datasource": PROM,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "exponent": 0.5},
+            "rowsFrame": {"layout": "auto"},
+            "yAxis": {"axisPlacement": "left"},
+            "legend": {"show": True},
+            "tooltip": {"mode": "single", "yHistogram": False},
+            "cellValues": {"unit": unit},
+        },
+        "targets": [target],
+    }
+
+
+def _stat(
+    title: str,
+    description: str,
+    grid: tuple[int, int, int, int],
+    unit: str,
+    expr: str,
+    thresholds: tuple = (),
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": PROM,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit, "thresholds": _thresholds(*thresholds)}, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        },
+        "targets": [_target("A", expr, "")],
+    }
+
+
+def _row(title: str, y: int) -> dict[str, Any]:
+    return {
+        "type": "row",
+        "title": title,
+        "collapsed": False,
+        "gridPos": {"x": 0, "y": y, "w": 24, "h": 1},
+        "panels": [],
+    }
+
+
+def _dcgm(title: str, metric: str, unit: str, grid: tuple[int, int, int, int]) -> dict[str, Any]:
+    expr = f"max by (UUID) ({metric}) * on (UUID) group_left (traceml_rank) {GPU_OF_RANK}"
+    return _timeseries(
+        title,
+        f"{metric} from the NVIDIA DCGM exporter, joined to ranks through traceml_rank_info's "
+        f"traceml_gpu_uuid (= DCGM's UUID label). {DCGM_NOTE}",
+        grid,
+        unit,
+        [_target("A", expr, "rank {{traceml_rank}}")],
+        no_value=DCGM_NOTE,
+    )
+
+
+def _panels() -> list[dict[str, Any]]:
+    panels: list[dict[str, Any]] = [_row("Run", 0)]
+    mean_run = 'run:traceml_step_time_seconds:mean{traceml_run_id="$run_id"}'
+    baseline = 'run:traceml_step_time_seconds:baseline{traceml_run_id="$run_id"}'
+    panels.append(
+        _timeseries(
+            "Step time against the run's baseline (drift)",
+            "Step time per step (input wait + traced step, all ranks, 5 m means) and the run's baseline: its "
+            "best "
+            "sustained pace (10th percentile of its own means). TraceMLStepTimeDrift fires above 1.2 x "
+            "baseline "
+            "for 10 m. Needs the recording rules (prometheus/recording.yml).",
+            (0, 1, 12, 8),
+            "s",
+            [
+                _target("A", mean_run, "step time"),
+                _target("B", baseline, "baseline"),
+                _target("C", f"1.2 * {baseline}", "alert threshold (1.2 x baseline)"),
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "alert threshold (1.2 x baseline)"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
+                    ],
+                },
+                {
+                    "matcher": {"id": "byName", "options": "baseline"},
+                    "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": "green"}}],
+                },
+            ],
+        )
+    )
+    panels.append(
+        _timeseries(
+            "Throughput (steps per second, all ranks)",
+            "Completed steps per second over the selected ranks (rate of traceml_steps_total). A flat zero "
+            "is "
+            "a stall.",
+            (12, 1, 6, 8),
+            "ops",
+            [_target("A", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s")],
+        )
+    )
+    panels.append(
+        _stat(
+            "Ranks live",
+            "Ranks reporting and not ended (traceml_run_ended == 0). A rank that vanished without a clean "
+            "end "
+            "fires TraceMLTelemetryMissing.",
+            (18, 1, 3, 8),
+            "short",
+            f"count (traceml_run_ended{{{RUN}}} == 0)",
+        )
+    )
+    panels.append(
+        _stat(
+            "Since the last step",
+            "time() - newest traceml_step_last_timestamp_seconds of the run.",
+            (21, 1, 3, 8),
+            "s",
+            f"time() - max (traceml_step_last_timestamp_seconds{{{RUN}}})",
+            thresholds=(("orange", 120), ("red", 300)),
+        )
+    )
+
+    panels.append(_row("Step time and ranks", 9))
+    panels.append(
+        _timeseries(
+            "Traced step time p50 / p95 per rank",
+            "histogram_quantile over the traceml.step.duration buckets. Exemplar dots link a bucket to the "
+            "trace "
+            "of one step (hover a dot, then 'Open step trace').",
+            (0, 10, 12, 9),
+            "s",
+            [
+                _target(
+                    "A",
+                    "histogram_quantile(0.5, sum by (traceml_rank, le) "
+                    "(rate(traceml_step_duration_seconds_bucket"
+                    f"{{{RANKS}}}[{WINDOW}])))",
+                    "p50 rank {{traceml_rank}}",
+                    exemplar=True,
+                ),
+                _target(
+                    "B",
+                    "histogram_quantile(0.95, sum by (traceml_rank, le) "
+                    "(rate(traceml_step_duration_seconds_bucket"
+                    f"{{{RANKS}}}[{WINDOW}])))",
+                    "p95 rank {{traceml_rank}}",
+                    exemplar=True,
+                ),
+            ],
+        )
+    )
+    panels.append(
+        _timeseries(
+            f"Worst {WORST_K} ranks by mean traced step time",
+            f"The {WORST_K} slowest ranks at each moment (topk), for jobs with too many ranks for one line "
+            "each.",
+            (12, 10, 12, 9),
+            "s",
+            [_target("A", f"topk({WORST_K}, {MEAN_STEP_BY_RANK})", "rank {{traceml_rank}}")],
+        )
+    )
+    panels.append(
+        _heatmap(
+            "Mean traced step time, every rank (heatmap)",
+            "One row per rank, colour = mean traced step time. A slow rank is a dark row; a slow period a "
+            "dark "
+            "column.",
+            (0, 19, 12, 9),
+            "s",
+            _target("A", MEAN_STEP_BY_RANK, "{{traceml_rank}}"),
+        )
+    )
+    panels.append(
+        _heatmap(
+            "Input wait per step, every rank (heatmap)",
+            "One row per rank, colour = input wait per step (traceml_step_input_wait_seconds).",
+            (12, 19, 12, 9),
+            "s",
+            _target("A", WAIT_PER_STEP_BY_RANK, "{{traceml_rank}}"),
+        )
+    )
+    phase = (
+        f"sum by (traceml_phase_name) (rate(traceml_phase_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) "
+        f"/ ignoring (traceml_phase_name) group_left {STEP_COUNT}"
+    )
+    wait = f"sum (rate(traceml_step_input_wait_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT}"
+    residual = (
+        f"clamp_min(sum (rate(traceml_step_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT} - "
+        f"sum (rate(traceml_phase_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT}, 0)"
+    )
+    panels.append(
+        _timeseries(
+            "Time per step by phase (mean over ranks)",
+            "Phase time per step, input wait before the step, and the rest of the traced block that no phase "
+            "covers "
+            "(residual: zero_grad, Python, collectives outside backward). Stacked, so the top is step time.",
+            (0, 28, 12, 9),
+            "s",
+            [
+                _target("A", phase, "{{traceml_phase_name}}"),
+                _target("B", wait, "input wait"),
+                _target("C", residual, "residual"),
+            ],
+            stacked=True,
+        )
+    )
+    panels.append(
+        _timeseries(
+            "Input-wait share per rank",
+            "input wait / (input wait + traced step time), exact from the input-wait histogram. Alert "
+            "TraceMLInputBound: median over ranks >= 10 % (warning), >= 20 % (critical).",
+            (12, 28, 12, 9),
+            "percentunit",
+            [
+                _target(
+                    "A",
+                    f"({WAIT_PER_STEP_BY_RANK}) / (({WAIT_PER_STEP_BY_RANK}) + ({MEAN_STEP_BY_RANK}))",
+                    "rank {{traceml_rank}}",
+                )
+            ],
+            thresholds=(("orange", 0.1), ("red", 0.2)),
+        )
+    )
+    panels.append(
+        _timeseries(
+            "Rank skew of traced step time",
+            "(slowest rank mean - median rank mean) / median. Alert TraceMLStragglerRank at >= 20 %. "
+            "Synchronous "
+            "collectives (DDP) equalise step time; see the backward panel for stragglers they hide.",
+            (0, 37, 12, 8),
+            "percentunit",
+            [
+                _target(
+                    "A",
+                    f"(max ({MEAN_STEP_BY_RANK}) - quantile (0.5, {MEAN_STEP_BY_RANK})) / "
+                    f"quantile (0.5, {MEAN_STEP_BY_RANK})",
+                    "skew",
+                )
+            ],
+            thresholds=(("orange", 0.2), ("red", 0.5)),
+        )
+    )
+    backward = (
+        f"sum by (traceml_rank) (rate(traceml_phase_duration_seconds_sum{{{RANKS}, "
+        f'traceml_phase_name="backward"}}[{WINDOW}])) / {STEP_COUNT_BY_RANK}'
+    )
+    panels.append(
+        _timeseries(
+            f"Backward time per step, {WORST_K} lowest ranks",
+            "Under DDP the rank that reaches the gradient all-reduce last waits least, so the straggler has "
+            "the "
+            f"LOWEST line (bottomk {WORST_K}). Alert TraceMLSyncStraggler.",
+            (12, 37, 12, 8),
+            "s",
+            [_target("A", f"bottomk({WORST_K}, {backward})", "rank {{traceml_rank}}")],
+        )
+    )
+
+    panels.append(_row("Memory, GPU and host", 45))
+    panels.append(
+        _timeseries(
+            "CUDA peak memory per rank",
+            "torch.cuda max_memory_reserved / max_memory_allocated, the maximum over each export interval. "
+            "Alert "
+            "TraceMLCudaMemoryCreep: reserved rising >= 1 GiB per hour. Empty on CPU runs.",
+            (0, 46, 12, 8),
+            "bytes",
+            [
+                _target(
+                    "A",
+                    f"max by (traceml_rank) (traceml_cuda_memory_peak_reserved_bytes{{{RANKS}}})",
+                    "reserved rank {{traceml_rank}}",
+                ),
+                _target(
+                    "B",
+                    f"max by (traceml_rank) (traceml_cuda_memory_peak_allocated_bytes{{{RANKS}}})",
+                    "allocated rank {{traceml_rank}}",
+                ),
+            ],
+            no_value="No CUDA memory: a CPU run, or CUDA not initialised yet.",
+        )
+    )
+    panels.append(_dcgm("GPU utilization (DCGM)", "DCGM_FI_DEV_GPU_UTIL", "percent", (12, 46, 12, 8)))
+    panels.append(
+        _dcgm(
+            "GPU memory bandwidth utilization (DCGM)", "DCGM_FI_DEV_MEM_COPY_UTIL", "percent", (0, 54, 12, 8)
+        )
+    )
+    panels.append(_dcgm("GPU power (DCGM)", "DCGM_FI_DEV_POWER_USAGE", "watt", (12, 54, 12, 8)))
+    cpu = (
+        f'max by (nodename) ((1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{WINDOW}]))) '
+        f"* on (instance) group_left (nodename) node_uname_info) * on (nodename) group_left () {HOST_OF_RUN}"
+    )
+    panels.append(
+        _timeseries(
+            "Host CPU busy (node-exporter)",
+            "1 - idle share of all CPUs of each host of the run, from node-exporter, joined through "
+            f"node_uname_info's nodename = traceml_rank_info's traceml_host. {NODE_NOTE}",
+            (0, 62, 12, 8),
+            "percentunit",
+            [_target("A", cpu, "{{nodename}}")],
+            no_value=NODE_NOTE,
+        )
+    )
+
+    panels.append(_row("Telemetry pipeline", 70))
+    panels.append(
+        _timeseries(
+            "Spans dropped by OTLP export",
+            "Spans a rank could not deliver (exported from 0, live); their steps are incomplete in Tempo but "
+            "complete in the local copy. Alert TraceMLTelemetryDroppingSpans.",
+            (0, 71, 12, 8),
+            "short",
+            [
+                _target(
+                    "A",
+                    "sum by (traceml_rank) "
+                    f"(increase(traceml_export_dropped_spans_total{{{RANKS}}}[{WINDOW}]))",
+                    "rank {{traceml_rank}}",
+                )
+            ],
+        )
+    )
+    panels.append(
+        _timeseries(
+            "Seconds since each rank's last step (worst 5)",
+            "time() - traceml_step_last_timestamp_seconds. Alerts TraceMLTrainingStalled (all ranks) and "
+            "TraceMLRankStalled (one rank) at 5 m.",
+            (12, 71, 12, 8),
+            "s",
+            [
+                _target(
+                    "A",
+                    f"topk({WORST_K}, time() - max by (traceml_rank) (traceml_step_last_timestamp_seconds"
+                    f"{{{RANKS}}}))",
+                    "rank {{traceml_rank}}",
+                )
+            ],
+            thresholds=(("orange", 120), ("red", 300)),
+        )
+    )
+    panels.append(
+        {
+            "type": "table",
+            "title": "Step traces of this run (Tempo)",
+            "description": (
+                "traceml.step spans of the selected run; click a trace id to open the waterfall "
+                "of that step across all ranks."
+            ),
+            "datasource": TEMPO,
+            "gridPos": {"x": 0, "y": 79, "w": 24, "h": 8},
+            "fieldConfig": {"defaults": {}, "overrides": []},
+            "options": {"showHeader": True, "cellHeight": "sm"},
+            "targets": [
+                {
+                    "refId": "A",
+                    "datasource": TEMPO,
+                    "queryType": "traceql",
+                    "limit": 20,
+                    "tableType": "traces",
+                    "query": '{ name = "traceml.step" && span.traceml.run.id = "$run_id" }',
+                }
+            ],
+        }
+    )
+    for number, panel in enumerate(panels, start=1):
+        panel["id"] = number
+    return panels
+
+
+def _variable_query(name: str, label: str, query: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": PROM,
+        "definition": query,
+        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "refresh": 2,
+        "regex": "",
+        "hide": 0,
+        "options": [],
+        "current": {},
+        "skipUrlSync": False,
+        **extra,
+    }
+
+
+def _datasource_variable(name: str, label: str, kind: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "datasource",
+        "query": kind,
+        "regex": "",
+        "current": {"text": label, "value": kind},
+        "hide": 0,
+        "refresh": 1,
+        "options": [],
+        "includeAll": False,
+        "multi": False,
+        "skipUrlSync": False,
+    }
+
+
+def build_dashboard() -> dict[str, Any]:
+    """The dashboard with placeholders (``<sel>``); :func:`render.render_dashboard` fills them."""
+    return {
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                },
+                {
+                    "datasource": PROM,
+                    "enable": True,
+                    "hide": False,
+                    "iconColor": "red",
+                    "name": "TraceML alerts",
+                    "expr": 'ALERTS{alertstate="firing", traceml_run_id="$run_id"}',
+                    "step": "30s",
+                    "titleFormat": "{{alertname}}",
+                    "textFormat": "{{severity}} {{traceml_rank}}",
+                    "tagKeys": "severity,traceml_rank",
+                    "useValueForTime": False,
+                },
+            ]
+        },
+        "description": (
+            "traceml-otel: step time against the run's baseline, phases, input wait, ranks, CUDA "
+            "memory, GPU and host (DCGM, node-exporter) and export health of one training run. "
+            "Metric names: docs/telemetry.md. Rendered by `traceml stack render`."
+        ),
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [],
+        "panels": _panels(),
+        "refresh": "30s",
+        "schemaVersion": 42,
+        "tags": ["traceml", "training", "opentelemetry"],
+        "templating": {
+            "list": [
+                _datasource_variable("datasource", "Prometheus", "prometheus"),
+                _datasource_variable("tempo", "Tempo", "tempo"),
+                _variable_query(
+                    "run_id",
+                    "Run",
+                    "label_values(traceml_steps_total{<sel>}, traceml_run_id)",
+                    sort=2,
+                    includeAll=False,
+                    multi=False,
+                ),
+                _variable_query(
+                    "rank",
+                    "Rank",
+                    f"label_values(traceml_steps_total{{{RUN}}}, traceml_rank)",
+                    sort=3,
+                    includeAll=True,
+                    multi=True,
+                    allValue=".*",
+                ),
+            ]
+        },
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "title": "TraceML training",
+        "uid": "traceml-training",
+        "version": 1,
+        "weekStart": "",
+    }
