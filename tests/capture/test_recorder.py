@@ -198,3 +198,25 @@ def test_gpu_uuid_label_matches_dcgm() -> None:
     assert gpu_uuid_label("MIG-5f1b") == "MIG-5f1b"
     assert gpu_uuid_label(None) is None and gpu_uuid_label("") is None
     assert CpuClock().device_identity() is None
+
+
+def test_cuda_clock_device_identity_reads_torch_once_per_device() -> None:
+    from types import SimpleNamespace
+
+    from traceml_otel.capture.device_clock import CudaEventClock
+
+    calls: list[int] = []
+
+    def properties(device: int) -> SimpleNamespace:
+        calls.append(device)
+        return SimpleNamespace(uuid=f"uuid-{device}", total_memory=1)
+
+    clock = object.__new__(CudaEventClock)  # no CUDA here: the seam's logic with a fake torch
+    clock._torch = SimpleNamespace(cuda=SimpleNamespace(get_device_properties=properties))
+    clock._uuids = {}
+    clock._device = None
+    assert clock.device_identity() is None  # the program has not initialised CUDA yet
+    clock._device = 3
+    assert clock.device_identity() == (3, "GPU-uuid-3")
+    assert clock.device_identity() == (3, "GPU-uuid-3")
+    assert calls == [3]
