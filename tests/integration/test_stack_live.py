@@ -268,7 +268,9 @@ def _observe(run: LiveRun, drift: subprocess.Popen[str], loader: subprocess.Pope
     wait_until(
         lambda: alert("TraceMLStepTimeDrift", "drift"), SLOW_S, "the drift alert did not fire", prometheus.log
     )
-    for expr in prometheus_exprs(run_dashboard()):
+    dashboard = run_dashboard()
+    annotations = [a["expr"] for a in dashboard["annotations"]["list"] if a.get("expr")]
+    for expr in [*prometheus_exprs(dashboard), *annotations]:  # the alert annotations too (drift fires now)
         promql = substitute_grafana_vars(expr, "drift", rate_interval="10s")
         run.dashboard[expr] = finite(prometheus.query(promql))
     now = time.time()
