@@ -11,6 +11,7 @@ the clean-end marker) and the per-rank info series. The step number is never an 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from traceml_otel.emit.spans import StepSpans, sampled_context
 from traceml_otel.records import PhaseTiming, StepRecord
 
 _NS = 1e-9
+SCRAPE_REPLY_GRACE_S = 0.5
+"""After the scrape that saw the end marker, how long the endpoint stays up to finish replying."""
 
 
 def _make_metric_exporter(protocol: str):
@@ -211,7 +214,8 @@ class StepMetrics:
     def linger(self, timeout_s: float) -> None:
         """Keep the scrape endpoint up until it was scraped once after the end, or ``timeout_s``."""
         if self._prometheus is not None:
-            self._prometheus.wait_for_scrape(timeout_s)
+            if self._prometheus.wait_for_scrape(timeout_s):
+                time.sleep(SCRAPE_REPLY_GRACE_S)  # the scrape counted at collect(); let its reply go out
             self._prometheus.close()
 
     def _one(self, value: float | int | None) -> list[Observation]:

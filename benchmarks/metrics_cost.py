@@ -1,0 +1,84 @@
+"""CPU the emitter spends per step on metrics: OTLP instruments, the direct scrape endpoint, both.
+
+    .venv/bin/python benchmarks/metrics_cost.py
+
+Records 20,000 synthetic steps (three phases, an input wait, CUDA peaks) into the real
+``StepMetrics`` in this process and reports process CPU time per step. This runs in the
+emitter process, off the training thread; the training thread's cost is in hot_path.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from traceml_otel.emit.metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.records import PhaseTiming, StepRecord
+
+STEPS = 20_000
+MS = 1_000_000
+LABELS = RankLabels(run_id="bench", rank=0, local_rank=0, host="h", version="0")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _steps() -> list:
+    builder = StepSpanBuilder(
+        RankInfo(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h")
+    )
+    out = []
+    for n in range(STEPS):
+        start = n * MS
+        phases = (
+            PhaseTiming("forward", 0, start + 50_000, start + 350_000),
+            PhaseTiming("backward", 0, start + 350_000, start + 850_000),
+            PhaseTiming("optimizer", 0, start + 860_000, start + 950_000),
+        )
+        record = StepRecord(
+            step=n,
+            start_ns=start,
+            end_ns=start + 990_000,
+            phases=phases,
+            input_wait_ns=40_000,
+            input_fetches=1,
+            peak_allocated_bytes=1 << 30,
+            peak_reserved_bytes=2 << 30,
+        )
+        out.append((record, builder.build(record)))
+    return out
+
+
+def cost(otlp: bool, scrape: bool) -> float:
+    steps = _steps()
+    metrics = StepMetrics(
+        Resource.create({}),
+        LABELS,
+        None,
+        PrometheusEndpoint(_free_port()) if scrape else None,
+        metric_reader=InMemoryMetricReader() if otlp else None,
+    )
+    started = time.process_time()
+    for record, spans in steps:
+        metrics.record(record, spans)
+    per_step = (time.process_time() - started) / STEPS * 1e6
+    metrics.shutdown(1.0)
+    metrics.linger(0)
+    return per_step
+
+
+def main() -> None:
+    print(f"OTLP instruments:        {cost(True, False):6.1f} us CPU per step")
+    print(f"direct scrape endpoint:  {cost(False, True):6.1f} us CPU per step")
+    print(f"both:                    {cost(True, True):6.1f} us CPU per step")
+
+
+if __name__ == "__main__":
+    main()
