@@ -147,7 +147,8 @@ class _Telemetry(_NoopTelemetry):
             self.channel.dropped_steps += lost
             # The scrape endpoint may stay up until a scrape saw the end marker (prometheus_linger_s).
             finished = self.channel.close(
-                self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status
+                self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status,
+                traced=self.recorder.step,
             )
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
@@ -160,9 +161,26 @@ class _Telemetry(_NoopTelemetry):
                   f"missing from telemetry ({reason})")
         if self.internal_errors:
             _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
+        local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir)
+        if local:
+            _warn(local)
         if not finished:
-            _warn("the emitter was still exporting at the shutdown deadline; it finishes in the background "
-                  "(the local copy is complete)")
+            _warn("the emitter was still exporting over OTLP at the shutdown deadline; it finishes in the "
+                  "background")
+
+
+def local_copy_sentence(report: dict[str, Any] | None, traced: int, run_dir: Any) -> str | None:
+    """What the trainer says about the local copy at exit, from the emitter's own count only."""
+    if run_dir is None:
+        return None
+    if report is None:
+        return f"the emitter did not report on the local copy; it may be missing steps of the {traced} traced"
+    if not report.get("enabled"):
+        return (f"the local copy was turned off ({report.get('disabled')}); it holds {report.get('steps')} "
+                f"of {traced} steps")
+    if report.get("steps") != traced:
+        return f"the local copy holds {report.get('steps')} of {traced} steps"
+    return None
 
 
 def user_resource_attributes() -> dict[str, Any]:
@@ -197,6 +215,7 @@ def _hello(settings: Settings) -> dict[str, Any]:
         "prometheus_port": settings.prometheus_port,
         "prometheus_addr": settings.prometheus_addr,
         "prometheus_linger_s": settings.prometheus_linger_s,
+        "shutdown_timeout_s": settings.shutdown_timeout_s,
         "pid": os.getpid(),
         "anchor_ns": time.time_ns() - perf_counter_ns(),
         "argv": sys.argv,

@@ -29,8 +29,12 @@ def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         print("traceml run: PyTorch is not installed in this environment; install the torch build for"
               " your machine (traceml analyze and compare work without it)", file=sys.stderr)
         return 2
-    from traceml_otel.launch.export_report import render_export_report
-    from traceml_otel.launch.run import LaunchOptions, launch
+    from traceml_otel.launch.export_report import (
+        FINAL_WAIT_EXTRA_S,
+        render_export_report,
+        wait_for_final_exports,
+    )
+    from traceml_otel.launch.run import LaunchOptions, launch, shutdown_timeout_s
 
     options = LaunchOptions(
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
@@ -40,9 +44,10 @@ def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
     )
     code, run_dir = launch(options)
     print()
+    exports = wait_for_final_exports(run_dir, shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
     if not args.no_report and run_dir.exists():
         print(_diagnosis(run_dir, args.html_report))
-    print(render_export_report(run_dir))
+    print(render_export_report(run_dir, exports))
     return code
 
 

@@ -4,15 +4,26 @@
 stdin and hands it batches of step rows. Writes never block the training thread: the
 pipe is non-blocking, what does not fit waits in a bounded backlog and goes out with
 the next batch, and what overflows the backlog is counted as dropped and reported.
+
+At shutdown the local copy comes first: the channel tells the emitter to hurry (a byte on a
+second pipe; the emitter then works at the trainer's priority instead of nice 10), hands over
+the whole backlog for as long as the emitter keeps taking it, and waits for the emitter's
+report of what the local copy holds. Only OTLP export is bounded by ``timeout_s``; the local
+copy is given up only when the emitter takes nothing for ``MIN_STALL_S`` (or ``timeout_s`` if
+longer): a hung disk, or an emitter that died.
 """
 
 from __future__ import annotations
 
 import collections
 import fcntl
+import json
 import os
+import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from typing import Any
 
@@ -21,6 +32,8 @@ from traceml_otel.emit.wire import WIRE_VERSION, StepRow, encode_frame
 _F_SETPIPE_SZ = 1031  # Linux: grow the pipe so a batch rarely waits in the backlog
 PIPE_BYTES = 1 << 20
 BACKLOG_LIMIT_BYTES = 64 << 20
+MIN_STALL_S = 30.0
+"""How long shutdown waits for an emitter that takes nothing (it may still be starting)."""
 
 
 class EmitterChannel:
@@ -36,21 +49,30 @@ class EmitterChannel:
         except OSError:
             pass  # a smaller pipe only means more use of the backlog
         os.set_blocking(write_fd, False)
+        hurry_read, hurry_write = os.pipe()
         self._process = subprocess.Popen(
-            command or [sys.executable, "-m", "traceml_otel.emit.worker"],
+            command or [sys.executable, "-m", "traceml_otel.emit.worker", "--hurry-fd", str(hurry_read)],
             stdin=read_fd,
+            stdout=subprocess.PIPE,
             close_fds=True,
+            pass_fds=(hurry_read,),
         )
         os.close(read_fd)
+        os.close(hurry_read)
         self._fd: int | None = write_fd
+        self._hurry_fd: int | None = hurry_write
         self._backlog: collections.deque[tuple[memoryview, int]] = collections.deque()
         self._backlog_bytes = 0
+        self.steps_offered = 0
         self.dropped_steps = 0
         self.broken: str | None = None
+        self.local_report: dict[str, Any] | None = None
+        """The emitter's word on the local copy at shutdown: steps written, complete or not."""
         self._enqueue(encode_frame({"t": "hello", "v": WIRE_VERSION, **hello}), steps=0)
 
     def send_steps(self, rows: list[StepRow]) -> None:
         """Queue a batch of completed steps and push as much as the pipe takes."""
+        self.steps_offered += len(rows)
         if self.broken is not None or self._fd is None:
             self.dropped_steps += len(rows)
             return
@@ -61,34 +83,94 @@ class EmitterChannel:
         if self.broken is None and self._fd is not None:
             self._enqueue(encode_frame({"t": "device", "index": index, "uuid": uuid}), steps=0)
 
-    def close(self, timeout_s: float, status: str = "ok") -> bool:
-        """Send the goodbye, drain the backlog, and wait for the emitter to finish.
+    def close(self, timeout_s: float, status: str = "ok", traced: int | None = None) -> bool:
+        """Send the goodbye, hand over the whole backlog, and wait for the emitter.
 
-        Returns False when the emitter was still busy (e.g. OTLP retries) at the deadline;
-        it then finishes on its own, and the local copy is already complete.
+        ``traced`` is the number of steps the trainer closed; the emitter compares it with what
+        it wrote. Returns False when the emitter was still busy (OTLP export) ``timeout_s`` after
+        the local copy was done; it then finishes on its own. ``local_report`` holds what the
+        emitter said about the local copy (None when it said nothing).
         """
-        deadline = time.monotonic() + timeout_s
+        stall_s = max(timeout_s, MIN_STALL_S)
+        self._hurry()
         if self._fd is not None and self.broken is None:
-            self._enqueue(encode_frame({"t": "bye", "status": status, "dropped": self.dropped_steps}), 0)
-            while self._backlog and self.broken is None and time.monotonic() < deadline:
-                time.sleep(0.005)
-                self._push()
+            bye = {"t": "bye", "status": status, "dropped": self.dropped_steps, "traced": traced}
+            self._enqueue(encode_frame(bye), 0)
+            self._drain_backlog(stall_s)
+            if self._backlog:
+                self.broken = self.broken or f"emitter made no progress for {stall_s:g} s at shutdown"
             self._drop_backlog()
+            if self.broken is None:
+                self._wait_for_local_report(stall_s)
         self.detach()
         try:
-            self._process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            self._process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return False
+        finally:
+            self._read_reports(0.0)
         return True
 
     def detach(self) -> None:
-        """Close our end of the pipe (after fork in a child, or at shutdown)."""
-        if self._fd is not None:
+        """Close our ends of the pipes (after fork in a child, or at shutdown)."""
+        for name in ("_fd", "_hurry_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, name, None)
+
+    def _hurry(self) -> None:
+        """Tell the emitter the trainer is shutting down (it raises its priority for the rest)."""
+        if self._hurry_fd is not None:
             try:
-                os.close(self._fd)
+                os.write(self._hurry_fd, b"!")
             except OSError:
                 pass
-            self._fd = None
+
+    def _drain_backlog(self, stall_s: float) -> None:
+        last_progress = time.monotonic()
+        while self._backlog and self.broken is None and self._fd is not None:
+            before = self._backlog_bytes
+            self._push()
+            now = time.monotonic()
+            if self._backlog_bytes != before:
+                last_progress = now
+            elif now - last_progress > stall_s or self._process.poll() is not None:
+                return
+            if self._backlog:
+                select.select([], [self._fd], [], 0.05)
+
+    def _wait_for_local_report(self, stall_s: float) -> None:
+        """Wait until the emitter reports its local copy closed, while it still reads the pipe."""
+        last_progress, unread = time.monotonic(), _unread_bytes(self._fd)
+        while self.local_report is None and self._process.poll() is None:
+            self._read_reports(0.05)
+            now, still_unread = time.monotonic(), _unread_bytes(self._fd)
+            if still_unread != unread:
+                last_progress, unread = now, still_unread
+            elif now - last_progress > stall_s:
+                return
+
+    def _read_reports(self, wait_s: float) -> None:
+        stdout = self._process.stdout
+        if stdout is None:
+            return
+        try:
+            if not select.select([stdout], [], [], wait_s)[0]:
+                return
+            data = os.read(stdout.fileno(), 1 << 16)
+        except (OSError, ValueError):
+            return
+        for line in data.splitlines():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("t") == "local":
+                self.local_report = message
 
     def _enqueue(self, frame: bytes, steps: int) -> None:
         if self._backlog_bytes + len(frame) > BACKLOG_LIMIT_BYTES:
@@ -119,3 +201,13 @@ class EmitterChannel:
         self.dropped_steps += sum(steps for _, steps in self._backlog)
         self._backlog.clear()
         self._backlog_bytes = 0
+
+
+def _unread_bytes(fd: int | None) -> int | None:
+    """Bytes in the pipe the emitter has not read yet (None where the OS cannot say)."""
+    if fd is None:
+        return None
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -95,22 +96,42 @@ class LocalCopyWriter:
     """Appends each batch as one ``TracesData`` line to ``path`` and hands it to the OS at once.
 
     Handing each batch over means a crash of the emitter itself loses at most the batch in hand.
+    The file is opened with ``O_NOFOLLOW``: a symbolic link planted at ``path`` is refused, not
+    followed. A failed write raises ``OSError``; the emitter then turns the local copy off.
     """
 
     def __init__(self, path: Path, resource: Resource, scope: InstrumentationScope) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._prefix = traces_data_prefix(resource, scope)
-        self._file = path.open("a", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        self._fd: int | None = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._complete_bytes = os.lseek(self._fd, 0, os.SEEK_END)
         self.spans_written = 0
+        self.steps_written = 0
 
-    def write(self, spans: Sequence[SpanData]) -> None:
-        if not spans:
+    def write(self, spans: Sequence[SpanData], steps: int = 0) -> None:
+        """Append one line holding ``spans`` (``steps`` step spans among them, for the count)."""
+        if not spans or self._fd is None:
             return
-        self._file.write(self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n")
-        self._file.flush()
+        data = memoryview(
+            (self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n").encode()
+        )
+        try:
+            while data:
+                written = os.write(self._fd, data)
+                data = data[written:]
+        except OSError:
+            try:  # no half line left behind (a full disk): cut back to the last whole one
+                os.ftruncate(self._fd, self._complete_bytes)
+            except OSError:
+                pass
+            raise
+        self._complete_bytes = os.lseek(self._fd, 0, os.SEEK_END)
         self.spans_written += len(spans)
+        self.steps_written += steps
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)

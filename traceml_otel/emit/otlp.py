@@ -99,6 +99,7 @@ class OtlpSpanShipper:
         self._closed = False
         self._lock = threading.Lock()
         self.counts = ExportCounts()
+        self.last_export_failed = False
         self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
         self._thread.start()
 
@@ -118,8 +119,10 @@ class OtlpSpanShipper:
             if self._queued + len(step_spans) > MAX_QUEUED_SPANS:
                 self.counts.queue_full += len(step_spans)
                 return True
+        converted = [self._convert(span) for span in step_spans]  # if this raises, nothing was counted
+        with self._lock:
             self._queued += len(step_spans)
-        self._queue.put([self._convert(span) for span in step_spans])
+        self._queue.put(converted)
         return True
 
     def close(self, timeout_s: float) -> ExportCounts:
@@ -165,6 +168,7 @@ class OtlpSpanShipper:
             if self._closed:  # close() already counted this batch as not sent
                 return
             self._queued -= len(batch)
+            self.last_export_failed = error is not None
             if error is None:
                 self.counts.exported += len(batch)
                 return

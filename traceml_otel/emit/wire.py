@@ -78,3 +78,42 @@ def decode_step(row: StepRow, anchor_ns: int) -> StepRecord:
         parallelism=parallelism, peak_allocated_bytes=alloc, peak_reserved_bytes=reserved,
         device_total_bytes=total, exception_type=exc,
     )
+
+
+class FrameBuffer:
+    """Frames out of bytes that arrive in pieces (the emitter reads its pipe without blocking).
+
+    ``feed`` appends what was read; ``next_frame`` returns one complete frame, or ``None``
+    while the next one is still incomplete.
+    """
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._position = 0
+
+    def feed(self, data: bytes) -> None:
+        if self._position:
+            del self._data[:self._position]
+            self._position = 0
+        self._data += data
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes read but not yet returned as frames (a cut frame at end of stream)."""
+        return len(self._data) - self._position
+
+    def next_frame(self) -> dict[str, Any] | None:
+        start = self._position
+        if len(self._data) - start < _HEADER.size:
+            return None
+        (length,) = _HEADER.unpack_from(self._data, start)
+        if length > MAX_FRAME_BYTES:
+            raise WireError(f"frame of {length} bytes is larger than allowed")
+        end = start + _HEADER.size + length
+        if len(self._data) < end:
+            return None
+        self._position = end
+        message = json.loads(self._data[start + _HEADER.size:end])
+        if not isinstance(message, dict) or "t" not in message:
+            raise WireError("frame is not a typed message")
+        return message

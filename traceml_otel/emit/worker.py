@@ -1,18 +1,32 @@
 """The emitter process: one per rank, fed step batches through its stdin pipe.
 
-It turns records into spans, appends them to the local copy first (nothing is dropped
-there), then offers them to OTLP export and records metrics. It ignores SIGINT and
-SIGTERM, so a Ctrl-C or a launcher's SIGTERM reaches the trainer, whose flush arrives
-here; it stops at end of stream, which also comes when the trainer is SIGKILLed.
+It turns records into spans and appends them to the local copy as soon as they are read;
+OTLP export and metrics get the time the pipe leaves free, so a busy machine delays export,
+never the local copy. Each output fails alone: a local copy on a full or read-only disk, a
+busy Prometheus port or a broken exporter turns off that output only, says so once on stderr
+and in ``rank-R.export.json``, and the others go on.
+
+Priority: the work runs on a thread at ``nice 10`` while the trainer trains. When the trainer
+shuts down it writes a byte on a second pipe (``--hurry-fd``; its end of stream, when the trainer
+dies, counts too); the main thread, still at nice 0, then takes over, so the rest of the local
+copy is written at full priority however busy the CPUs are. The process ignores
+SIGINT and SIGTERM, so a Ctrl-C or a launcher's SIGTERM reaches the trainer, whose flush
+arrives here; it stops at end of stream, which also comes when the trainer is SIGKILLed.
+
+It reports back on its stdout (a pipe the trainer reads at shutdown) one JSON line once the local
+copy is closed, so the trainer states completeness from what was written, not from hope.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,21 +44,41 @@ from traceml_otel.emit.otlp import (
     quiet_sdk_exporter_logs,
     sampler_from_settings,
 )
-from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
-from traceml_otel.emit.wire import WireError, decode_step, read_frames
+from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
+from traceml_otel.emit.wire import FrameBuffer, WireError, decode_step
+from traceml_otel.records import StepRecord
 
 SHUTDOWN_DRAIN_S = 8.0
+"""OTLP drain at shutdown when the trainer did not send its own ``TRACEML_SHUTDOWN_TIMEOUT_S``."""
+DEAD_ENDPOINT_DRAIN_S = 1.0
+"""OTLP drain at shutdown when the last export attempt failed."""
 EMITTER_NICENESS = 10
+MAX_EXPORT_BACKLOG_SPANS = 100_000
+"""Spans written locally but not yet offered to OTLP; beyond this, export is skipped (counted)."""
+EMITTER_BEHIND = "emitter behind (CPU busy); kept in the local copy"
+NOT_SENT_AT_SHUTDOWN = "not sent before shutdown deadline"
+EXPORT_TURNED_OFF = "OTLP export turned off after an error"
+_READ_CHUNK = 1 << 20
+STATS_RESERVED_BYTES = 8192
 
 
 @dataclass(slots=True)
 class ExportStats:
-    """What this rank's emitter did; written to ``rank-<R>.export.json``."""
+    """What this rank's emitter did; written to ``rank-<R>.export.json``.
+
+    ``final`` is set by the very last write, after OTLP export and metrics were shut down.
+    ``steps_traced`` is the trainer's own count of steps it closed (from its goodbye), so
+    ``local_copy_complete`` compares what was written with what was traced.
+    """
 
     run_id: str
     rank: int
     steps_received: int = 0
     spans_local: int = 0
+    steps_local: int = 0
+    steps_traced: int | None = None
+    local_copy_complete: bool | None = None
+    local_copy_closed_unix: float | None = None
     capture_dropped_steps: int = 0
     otlp_endpoint: str | None = None
     otlp_exported: int = 0
@@ -52,9 +86,12 @@ class ExportStats:
     otlp_dropped: int = 0
     otlp_drop_reasons: dict[str, int] = field(default_factory=dict)
     otlp_last_error: str | None = None
+    metrics_skipped_steps: int = 0
+    outputs_disabled: dict[str, str] = field(default_factory=dict)
     clean_shutdown: bool = False
     end_status: str = "running"
     problems: list[str] = field(default_factory=list)
+    final: bool = False
 
 
 def build_resource(hello: dict[str, Any]) -> Resource:
@@ -76,8 +113,12 @@ def build_resource(hello: dict[str, Any]) -> Resource:
     return resource
 
 
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
 class Emitter:
-    """Spans, local copy, OTLP and metrics for one rank."""
+    """Spans, local copy, OTLP and metrics for one rank; each output can fail on its own."""
 
     def __init__(self, hello: dict[str, Any]) -> None:
         self.anchor_ns = int(hello["anchor_ns"])
@@ -89,90 +130,288 @@ class Emitter:
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
         self.builder = StepSpanBuilder(rank)
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
+        self.drain_s = float(hello.get("shutdown_timeout_s", SHUTDOWN_DRAIN_S))
+        self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
+        self._export_backlog_spans = 0
+        self._export_skipped: dict[str, int] = {}
+        self._stats_failed = False
         self.stats_path: Path | None = None
         self.local: LocalCopyWriter | None = None
         if hello.get("run_dir"):
             run_dir = Path(hello["run_dir"])
-            self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
             self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
+            try:
+                self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
+            except OSError as error:
+                self.disable("local copy", f"cannot open it in {run_dir} ({_describe(error)})")
         quiet_sdk_exporter_logs()
         self.shipper: OtlpSpanShipper | None = None
         if hello.get("traces"):
             endpoint, protocol = hello["traces"]
             self.stats.otlp_endpoint = endpoint
-            self.shipper = OtlpSpanShipper(
-                make_span_exporter(protocol),
-                sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
-                endpoint,
-                ReadableSpanFactory(resource, scope).convert,
-            )
-        metrics_protocol = hello["metrics"][1] if hello.get("metrics") else None
+            try:
+                self.shipper = OtlpSpanShipper(
+                    make_span_exporter(protocol),
+                    sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
+                    endpoint,
+                    ReadableSpanFactory(resource, scope).convert,
+                    on_first_failure=self.warn,
+                )
+            except Exception as error:
+                self.disable("OTLP span export", f"the exporter could not start ({_describe(error)})")
+        self.metrics: StepMetrics | None = self._start_metrics(hello, resource, rank)
+        self.write_stats()
+
+    def _start_metrics(self, hello: dict[str, Any], resource: Resource, rank: RankInfo) -> StepMetrics | None:
+        protocol = hello["metrics"][1] if hello.get("metrics") else None
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
                             version=__version__)
         self.linger_s = float(hello.get("prometheus_linger_s") or 0.0)
-        self.metrics = StepMetrics(resource, labels, metrics_protocol, _prometheus_endpoint(hello),
-                                   dropped_spans=self._dropped_spans)
-        self.write_stats()
-
-    def handle_steps(self, rows: list[Any]) -> None:
-        """Build, store and ship one batch of steps."""
-        records = [decode_step(row, self.anchor_ns) for row in rows]
-        built = [self.builder.build(record) for record in records]
-        if self.local is not None:
-            self.local.write([span for step in built for span in step.all()])
-            self.stats.spans_local = self.local.spans_written
-        for record, spans in zip(records, built, strict=False):
-            sampled = True
-            if self.shipper is not None:
-                sampled = self.shipper.offer(spans.all())
-            self.metrics.record(record, spans, exemplar=sampled)
-        self.stats.steps_received += len(records)
-
-    def finish(self, status: str, capture_dropped: int, clean: bool) -> None:
-        """Close the local copy, drain OTLP within the deadline, write the final stats."""
-        self.stats.capture_dropped_steps = capture_dropped
-        self.stats.clean_shutdown = clean
-        self.stats.end_status = status
-        if clean:
-            self.metrics.mark_ended()
-        if self.local is not None:
-            self.local.close()
-        self.write_stats()
-        if self.shipper is not None:
-            counts = self.shipper.close(SHUTDOWN_DRAIN_S)
-            self.stats.otlp_exported = counts.exported
-            self.stats.otlp_sampled_out = counts.sampled_out
-            self.stats.otlp_dropped = counts.dropped
-            self.stats.otlp_last_error = counts.last_error
-            self.stats.otlp_drop_reasons = {
-                reason: n for reason, n in (
-                    ("export failed", counts.failed), ("queue full", counts.queue_full),
-                    ("not sent before shutdown deadline", counts.not_sent_at_shutdown),
-                ) if n
-            }
-            if counts.dropped:
-                print(f"traceml: rank {self.stats.rank}: {counts.dropped} span(s) were not delivered over "
-                      f"OTLP to {self.stats.otlp_endpoint} ({self.stats.otlp_drop_reasons}); "
-                      "the local copy has them", file=sys.stderr, flush=True)
-        self.metrics.shutdown(timeout_s=3.0)
-        self.write_stats()
-        if clean:  # a scrape sees the end marker, so the end is not mistaken for a dead rank
-            self.metrics.linger(self.linger_s)
+        endpoint = _prometheus_endpoint(hello)
+        if endpoint is not None:
+            try:
+                return StepMetrics(resource, labels, protocol, endpoint, dropped_spans=self._dropped_spans)
+            except OSError as error:
+                self.disable("Prometheus endpoint", f"cannot serve on {endpoint.address}:{endpoint.port} "
+                                                    f"({_describe(error)})")
+        try:
+            return StepMetrics(resource, labels, protocol, None, dropped_spans=self._dropped_spans)
+        except Exception as error:
+            self.disable("metrics", f"could not start ({_describe(error)})")
+            return None
 
     def _dropped_spans(self) -> int:
-        return 0 if self.shipper is None else self.shipper.counts.dropped
+        """Spans OTLP has not delivered so far (read by the live dropped-spans series)."""
+        live = self.shipper.counts.dropped if self.shipper is not None else 0
+        return self.stats.otlp_dropped + live + sum(self._export_skipped.values())
 
     def handle_device(self, frame: dict[str, Any]) -> None:
         """The trainer reported its CUDA device (index, UUID) for the info series."""
-        uuid = frame.get("uuid")
-        self.metrics.set_device(int(frame["index"]), str(uuid)[:128] if uuid else None)
+        if self.metrics is not None:
+            uuid = frame.get("uuid")
+            self.metrics.set_device(int(frame["index"]), str(uuid)[:128] if uuid else None)
+
+    # --- faults -----------------------------------------------------------------
+    def warn(self, message: str) -> None:
+        """One ``traceml: rank R: ...`` line on stderr."""
+        print(f"traceml: rank {self.stats.rank}: {message}", file=sys.stderr, flush=True)
+
+    def disable(self, output: str, reason: str) -> None:
+        """Turn one output off: recorded in the statistics and said once; the others go on."""
+        if output in self.stats.outputs_disabled:
+            return
+        self.stats.outputs_disabled[output] = reason
+        self.warn(f"{output} turned off: {reason}; training and the other outputs continue")
+        self.write_stats()
+
+    # --- steps ------------------------------------------------------------------
+    def handle_steps(self, rows: list[Any]) -> None:
+        """Build one batch of steps and write it to the local copy; export waits its turn."""
+        records = [decode_step(row, self.anchor_ns) for row in rows]
+        built = [self.builder.build(record) for record in records]
+        self.stats.steps_received += len(records)
+        if self.local is not None:
+            try:
+                self.local.write([span for step in built for span in step.all()], steps=len(records))
+            except OSError as error:
+                self._local_failed(error)
+            self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
+            self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+        spans = sum(len(step.phases) + 1 for step in built)
+        if self._export_backlog_spans + spans > MAX_EXPORT_BACKLOG_SPANS:
+            self._skip_export(EMITTER_BEHIND, records, built)
+            return
+        self._export_backlog.append((records, built))
+        self._export_backlog_spans += spans
+
+    def _local_failed(self, error: OSError) -> None:
+        local, self.local = self.local, None
+        assert local is not None
+        self.stats.spans_local, self.stats.steps_local = local.spans_written, local.steps_written
+        try:
+            local.close()
+        except OSError:
+            pass
+        self.disable("local copy", f"writing {local.path} failed after {local.steps_written} steps "
+                                   f"({_describe(error)})")
+
+    @property
+    def has_export_work(self) -> bool:
+        return bool(self._export_backlog)
+
+    def export_next(self) -> None:
+        """Offer the oldest written batch to OTLP export and metrics."""
+        records, built = self._export_backlog.popleft()
+        self._export_backlog_spans -= sum(len(step.phases) + 1 for step in built)
+        sampled = [True] * len(built)  # exemplars point only at traces that are sent
+        if self.shipper is not None:
+            offered = 0
+            try:
+                for spans in built:
+                    sampled[offered] = self.shipper.offer(spans.all())
+                    offered += 1
+            except Exception as error:
+                self._count_skipped(EXPORT_TURNED_OFF, sum(len(s.phases) + 1 for s in built[offered:]))
+                self.disable("OTLP span export", f"failed ({_describe(error)})")
+                self._stop_shipper()
+        elif self.stats.otlp_endpoint is not None:
+            self._count_skipped(EXPORT_TURNED_OFF, sum(len(s.phases) + 1 for s in built))
+        if self.metrics is not None:
+            try:
+                for record, spans, kept in zip(records, built, sampled, strict=False):
+                    self.metrics.record(record, spans, exemplar=kept)
+            except Exception as error:
+                self.metrics = None
+                self.disable("metrics", f"recording failed ({_describe(error)})")
+        else:
+            self.stats.metrics_skipped_steps += len(records)
+
+    def _skip_export(self, reason: str, records: list[StepRecord], built: list[StepSpans]) -> None:
+        if self.stats.otlp_endpoint is not None:
+            self._count_skipped(reason, sum(len(step.phases) + 1 for step in built))
+        self.stats.metrics_skipped_steps += len(records)
+
+    def _count_skipped(self, reason: str, spans: int) -> None:
+        self._export_skipped[reason] = self._export_skipped.get(reason, 0) + spans
+
+    def _stop_shipper(self) -> None:
+        shipper, self.shipper = self.shipper, None
+        if shipper is not None:
+            self._take_counts(shipper.close(0.0))
+
+    # --- shutdown ---------------------------------------------------------------
+    def finish_local(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None) -> dict:
+        """Close the local copy and say what it holds (the trainer is waiting for this)."""
+        stats = self.stats
+        stats.capture_dropped_steps = capture_dropped
+        stats.clean_shutdown = clean
+        stats.end_status = status
+        stats.steps_traced = steps_traced
+        if clean and self.metrics is not None:
+            self.metrics.mark_ended()  # the final export and scrapes carry the clean-end marker
+        if self.local is not None:
+            try:
+                self.local.close()
+            except OSError as error:
+                self._local_failed(error)
+        stats.local_copy_closed_unix = time.time()
+        local_on = "local copy" not in stats.outputs_disabled and self.stats_path is not None
+        if steps_traced is not None and self.stats_path is not None:
+            stats.local_copy_complete = local_on and stats.steps_local == steps_traced
+        self.write_stats()
+        return {"t": "local", "rank": stats.rank, "enabled": local_on, "steps": stats.steps_local,
+                "traced": steps_traced, "complete": stats.local_copy_complete,
+                "disabled": stats.outputs_disabled}
+
+    def finish_export(self) -> None:
+        """Offer what is left to OTLP within the deadline, shut export down, write the final stats."""
+        drain_s = self.drain_s * 0.8
+        if self.shipper is not None and self.shipper.last_export_failed:
+            drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is down
+        deadline = time.monotonic() + drain_s
+        while self._export_backlog and time.monotonic() < deadline:
+            self.export_next()
+        while self._export_backlog:
+            records, built = self._export_backlog.popleft()
+            self._skip_export(NOT_SENT_AT_SHUTDOWN, records, built)
+        self._export_backlog_spans = 0
+        if self.shipper is not None:
+            shipper, self.shipper = self.shipper, None
+            counts = shipper.close(max(0.5, deadline - time.monotonic()))
+            self._take_counts(counts)
+        stats = self.stats
+        for reason, spans in self._export_skipped.items():
+            stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + spans
+            stats.otlp_dropped += spans
+        self._export_skipped = {}
+        if self.metrics is not None:
+            try:
+                self.metrics.shutdown(timeout_s=min(3.0, max(0.5, self.drain_s * 0.2)))
+            except Exception as error:
+                stats.problems.append(f"metrics shutdown failed ({_describe(error)})")
+        if stats.otlp_dropped:
+            self.warn(f"{stats.otlp_dropped} span(s) were not delivered over OTLP to {stats.otlp_endpoint} "
+                      f"({stats.otlp_drop_reasons}); "
+                      + ("the local copy has them" if stats.local_copy_complete else "see the account"))
+        stats.final = True
+        self.write_stats()
+        if stats.clean_shutdown and self.metrics is not None:
+            # A scrape sees the end marker, so the end is not mistaken for a dead rank.
+            self.metrics.linger(self.linger_s)
+
+    def finish(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None = None) -> None:
+        """Both shutdown stages at once (tests and benchmarks)."""
+        self.finish_local(status, capture_dropped, clean, steps_traced)
+        self.finish_export()
+
+    def _take_counts(self, counts: Any) -> None:
+        stats = self.stats
+        stats.otlp_exported += counts.exported
+        stats.otlp_sampled_out += counts.sampled_out
+        stats.otlp_dropped += counts.dropped
+        stats.otlp_last_error = counts.last_error or stats.otlp_last_error
+        for reason, n in (("export failed", counts.failed), ("queue full", counts.queue_full),
+                          (NOT_SENT_AT_SHUTDOWN, counts.not_sent_at_shutdown)):
+            if n:
+                stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + n
 
     def write_stats(self) -> None:
-        if self.stats_path is None:
+        """Replace ``rank-R.export.json``; a failure is said once and never stops the emitter.
+
+        The file is padded to ``STATS_RESERVED_BYTES`` so that, when a full disk refuses a new
+        file, the final counts can still overwrite the old one in place.
+        """
+        if self.stats_path is None or self._stats_failed:
             return
+        text = json.dumps(asdict(self.stats), indent=2) + "\n"
+        text += " " * max(0, STATS_RESERVED_BYTES - len(text))
         temporary = self.stats_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(asdict(self.stats), indent=2))
-        os.replace(temporary, self.stats_path)
+        try:
+            _write_new_file(temporary, text.encode())
+            os.replace(temporary, self.stats_path)
+        except OSError as error:
+            try:
+                temporary.unlink(missing_ok=True)
+            except OSError:
+                pass
+            if not self._overwrite_stats(text):
+                self._stats_failed = True
+                self.stats.outputs_disabled.setdefault(
+                    "export statistics", f"cannot write {self.stats_path} ({_describe(error)})")
+                self.warn(f"export statistics turned off: cannot write {self.stats_path} "
+                          f"({_describe(error)})")
+
+    def _overwrite_stats(self, text: str) -> bool:
+        """Write over the existing file without allocating (a full disk); False when that fails too."""
+        assert self.stats_path is not None
+        try:
+            flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(self.stats_path, flags)
+        except OSError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            data = text.encode()
+            if len(data) > size:
+                return False
+            data += b" " * (size - len(data))
+            return os.pwrite(fd, data, 0) == len(data)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Write ``path`` from scratch, refusing to follow a symbolic link planted there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _prometheus_endpoint(hello: dict[str, Any]) -> PrometheusEndpoint | None:
@@ -183,39 +422,169 @@ def _prometheus_endpoint(hello: dict[str, Any]) -> PrometheusEndpoint | None:
     return PrometheusEndpoint(int(port) + int(hello["local_rank"]), address)
 
 
-def main() -> int:
-    """Read frames from stdin until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _report(message: dict[str, Any]) -> None:
+    """One JSON line to the trainer on our stdout (it may be gone; that is fine)."""
     try:
-        os.nice(EMITTER_NICENESS)  # when a CPU is contended, training goes first
+        os.write(1, (json.dumps(message) + "\n").encode())
     except OSError:
         pass
-    stream = sys.stdin.buffer
-    frames = read_frames(stream)
+
+
+class PipeSession:
+    """Reads the trainer's frames; the local copy first, export when the pipe is idle."""
+
+    def __init__(self, fd: int, buffer: FrameBuffer, hello: dict[str, Any]) -> None:
+        self.fd = fd
+        self.buffer = buffer
+        self.hello = hello
+        self.emitter: Emitter | None = None
+        self.eof = False
+        self.done = False
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        if self.emitter is None:
+            self.emitter = Emitter(self.hello)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Work until the trainer's goodbye or end of stream, or until ``stop`` is set."""
+        self.start()
+        emitter = self.emitter
+        assert emitter is not None
+        while not self.done:
+            if stop is not None and stop.is_set():
+                return
+            try:
+                frame = self.buffer.next_frame()
+            except (WireError, ValueError) as error:
+                emitter.stats.problems.append(
+                    f"stream from trainer broken after {time.monotonic() - self.started:.1f}s: {error}")
+                self._end("stream from trainer broken", 0, False, None)
+                return
+            if frame is not None:
+                self._handle(frame)
+                continue
+            if self.eof:
+                if self.buffer.pending_bytes:
+                    emitter.stats.problems.append("stream from trainer ended inside a frame")
+                self._end("trainer exited without shutdown (killed?)", 0, False, None)
+                return
+            idle = not select.select([self.fd], [], [], 0)[0]
+            if idle and emitter.has_export_work and (stop is None or not stop.is_set()):
+                emitter.export_next()
+                continue
+            if idle and not select.select([self.fd], [], [], 0.25)[0]:
+                continue
+            data = os.read(self.fd, _READ_CHUNK)
+            if data:
+                self.buffer.feed(data)
+            else:
+                self.eof = True
+
+    def _handle(self, frame: dict[str, Any]) -> None:
+        assert self.emitter is not None
+        kind = frame.get("t")
+        if kind == "steps":
+            self.emitter.handle_steps(frame["s"])
+        elif kind == "device":
+            self.emitter.handle_device(frame)
+        elif kind == "bye":
+            traced = frame.get("traced")
+            self._end(str(frame.get("status", "ok")), int(frame.get("dropped", 0)), True,
+                      None if traced is None else int(traced))
+
+    def _end(self, status: str, dropped: int, clean: bool, traced: int | None) -> None:
+        assert self.emitter is not None
+        _report(self.emitter.finish_local(status, dropped, clean, traced))
+        self.emitter.finish_export()
+        self.done = True
+
+
+def nice_this_thread(niceness: int) -> bool:
+    """Lower this thread's priority only (Linux: nice is per thread). False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        hello = next(frames)
-    except (StopIteration, WireError, ValueError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0)
+                       + niceness)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _read_hello(fd: int, buffer: FrameBuffer) -> dict[str, Any] | None:
+    while True:
+        frame = buffer.next_frame()
+        if frame is not None:
+            return frame if frame.get("t") == "hello" else None
+        data = os.read(fd, _READ_CHUNK)
+        if not data:
+            return None
+        buffer.feed(data)
+
+
+def _hurry_fd(argv: list[str]) -> int | None:
+    if "--hurry-fd" in argv[:-1]:
+        return int(argv[argv.index("--hurry-fd") + 1])
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Read frames from stdin until the goodbye or end of stream."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    hurry = threading.Event()
+    hurry_fd = _hurry_fd(sys.argv[1:] if argv is None else argv)
+    fd = sys.stdin.fileno()
+    buffer = FrameBuffer()
+    try:
+        hello = _read_hello(fd, buffer)
+    except (WireError, ValueError, OSError):
+        hello = None
+    if hello is None:
         print("traceml: emitter got no settings; exiting", file=sys.stderr)
         return 1
-    emitter = Emitter(hello)
-    status, dropped, clean = "trainer exited without shutdown (killed?)", 0, False
-    started = time.monotonic()
-    try:
-        for frame in frames:
-            kind = frame["t"]
-            if kind == "steps":
-                emitter.handle_steps(frame["s"])
-            elif kind == "device":
-                emitter.handle_device(frame)
-            elif kind == "bye":
-                status, dropped, clean = frame.get("status", "ok"), int(frame.get("dropped", 0)), True
-                break
-    except (WireError, ValueError) as error:
-        emitter.stats.problems.append(f"stream from trainer broken after {time.monotonic() - started:.1f}s: "
-                                      f"{error}")
-    emitter.finish(status, dropped, clean)
+    session = PipeSession(fd, buffer, hello)
+
+    def niced_work() -> None:
+        nice_this_thread(EMITTER_NICENESS)  # threads it starts (OTLP, metrics) inherit it
+        _guarded(session, hurry)
+
+    if hurry_fd is None or not sys.platform.startswith("linux"):
+        try:
+            os.nice(EMITTER_NICENESS)  # no per-thread priority: the whole process yields to training
+        except OSError:
+            pass
+        _guarded(session, None)
+        return 0
+    worker = threading.Thread(target=niced_work, name="traceml-emitter", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if select.select([hurry_fd], [], [], 0.5)[0]:  # a byte, or the trainer is gone
+            hurry.set()
+            break
+    worker.join()
+    if not session.done:
+        _guarded(session, None)  # the trainer is shutting down: finish here, at the trainer's priority
     return 0
+
+
+def _guarded(session: PipeSession, stop: threading.Event | None) -> None:
+    """Run the session; a bug of ours is reported with the counts so far, never a silent death."""
+    try:
+        session.run(stop)
+    except Exception as error:
+        session.done = True
+        print(f"traceml: emitter failed: {_describe(error)}", file=sys.stderr, flush=True)
+        emitter = session.emitter
+        if emitter is not None:
+            emitter.stats.problems.append(f"emitter failed: {_describe(error)}")
+            emitter.stats.end_status = "emitter failed"
+            emitter.stats.final = True
+            emitter.write_stats()
+            _report({"t": "local", "rank": emitter.stats.rank, "enabled": False,
+                     "steps": emitter.stats.steps_local, "traced": None, "complete": False,
+                     "disabled": {"emitter": _describe(error)}})
 
 
 if __name__ == "__main__":

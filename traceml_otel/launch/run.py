@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel import contract as c
-from traceml_otel.settings import TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_RUNS_DIR, new_run_id
+from traceml_otel.settings import (
+    TRACEML_RUN_ID,
+    TRACEML_RUN_NAME,
+    TRACEML_RUNS_DIR,
+    TRACEML_SHUTDOWN_TIMEOUT_S,
+    new_run_id,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +98,32 @@ def run_torchrun(arguments: list[str]) -> int:
     return 0
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write ``manifest.json`` atomically."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Write ``manifest.json`` atomically. A failure (read-only or full disk) is said, never raised:
+    the run goes on without it."""
     temporary = run_dir / (c.MANIFEST_FILE + ".tmp")
-    temporary.write_text(json.dumps(manifest, indent=2))
-    os.replace(temporary, run_dir / c.MANIFEST_FILE)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(manifest, indent=2))
+        os.replace(temporary, run_dir / c.MANIFEST_FILE)
+    except OSError as error:
+        print(f"traceml: cannot write {run_dir / c.MANIFEST_FILE} ({type(error).__name__}: {error}); "
+              "training goes on without it", file=sys.stderr, flush=True)
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def shutdown_timeout_s(env: dict[str, str] | None = None) -> float:
+    """``TRACEML_SHUTDOWN_TIMEOUT_S`` as the ranks read it (10 s when unset or not a number)."""
+    raw = (os.environ if env is None else env).get(TRACEML_SHUTDOWN_TIMEOUT_S, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 10.0
+    except ValueError:
+        return 10.0
 
 
 def exit_code_of(returncode: int) -> int:
