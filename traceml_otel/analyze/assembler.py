@@ -149,10 +149,10 @@ class StepAssembler:
             self._add_step(acc, attrs, span)
             return True
         cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
-        if cpu.__class__ is not float:
+        if cpu.__class__ is not float or cpu - cpu != 0.0:  # x - x != 0: infinite or NaN (1e400)
             cpu = as_float(cpu)
         gpu = attrs.get(c.ATTR_PHASE_GPU_DURATION)
-        if gpu is not None and gpu.__class__ is not float:
+        if gpu is not None and (gpu.__class__ is not float or gpu - gpu != 0.0):
             gpu = as_float(gpu)
         if cpu is None and gpu is None:
             cpu = _span_seconds(
@@ -249,7 +249,10 @@ def _span_seconds(start_ns: object, end_ns: object) -> float | None:
     start, end = as_int(start_ns), as_int(end_ns)
     if start is None or end is None or end < start:
         return None
-    return (end - start) / 1e9
+    try:
+        return (end - start) / 1e9
+    except OverflowError:  # integers beyond any float: not a real span
+        return None
 
 
 def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTiming:

@@ -17,6 +17,7 @@ from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path, analyze_source
 from traceml_otel.analyze.records import WindowSpec
 from traceml_otel.analyze.sources.base import SourceError, SpanSource
+from traceml_otel.analyze.sources.http import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_S, ReadLimits
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import time_range
@@ -70,7 +71,15 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
     parser.add_argument("--page-size", type=int, default=500, help="traces per backend request (default 500)")
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each backend request"
+        "--timeout", type=float, default=30.0, help="seconds to wait for each backend socket read"
+    )
+    parser.add_argument(
+        "--read-deadline", type=float, default=DEFAULT_TOTAL_S, metavar="S",
+        help=f"seconds all backend requests may take together (default {DEFAULT_TOTAL_S:g})",
+    )
+    parser.add_argument(
+        "--max-response-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, metavar="MB",
+        help=f"largest backend answer read, in MiB (default {DEFAULT_MAX_BYTES // 2**20})",
     )
 
 
@@ -83,6 +92,10 @@ def _window(args: argparse.Namespace) -> WindowSpec:
 
 def _backend(args: argparse.Namespace) -> SpanSource:
     when = time_range(args.since, args.until)
+    if args.read_deadline <= 0 or args.max_response_mb <= 0 or args.timeout <= 0:
+        raise ValueError("--timeout, --read-deadline and --max-response-mb must be positive")
+    limits = ReadLimits(timeout=args.timeout, total_s=args.read_deadline,
+                        max_bytes=int(args.max_response_mb * 2**20))
     if args.tempo:
         return TempoSpanSource(
             args.tempo,
@@ -91,6 +104,7 @@ def _backend(args: argparse.Namespace) -> SpanSource:
             when=when,
             page_size=args.page_size,
             timeout=args.timeout,
+            limits=limits,
         )
     return JaegerSpanSource(
         args.jaeger,
@@ -99,6 +113,7 @@ def _backend(args: argparse.Namespace) -> SpanSource:
         when=when,
         page_size=args.page_size,
         timeout=args.timeout,
+        limits=limits,
     )
 
 

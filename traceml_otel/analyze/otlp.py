@@ -79,10 +79,10 @@ def as_int(raw: object) -> int | None:
         return raw
     try:
         return int(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: 1e400 is an infinite float
         try:
             number = float(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
         return int(number) if number.is_integer() else None
 

@@ -156,8 +156,10 @@ class FileSpanSource(SpanSource):
                     continue
                 try:
                     document = json.loads(line)
-                except ValueError as exc:
-                    if lineno == 1 and self._feed_whole_file(path, assembler):
+                except (ValueError, RecursionError) as exc:
+                    if lineno == 1 and not isinstance(exc, RecursionError) and self._feed_whole_file(
+                        path, assembler
+                    ):
                         return
                     self.log.warn(f"{path}:{lineno}: skipped a corrupt or truncated line ({_reason(exc)})")
                     continue
@@ -172,7 +174,7 @@ class FileSpanSource(SpanSource):
             return False
         try:
             document = json.loads(path.read_bytes())
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         self._feed_document(document, assembler, str(path))
         return True
@@ -182,6 +184,9 @@ class FileSpanSource(SpanSource):
             resources = resource_spans(document)
         except ForeignDocument as exc:
             self.log.warn(f"{where}: skipped a line that holds no OTLP traces ({exc})")
+            return
+        except RecursionError:
+            self.log.warn(f"{where}: skipped a line nested too deeply to be OTLP traces")
             return
         try:
             feed_resource_spans(resources, assembler, service=self.service)
@@ -201,6 +206,8 @@ def _child_result(pid: int, out: Path) -> tuple[StepAssembler, list[str]] | None
         return None
 
 
-def _reason(exc: ValueError) -> str:
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
     text = str(exc)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -1,14 +1,51 @@
-"""A small JSON-over-HTTP GET (stdlib ``urllib``) with errors a user can act on."""
+"""A small JSON-over-HTTP GET (stdlib ``urllib``) with errors a user can act on, and bounds.
+
+Every read is bounded three ways: ``timeout`` for each socket operation, a total deadline for
+all the requests of one analysis (``ReadLimits.total_s``), and a maximum answer size
+(``ReadLimits.max_bytes``). A backend that trickles its answer or streams without end is cut
+off with a :class:`SourceError` that names the bound and the option that sets it.
+"""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from traceml_otel.analyze.sources.base import SourceError
+
+DEFAULT_TOTAL_S = 600.0
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+_CHUNK = 1 << 16
+
+
+@dataclass(slots=True)
+class ReadLimits:
+    """Bounds of a backend read: per socket operation, in all, and per answer.
+
+    ``total_s`` starts counting at the first request (``--read-deadline``); ``max_bytes`` caps each
+    answer's body (``--max-response-mb``).
+    """
+
+    timeout: float = 30.0
+    total_s: float = DEFAULT_TOTAL_S
+    max_bytes: int = DEFAULT_MAX_BYTES
+    _deadline: float | None = field(default=None, repr=False)
+
+    def remaining(self) -> float:
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self.total_s
+        return self._deadline - now
+
+
+class _Cancelled(Exception):
+    pass
 
 
 def get_documents(
@@ -19,35 +56,98 @@ def get_documents(
     what: str,
     timeout: float,
     missing_ok: bool = False,
+    limits: ReadLimits | None = None,
 ) -> list[object]:
     """GET ``base_url + path`` and return the JSON documents of the body (one, or several in a row).
 
     Args:
         what: the backend's name for messages (``Tempo``, ``Jaeger``).
         missing_ok: answer ``[]`` to HTTP 404 (Jaeger's "no traces found").
+        limits: the total deadline and size cap (default: one fresh :class:`ReadLimits`).
 
     Raises:
-        SourceError: the backend is unreachable, too slow, answers an error status or not JSON.
+        SourceError: the backend is unreachable, too slow, answers an error status, not JSON,
+            or more than the limits allow.
     """
+    limits = limits if limits is not None else ReadLimits(timeout=timeout)
+    remaining = limits.remaining()
+    if remaining <= 0:
+        raise _deadline_error(what, base_url, limits)
     url = base_url.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    outcome: dict[str, object] = {}
+    cancelled = threading.Event()
+
+    def fetch() -> None:
+        try:
+            outcome["body"] = _fetch(url, base_url, path, what, min(timeout, remaining), missing_ok, limits,
+                                     cancelled)
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
+
+    # The request runs on a helper thread so that the deadline also covers a server that trickles
+    # its headers or body one byte at a time (each socket read then returns before ``timeout``).
+    reader = threading.Thread(target=fetch, name="traceml-http", daemon=True)
+    reader.start()
+    reader.join(remaining)
+    if reader.is_alive():
+        cancelled.set()  # the thread stops at its next read; its socket times out at the latest
+        raise _deadline_error(what, base_url, limits)
+    error = outcome.get("error")
+    if isinstance(error, _Cancelled):
+        raise _deadline_error(what, base_url, limits)
+    if isinstance(error, BaseException):
+        raise error
+    body = outcome["body"]
+    assert isinstance(body, bytes)
+    return _documents(body, what)
+
+
+def _fetch(
+    url: str, base_url: str, path: str, what: str, timeout: float, missing_ok: bool, limits: ReadLimits,
+    cancelled: threading.Event,
+) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
+            declared = response.headers.get("Content-Length")
+            if declared and declared.isdigit() and int(declared) > limits.max_bytes:
+                raise _size_error(what, base_url, limits)
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                if cancelled.is_set():
+                    raise _Cancelled
+                chunk = response.read1(_CHUNK)
+                if not chunk:
+                    return b"".join(chunks)
+                size += len(chunk)
+                if size > limits.max_bytes:
+                    raise _size_error(what, base_url, limits)
+                chunks.append(chunk)
     except urllib.error.HTTPError as error:
         if missing_ok and error.code == 404:
-            return []
-        detail = error.read()[:300].decode("utf-8", "replace").strip()
+            return b"[]"
+        detail = error.read(300)[:300].decode("utf-8", "replace").strip()
         raise SourceError(
             f"{what} at {base_url} answered HTTP {error.code} to {path}: {detail or error.reason}"
         ) from None
     except urllib.error.URLError as error:
         raise SourceError(f"cannot reach {what} at {base_url}: {error.reason}") from None
     except TimeoutError:
-        raise SourceError(f"{what} at {base_url} did not answer within {timeout:g} s") from None
+        raise SourceError(f"{what} at {base_url} did not answer within {timeout:g} s (--timeout)") from None
     except (OSError, ValueError) as error:
         raise SourceError(f"cannot query {what} at {base_url}: {error}") from None
-    return _documents(body, what)
+
+
+def _deadline_error(what: str, base_url: str, limits: ReadLimits) -> SourceError:
+    return SourceError(f"reading from {what} at {base_url} took longer than the total deadline of "
+                       f"{limits.total_s:g} s (--read-deadline); a slow or trickling answer was cut off")
+
+
+def _size_error(what: str, base_url: str, limits: ReadLimits) -> SourceError:
+    return SourceError(f"{what} at {base_url} answered more than {limits.max_bytes / 2**20:g} MiB "
+                       "(--max-response-mb); ask for less with --page-size or --since/--until, or raise the "
+                       "limit")
 
 
 def _documents(body: bytes, what: str) -> list[object]:
@@ -59,8 +159,9 @@ def _documents(body: bytes, what: str) -> list[object]:
     while position < len(text):
         try:
             document, position = decoder.raw_decode(text, position)
-        except ValueError as error:
-            raise SourceError(f"{what} answered something that is not JSON ({error})") from None
+        except (ValueError, RecursionError) as error:
+            reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            raise SourceError(f"{what} answered something that is not usable JSON ({reason})") from None
         documents.append(document)
         while position < len(text) and text[position] in " \t\r\n,":
             position += 1

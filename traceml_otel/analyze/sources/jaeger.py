@@ -18,7 +18,7 @@ from traceml_otel.analyze.otlp import (
     trace_id_hex,
 )
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
-from traceml_otel.analyze.sources.http import get_documents
+from traceml_otel.analyze.sources.http import ReadLimits, get_documents
 from traceml_otel.analyze.sources.otlp_json import feed_resource_spans
 from traceml_otel.analyze.timerange import TimeRange, rfc3339
 
@@ -45,12 +45,14 @@ class JaegerSpanSource(SpanSource):
         page_size: int = 500,
         timeout: float = 30.0,
         log: ReadLog | None = None,
+        limits: ReadLimits | None = None,
     ) -> None:
         super().__init__(run_id=run_id, service=service, log=log)
         self.url = url
         self.when = when
         self.page_size = page_size
         self.timeout = timeout
+        self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
         self.pages = 0
 
     def describe(self) -> str:
@@ -86,7 +88,8 @@ class JaegerSpanSource(SpanSource):
         }
         self.pages += 1
         documents = get_documents(
-            self.url, "/api/v3/traces", params, what="Jaeger", timeout=self.timeout, missing_ok=True
+            self.url, "/api/v3/traces", params, what="Jaeger", timeout=self.timeout, missing_ok=True,
+            limits=self.limits,
         )
         resources: list[dict] = []
         for document in documents:

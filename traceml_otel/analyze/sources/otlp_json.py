@@ -10,8 +10,9 @@ from traceml_otel.contract import ATTR_RUN_ID
 
 SERVICE_NAME = "service.name"
 _RESOURCE_KEYS = frozenset({SERVICE_NAME, ATTR_RUN_ID})
-MALFORMED = (KeyError, TypeError, AttributeError)
-"""What feeding a structurally broken document raises."""
+MALFORMED = (KeyError, TypeError, AttributeError, ValueError, OverflowError, RecursionError)
+"""What feeding a structurally broken or hostile document raises (``1e400`` where an integer
+belongs raises ``OverflowError``; absurd nesting ``RecursionError``)."""
 
 
 def feed_resource_spans(
@@ -20,7 +21,7 @@ def feed_resource_spans(
     """Fold every span of ``resources`` in; returns how many spans were looked at.
 
     Spans of another ``service.name`` than ``service`` (when given) are skipped whole. Malformed
-    spans raise ``KeyError``, ``TypeError`` or ``AttributeError`` (see :data:`MALFORMED`).
+    spans raise one of :data:`MALFORMED`.
     """
     seen = 0
     add_span = assembler.add_span

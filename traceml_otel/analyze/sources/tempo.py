@@ -11,13 +11,14 @@ Spans seen twice (pages overlap at their edges) are counted once.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import WANTED_ATTRIBUTES, StepAssembler
 from traceml_otel.analyze.otlp import as_int, decode_attributes, span_id_hex, trace_id_hex
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
-from traceml_otel.analyze.sources.http import get_documents
+from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.otlp_json import MALFORMED
 from traceml_otel.analyze.timerange import TimeRange
 
 MAX_LIMIT = 20_000
@@ -51,6 +52,7 @@ class TempoSpanSource(SpanSource):
         spans_per_set: int = 100,
         timeout: float = 30.0,
         log: ReadLog | None = None,
+        limits: ReadLimits | None = None,
     ) -> None:
         super().__init__(run_id=run_id, service=service, log=log)
         self.url = url
@@ -58,6 +60,7 @@ class TempoSpanSource(SpanSource):
         self.page_size = page_size
         self.spans_per_set = spans_per_set
         self.timeout = timeout
+        self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
         self.pages = 0
 
     def describe(self) -> str:
@@ -94,22 +97,33 @@ class TempoSpanSource(SpanSource):
                 self.log.warn(
                     f"Tempo returned {limit} traces for one second of the run; some steps may be missing"
                 )
-            split = self._rank_split(traces, ranks)
+            try:
+                split = self._rank_split(traces, ranks)
+            except MALFORMED as exc:
+                self._skipped(exc)
+                split = None
             if split is not None:
                 pending += [(start, end, half, limit) for half in split]
                 continue
-            for span in _spans(traces):
+            for span in _spans(traces, self._skipped):
                 key = (span["traceId"], span["spanId"])
                 if key in seen:
                     continue
                 seen.add(key)
-                assembler.add_span(
-                    span.get("name"),
-                    decode_attributes(span["attributes"], WANTED_ATTRIBUTES),
-                    span,
-                    self.run_id,
-                )
+                try:
+                    assembler.add_span(
+                        span.get("name"),
+                        decode_attributes(span["attributes"], WANTED_ATTRIBUTES),
+                        span,
+                        self.run_id,
+                    )
+                except MALFORMED as exc:
+                    self._skipped(exc)
             self.log.progress(f"Tempo: {self.pages} pages, {assembler.spans:,} spans")
+
+    def _skipped(self, exc: BaseException) -> None:
+        self.log.warn(f"Tempo {self.url} page {self.pages}: skipped a malformed span "
+                      f"({type(exc).__name__}: {str(exc)[:80]})")
 
     def _search(self, start: int, end: int, ranks: tuple[int, int] | None, limit: int) -> list[dict]:
         params = {
@@ -120,7 +134,8 @@ class TempoSpanSource(SpanSource):
             "end": end,
         }
         self.pages += 1
-        documents = get_documents(self.url, "/api/search", params, what="Tempo", timeout=self.timeout)
+        documents = get_documents(self.url, "/api/search", params, what="Tempo", timeout=self.timeout,
+                                   limits=self.limits)
         document = documents[0] if documents else {}
         if not isinstance(document, dict):
             raise SourceError("Tempo answered a search with something other than a JSON object")
@@ -169,19 +184,32 @@ def _attribute_maps(traces: list[dict]) -> Iterator[dict[str, object]]:
                 yield decode_attributes(span.get("attributes") or [], WANTED_ATTRIBUTES)
 
 
-def _spans(traces: list[dict]) -> Iterator[dict[str, object]]:
-    """Search-result spans as OTLP-shaped span objects (hex ids, start and end in ns)."""
+def _spans(traces: list[dict], skipped: Callable[[BaseException], None]) -> Iterator[dict[str, object]]:
+    """Search-result spans as OTLP-shaped span objects (hex ids, start and end in ns).
+
+    A span that cannot be read is passed to ``skipped`` and left out; the others still come.
+    """
     for trace in traces:
         trace_id = trace_id_hex(trace.get("traceID"))
-        for spanset in _spansets(trace):
-            for raw in spanset.get("spans") or []:
-                attributes = raw.get("attributes") or []
-                start = as_int(raw.get("startTimeUnixNano")) or 0
-                duration = as_int(raw.get("durationNanos")) or 0
-                error = any(
-                    a.get("key") == "status" and a.get("value", {}).get("stringValue") == "error"
-                    for a in attributes
-                )
+        try:
+            spansets = _spansets(trace)
+        except MALFORMED as exc:
+            skipped(exc)
+            continue
+        for spanset in spansets:
+            raws = spanset.get("spans") or []
+            for raw in raws if isinstance(raws, list) else ():
+                try:
+                    attributes = raw.get("attributes") or []
+                    start = as_int(raw.get("startTimeUnixNano")) or 0
+                    duration = as_int(raw.get("durationNanos")) or 0
+                    error = any(
+                        a.get("key") == "status" and a.get("value", {}).get("stringValue") == "error"
+                        for a in attributes
+                    )
+                except MALFORMED as exc:
+                    skipped(exc)
+                    continue
                 yield {
                     "traceId": trace_id,
                     "spanId": span_id_hex(raw.get("spanID")),

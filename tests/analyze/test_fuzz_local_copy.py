@@ -1,0 +1,154 @@
+"""A seeded mutation fuzz of the analyzer's file input: no mutated local-copy line may crash it.
+
+Lines of a real local copy (written by our emitter) are mutated at the JSON level (values swapped
+for ``1e400``, huge or negative numbers, wrong types, deep nesting, keys dropped, lists
+duplicated) and at the byte level (cut, flipped, spliced), then put between two valid lines and
+analysed end to end (read, assemble, diagnose, text and JSON report). Any exception is a failure.
+Bounded: FUZZ_CASES cases or FUZZ_BUDGET_S seconds, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from tests.emit.test_emitter_faults import _hello
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.emit.worker import Emitter
+from traceml_otel.report import render
+
+FUZZ_SEED = 20261130
+FUZZ_CASES = 3000
+FUZZ_BUDGET_S = 25.0
+_PLACEHOLDER = "__traceml_fuzz__"
+_HOSTILE_TEXT = [
+    "1e400", "-1e400", "1" + "0" * 400, "-1", "0", "18446744073709551616", "NaN", "Infinity", "null", "true",
+    '"x"', '""', "[]", "{}", '"\\u0000\\u001b[31m"', "[" * 3000 + "]" * 3000,
+    '{"a":' * 3000 + "1" + "}" * 3000,
+    '[{"key":"traceml.step.number","value":{"intValue":"1e400"}}]', '{"intValue":"99999999999999999999999"}',
+]
+
+
+def _valid_lines(tmp_path: Path) -> list[str]:
+    """A few lines of a real two-rank local copy."""
+    lines = []
+    for rank in (0, 1):
+        run_dir = tmp_path / f"r{rank}"
+        emitter = Emitter({**_hello(run_dir), "rank": rank, "local_rank": rank, "world_size": 2})
+        for first in range(0, 24, 8):
+            rows = []
+            for step in range(first, first + 8):
+                start = 1_000_000_000 + step * 10_000_000
+                phases = [["forward", 0, start + 10, start + 4_000_000, None, None, None],
+                          ["backward", 0, start + 4_000_000, start + 8_000_000, None, None, None],
+                          ["optimizer", 0, start + 8_000_000, start + 9_000_000, None, None, None]]
+                rows.append([step, start, start + 9_500_000, None, 200_000, None, 1, None, 1, "ddp",
+                             None, None, None, None, phases])
+            emitter.handle_steps(rows)
+        emitter.finish("ok", 0, True, steps_traced=24)
+        lines += (run_dir / f"rank-{rank}.traces.jsonl").read_text().splitlines()
+    return lines
+
+
+def _nodes(value: object, path: tuple = ()) -> list[tuple]:
+    found = [path]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _nodes(child, (*path, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _nodes(child, (*path, index))
+    return found
+
+
+def _get(value: object, path: tuple) -> object:
+    for part in path:
+        value = value[part]  # type: ignore[index]
+    return value
+
+
+def _mutate_json(rng: random.Random, line: str) -> str:
+    document = json.loads(line)
+    raw_texts: list[str] = []
+    for _ in range(rng.randint(1, 3)):
+        paths = [p for p in _nodes(document) if p]
+        if not paths:
+            break
+        path = rng.choice(paths)
+        parent = _get(document, path[:-1])
+        key = path[-1]
+        action = rng.random()
+        if action < 0.55:  # a hostile value, spliced in as raw JSON text
+            raw_texts.append(rng.choice(_HOSTILE_TEXT))
+            parent[key] = f"{_PLACEHOLDER}{len(raw_texts) - 1}"  # type: ignore[index]
+        elif action < 0.7 and isinstance(parent, dict):
+            del parent[key]
+        elif action < 0.8 and isinstance(parent, list):
+            parent.insert(rng.randrange(len(parent) + 1), parent[key] if rng.random() < 0.5 else None)
+        elif action < 0.9:
+            parent[key] = rng.choice([[], {}, "", 0, -5, 3.5, True, None, [parent[key]]])  # type: ignore[index]
+        else:
+            parent[key] = {"k": parent[key]} if not isinstance(parent[key], dict) else list(parent[key])  # type: ignore[index]
+    text = json.dumps(document, separators=(",", ":"))
+    for index, raw in enumerate(raw_texts):
+        text = text.replace(f'"{_PLACEHOLDER}{index}"', raw)
+    return text
+
+
+def _mutate_bytes(rng: random.Random, line: str) -> str:
+    data = bytearray(line.encode())
+    for _ in range(rng.randint(1, 4)):
+        choice = rng.random()
+        position = rng.randrange(len(data))
+        if choice < 0.3:
+            data = data[:position]
+        elif choice < 0.6:
+            data[position] = rng.randrange(256)
+        else:
+            data[position:position] = rng.choice(
+                [b"\x00", b"\xff\xfe", b'"', b"{", b"]", b"\x1b[2J", b"1e400"])
+        if not data:
+            break
+    return data.decode("utf-8", "replace").replace("\n", " ")
+
+
+def test_mutated_local_copy_lines_never_crash_the_analyzer(tmp_path: Path) -> None:
+    lines = _valid_lines(tmp_path)
+    rng = random.Random(FUZZ_SEED)
+    started = time.monotonic()
+    cases = 0
+    path = tmp_path / "case.jsonl"
+    while cases < FUZZ_CASES and time.monotonic() - started < FUZZ_BUDGET_S:
+        base = rng.choice(lines)
+        mutated = _mutate_json(rng, base) if rng.random() < 0.7 else _mutate_bytes(rng, base)
+        before, after = rng.choice(lines), rng.choice(lines)
+        path.write_text("\n".join([before, mutated, after]) + "\n", encoding="utf-8")
+        try:
+            analysis = analyze_path([path])
+            render(analysis, "text")
+            render(analysis, "json")
+        except Exception as error:  # pragma: no cover - a failure shows the case
+            raise AssertionError(f"case {cases} (seed {FUZZ_SEED}) crashed the analyzer: "
+                                 f"{type(error).__name__}: {error}\nline: {mutated[:500]}") from error
+        cases += 1
+    elapsed = time.monotonic() - started
+    print(f"fuzz: {cases} cases in {elapsed:.1f} s, no crash")
+    assert cases >= 300, f"only {cases} cases ran in {elapsed:.1f} s"
+
+
+def test_1e400_and_deep_nesting_lines_are_skipped_with_file_and_line(tmp_path: Path, capsys) -> None:
+    lines = _valid_lines(tmp_path)
+    overflow = lines[0].replace('"intValue":"1"', '"intValue":1e400', 1)
+    assert overflow != lines[0]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join([*lines[:2], overflow, "[" * 100_000 + "]" * 100_000,
+                               '{"resourceSpans":' * 50_000 + "1" + "}" * 50_000, *lines[2:]]) + "\n")
+    analysis = analyze_path([path])
+    err = capsys.readouterr().err
+    assert f"{path}:4: skipped a corrupt or truncated line (nested too deeply)" in err
+    assert f"{path}:5: skipped a corrupt or truncated line (nested too deeply)" in err
+    assert "Traceback" not in err
+    assert analysis.step.primary.kind.name != "NO_DATA"
+    render(analysis, "text")
