@@ -228,6 +228,8 @@ _telemetry: _NoopTelemetry = _NOOP
 _lock = threading.Lock()
 _init_config: tuple[CaptureConfig, bool] | None = None
 _warned_not_initialised = False
+_exit_status = "ok"
+"""How the program is ending, for the emitter's ``end_status``: an uncaught exception or Ctrl-C."""
 
 
 def init(
@@ -282,6 +284,8 @@ def init(
         atexit.register(shutdown)
         os.register_at_fork(after_in_child=_forget_in_child)
         _install_sigterm_flush()
+        _install_exit_status_hook()
+        _stop_with_launcher()
         return True
 
 
@@ -328,10 +332,10 @@ def flush() -> None:
 
 
 def shutdown() -> None:
-    """Flush and stop telemetry; waits (bounded) for the local copy and OTLP export."""
+    """Flush and stop telemetry; waits for the local copy and (bounded) for OTLP export."""
     global _telemetry
     telemetry, _telemetry = _telemetry, _NOOP
-    telemetry.shutdown()
+    telemetry.shutdown(status=_exit_status)
 
 
 def _recorder_for(helper: str, auto_flag: str) -> StepRecorder | None:
@@ -433,3 +437,25 @@ def _install_sigterm_flush() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _install_exit_status_hook() -> None:
+    """Record an uncaught exception (Ctrl-C included) so the exit-time flush names it, not "ok"."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        global _exit_status
+        interrupted = issubclass(kind, KeyboardInterrupt)
+        _exit_status = "SIGINT (Ctrl-C)" if interrupted else f"exception {kind.__name__}"
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+def _stop_with_launcher() -> None:
+    try:
+        from traceml_otel.capture.orphan import stop_with_launcher
+
+        stop_with_launcher()
+    except Exception as error:  # never a reason not to train
+        _warn(f"cannot arrange to stop with the launcher: {type(error).__name__}: {error}")

@@ -7,7 +7,8 @@ from traceml_otel.launch.run import LaunchOptions, exit_code_of, resolve_run_id,
 
 def test_single_node_uses_standalone_rendezvous() -> None:
     arguments = torchrun_arguments(LaunchOptions("train.py", ("--lr", "1"), nproc_per_node=4))
-    assert arguments == ["--nproc-per-node=4", "--standalone", "train.py", "--lr", "1"]
+    assert arguments == ["--nproc-per-node=4", "--standalone", "--local-addr=127.0.0.1",
+                         "train.py", "--lr", "1"]
 
 
 def test_multi_node_passes_the_rendezvous_and_agrees_on_a_run_id(capsys) -> None:

@@ -147,6 +147,8 @@ def test_signal_keeps_every_completed_step(tmp_path: Path, signum: int) -> None:
     if signum == signal.SIGTERM:
         assert process.returncode == -signal.SIGTERM  # the default action still happens after our flush
         assert stats["end_status"] == "SIGTERM"
+    else:
+        assert stats["end_status"] == "SIGINT (Ctrl-C)"  # not "ok"
 
 
 def test_sigkill_of_the_trainer_keeps_what_reached_the_emitter(tmp_path: Path) -> None:
@@ -188,4 +190,4 @@ def test_traceml_run_passes_sigterm_to_the_ranks(tmp_path: Path) -> None:
     run_dir = _only_run_dir(tmp_path)
     assert set(range(completed + 1)) <= _steps_by_rank(run_dir)[0]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["exit_code"] == 128 + signal.SIGTERM
+    assert manifest["exit_code"] == 128 + signal.SIGTERM and manifest["end_status"] == "SIGTERM"

@@ -24,6 +24,7 @@ from traceml_otel.analyze.timerange import time_range
 from traceml_otel.report import FORMATS, render, report_json
 from traceml_otel.report.compare import ReportFormatError, RunSummary, compare_runs, summary_from_report
 from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+from traceml_otel.sanitize import strip_control
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -201,7 +202,8 @@ def run_compare(args: argparse.Namespace) -> int:
     except (SourceError, ReportFormatError, ValueError, OSError) as error:
         return _fail("compare", str(error))
     comparison = compare_runs(a, b)
-    text = render_comparison_json(comparison) if args.format == "json" else render_comparison_text(comparison)
+    text = (render_comparison_json(comparison) if args.format == "json"
+            else strip_control(render_comparison_text(comparison)))
     _write(text, args.output)
     if args.fail_on_regression and comparison.verdict == "REGRESSION":
         return EXIT_NO_DATA

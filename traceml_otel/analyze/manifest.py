@@ -8,6 +8,7 @@ from pathlib import Path
 
 from traceml_otel.analyze.otlp import as_float, as_int
 from traceml_otel.contract import MANIFEST_FILE
+from traceml_otel.sanitize import redact_argv
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +34,8 @@ def read_manifest(run_dir: Path) -> RunManifest | None:
     if not isinstance(data, dict):
         return None
     command = data.get("command", "")
-    if isinstance(command, list):
-        command = " ".join(str(part) for part in command)
+    parts = [str(part) for part in command] if isinstance(command, list) else str(command).split()
+    command = " ".join(redact_argv(parts))  # manifests written before redaction, or by other tools
     exit_code = data.get("exit_code", data.get("exit_status"))
     return RunManifest(
         run_id=str(data.get("run_id") or ""),

@@ -44,6 +44,7 @@ from traceml_otel.emit.otlp import (
     quiet_sdk_exporter_logs,
     sampler_from_settings,
 )
+from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
 from traceml_otel.emit.wire import FrameBuffer, WireError, decode_step
 from traceml_otel.records import StepRecord
@@ -113,8 +114,11 @@ def build_resource(hello: dict[str, Any]) -> Resource:
     return resource
 
 
+_REDACT = Redactor(header_secrets())
+
+
 def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
+    return _REDACT(f"{type(error).__name__}: {error}")
 
 
 class Emitter:
@@ -193,8 +197,8 @@ class Emitter:
 
     # --- faults -----------------------------------------------------------------
     def warn(self, message: str) -> None:
-        """One ``traceml: rank R: ...`` line on stderr."""
-        print(f"traceml: rank {self.stats.rank}: {message}", file=sys.stderr, flush=True)
+        """One ``traceml: rank R: ...`` line on stderr (header values redacted)."""
+        print(f"traceml: rank {self.stats.rank}: {_REDACT(message)}", file=sys.stderr, flush=True)
 
     def disable(self, output: str, reason: str) -> None:
         """Turn one output off: recorded in the statistics and said once; the others go on."""
@@ -349,7 +353,7 @@ class Emitter:
         stats.otlp_exported += counts.exported
         stats.otlp_sampled_out += counts.sampled_out
         stats.otlp_dropped += counts.dropped
-        stats.otlp_last_error = counts.last_error or stats.otlp_last_error
+        stats.otlp_last_error = _REDACT(counts.last_error) if counts.last_error else stats.otlp_last_error
         for reason, n in (("export failed", counts.failed), ("queue full", counts.queue_full),
                           (NOT_SENT_AT_SHUTDOWN, counts.not_sent_at_shutdown)):
             if n:
@@ -533,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     """Read frames from stdin until the goodbye or end of stream."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    install_log_redaction(_REDACT)  # the SDK logs a malformed OTEL_EXPORTER_OTLP_HEADERS whole
     hurry = threading.Event()
     hurry_fd = _hurry_fd(sys.argv[1:] if argv is None else argv)
     fd = sys.stdin.fileno()

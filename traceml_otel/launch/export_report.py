@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traceml_otel.sanitize import strip_control
+
 FINAL_WAIT_EXTRA_S = 5.0
 """How much longer than ``TRACEML_SHUTDOWN_TIMEOUT_S`` the launcher waits for final statistics."""
 
@@ -116,7 +118,7 @@ def render_export_report(run_dir: Path, exports: list[RankExport] | None = None)
             lines.append(f"{prefix} {export.capture_dropped_steps} steps lost before the emitter")
         if not export.clean_shutdown:
             lines.append(f"{prefix} {export.end_status}; steps after the last hand-off may be missing")
-    return "\n".join(lines)
+    return strip_control("\n".join(lines))  # problem texts quote paths and exception messages
 
 
 def _local_copy_lines(exports: list[RankExport]) -> list[str]:

@@ -8,9 +8,11 @@ Ctrl-C on to every rank, whose telemetry flushes before it exits.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel import contract as c
+from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
+from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
+from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
     TRACEML_RUN_ID,
     TRACEML_RUN_NAME,
@@ -73,8 +78,8 @@ def torchrun_arguments(options: LaunchOptions) -> list[str]:
             f"--nnodes={options.nnodes}", f"--node-rank={options.node_rank}",
             f"--master-addr={options.master_addr}", f"--master-port={options.master_port}",
         ]
-    else:
-        arguments.append("--standalone")
+    else:  # one node: the rendezvous stays on the loopback interface (see launch/loopback.py)
+        arguments += ["--standalone", f"--local-addr={LOOPBACK}"]
     return [*arguments, options.script, *options.script_args]
 
 
@@ -88,8 +93,10 @@ def run_torchrun(arguments: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    loopback = loopback_tcp_stores() if "--standalone" in arguments else contextlib.nullcontext()
     try:
-        run(parse_args(arguments))
+        with loopback:
+            run(parse_args(arguments))
     except ChildFailedError as error:
         _, failure = error.get_first_failure()
         return exit_code_of(failure.exitcode)
@@ -126,6 +133,19 @@ def shutdown_timeout_s(env: dict[str, str] | None = None) -> float:
         return 10.0
 
 
+def end_status_of(code: int) -> str:
+    """The manifest's ``end_status`` for a shell-style exit code: ``ok``, a signal, or the code."""
+    if code == 0:
+        return "ok"
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        return f"{name} (Ctrl-C)" if name == "SIGINT" else name
+    return f"exit code {code}"
+
+
 def exit_code_of(returncode: int) -> int:
     """A shell-style exit code: 128 + signal number for a child killed by a signal."""
     return 128 - returncode if returncode < 0 else returncode
@@ -141,18 +161,21 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "run_name": run_name,
-        "command": [options.script, *options.script_args],
-        "launcher": ["torch.distributed.run", *arguments],
+        "command": redact_argv([options.script, *options.script_args]),  # no tokens in world-readable files
+        "launcher": ["torch.distributed.run", *redact_argv(arguments)],
         "world_size": options.nproc_per_node * options.nnodes,
         "nnodes": options.nnodes,
         "node_rank": options.node_rank,
         "start_time": time.time(),
         "end_time": None,
         "exit_code": None,
+        "end_status": "running",
     }
     write_manifest(run_dir, manifest)
-    saved = {name: os.environ.get(name) for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, *options.extra_env)}
-    os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, **options.extra_env})
+    saved = {name: os.environ.get(name)
+             for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_LAUNCHER_PID, *options.extra_env)}
+    os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, **options.extra_env,
+                       TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
     try:
         code = run_torchrun(arguments)
     finally:
@@ -161,6 +184,6 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    manifest.update(end_time=time.time(), exit_code=code)
+    manifest.update(end_time=time.time(), exit_code=code, end_status=end_status_of(code))
     write_manifest(run_dir, manifest)
     return code, run_dir

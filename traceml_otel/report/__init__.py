@@ -12,6 +12,7 @@ from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.report.html import HtmlReporter
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION, JsonReporter, report_json
 from traceml_otel.report.text import TextReporter
+from traceml_otel.sanitize import strip_control
 
 FORMATS = ("text", "json", "html")
 _REPORTERS = {"text": TextReporter, "json": JsonReporter, "html": HtmlReporter}
@@ -34,4 +35,6 @@ def render(analysis: RunAnalysis, fmt: str = "text") -> str:
         reporter = _REPORTERS[fmt]()
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}") from None
-    return reporter.render(analysis)
+    document = reporter.render(analysis)
+    # Span data reaches the terminal in text: no escape sequences from a hostile run id or host name.
+    return strip_control(document) if fmt == "text" else document

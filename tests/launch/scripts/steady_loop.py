@@ -14,7 +14,7 @@ parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--exit-code", type=int, default=0)
 parser.add_argument("--raise-at", type=int, default=-1, help="raise inside this step")
-args = parser.parse_args()
+args, _ = parser.parse_known_args()  # tests pass extra (secret-looking) arguments too
 
 traceml.init(mode="auto")
 torch.set_num_threads(1)

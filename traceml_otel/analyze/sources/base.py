@@ -9,6 +9,7 @@ from typing import TextIO
 
 from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.records import LoadedRun
+from traceml_otel.sanitize import strip_control
 
 
 class SourceError(RuntimeError):
@@ -48,6 +49,7 @@ class ReadLog:
     def warn(self, message: str) -> None:
         """Record (and maybe print) one warning, e.g. ``run/rank-0.traces.jsonl:17: truncated JSON``."""
         self.total += 1
+        message = strip_control(message)  # warnings quote span data and exception text
         if len(self.warnings) < self._keep:
             self.warnings.append(message)
         if self.total <= self._printed:
