@@ -161,7 +161,9 @@ class _Telemetry(_NoopTelemetry):
                   f"missing from telemetry ({reason})")
         if self.internal_errors:
             _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
-        local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir)
+        handed = self.channel.steps_offered - self.channel.dropped_steps
+        local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir,
+                                    handed)
         if local:
             _warn(local)
         if not finished:
@@ -169,12 +171,16 @@ class _Telemetry(_NoopTelemetry):
                   "background")
 
 
-def local_copy_sentence(report: dict[str, Any] | None, traced: int, run_dir: Any) -> str | None:
+def local_copy_sentence(
+    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None
+) -> str | None:
     """What the trainer says about the local copy at exit, from the emitter's own count only."""
     if run_dir is None:
         return None
     if report is None:
-        return f"the emitter did not report on the local copy; it may be missing steps of the {traced} traced"
+        handed_text = "" if handed is None else f"; {handed} of them were handed to it"
+        return (f"the emitter exited without reporting on the local copy, so it may be missing any of the "
+                f"{traced} traced steps{handed_text} (see rank-R.export.json for what it received)")
     if not report.get("enabled"):
         return (f"the local copy was turned off ({report.get('disabled')}); it holds {report.get('steps')} "
                 f"of {traced} steps")

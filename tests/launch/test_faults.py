@@ -148,3 +148,25 @@ def test_local_copy_complete_under_cpu_load_with_a_dead_endpoint() -> None:
     stats = out["stats"]
     assert stats["local_copy_complete"] is True and stats["steps_local"] == stats["steps_traced"] == 3000
     assert out["exit_s"] < 120  # generous: a loaded 2-core CI machine
+
+
+def test_diagnosis_is_printed_when_its_report_file_cannot_be_written(tmp_path: Path, monkeypatch) -> None:
+    """Simulated ENOSPC (a seam: Path.write_text raises) for report.json: the text still comes."""
+    import errno
+
+    from tests.emit.test_emitter_faults import _hello, _rows
+    from traceml_otel.analyze.commands import diagnose_run_directory
+    from traceml_otel.emit.worker import Emitter
+
+    run_dir = tmp_path / "run"
+    emitter = Emitter(_hello(run_dir))
+    emitter.handle_steps(_rows(0, 30))
+    emitter.finish("ok", 0, True, steps_traced=30)
+
+    def full(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    text = diagnose_run_directory(run_dir, html=True)
+    assert "traceml-otel diagnosis" in text
+    assert "Report: not written to" in text and "No space left" in text

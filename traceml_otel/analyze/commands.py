@@ -163,12 +163,14 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
         analysis = analyze_path([run_dir])
     except SourceError as error:
         return f"traceml: no diagnosis: {error}\n"
-    written = [run_dir / REPORT_JSON]
-    written[0].write_text(render(analysis, "json"), encoding="utf-8")
-    if html:
-        written.append(run_dir / REPORT_HTML)
-        written[1].write_text(render(analysis, "html"), encoding="utf-8")
-    return render(analysis, "text") + "".join(f"Report: {path}\n" for path in written)
+    lines = []
+    for name, fmt in ((REPORT_JSON, "json"), *(((REPORT_HTML, "html"),) if html else ())):
+        try:  # a read-only or full disk costs the report file, not the diagnosis
+            (run_dir / name).write_text(render(analysis, fmt), encoding="utf-8")
+            lines.append(f"Report: {run_dir / name}\n")
+        except OSError as error:
+            lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {error})\n")
+    return render(analysis, "text") + "".join(lines)
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
