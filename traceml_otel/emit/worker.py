@@ -138,6 +138,7 @@ class Emitter:
         self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
         self._export_backlog_spans = 0
         self._export_skipped: dict[str, int] = {}
+        self._counts_lock = threading.Lock()
         self._stats_failed = False
         self.stats_path: Path | None = None
         self.local: LocalCopyWriter | None = None
@@ -185,9 +186,10 @@ class Emitter:
             return None
 
     def _dropped_spans(self) -> int:
-        """Spans OTLP has not delivered so far (read by the live dropped-spans series)."""
-        live = self.shipper.counts.dropped if self.shipper is not None else 0
-        return self.stats.otlp_dropped + live + sum(self._export_skipped.values())
+        """Spans OTLP has not delivered so far (read by the live dropped-spans series, on its thread)."""
+        with self._counts_lock:  # counts move between shipper, skipped and stats: never twice, never lost
+            live = self.shipper.counts.dropped if self.shipper is not None else 0
+            return self.stats.otlp_dropped + live + sum(self._export_skipped.values())
 
     def handle_device(self, frame: dict[str, Any]) -> None:
         """The trainer reported its CUDA device (index, UUID) for the info series."""
@@ -276,12 +278,18 @@ class Emitter:
         self.stats.metrics_skipped_steps += len(records)
 
     def _count_skipped(self, reason: str, spans: int) -> None:
-        self._export_skipped[reason] = self._export_skipped.get(reason, 0) + spans
+        with self._counts_lock:
+            self._export_skipped[reason] = self._export_skipped.get(reason, 0) + spans
 
     def _stop_shipper(self) -> None:
-        shipper, self.shipper = self.shipper, None
+        shipper = self.shipper
         if shipper is not None:
-            self._take_counts(shipper.close(0.0))
+            self._retire_shipper(shipper, shipper.close(0.0))
+
+    def _retire_shipper(self, shipper: OtlpSpanShipper, counts: Any) -> None:
+        with self._counts_lock:
+            self.shipper = None
+            self._take_counts(counts)
 
     # --- shutdown ---------------------------------------------------------------
     def finish_local(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None) -> dict:
@@ -320,14 +328,14 @@ class Emitter:
             self._skip_export(NOT_SENT_AT_SHUTDOWN, records, built)
         self._export_backlog_spans = 0
         if self.shipper is not None:
-            shipper, self.shipper = self.shipper, None
-            counts = shipper.close(max(0.5, deadline - time.monotonic()))
-            self._take_counts(counts)
+            shipper = self.shipper
+            self._retire_shipper(shipper, shipper.close(max(0.5, deadline - time.monotonic())))
         stats = self.stats
-        for reason, spans in self._export_skipped.items():
-            stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + spans
-            stats.otlp_dropped += spans
-        self._export_skipped = {}
+        with self._counts_lock:
+            for reason, spans in self._export_skipped.items():
+                stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + spans
+                stats.otlp_dropped += spans
+            self._export_skipped = {}
         if self.metrics is not None:
             try:
                 self.metrics.shutdown(timeout_s=min(3.0, max(0.5, self.drain_s * 0.2)))
