@@ -123,7 +123,8 @@ def test_single_node_rendezvous_listens_on_loopback_only_and_ranks_die_with_the_
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and json.loads(stats_path.read_text())["end_status"] == "running":
         time.sleep(0.2)
-    assert json.loads(stats_path.read_text())["end_status"] == "SIGTERM"  # flushed on the way out
+    stats = json.loads(stats_path.read_text())
+    assert stats["end_status"] == "SIGTERM", stats  # flushed on the way out
     assert completed >= 10
 
 

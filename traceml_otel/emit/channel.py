@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -181,6 +182,18 @@ class EmitterChannel:
         self._push()
 
     def _push(self) -> None:
+        if not self._backlog or self._fd is None:
+            return
+        # A SIGTERM/Ctrl-C handler that flushes must never run between a write and its bookkeeping:
+        # it would write the same bytes again and corrupt the stream. Hold those signals back for the
+        # few microseconds of the writes (two syscalls per batch, not per step).
+        held = _hold_signals()
+        try:
+            self._push_held()
+        finally:
+            _release_signals(held)
+
+    def _push_held(self) -> None:
         while self._backlog and self._fd is not None:
             chunk, steps = self._backlog[0]
             try:
@@ -201,6 +214,21 @@ class EmitterChannel:
         self.dropped_steps += sum(steps for _, steps in self._backlog)
         self._backlog.clear()
         self._backlog_bytes = 0
+
+
+_HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _hold_signals() -> set[signal.Signals] | None:
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _release_signals(previous: set[signal.Signals] | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _unread_bytes(fd: int | None) -> int | None:
