@@ -160,6 +160,25 @@ class Accumulation:
 
 
 @dataclass(frozen=True, slots=True)
+class RankCount:
+    """How many steps one rank recorded, and the first and last step numbers."""
+
+    rank: int
+    steps: int
+    first_step: int
+    last_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailure:
+    """A traced step that raised."""
+
+    rank: int
+    step: int
+    exception_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     """Where the data came from and what the run was."""
 
@@ -179,6 +198,9 @@ class RunInfo:
     other_run_ids: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     warnings_total: int = 0
+    missing_ranks: tuple[int, ...] = ()
+    rank_steps: tuple[RankCount, ...] = ()
+    failures: tuple[StepFailure, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +229,8 @@ class RunAnalysis:
     worst_steps: tuple[WorstStep, ...]
     series: tuple[RankSeries, ...]
     accumulation: Accumulation
+    run_findings: tuple[Finding, ...] = ()
+    """Findings about the data itself (missing or partial ranks, a failed run), most serious first."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

@@ -75,3 +75,11 @@ class Clock(StrEnum):
 
     CPU = "cpu"
     GPU = "gpu"
+
+
+class RunKind(StrEnum):
+    """Findings about the run's data itself (shown above the verdict, never the primary verdict)."""
+
+    MISSING_RANKS = "MISSING_RANKS"
+    PARTIAL_RANKS = "PARTIAL_RANKS"
+    RUN_FAILED = "RUN_FAILED"

@@ -59,6 +59,7 @@ th:first-child,td:first-child,th.left,td.left{text-align:left}
 tr.total td{font-weight:600;border-top:2px solid #e5e7eb}
 .chart+.chart{margin-top:22px} .mono.left{color:#374151}
 ul.issues{margin:10px 0 0;padding-left:18px} ul.issues li{margin:4px 0}
+.caution{background:#fff7ed;border:1px solid #fed7aa;border-radius:8px;padding:8px 12px;margin:0 0 12px}
 .note{background:#f9fafb;border:1px dashed #d1d5db;border-radius:8px;padding:14px;color:#4b5563}
 svg{width:100%;height:auto;display:block}
 footer{color:#9ca3af;font-size:12px;text-align:center;margin-top:24px}
@@ -103,8 +104,13 @@ def _verdict(analysis: RunAnalysis) -> str:
     if analysis.step.abstentions and primary.kind != "INCOMPLETE_DATA":
         notes.append(f"Not measured on every step: {'; '.join(missing_signals(analysis.step.abstentions))}.")
     note = "".join(f'<p class="muted">{_e(n)}</p>' for n in notes)
+    cautions = "".join(
+        f'<p class="caution"><b>{_e(kind_label(f.kind))}</b><span class="badge {_e(f.severity)}">'
+        f"{_e(f.severity)}</span> {_e(f.title)}. {_e(f.why)}</p>"
+        for f in analysis.run_findings
+    )
     return (
-        f'<section class="card verdict {severity}">'
+        f'<section class="card verdict {severity}">{cautions}'
         f'<div><span class="kind">{_e(kind_label(primary.kind))}</span>'
         f'<span class="badge {severity}">{severity}</span></div><div class="muted">{_e(primary.title)}</div>'
         f'<dl class="wn"><dt>Why</dt><dd>{_e(primary.why)}</dd><dt>Next</dt><dd>{_e(primary.next)}</dd></dl>'

@@ -49,9 +49,18 @@ def _header(analysis: RunAnalysis) -> list[str]:
     ]
 
 
+def _run_findings(analysis: RunAnalysis) -> list[str]:
+    lines: list[str] = []
+    for finding in analysis.run_findings:
+        lines += _field("Caution", f"{kind_label(finding.kind)} [{finding.severity}] - {finding.title}. "
+                                   f"{finding.why}")
+    return lines
+
+
 def _card(analysis: RunAnalysis) -> list[str]:
     primary = analysis.step.primary
-    lines = _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
+    lines = _run_findings(analysis)
+    lines += _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
     lines += _field("Why", primary.why)
     lines += _field("Next", primary.next)
     for other in analysis.step.issues[1:]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from traceml_otel.analyze.findings import Accumulation, DriftAnalysis
 from traceml_otel.analyze.kinds import DriftKind
+from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
 
 PHASE_LABELS = {
     "input_wait": "input wait",
@@ -66,7 +67,8 @@ def kind_label(kind: str) -> str:
 def drift_sentence(drift: DriftAnalysis) -> str:
     """``slowing: recent 18.9 ms vs early 14.9 ms (+26.8%), from step 301``."""
     if drift.kind is DriftKind.NOT_ENOUGH_STEPS:
-        return "not enough steps to compare early and recent step times"
+        return (f"not judged: fewer than {DRIFT_MIN_STEPS} aligned steps to compare early and recent "
+                "step times")
     text = (
         f"{drift.kind.lower().replace('_', ' ')}: recent {seconds(drift.recent_s)} vs early "
         f"{seconds(drift.baseline_s)} ({signed_percent(drift.change)})"
