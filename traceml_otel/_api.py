@@ -67,8 +67,8 @@ class _NoopTelemetry:
     config: CaptureConfig | None = None
     recorder: StepRecorder | None = None
 
-    def begin_step(self, model: Any) -> None:
-        pass
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        return False
 
     def end_step(self, exception_type: str | None) -> None:
         pass
@@ -115,10 +115,15 @@ class _Telemetry(_NoopTelemetry):
                 self._installed.append(hook)
         self._parallelism_of = hooks.parallelism_of
 
-    def begin_step(self, model: Any) -> None:
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not None and self.forward is not None and not self.forward.is_watching(model):
             self._first_step_with(model)
-        self.recorder.begin_step()
+        if self.recorder.begin_step(samples, tokens):
+            return True
+        if self.recorder.nested_steps == 1:
+            _warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
+                  "not counted; warned once)")
+        return False
 
     def _first_step_with(self, model: Any) -> None:
         """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
@@ -201,7 +206,16 @@ def _hello(settings: Settings) -> dict[str, Any]:
         "anchor_ns": time.time_ns() - perf_counter_ns(),
         "argv": sys.argv,
         "version": __version__,
+        "cpus": _usable_cpus(),
     }
+
+
+def _usable_cpus() -> int | None:
+    """CPUs this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 _NOOP = _NoopTelemetry()
@@ -240,7 +254,8 @@ def init(
     with _lock:
         if _init_config is not None:
             if _init_config != (config, disabled):
-                raise RuntimeError("traceml.init() was already called with a different configuration")
+                raise RuntimeError("traceml.init() was already called with a different configuration: "
+                                   + _config_difference(_init_config, (config, disabled)))
             return _telemetry.active
         _init_config = (config, disabled)
         try:
@@ -266,22 +281,42 @@ def init(
         return True
 
 
-class _StepContext:
-    __slots__ = ("_model",)
+def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureConfig, bool]) -> str:
+    """``mode: 'auto' then 'manual'; disabled: False then True`` for the fields that differ."""
+    fields = ("mode", "dataloader", "forward", "backward", "optimizer", "h2d")
+    names = {name: name if name == "mode" else f"patch_{name}" for name in fields}
+    parts = [
+        f"{names[name]}: {getattr(before[0], name)!r} then {getattr(now[0], name)!r}"
+        for name in fields
+        if getattr(before[0], name) != getattr(now[0], name)
+    ]
+    if before[1] != now[1]:
+        parts.append(f"disabled: {before[1]!r} then {now[1]!r}")
+    return "; ".join(parts)
 
-    def __init__(self, model: Any) -> None:
+
+class _StepContext:
+    __slots__ = ("_model", "_opened", "_samples", "_tokens")
+
+    def __init__(self, model: Any, samples: int | None, tokens: int | None) -> None:
         self._model = model
+        self._samples = samples
+        self._tokens = tokens
+        self._opened = False
 
     def __enter__(self) -> None:
         telemetry = _telemetry
         try:
-            telemetry.begin_step(self._model)
+            self._opened = telemetry.begin_step(self._model, self._samples, self._tokens)
         except Exception:
             _count_internal_error(telemetry)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
+        if not self._opened:  # a nested block, or telemetry off
+            return False
+        self._opened = False
         telemetry = _telemetry
         try:
             telemetry.end_step(exc_type.__name__ if exc_type is not None else None)
@@ -290,14 +325,29 @@ class _StepContext:
         return False
 
 
-def trace_step(model: Any = None) -> _StepContext:
+def _work(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        try:
+            value = int(value)  # e.g. a 0-d tensor or numpy integer
+        except (TypeError, ValueError):
+            raise TypeError(f"trace_step({name}=) takes a non-negative int, not {value!r}") from None
+        if value < 0:
+            raise ValueError(f"trace_step({name}=) takes a non-negative int, not {value}")
+    return value
+
+
+def trace_step(model: Any = None, *, samples: int | None = None, tokens: int | None = None) -> _StepContext:
     """Context manager around one training step (zero_grad → forward → backward → step).
 
-    Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed.
+    Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed. ``samples`` and
+    ``tokens`` declare the step's work (per rank); without ``samples``, the batch dimension of what
+    the DataLoader returned is used. Blocks do not nest: an inner block is not counted.
     """
     if _telemetry is _NOOP:
         _warn_not_initialised()
-    return _StepContext(model)
+    return _StepContext(model, _work("samples", samples), _work("tokens", tokens))
 
 
 def flush() -> None:

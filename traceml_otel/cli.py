@@ -13,6 +13,8 @@ from traceml_otel._version import __version__
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", help="training script to launch")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="arguments for the script: everything after its path (a leading -- is dropped)")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes (ranks) on this node")
     parser.add_argument("--nnodes", type=int, default=1, help="number of nodes")
     parser.add_argument("--node-rank", type=int, default=0, help="rank of this node")
@@ -24,13 +26,19 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
 
 
-def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+def _run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         print("traceml run: PyTorch is not installed in this environment; install the torch build for"
               " your machine (traceml analyze and compare work without it)", file=sys.stderr)
         return 2
     from traceml_otel.launch.export_report import render_export_report
     from traceml_otel.launch.run import LaunchOptions, launch
+
+    script_args = list(args.script_args)
+    if not Path(args.script).is_file():
+        reason = "is a directory" if Path(args.script).is_dir() else "not found"
+        print(f"traceml run: error: script {args.script} {reason}", file=sys.stderr)
+        return 2
 
     options = LaunchOptions(
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
@@ -64,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_arguments(commands.add_parser(
         "run", help="launch a script through torch.distributed.run and diagnose it",
-        description="Launch SCRIPT on every rank; arguments after `--` go to the script.",
+        description="Launch SCRIPT on every rank. Options go before SCRIPT; everything after it goes to "
+                    "the script, as with torchrun (`--` before the script's arguments is accepted).",
     ))
     from traceml_otel.stack.cli import add_stack_arguments
 
@@ -78,16 +87,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_script_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """Everything after the script goes to it, as with torchrun; one ``--`` there is accepted.
+
+    ``run [opts] train.py --lr 1`` passes ``--lr 1``; ``run train.py -- --lr 1`` too. The older
+    form ``run train.py --nproc-per-node 2 -- --lr 1`` still works: what stands between the script
+    and ``--`` is read as launcher options.
+    """
+    rest = list(args.script_args)
+    if "--" not in rest:
+        return args
+    split = rest.index("--")
+    between, args.script_args = rest[:split], rest[split + 1:]
+    if between:
+        run_parser = argparse.ArgumentParser(prog="traceml run")
+        _add_run_arguments(run_parser)
+        given = run_parser.parse_args([*between, args.script])
+        if given.script_args:
+            run_parser.error(f"unrecognized launcher arguments before --: {' '.join(given.script_args)}")
+        for name, value in vars(given).items():
+            if name not in ("script", "script_args") and value != run_parser.get_default(name):
+                setattr(args, name, value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``traceml`` and ``traceml-otel``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    script_args: list[str] = []
-    if argv[:1] == ["run"] and "--" in argv:
-        split = argv.index("--")
-        argv, script_args = argv[:split], argv[split + 1:]
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return _run(args, script_args)
+        return _run(_split_script_arguments(args))
     if args.command == "stack":
         from traceml_otel.stack.cli import run_stack
 

@@ -49,6 +49,19 @@ ATTR_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
 ATTR_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
 ATTR_MEM_TOTAL = "traceml.cuda.memory.total"
 ATTR_EXCEPTION_TYPE = "exception.type"
+ATTR_STEP_SAMPLES = "traceml.step.samples"
+"""Samples in the step on this rank: declared with ``trace_step(samples=)``, else the batch
+dimension of what the DataLoader returned for it. Absent when unknown."""
+ATTR_STEP_TOKENS = "traceml.step.tokens"
+"""Tokens in the step on this rank; only when declared with ``trace_step(tokens=)``."""
+ATTR_LOADER_NUM_WORKERS = "traceml.dataloader.num_workers"
+ATTR_LOADER_PIN_MEMORY = "traceml.dataloader.pin_memory"
+ATTR_LOADER_PERSISTENT_WORKERS = "traceml.dataloader.persistent_workers"
+ATTR_LOADER_PREFETCH_FACTOR = "traceml.dataloader.prefetch_factor"
+ATTR_LOADER_BATCH_SIZE = "traceml.dataloader.batch_size"
+"""DataLoader settings: on the step after a loader with a new configuration was first iterated."""
+ATTR_HOST_CPUS = "traceml.host.cpus"
+"""CPUs this rank's process may run on: on the first step each rank emits."""
 
 # --- attributes of the per-rank info metric (traceml.rank.info) -------------------
 ATTR_CUDA_DEVICE = "traceml.cuda.device"
@@ -80,6 +93,10 @@ METRIC_RUN_ENDED = "traceml.run.ended"
 """0 while the rank runs, 1 once it ended cleanly (the clean-end marker)."""
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
+METRIC_SAMPLES = "traceml.samples"
+"""Counter of samples processed (steps with a known sample count); ``rate()`` is the throughput."""
+METRIC_TOKENS = "traceml.tokens"
+"""Counter of tokens processed (steps that declared tokens)."""
 
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

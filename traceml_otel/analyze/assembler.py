@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.otlp import as_float, as_int, as_str, is_error_status, span_field, trace_id_hex
-from traceml_otel.analyze.records import PHASE_INDEX, StepTiming
+from traceml_otel.analyze.records import PHASE_INDEX, RankHost, StepTiming
 
 STEP_SPAN = -1
 """Pseudo phase index of the ``traceml.step`` span."""
@@ -20,6 +20,15 @@ STEP_SPAN = -1
 SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN} | {
     name: PHASE_INDEX[phase] for name, phase in c.SPAN_NAME_TO_PHASE.items()
 }
+
+LOADER_ATTRIBUTES = (
+    c.ATTR_LOADER_NUM_WORKERS,
+    c.ATTR_LOADER_PIN_MEMORY,
+    c.ATTR_LOADER_PERSISTENT_WORKERS,
+    c.ATTR_LOADER_PREFETCH_FACTOR,
+    c.ATTR_LOADER_BATCH_SIZE,
+)
+"""DataLoader settings, in :class:`~traceml_otel.analyze.records.RankHost` field order."""
 
 WANTED_ATTRIBUTES = frozenset(
     {
@@ -41,6 +50,10 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_PHASE_NAME,
         c.ATTR_PHASE_CPU_DURATION,
         c.ATTR_PHASE_GPU_DURATION,
+        c.ATTR_STEP_SAMPLES,
+        c.ATTR_STEP_TOKENS,
+        *LOADER_ATTRIBUTES,
+        c.ATTR_HOST_CPUS,
     }
 )
 """The attributes the analyzer reads; sources decode only these."""
@@ -55,16 +68,20 @@ class _StepAccumulator:
     __slots__ = (
         "calls",
         "cpu",
+        "cpus",
         "error",
         "gpu",
         "has_step",
+        "loader",
         "mem_total",
         "optimizer_steps",
         "parallelism",
         "peak_alloc",
         "peak_res",
         "prefetch",
+        "samples",
         "start",
+        "tokens",
         "trace_id",
         "traced_cpu",
         "traced_gpu",
@@ -89,6 +106,10 @@ class _StepAccumulator:
         self.peak_res: int | None = None
         self.mem_total: int | None = None
         self.error: str | None = None
+        self.samples: int | None = None
+        self.tokens: int | None = None
+        self.loader: tuple[object, ...] | None = None
+        self.cpus: int | None = None
         self.calls = [0] * _N
         self.cpu: list[float | None] = [0.0] * _N
         self.gpu: list[float | None] = [0.0] * _N
@@ -191,6 +212,11 @@ class StepAssembler:
         acc.mem_total = as_int(attrs.get(c.ATTR_MEM_TOTAL))
         exception = as_str(attrs.get(c.ATTR_EXCEPTION_TYPE))
         acc.error = exception or ("error" if is_error_status(span) else None)
+        acc.samples = as_int(attrs.get(c.ATTR_STEP_SAMPLES))
+        acc.tokens = as_int(attrs.get(c.ATTR_STEP_TOKENS))
+        acc.cpus = as_int(attrs.get(c.ATTR_HOST_CPUS))
+        if c.ATTR_LOADER_NUM_WORKERS in attrs:
+            acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
 
     def merge(self, other: StepAssembler) -> None:
         """Fold another assembler's aggregates in (used to join files read in parallel)."""
@@ -222,6 +248,21 @@ class StepAssembler:
         """Run ids seen, the one with most steps first."""
         return sorted(self._runs, key=lambda run: -len(self._runs[run]))
 
+    def hosts(self, run_id: str) -> tuple[RankHost, ...]:
+        """Per rank: the host's CPUs and the last DataLoader settings recorded (by step number)."""
+        found: dict[int, list[object]] = {}
+        for (rank, _step), acc in sorted(self._runs.get(run_id, {}).items()):
+            if acc.cpus is None and acc.loader is None:
+                continue
+            entry = found.setdefault(rank, [None] * 6)
+            if acc.cpus is not None:
+                entry[0] = acc.cpus
+            if acc.loader is not None:
+                workers, pin, persistent, prefetch, batch = acc.loader
+                entry[1:] = [as_int(workers), _as_bool(pin), _as_bool(persistent), as_int(prefetch),
+                             as_int(batch)]
+        return tuple(RankHost(rank, *entry) for rank, entry in sorted(found.items()))  # type: ignore[arg-type]
+
     def steps(self, run_id: str) -> tuple[list[StepTiming], int]:
         """Frozen steps of ``run_id`` sorted by (rank, step), and how many had no step span."""
         table = self._runs.get(run_id, {})
@@ -233,6 +274,14 @@ class StepAssembler:
                 continue
             out.append(_freeze(run_id, rank, step, acc))
         return out, orphans
+
+
+def _as_bool(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
 
 
 def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
@@ -285,4 +334,6 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         acc.peak_res,
         acc.mem_total,
         acc.error,
+        acc.samples,
+        acc.tokens,
     )

@@ -7,7 +7,7 @@ from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findin
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
 from traceml_otel.analyze.manifest import RunManifest
 from traceml_otel.analyze.memory import diagnose_memory
-from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize
+from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.records import LoadedRun, WindowSpec
 from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.analyze.window import (
@@ -54,7 +54,7 @@ def analyze_run(
         clock=clock,
         ranks=ranks,
         summaries=tuple(summarize(ranks, name) for name in COMPONENTS),
-        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source),
+        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts),
         memory=diagnose_memory(window),
         drift=detect_drift(steps, series),
         worst_steps=worst_steps(window, window_seconds, clock),
@@ -64,6 +64,8 @@ def analyze_run(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code,
         ),
+        throughput=throughput(ranks),
+        hosts=loaded.hosts,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
+from traceml_otel.analyze.records import RankHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,40 @@ class RankMetrics:
     residual: float | None
     optimizer_updates: int | None
     micro_steps: int
+    samples_per_step: float | None = None
+    """Mean samples per step; ``None`` unless every step of the window recorded them."""
+    tokens_per_step: float | None = None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """This rank's throughput: mean samples per step over mean step time."""
+        return _rate(self.samples_per_step, self.step_time)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return _rate(self.tokens_per_step, self.step_time)
+
+
+def _rate(work: float | None, seconds: float | None) -> float | None:
+    return None if work is None or seconds is None or seconds <= 0 else work / seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Work per step and per second over all ranks (data parallel: the ranks' work adds up).
+
+    ``samples_per_step`` is the sum over ranks of each rank's mean; ``samples_per_s`` the sum of the
+    ranks' rates; ``time_per_sample_s`` its inverse. ``None`` unless every rank recorded the work.
+    """
+
+    samples_per_step: float | None = None
+    samples_per_s: float | None = None
+    time_per_sample_s: float | None = None
+    tokens_per_step: float | None = None
+    tokens_per_s: float | None = None
+    time_per_token_s: float | None = None
+    measured_ranks: int = 0
+    observed_ranks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +266,9 @@ class RunAnalysis:
     accumulation: Accumulation
     run_findings: tuple[Finding, ...] = ()
     """Findings about the data itself (missing or partial ranks, a failed run), most serious first."""
+    throughput: Throughput = Throughput()
+    hosts: tuple[RankHost, ...] = ()
+    """Per rank: usable CPUs and DataLoader settings, as recorded."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

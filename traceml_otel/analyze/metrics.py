@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage
+from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage, Throughput
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.records import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
 
@@ -106,7 +106,17 @@ def rank_metrics(
     h2d_measured = False
     updates: int | None = None
     micro = 0
+    samples_sum, tokens_sum = 0, 0
+    samples_known, tokens_known = n > 0, n > 0
     for s in steps:
+        if s.samples is None:
+            samples_known = False
+        else:
+            samples_sum += s.samples
+        if s.tokens is None:
+            tokens_known = False
+        else:
+            tokens_sum += s.tokens
         wait = s.input_wait_gpu if gpu else s.input_wait_cpu
         traced = s.traced_gpu if gpu else s.traced_cpu
         times = s.phase_gpu if gpu else s.phase_cpu
@@ -158,6 +168,8 @@ def rank_metrics(
         residual=mean(sums[7], no_compute or missing[1]),
         optimizer_updates=updates,
         micro_steps=micro,
+        samples_per_step=samples_sum / n if samples_known else None,
+        tokens_per_step=tokens_sum / n if tokens_known else None,
     )
     return metrics, seconds
 
@@ -196,3 +208,26 @@ def summarize(ranks: Sequence[RankMetrics], name: str) -> MetricSummary:
 def coverage(ranks: Sequence[RankMetrics], signal: str) -> SignalCoverage:
     """How many ranks measured ``signal`` on every step."""
     return SignalCoverage(signal, sum(1 for m in ranks if component(m, signal) is not None), len(ranks))
+
+
+def throughput(ranks: Sequence[RankMetrics]) -> Throughput:
+    """Work per step and per second summed over ranks; ``None`` unless every rank measured it."""
+    measured = sum(1 for m in ranks if m.samples_per_s is not None)
+
+    def total(values: list[float | None]) -> float | None:
+        return None if not values or any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+    samples = total([m.samples_per_step for m in ranks])
+    samples_rate = total([m.samples_per_s for m in ranks])
+    tokens = total([m.tokens_per_step for m in ranks])
+    tokens_rate = total([m.tokens_per_s for m in ranks])
+    return Throughput(
+        samples_per_step=samples,
+        samples_per_s=samples_rate,
+        time_per_sample_s=1.0 / samples_rate if samples_rate else None,
+        tokens_per_step=tokens,
+        tokens_per_s=tokens_rate,
+        time_per_token_s=1.0 / tokens_rate if tokens_rate else None,
+        measured_ranks=measured,
+        observed_ranks=len(ranks),
+    )

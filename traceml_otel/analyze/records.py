@@ -50,6 +50,8 @@ class StepTiming(NamedTuple):
     peak_reserved: int | None = None
     memory_total: int | None = None
     error: str | None = None
+    samples: int | None = None
+    tokens: int | None = None
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""
@@ -73,6 +75,25 @@ class StepTiming(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class RankHost:
+    """What one rank recorded once about its input pipeline: the host's usable CPUs and the last
+    DataLoader configuration it iterated (``None`` fields: not recorded)."""
+
+    rank: int
+    cpus: int | None = None
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+
+    @property
+    def has_loader(self) -> bool:
+        """True when a DataLoader's settings were recorded."""
+        return self.num_workers is not None
+
+
+@dataclass(frozen=True, slots=True)
 class LoadedRun:
     """Every step of one run that a span source delivered, plus what the read noticed."""
 
@@ -86,6 +107,7 @@ class LoadedRun:
     other_run_ids: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     warnings_total: int = 0
+    hosts: tuple[RankHost, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
 from traceml_otel.analyze.metrics import coverage, share
+from traceml_otel.analyze.records import RankHost
 from traceml_otel.analyze.straggler import straggler_rule
 
 _SHARE_NEEDS = {
@@ -27,9 +29,7 @@ _SHARE_TEXT = {
         "input_wait",
         "Input-bound",
         "Waiting for the next batch takes {share:.0%} of the step time (median over ranks).",
-        "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "
-        "workers, prefetching, or moving decoding and augmentation out of the training loop. Check the "
-        "storage read speed.",
+        GENERIC_INPUT_ADVICE,
     ),
     StepKind.H2D_BOUND: (
         "h2d",
@@ -58,9 +58,12 @@ def _abstention(rule: str, ranks: Sequence[RankMetrics], signals: Sequence[str])
     return Abstention(rule, tuple(cov for cov in found if cov.measured_ranks < cov.observed_ranks))
 
 
-def share_rule(kind: StepKind, ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
+def share_rule(
+    kind: StepKind, ranks: Sequence[RankMetrics], advice_for_run: str | None = None
+) -> Finding | Abstention | None:
     """INPUT_BOUND, H2D_BOUND or RESIDUAL_HEAVY: fires when the component's share >= 0.10."""
     name, title, why, advice = _SHARE_TEXT[kind]
+    advice = advice_for_run or advice
     value = share(ranks, name)
     if value is None:
         return _abstention(name, ranks, _SHARE_NEEDS[name])
@@ -110,7 +113,8 @@ def _cap(finding: Finding, caps: Sequence[str]) -> Finding:
 
 
 def diagnose_step_time(
-    ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = ""
+    ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = "",
+    hosts: Sequence[RankHost] = (),
 ) -> StepDiagnosis:
     """Run every step-time rule over one window's rank metrics and pick the primary verdict."""
     if not ranks or all(m.steps == 0 for m in ranks):
@@ -128,7 +132,7 @@ def diagnose_step_time(
     )
     outcomes = [
         straggler_rule(ranks, parallelism),
-        share_rule(StepKind.INPUT_BOUND, ranks),
+        share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
         share_rule(StepKind.RESIDUAL_HEAVY, ranks),
         compute_rule(ranks),

@@ -23,6 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan
 
 from traceml_otel import contract as c
+from traceml_otel._version import __version__
 from traceml_otel.emit.spans import StepSpans, sampled_context
 from traceml_otel.records import PhaseTiming, StepRecord
 
@@ -123,7 +124,7 @@ class StepMetrics:
             return
         reader = metric_reader or PeriodicExportingMetricReader(_make_metric_exporter(protocol or "grpc"))
         self._provider = MeterProvider(resource=resource, metric_readers=[reader])
-        meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE)
+        meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = meter.create_histogram(
             c.METRIC_STEP_DURATION, unit="s", description="Traced step time on the step's clock",
@@ -138,6 +139,12 @@ class StepMetrics:
             explicit_bucket_boundaries_advisory=buckets,
         )
         self._steps = meter.create_counter(c.METRIC_STEPS, unit="{step}", description="Completed steps")
+        self._samples = meter.create_counter(
+            c.METRIC_SAMPLES, unit="{sample}", description="Samples processed (steps with a known count)"
+        )
+        self._tokens = meter.create_counter(
+            c.METRIC_TOKENS, unit="{token}", description="Tokens processed (steps that declared them)"
+        )
         meter.create_observable_counter(
             c.METRIC_SPANS_DROPPED, [self._observe_dropped], unit="{span}",
             description="Spans OTLP export could not deliver",
@@ -184,6 +191,7 @@ class StepMetrics:
         if self._prometheus is not None:
             ids = (f"{step.trace_id:032x}", f"{step.span_id:016x}") if exemplar else None
             self._prometheus.record(step_s, phases, wait_s, memory, ids)
+            self._prometheus.record_work(record.samples, record.tokens)
         if self._provider is None:
             return
         context = None
@@ -196,6 +204,10 @@ class StepMetrics:
         if wait_s is not None:
             self._wait.record(wait_s, self._attributes, context=context)
         self._steps.add(1, self._attributes)
+        if record.samples is not None:
+            self._samples.add(record.samples, self._attributes)
+        if record.tokens is not None:
+            self._tokens.add(record.tokens, self._attributes)
 
     def set_device(self, index: int, uuid: str | None) -> None:
         """The CUDA device this rank uses (from the trainer, once CUDA is initialised)."""
@@ -290,6 +302,8 @@ class PrometheusStepMetrics:
         self._wait = Histogram("traceml_step_input_wait_seconds", "Input wait before each step", labels,
                                buckets=buckets, registry=registry)
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
+        self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
+        self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
         registry.register(_LiveCollector(self))
         self.server, self.thread = start_http_server(endpoint.port, addr=endpoint.address, registry=registry)
 
@@ -308,6 +322,13 @@ class PrometheusStepMetrics:
         if memory is not None:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
+
+    def record_work(self, samples: int | None, tokens: int | None) -> None:
+        """Count a step's samples and tokens (the series appear with the first known count)."""
+        if samples is not None:
+            self._samples.labels(**self._labels).inc(samples)
+        if tokens is not None:
+            self._tokens.labels(**self._labels).inc(tokens)
 
     def collect_live(self) -> Iterator[object]:
         """The families read at scrape time (called by the registry on each scrape)."""

@@ -35,6 +35,7 @@ class RankInfo:
     world_size: int
     node_rank: int
     host: str
+    cpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class StepSpanBuilder:
         self._rank = rank
         self._random = random.Random()
         self._common = {c.ATTR_RUN_ID: rank.run_id, c.ATTR_RANK: rank.rank}
+        self._first = True
 
     def _span_id(self) -> int:
         return self._random.getrandbits(64) or 1
@@ -146,6 +148,22 @@ class StepSpanBuilder:
         attributes.update((key, value) for key, value in optional.items() if value is not None)
         if record.input_fetches:
             attributes[c.ATTR_INPUT_WAIT_FETCHES] = record.input_fetches
+        if record.samples is not None:
+            attributes[c.ATTR_STEP_SAMPLES] = record.samples
+        if record.tokens is not None:
+            attributes[c.ATTR_STEP_TOKENS] = record.tokens
+        loader = record.loader
+        if loader is not None:
+            attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
+            attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
+            attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
+            if loader.prefetch_factor is not None:
+                attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
+            if loader.batch_size is not None:
+                attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
+        if (self._first or loader is not None) and rank.cpus is not None:
+            attributes[c.ATTR_HOST_CPUS] = rank.cpus
+        self._first = False
         return attributes
 
     def _phase_span(

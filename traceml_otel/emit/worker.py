@@ -84,6 +84,7 @@ class Emitter:
         rank = RankInfo(
             run_id=hello["run_id"], rank=hello["rank"], local_rank=hello["local_rank"],
             world_size=hello["world_size"], node_rank=hello["node_rank"], host=hello["host"],
+            cpus=hello.get("cpus"),
         )
         resource = build_resource(hello)
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)

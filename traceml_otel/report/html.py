@@ -18,9 +18,11 @@ from traceml_otel.report.units import (
     gib,
     kind_label,
     percent,
+    plural,
     seconds,
     signed_percent,
     size,
+    throughput_sentence,
     updates_sentence,
 )
 
@@ -29,8 +31,8 @@ GIB = float(1 << 30)
 SEGMENTS = (
     ("input_wait", "#f59e0b"),
     ("h2d", "#06b6d4"),
-    ("forward", "#3b82f6"),
-    ("backward", "#6366f1"),
+    ("forward", "#2563eb"),
+    ("backward", "#db2777"),
     ("optimizer", "#10b981"),
     ("residual", "#9ca3af"),
 )
@@ -72,7 +74,7 @@ def _e(value: object) -> str:
 
 def _header(analysis: RunAnalysis) -> str:
     run, window = analysis.run, analysis.window
-    chips = [f"{len(analysis.ranks) or len(run.ranks)} ranks"]
+    chips = [plural(len(analysis.ranks) or len(run.ranks), "rank")]
     if run.parallelism != "none":
         chips.append(run.parallelism.upper())
     if window.steps:
@@ -134,9 +136,11 @@ def _table(analysis: RunAnalysis) -> str:
         rows.append(f"<tr{css}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     caption = "median over ranks of each rank's mean per step" if multi else "mean per step"
     updates = updates_sentence(analysis.accumulation)
+    work = throughput_sentence(analysis.throughput)
+    work_line = f"<p><b>Throughput</b>: {_e(work)}</p>" if work else ""
     return (
         f'<section class="card"><h2>Where the step time goes <span class="muted">({_e(caption)})</span></h2>'
-        f"{_html_table(names, rows)}{_paragraph(updates) if updates else ''}</section>"
+        f"{_html_table(names, rows)}{work_line}{_paragraph(updates) if updates else ''}</section>"
     )
 
 

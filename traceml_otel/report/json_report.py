@@ -60,6 +60,10 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "residual_s": m.residual,
         "optimizer_updates": m.optimizer_updates,
         "micro_steps": m.micro_steps,
+        "samples_per_step": m.samples_per_step,
+        "samples_per_s": m.samples_per_s,
+        "tokens_per_step": m.tokens_per_step,
+        "tokens_per_s": m.tokens_per_s,
     }
 
 
@@ -104,6 +108,8 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
         "phases": [_summary_json(s) for s in analysis.summaries],
         "ranks": [_rank_json(m) for m in analysis.ranks],
         "accumulation": asdict(analysis.accumulation),
+        "throughput": asdict(analysis.throughput),
+        "input_pipeline": [asdict(host) for host in analysis.hosts],
         "memory": {
             "status": str(memory.status),
             "findings": [finding_json(f) for f in memory.findings],

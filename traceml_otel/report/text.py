@@ -15,6 +15,7 @@ from traceml_otel.report.units import (
     percent,
     seconds,
     size,
+    throughput_sentence,
     updates_sentence,
 )
 
@@ -91,6 +92,13 @@ def _table(analysis: RunAnalysis) -> list[str]:
     return lines
 
 
+def _throughput(analysis: RunAnalysis) -> list[str]:
+    text = throughput_sentence(analysis.throughput)
+    if not text:
+        text = "not known: no samples per step recorded (use a DataLoader or trace_step(model, samples=N))"
+    return _field("Throughput", text)
+
+
 def _updates(analysis: RunAnalysis) -> list[str]:
     text = updates_sentence(analysis.accumulation)
     return _field("Updates", text) if text else []
@@ -141,7 +149,7 @@ def render_text(analysis: RunAnalysis) -> str:
     """The whole text report."""
     sections: list[list[str]] = [_header(analysis), _card(analysis)]
     if analysis.ranks:
-        sections.append(_table(analysis))
+        sections.append(_table(analysis) + _throughput(analysis))
     tail = _updates(analysis) + _drift(analysis) + _memory(analysis.memory) + _warnings(analysis)
     sections += [_worst(analysis), tail]
     return "\n\n".join("\n".join(section) for section in sections if section) + "\n"

@@ -3,7 +3,7 @@ HTML report print."""
 
 from __future__ import annotations
 
-from traceml_otel.analyze.findings import Accumulation, DriftAnalysis
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
 
@@ -87,3 +87,39 @@ def updates_sentence(accumulation: Accumulation) -> str:
             f"({accumulation.micro_steps} micro-steps)"
         )
     return text
+
+
+def rate(value: float | None, unit: str) -> str:
+    """``1,234 samples/s``, ``56.2 samples/s``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f} {unit}/s" if value >= 100 else f"{value:.3g} {unit}/s"
+
+
+def count(value: float | None) -> str:
+    """``64`` or ``63.5``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def throughput_sentence(throughput: Throughput) -> str:
+    """``5,120 samples/s (64 samples per step; 195 us per sample)``; empty when not measured."""
+    parts = []
+    if throughput.samples_per_s is not None:
+        parts.append(
+            f"{rate(throughput.samples_per_s, 'samples')} ({count(throughput.samples_per_step)} samples per "
+            f"step; {seconds(throughput.time_per_sample_s)} per sample)"
+        )
+    if throughput.tokens_per_s is not None:
+        parts.append(f"{rate(throughput.tokens_per_s, 'tokens')} ({count(throughput.tokens_per_step)} tokens "
+                     "per step)")
+    if not parts and throughput.observed_ranks and throughput.measured_ranks:
+        return (f"samples per step recorded on {throughput.measured_ranks} of {throughput.observed_ranks} "
+                "ranks only")
+    return "; ".join(parts)
+
+
+def plural(number: int, word: str) -> str:
+    """``1 rank``, ``2 ranks``."""
+    return f"{number} {word}{'' if number == 1 else 's'}"

@@ -126,4 +126,5 @@ class SpanSource(ABC):
             other_run_ids=others,
             warnings=tuple(self.log.warnings),
             warnings_total=self.log.total,
+            hosts=assembler.hosts(run_id),
         )
