@@ -114,6 +114,7 @@ class _Telemetry(_NoopTelemetry):
                 hook.install()
                 self._installed.append(hook)
         self._parallelism_of = hooks.parallelism_of
+        self.manifest = _start_direct_manifest(settings)
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not None and self.forward is not None and not self.forward.is_watching(model):
@@ -154,6 +155,8 @@ class _Telemetry(_NoopTelemetry):
             finished = self.channel.close(
                 self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status
             )
+            if self.manifest is not None:
+                self.manifest.finish(status)
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
             return
@@ -168,6 +171,22 @@ class _Telemetry(_NoopTelemetry):
         if not finished:
             _warn("the emitter was still exporting at the shutdown deadline; it finishes in the background "
                   "(the local copy is complete)")
+
+
+def _start_direct_manifest(settings: Settings) -> Any:
+    """Rank 0 of a run ``traceml run`` did not launch writes ``manifest.json`` (never fatal)."""
+    if settings.run_dir is None or settings.identity.rank != 0 or settings.launcher == "traceml run":
+        return None
+    from traceml_otel.launch.direct import DirectManifest
+
+    try:
+        return DirectManifest.start(
+            settings.run_dir, run_id=settings.run_id, run_name=settings.run_name,
+            world_size=settings.identity.world_size, launcher=settings.launcher,
+        )
+    except OSError as error:
+        _warn(f"could not write the run manifest in {settings.run_dir}: {error}")
+        return None
 
 
 def user_resource_attributes() -> dict[str, Any]:

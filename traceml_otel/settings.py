@@ -26,6 +26,8 @@ TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
 TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 """Human name of the run, used in the generated run id and the default service name."""
+TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
+"""Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
 """Parent folder of the local copies (default ``traceml-runs`` in the working directory)."""
 TRACEML_LOCAL_COPY = "TRACEML_LOCAL_COPY"
@@ -112,6 +114,8 @@ class Settings:
     prometheus_port: int | None
     prometheus_addr: str = "127.0.0.1"
     prometheus_linger_s: float = 0.0
+    launcher: str = "python"
+    """``traceml run`` (it writes the manifest), ``torchrun``, ``accelerate launch`` or ``python``."""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -160,13 +164,39 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
         return explicit
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if elastic and elastic != "none":
-        return elastic
+        return readable_run_id(run_name, elastic)
     if elastic == "none":
         # Plain torchrun without --rdzv-id: ranks of one node share the agent (our parent).
         # Multi-node jobs need --rdzv-id or `traceml run` to agree across nodes.
         seed = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}:{os.getppid()}"
         return f"{run_name}-torchrun-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
     return new_run_id(run_name)
+
+
+def launcher_name(env: Mapping[str, str]) -> str:
+    """Who started this process, from the environment each launcher sets."""
+    if env.get(TRACEML_LAUNCHER):
+        return "traceml run"
+    if "ACCELERATE_MIXED_PRECISION" in env or "ACCELERATE_DYNAMO_BACKEND" in env:
+        return "accelerate launch"
+    if env.get("TORCHELASTIC_RUN_ID"):
+        return "torchrun"
+    return "python"
+
+
+def readable_run_id(run_name: str, launcher_id: str) -> str:
+    """``<script name>-<launcher's id>``: a folder a person can find, the same on every rank.
+
+    A long id (torchrun's generated UUID) is shortened to its first 8 characters plus 8 hex digits
+    of its hash, so two ids never share a folder by truncation.
+    """
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in run_name)[:40] or "run"
+    ident = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in launcher_id)
+    if ident.startswith(safe):
+        return ident[:80]
+    if len(ident) > 32:
+        ident = f"{ident.replace('-', '')[:8]}-{hashlib.sha256(launcher_id.encode()).hexdigest()[:8]}"
+    return f"{safe}-{ident}"
 
 
 def _script_name() -> str:
@@ -236,6 +266,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_port=port or None,
         prometheus_addr=_bind_address(env),
         prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
+        launcher=launcher_name(env),
     )
 
 
