@@ -31,6 +31,7 @@ def test_throughput_is_summed_over_ranks_and_shown_beside_step_time(tmp_path: Pa
     report = report_json(analysis)
     assert report["ranks"][0]["samples_per_step"] == 32
     assert report["throughput"]["samples_per_step"] == 64
+    assert report["run"]["service"] == "traceml-synthetic"  # from the spans' resource
 
 
 def test_work_missing_on_some_steps_is_not_a_throughput(tmp_path: Path) -> None:

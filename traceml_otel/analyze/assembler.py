@@ -130,6 +130,7 @@ class StepAssembler:
         self.spans = 0
         self.foreign_spans = 0
         self.duplicate_steps = 0
+        self._services: dict[str, set[str]] = {}
 
     def add_span(
         self,
@@ -218,8 +219,18 @@ class StepAssembler:
         if c.ATTR_LOADER_NUM_WORKERS in attrs:
             acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
 
+    def note_service(self, run_id: str, service: str) -> None:
+        """A resource of ``run_id`` (``""`` when the resource names none) had this ``service.name``."""
+        self._services.setdefault(run_id, set()).add(service)
+
+    def services(self, run_id: str) -> tuple[str, ...]:
+        """The ``service.name`` values seen for ``run_id`` (or on resources that named no run)."""
+        return tuple(sorted(self._services.get(run_id) or self._services.get("", set())))
+
     def merge(self, other: StepAssembler) -> None:
         """Fold another assembler's aggregates in (used to join files read in parallel)."""
+        for run_id, names in other._services.items():
+            self._services.setdefault(run_id, set()).update(names)
         self.spans += other.spans
         self.foreign_spans += other.foreign_spans
         self.duplicate_steps += other.duplicate_steps

@@ -106,6 +106,7 @@ class Emitter:
                 sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
                 endpoint,
                 ReadableSpanFactory(resource, scope).convert,
+                protocol=protocol,
             )
         metrics_protocol = hello["metrics"][1] if hello.get("metrics") else None
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,

@@ -119,7 +119,7 @@ class SpanSource(ABC):
             run_id=run_id,
             steps=tuple(steps),
             source=self.describe(),
-            service=self.service or "",
+            service=self.service or ", ".join(assembler.services(run_id)),
             spans_read=assembler.spans,
             foreign_spans=assembler.foreign_spans,
             orphan_steps=orphans,
