@@ -42,6 +42,9 @@ TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
 """... or when this many milliseconds passed since the last hand-off (default 250)."""
 TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
 """How long exit waits for the emitter to finish OTLP export (default 10 s)."""
+TRACEML_TRACE_URL = "TRACEML_TRACE_URL"
+"""Link template for trace ids in reports, with ``{trace_id}``: e.g. ``http://grafana:3000/explore?...``,
+``http://jaeger:16686/trace/{trace_id}`` or ``http://tempo:3200/api/traces/{trace_id}``."""
 TRACEML_PROMETHEUS_PORT = "TRACEML_PROMETHEUS_PORT"
 """If set, the emitter serves Prometheus metrics on ADDRESS:PORT+local_rank."""
 TRACEML_PROMETHEUS_ADDR = "TRACEML_PROMETHEUS_ADDR"
@@ -233,6 +236,22 @@ def _service_name_is_set(env: Mapping[str, str]) -> bool:
         return True
     pairs = env.get(OTEL_RESOURCE_ATTRIBUTES, "").split(",")
     return any(pair.split("=", 1)[0].strip() == "service.name" for pair in pairs)
+
+
+def trace_url_template(value: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The trace link template (``value``, else ``TRACEML_TRACE_URL``), checked; ``None`` when unset.
+
+    It must be an http(s) URL containing ``{trace_id}`` (reports put it in HTML links).
+    """
+    raw = (value if value is not None else (os.environ if env is None else env).get(TRACEML_TRACE_URL, ""))
+    raw = raw.strip()
+    if not raw:
+        return None
+    if "{trace_id}" not in raw:
+        raise SettingsError(f"trace URL template {raw!r} has no {{trace_id}} placeholder")
+    if urlparse(raw.replace("{trace_id}", "0")).scheme not in ("http", "https"):
+        raise SettingsError(f"trace URL template {raw!r} is not an http(s) URL")
+    return raw
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

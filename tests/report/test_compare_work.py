@@ -30,6 +30,13 @@ def test_bigger_batch_with_longer_steps_but_less_time_per_sample_is_an_improveme
     assert any("work per step differs (16 -> 64 samples per step)" in note for note in comparison.notes)
 
 
+def test_a_diagnosis_change_with_other_work_per_step_is_shown_not_judged() -> None:
+    a = RunSummary("a", "r", "INPUT_BOUND", "warning", "cpu", 100, 0.010, (), None, 16, 0.010 / 16)
+    b = RunSummary("b", "r", "INPUT_BOUND", "critical", "cpu", 100, 0.030, (), None, 64, 0.030 / 64)
+    comparison = compare_runs(a, b)
+    assert comparison.verdict == "IMPROVEMENT" and comparison.diagnosis == "not compared"
+
+
 def test_same_work_per_step_time_per_sample_decides_like_step_time() -> None:
     assert compare_runs(side(0.010, 16), side(0.011, 16)).verdict == "REGRESSION"
 

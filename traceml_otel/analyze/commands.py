@@ -30,6 +30,7 @@ from traceml_otel.report.compare import (
     unusable_summary,
 )
 from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+from traceml_otel.settings import trace_url_template
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -75,6 +76,11 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     _add_window_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
+    parser.add_argument(
+        "--trace-url", metavar="TEMPLATE",
+        help="link trace ids in the report: a URL with {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} "
+             "(default: TRACEML_TRACE_URL)",
+    )
     parser.add_argument("--page-size", type=int, default=500, help="traces per backend request (default 500)")
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for each backend request"
@@ -160,10 +166,11 @@ def _write(text: str, output: Path | None) -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     """Run ``traceml analyze``; returns the exit code."""
     try:
+        trace_url = trace_url_template(getattr(args, "trace_url", None))
         analysis = _analyze(args)
     except (SourceError, ValueError, OSError) as error:
         return _fail("analyze", str(error))
-    _write(render(analysis, args.format), args.output)
+    _write(render(analysis, args.format, trace_url=trace_url), args.output)
     return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
 
 
@@ -177,12 +184,17 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
         analysis = analyze_path([run_dir])
     except SourceError as error:
         return f"traceml: no diagnosis: {error}\n"
+    try:
+        trace_url = trace_url_template()
+    except ValueError as error:
+        print(f"traceml: trace links off: {error}", file=sys.stderr)
+        trace_url = None
     written = [run_dir / REPORT_JSON]
-    written[0].write_text(render(analysis, "json"), encoding="utf-8")
+    written[0].write_text(render(analysis, "json", trace_url=trace_url), encoding="utf-8")
     if html:
         written.append(run_dir / REPORT_HTML)
-        written[1].write_text(render(analysis, "html"), encoding="utf-8")
-    return render(analysis, "text") + "".join(f"Report: {path}\n" for path in written)
+        written[1].write_text(render(analysis, "html", trace_url=trace_url), encoding="utf-8")
+    return render(analysis, "text", trace_url=trace_url) + "".join(f"Report: {path}\n" for path in written)
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:

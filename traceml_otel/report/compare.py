@@ -232,6 +232,10 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
         "peak_memory", _float(a.peak_memory), _float(b.peak_memory), MEMORY_CHANGE, MEMORY_CHANGE
     )
     diagnosis = _diagnosis(a, b)
+    if basis != "step" and _differs(a.samples_per_step, b.samples_per_step) and diagnosis in (
+            "regression", "improvement"):
+        notes.append(f"diagnosis {diagnosis} not judged: the shares of a step change with its work per step")
+        diagnosis = "not compared"
     same_clock = a.clock == b.clock
     phases: tuple[Change, ...] = ()
     if same_clock:

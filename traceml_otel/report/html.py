@@ -23,6 +23,7 @@ from traceml_otel.report.units import (
     signed_percent,
     size,
     throughput_sentence,
+    trace_link,
     updates_sentence,
 )
 
@@ -178,13 +179,20 @@ def _charts(analysis: RunAnalysis) -> str:
     )
 
 
-def _worst(analysis: RunAnalysis) -> str:
+def _trace_cell(trace_id: str, trace_url: str | None) -> str:
+    link = trace_link(trace_url, trace_id)
+    if link is None:
+        return _e(trace_id or "-")
+    return f'<a href="{_e(link)}" rel="noopener noreferrer">{_e(trace_id)}</a>'
+
+
+def _worst(analysis: RunAnalysis, trace_url: str | None = None) -> str:
     if not analysis.worst_steps:
         return ""
     rows = [
         f"<tr><td>{w.step}</td><td>{w.rank}</td><td>{_e(seconds(w.step_time))}</td>"
         f'<td class="left">{_e(PHASE_LABELS.get(w.dominant, w.dominant))} {_e(seconds(w.dominant_s))}</td>'
-        f'<td class="left mono">{_e(w.trace_id or "-")}</td></tr>'
+        f'<td class="left mono">{_trace_cell(w.trace_id, trace_url)}</td></tr>'
         for w in analysis.worst_steps
     ]
     names = ["step", "rank", "step time", "mostly", "trace id"]
@@ -246,10 +254,12 @@ def _note(text: str) -> str:
     return f'<div class="note">{_e(text)}</div>'
 
 
-def render_html(analysis: RunAnalysis) -> str:
-    """The whole page."""
+def render_html(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
+    """The whole page; with ``trace_url`` (a template with ``{trace_id}``) trace ids are links."""
     body = (
-        "".join(part(analysis) for part in (_header, _verdict, _table, _charts, _worst, _memory, _warnings))
+        "".join(part(analysis) for part in (_header, _verdict, _table, _charts))
+        + _worst(analysis, trace_url)
+        + "".join(part(analysis) for part in (_memory, _warnings))
         if analysis.ranks
         else _header(analysis) + _verdict(analysis) + _warnings(analysis)
     )
@@ -265,5 +275,8 @@ def render_html(analysis: RunAnalysis) -> str:
 class HtmlReporter:
     """Renders a run analysis as a self-contained HTML page."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return render_html(analysis)
+        return render_html(analysis, trace_url=self.trace_url)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
+from traceml_otel.report.units import trace_link
 
 SCHEMA = "traceml-otel/report"
 SCHEMA_VERSION = 1
@@ -67,7 +68,9 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
     }
 
 
-def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dict[str, object]:
+def report_json(
+    analysis: RunAnalysis, generated_at: float | None = None, *, trace_url: str | None = None
+) -> dict[str, object]:
     """The report as a JSON-ready object (see docs/report-schema.md)."""
     run = analysis.run
     memory = analysis.memory
@@ -141,6 +144,7 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
                 "rank": w.rank,
                 "step_time_s": w.step_time,
                 "trace_id": w.trace_id,
+                "trace_url": trace_link(trace_url, w.trace_id),
                 "dominant": w.dominant,
                 "dominant_s": w.dominant_s,
             }
@@ -161,5 +165,8 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
 class JsonReporter:
     """Renders a run analysis as the versioned JSON report."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return json.dumps(report_json(analysis), indent=2, allow_nan=False) + "\n"
+        return json.dumps(report_json(analysis, trace_url=self.trace_url), indent=2, allow_nan=False) + "\n"

@@ -16,6 +16,7 @@ from traceml_otel.report.units import (
     seconds,
     size,
     throughput_sentence,
+    trace_link,
     updates_sentence,
 )
 
@@ -108,7 +109,7 @@ def _drift(analysis: RunAnalysis) -> list[str]:
     return _field("Drift", drift_sentence(analysis.drift))
 
 
-def _worst(analysis: RunAnalysis) -> list[str]:
+def _worst(analysis: RunAnalysis, trace_url: str | None = None) -> list[str]:
     if not analysis.worst_steps:
         return []
     lines = ["Slowest steps"]
@@ -116,7 +117,7 @@ def _worst(analysis: RunAnalysis) -> list[str]:
         part = f"{PHASE_LABELS.get(worst.dominant, worst.dominant)} {seconds(worst.dominant_s)}"
         lines.append(
             f"  step {worst.step:<7} rank {worst.rank:<3} {seconds(worst.step_time):>10}  mostly {part:<24} "
-            f"trace {worst.trace_id or '-'}"
+            f"trace {trace_link(trace_url, worst.trace_id) or worst.trace_id or '-'}"
         )
     return lines
 
@@ -145,18 +146,21 @@ def _warnings(analysis: RunAnalysis) -> list[str]:
     return _field("Warnings", text)
 
 
-def render_text(analysis: RunAnalysis) -> str:
-    """The whole text report."""
+def render_text(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
+    """The whole text report; with ``trace_url`` the slowest steps show trace URLs, not bare ids."""
     sections: list[list[str]] = [_header(analysis), _card(analysis)]
     if analysis.ranks:
         sections.append(_table(analysis) + _throughput(analysis))
     tail = _updates(analysis) + _drift(analysis) + _memory(analysis.memory) + _warnings(analysis)
-    sections += [_worst(analysis), tail]
+    sections += [_worst(analysis, trace_url), tail]
     return "\n\n".join("\n".join(section) for section in sections if section) + "\n"
 
 
 class TextReporter:
     """Renders a run analysis as the plain-text report."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return render_text(analysis)
+        return render_text(analysis, trace_url=self.trace_url)

@@ -123,3 +123,10 @@ def throughput_sentence(throughput: Throughput) -> str:
 def plural(number: int, word: str) -> str:
     """``1 rank``, ``2 ranks``."""
     return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+def trace_link(template: str | None, trace_id: str) -> str | None:
+    """The template with the trace id filled in (``None`` without a template or an id)."""
+    if not template or not trace_id:
+        return None
+    return template.replace("{trace_id}", trace_id)
