@@ -77,6 +77,14 @@ class RankMetrics:
     residual: float | None
     optimizer_updates: int | None
     micro_steps: int
+    communication: float | None = None
+    """Exposed collective time per step (the part the step waited for); ``None`` when not measured.
+    Forward, backward and optimizer above exclude the part of it that lay inside them."""
+    communication_total: float | None = None
+    """All collective time per step, overlapping compute or not."""
+    communication_bytes: float | None = None
+    communication_measured: bool = False
+    """Collective timing saw at least one collective on this rank."""
 
 
 @dataclass(frozen=True, slots=True)

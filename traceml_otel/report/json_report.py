@@ -10,7 +10,7 @@ from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, Ra
 from traceml_otel.contract import CONTRACT_VERSION
 
 SCHEMA = "traceml-otel/report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bump on any breaking change to the report layout (renamed or removed keys, changed units)."""
 
 
@@ -60,6 +60,10 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "residual_s": m.residual,
         "optimizer_updates": m.optimizer_updates,
         "micro_steps": m.micro_steps,
+        "communication_s": m.communication,
+        "communication_total_s": m.communication_total,
+        "communication_bytes": m.communication_bytes,
+        "communication_measured": m.communication_measured,
     }
 
 
