@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from traceml_otel.capture.collectives import CollectiveTiming, payload_bytes
+from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.emit.wire import decode_step
 from traceml_otel.records import StepRecord
@@ -236,3 +237,50 @@ def test_collective_timing_is_on_by_default_and_can_be_turned_off(tmp_path, argu
     else:
         assert collectives == []
         assert not any("traceml.communication.calls" in s.attributes for s in steps)
+
+
+def test_a_blocking_call_on_a_side_stream_is_not_claimed_exposed(world) -> None:
+    class SideStreamClock(CpuClock):
+        def on_default_stream(self) -> bool:
+            return False
+
+    sink = ListSink()
+    recorder = StepRecorder(sink, SideStreamClock(), flush_steps=1000)
+    collectives = CollectiveTiming(recorder, print)
+    collectives.install()
+    try:
+        recorder.begin_step()
+        dist.all_reduce(torch.ones(2))
+        recorder.end_step()
+    finally:
+        collectives.uninstall()
+    recorder.flush()
+    (record,) = sink.records()
+    assert [(c.kind, c.blocking) for c in record.collectives] == [("all_reduce", False)]
+
+
+def test_fsdp_all_gather_and_reduce_scatter_are_captured_on_two_ranks(tmp_path) -> None:
+    from tests.local_copy_reader import read_run
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    repo = Path(__file__).resolve().parents[2]
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p))
+    script = Path(__file__).parent / "scripts" / "fsdp_loop.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", str(script), "--nproc-per-node", "2"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    spans = read_run(run_dir)
+    steps = [s.attributes for s in spans if s.name == "traceml.step"]
+    assert len(steps) == 8 and {s["traceml.parallelism"] for s in steps} == {"fsdp"}
+    kinds: dict[tuple[int, int], set[str]] = {}
+    for span in spans:
+        if span.name == "traceml.collective":
+            a = span.attributes
+            assert a["traceml.collective.source"] == "api" and a["traceml.collective.bytes"] > 0
+            key = (a["traceml.rank"], a["traceml.step.number"])
+            kinds.setdefault(key, set()).add(a["traceml.collective.kind"])
+    assert len(kinds) == 8 and all(found == {"all_gather", "reduce_scatter"} for found in kinds.values())

@@ -240,7 +240,9 @@ class CollectiveCallPatch:
             nbytes = 0
             if payload is not None:
                 nbytes = payload_bytes(args[payload] if len(args) > payload else kwargs.get(keyword))
-            token = recorder.collective_begin(kind, SOURCE_API, nbytes, not asynchronous)
+            # A blocking call on a side stream (FSDP's) overlaps compute on the device: not known exposed.
+            blocking = not asynchronous and recorder.clock.on_default_stream()
+            token = recorder.collective_begin(kind, SOURCE_API, nbytes, blocking)
             if token is None:
                 return original(*args, **kwargs)
             nesting.depth += 1
