@@ -101,3 +101,29 @@ def test_unknown_exposure_is_left_out_and_no_collectives_add_nothing() -> None:
     quiet = _builder().build(_record())
     assert quiet.collectives == ()
     assert not any(key.startswith("traceml.communication") for key in quiet.step.attributes)
+
+
+def test_collective_histograms_are_served_for_prometheus_when_measured() -> None:
+    import socket
+    import urllib.request
+
+    from traceml_otel.emit.metrics import LiveState, PrometheusEndpoint, PrometheusStepMetrics, RankLabels
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state = LiveState(RankLabels("run-x", 3, 1, "h", "0"), lambda: 0)
+    served = PrometheusStepMetrics(PrometheusEndpoint(port), state)
+    try:
+        served.record_collectives([("ddp", "all_reduce", 0.004, 0.001), ("api", "barrier", 0.002, None)])
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        served.close()
+    lines = [line for line in text.splitlines() if line.startswith("traceml_collective_")]
+    counts = [line for line in lines if line.startswith("traceml_collective_duration_seconds_count")]
+    assert len(counts) == 2, lines
+    ddp = next(line for line in counts if 'traceml_collective_source="ddp"' in line)
+    assert 'traceml_collective_kind="all_reduce"' in ddp and 'traceml_rank="3"' in ddp
+    assert ddp.endswith(" 1.0")
+    exposed = [line for line in lines if line.startswith("traceml_collective_exposed_seconds_count")]
+    assert len(exposed) == 1 and 'traceml_collective_kind="all_reduce"' in exposed[0]  # unmeasured: no series
