@@ -20,7 +20,7 @@ from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 STEP_TIME_CHANGE = 0.03
 STEP_TIME_MATERIAL = 0.08
 MEMORY_CHANGE = 0.10
-PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual")
+PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 _SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
 
 
@@ -171,6 +171,11 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     else:
         notes.append(
             f"different clocks ({a.clock} vs {b.clock}): phases not compared, step times on their own clocks"
+        )
+    if same_clock and (a.phase("communication") is None) != (b.phase("communication") is None):
+        notes.append(
+            "collective waits were measured in only one run: there forward, backward and optimizer exclude "
+            "them, in the other they include them"
         )
     if memory.verdict == "not compared":
         notes.append("peak memory not compared (no GPU memory data on one side)")
