@@ -284,3 +284,23 @@ def test_fsdp_all_gather_and_reduce_scatter_are_captured_on_two_ranks(tmp_path) 
             key = (a["traceml.rank"], a["traceml.step.number"])
             kinds.setdefault(key, set()).add(a["traceml.collective.kind"])
     assert len(kinds) == 8 and all(found == {"all_gather", "reduce_scatter"} for found in kinds.values())
+
+
+def test_timing_that_cannot_install_is_reported_once_and_training_continues(tmp_path) -> None:
+    code = """
+        import torch, traceml_otel as traceml
+        from traceml_otel.capture import collectives
+        def broken(self):
+            raise RuntimeError("no distributed here")
+        collectives.CollectiveCallPatch.install = broken
+        assert traceml.init()
+        model = torch.nn.Linear(4, 1)
+        for _ in range(3):
+            with traceml.trace_step(model):
+                model(torch.ones(2, 4)).sum().backward()
+        traceml.shutdown()
+        print("trained")
+    """
+    result = _python(code, tmp_path)
+    assert result.returncode == 0 and "trained" in result.stdout, result.stderr
+    assert result.stderr.count("collective timing is off") == 1 and "no distributed here" in result.stderr
