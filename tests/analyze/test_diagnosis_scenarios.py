@@ -133,6 +133,11 @@ def test_large_gradients_on_two_ranks_are_communication_bound(tmp_path: Path) ->
     assert "comm. wait" in stdout
     phases = {p["name"]: p for p in report["phases"]}
     assert phases["communication"]["share"] >= 0.10
+    html = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--format", "html"],
+        capture_output=True, text=True, timeout=60, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout
+    assert "<td>comm. wait</td>" in html and "COMMUNICATION BOUND" in html
 
 
 def test_one_rank_computing_more_is_named_from_measured_waits(tmp_path: Path) -> None:
