@@ -154,17 +154,24 @@ def test_a_hook_registered_after_ours_runs_inside_it(world, timing) -> None:
     assert [(c.kind, c.source) for c in record.collectives] == [("custom", "ddp")]  # inner all_reduce once
 
 
-def test_a_hook_registered_before_is_reported_once_and_training_continues(world, timing) -> None:
+def test_a_hook_registered_before_is_reported_once_and_training_continues(world) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    sink, recorder, collectives, warnings = timing
-    ddp = DistributedDataParallel(_model())
+    ddp = DistributedDataParallel(_model())  # built and hooked before collective timing starts
     ddp.register_comm_hook(None, allreduce_hook)
-    collectives.watch(ddp)
     other = DistributedDataParallel(_model())
     other.register_comm_hook(None, allreduce_hook)
-    collectives.watch(other)
-    _step(recorder, ddp)
+    sink = ListSink()
+    recorder = StepRecorder(sink, flush_steps=1000)
+    warnings: list[str] = []
+    collectives = CollectiveTiming(recorder, warnings.append)
+    collectives.install()
+    try:
+        collectives.watch(ddp)
+        collectives.watch(other)
+        _step(recorder, ddp)
+    finally:
+        collectives.uninstall()
     recorder.flush()
     (record,) = sink.records()
     # Not a DDP bucket; the hook's own asynchronous dist.all_reduce is still seen, exposed part unknown.
@@ -173,12 +180,13 @@ def test_a_hook_registered_before_is_reported_once_and_training_continues(world,
 
 
 def test_uninstall_restores_torch_distributed() -> None:
-    original = dist.all_reduce
+    original, ddp_init = dist.all_reduce, DistributedDataParallel.__init__
     collectives = CollectiveTiming(StepRecorder(ListSink()), print)
     collectives.install()
     assert dist.all_reduce is not original and dist.all_reduce.__traceml_original__ is original
+    assert DistributedDataParallel.__init__ is not ddp_init
     collectives.uninstall()
-    assert dist.all_reduce is original
+    assert dist.all_reduce is original and DistributedDataParallel.__init__ is ddp_init
 
 
 def test_payload_bytes() -> None:
@@ -304,3 +312,18 @@ def test_timing_that_cannot_install_is_reported_once_and_training_continues(tmp_
     result = _python(code, tmp_path)
     assert result.returncode == 0 and "trained" in result.stdout, result.stderr
     assert result.stderr.count("collective timing is off") == 1 and "no distributed here" in result.stderr
+
+
+def test_a_ddp_model_built_after_install_is_timed_and_wraps_the_programs_hook(world, timing) -> None:
+    sink, recorder, _, warnings = timing
+    ddp = DistributedDataParallel(_model())  # no watch(): the constructor hooks it
+
+    def my_hook(state, bucket):
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+    ddp.register_comm_hook(None, my_hook)  # right after construction, the common place
+    _step(recorder, ddp)
+    recorder.flush()
+    (record,) = sink.records()
+    assert [(c.kind, c.source) for c in record.collectives] == [("custom", "ddp")] and not warnings
+    assert sum(c.nbytes for c in record.collectives) == _gradient_bytes(ddp)

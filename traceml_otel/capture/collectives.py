@@ -2,8 +2,8 @@
 
 Two hooks feed :meth:`StepRecorder.collective_begin` / ``collective_end``:
 
-- :class:`DdpGradientTiming` registers a DDP communication hook on each traced
-  ``DistributedDataParallel`` model. The hook runs DDP's own default (``allreduce_hook``) or the
+- :class:`DdpGradientTiming` registers a DDP communication hook on each ``DistributedDataParallel``
+  model (built after ``init()``, or traced). The hook runs DDP's own default (``allreduce_hook``) or the
   hook the program registers later, marks the bucket's start, and chains a ``then`` callback that
   marks its completion. On CPU (gloo) the marks are CPU clock readings taken when the bucket is
   handed over and when the future completes; on CUDA they are also events on the current stream
@@ -151,8 +151,8 @@ class DdpGradientTiming:
     """Registers :func:`timed_gradient_hook` on each DDP model it is shown (once per model).
 
     DDP accepts one communication hook per model. A hook the program registers *after* ours is
-    run inside ours (``register_comm_hook`` is redirected on that model); one registered *before*
-    the model's first traced step cannot be wrapped, and its buckets are not timed (reported once).
+    run inside ours (``register_comm_hook`` is redirected on that model); one registered before ours
+    (on a model built before ``init()``) cannot be wrapped, and its buckets are not timed (reported once).
     """
 
     def __init__(self, recorder: StepRecorder, nesting: _Nesting, warn: Warn) -> None:
@@ -286,18 +286,38 @@ class CollectiveCallPatch:
 
 
 class CollectiveTiming:
-    """Both collective hooks, sharing one nesting counter: what ``init()`` installs."""
+    """Both collective hooks, sharing one nesting counter: what ``init()`` installs.
+
+    DDP models built after ``install()`` get the timing hook as soon as DDP's constructor returns,
+    so a communication hook the program registers right after building the model runs inside it;
+    models built before are hooked at their first traced step (:meth:`watch`).
+    """
 
     def __init__(self, recorder: StepRecorder, warn: Warn) -> None:
         nesting = _Nesting()
         self.calls = CollectiveCallPatch(recorder, nesting)
         self.ddp = DdpGradientTiming(recorder, nesting, warn)
+        self._ddp_init: Any = None
 
     def install(self) -> None:
         self.calls.install()
+        if self._ddp_init is None:
+            ddp_class = torch.nn.parallel.DistributedDataParallel
+            original = self._ddp_init = ddp_class.__init__
+            watch = self.ddp.watch
+
+            @functools.wraps(original)
+            def init_then_watch(model: Any, *args: Any, **kwargs: Any) -> None:
+                original(model, *args, **kwargs)
+                watch(model)
+
+            ddp_class.__init__ = init_then_watch  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         self.calls.uninstall()
+        if self._ddp_init is not None:
+            torch.nn.parallel.DistributedDataParallel.__init__ = self._ddp_init  # type: ignore[method-assign]
+            self._ddp_init = None
 
     def watch(self, model: Any) -> None:
         """Time a traced model's gradient synchronisation when it is a DDP model."""
