@@ -56,8 +56,11 @@ def worker(rounds: int, block_steps: int, hidden: int) -> None:
             nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10)
         ))
 
-    plain, timed = make(), make()
-    timing.watch(timed)  # only this one gets the timing hook
+    timing.uninstall()  # DDP models built while timing is installed get its hook at construction
+    plain = make()
+    timing.install()
+    timed = make()
+    assert not plain._comm_hooks and timed._comm_hooks  # off: DDP's built-in; on: the timing hook
     loss_fn = nn.CrossEntropyLoss()
     x, y = torch.randn(64, hidden), torch.randint(0, 10, (64,))
 
@@ -139,8 +142,11 @@ def micro(repeats: int = 15, steps: int = 300) -> None:
         torch.manual_seed(0)
         return DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
 
-    builtin, timed = model(), model()
-    timing.watch(timed)
+    timing.uninstall()  # DDP models built while timing is installed get its hook at construction
+    builtin = model()
+    timing.install()
+    timed = model()
+    assert not builtin._comm_hooks and timed._comm_hooks
     x, one = torch.randn(8, 64), torch.ones(1)
 
     def per_step(work) -> float:
