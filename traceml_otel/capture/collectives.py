@@ -297,6 +297,7 @@ class CollectiveTiming:
         nesting = _Nesting()
         self.calls = CollectiveCallPatch(recorder, nesting)
         self.ddp = DdpGradientTiming(recorder, nesting, warn)
+        self._warn = warn
         self._ddp_init: Any = None
 
     def install(self) -> None:
@@ -304,12 +305,15 @@ class CollectiveTiming:
         if self._ddp_init is None:
             ddp_class = torch.nn.parallel.DistributedDataParallel
             original = self._ddp_init = ddp_class.__init__
-            watch = self.ddp.watch
+            watch, warn = self.ddp.watch, self._warn
 
             @functools.wraps(original)
             def init_then_watch(model: Any, *args: Any, **kwargs: Any) -> None:
                 original(model, *args, **kwargs)
-                watch(model)
+                try:
+                    watch(model)
+                except Exception as error:  # never break the program's DDP construction
+                    warn(f"DDP gradient buckets are not timed: {type(error).__name__}: {error}")
 
             ddp_class.__init__ = init_then_watch  # type: ignore[method-assign]
 
