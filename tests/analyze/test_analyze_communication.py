@@ -127,3 +127,26 @@ def test_unmeasured_exposure_leaves_phases_untouched_and_communication_unknown()
     assert metrics.backward == pytest.approx(0.006)
     plain, _ = rank_metrics(0, [_step(0, 0)], Clock.CPU)
     assert plain.communication is None and not plain.communication_measured
+
+
+def test_assembler_reads_communication_and_knows_collective_spans_without_names() -> None:
+    from traceml_otel import contract as c
+    from traceml_otel.analyze.assembler import StepAssembler
+
+    assembler = StepAssembler()
+    common = {c.ATTR_RUN_ID: "run", c.ATTR_RANK: 1, c.ATTR_STEP: 0}
+    span = {"startTimeUnixNano": "0", "endTimeUnixNano": "10000000", "traceId": "ab" * 16}
+    step_attributes = {
+        **common, c.ATTR_STEP_CPU_DURATION: 0.01, c.ATTR_COMM_CALLS: 3, c.ATTR_COMM_BYTES: 96,
+        c.ATTR_COMM_CPU: 0.004, c.ATTR_COMM_EXPOSED_CPU: 0.002,
+    }
+    assert assembler.add_span(c.SPAN_STEP, step_attributes, span)
+    assert assembler.add_span("traceml.backward", {**common, c.ATTR_PHASE_CPU_DURATION: 0.005,
+                                                   c.ATTR_PHASE_COMM_EXPOSED_CPU: 0.0015}, span)
+    # A TraceQL select() answer carries no span name: the collective kind identifies the span.
+    assert assembler.add_span(None, {**common, c.ATTR_COLLECTIVE_KIND: "all_reduce"}, span)
+    assert assembler.foreign_spans == 0
+    (step,), _ = assembler.steps("run")
+    assert (step.comm_calls, step.comm_bytes, step.comm_cpu, step.comm_exposed_cpu) == (3, 96, 0.004, 0.002)
+    assert step.comm_exposed_gpu is None and step.phase_comm_cpu[1] == 0.0015
+    assert step.communication(Clock.CPU) == 0.002 and step.communication(Clock.GPU) is None
