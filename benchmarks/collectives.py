@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def worker(rounds: int, block_steps: int, hidden: int) -> None:
@@ -105,13 +106,14 @@ def worker(rounds: int, block_steps: int, hidden: int) -> None:
         dist.barrier()
         time.sleep(0.2)  # the emitters drain this round's steps before the next round
     traceml.shutdown()
-    print("RESULT " + json.dumps({
+    result = Path(os.environ["COLLECTIVES_BENCH_OUT"]) / f"rank-{dist.get_rank()}.json"
+    result.write_text(json.dumps({  # one file per rank: their stdout lines would interleave
         "rank": dist.get_rank(),
         "off_ns": statistics.median(o[0] for o, _ in pairs),
         "added_ns": statistics.median(n[0] - o[0] for o, n in pairs),
         "added_cpu_ns": statistics.median(n[1] - o[1] for o, n in pairs),
         "quartiles_ns": statistics.quantiles([n[0] - o[0] for o, n in pairs], n=4),
-    }), flush=True)
+    }))
     dist.destroy_process_group()
 
 
@@ -194,13 +196,13 @@ def main() -> None:
     env["TRACEML_RUNS_DIR"] = tempfile.mkdtemp(prefix="traceml-bench-collectives-")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__, "--worker",
                str(args.rounds), str(args.block_steps), str(args.hidden)]
-    output = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=True)
+    out = Path(tempfile.mkdtemp(prefix="traceml-bench-collectives-out-"))
+    env["COLLECTIVES_BENCH_OUT"] = str(out)
+    subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=True)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, 2 gloo ranks; median over {args.rounds} "
           f"rounds of {args.block_steps} adjacent off/on step pairs (DDP + one explicit all_reduce per step)")
-    for line in sorted(output.stdout.splitlines()):
-        if not line.startswith("RESULT "):
-            continue
-        r = json.loads(line[len("RESULT "):])
+    for path in sorted(out.glob("rank-*.json")):
+        r = json.loads(path.read_text())
         low, _, high = r["quartiles_ns"]
         print(f"rank {r['rank']}: off {r['off_ns'] / 1e6:6.3f} ms/step   collective timing adds "
               f"{r['added_ns'] / 1000:+6.1f} us/step ({r['added_ns'] / r['off_ns'] * 100:+.2f} %, quartiles "
