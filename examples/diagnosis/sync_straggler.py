@@ -25,12 +25,12 @@ def average_loss(loss: torch.Tensor) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__, batch_size=128)
+    args = parse_args(__doc__, batch_size=1024)
     traceml.init(mode="auto")
     dist.init_process_group("gloo")  # rank and world size from the torchrun environment
     batch = args.batch_size * (4 if dist.get_rank() == 1 else 1)
     loader = DataLoader(random_batches(args.steps, batch), batch_size=None)
-    model = DistributedDataParallel(mlp(hidden=512, layers=2))
+    model = DistributedDataParallel(mlp(hidden=256, layers=2))
     loss = train(loader, model, args.steps, extra=average_loss)
     if dist.get_rank() == 0:
         print(f"sync_straggler: {args.steps} steps, final loss {loss:.3f}")
