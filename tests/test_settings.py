@@ -83,3 +83,10 @@ def test_prometheus_bind_address_and_linger() -> None:
     assert load_settings({"TRACEML_PROMETHEUS_ADDR": "[::1]"}).prometheus_addr == "::1"
     with pytest.raises(SettingsError, match="TRACEML_PROMETHEUS_ADDR"):
         load_settings({"TRACEML_PROMETHEUS_ADDR": "pod.example"})
+
+
+def test_collectives_switch() -> None:
+    assert load_settings({}).collectives
+    assert load_settings({"TRACEML_COLLECTIVES": "1"}).collectives
+    for off in ("0", "false", "OFF", " no "):
+        assert not load_settings({"TRACEML_COLLECTIVES": off}).collectives

@@ -37,14 +37,21 @@ class CaptureConfig:
     backward: bool
     optimizer: bool
     h2d: bool
+    collectives: bool = False
+    """Time collectives: DDP's gradient all-reduce and ``torch.distributed`` calls inside a step."""
 
 
 def _warn(message: str) -> None:
     print(f"traceml: {message}", file=sys.stderr, flush=True)
 
 
-def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
-    """Validate ``init()``'s mode and ``patch_*`` arguments."""
+def capture_config(
+    mode: str, patches: dict[str, bool | None], collectives: bool | None = None
+) -> CaptureConfig:
+    """Validate ``init()``'s mode and ``patch_*`` arguments.
+
+    Collective timing is on in ``auto`` mode and off otherwise, unless ``collectives`` says.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     given = {name: value for name, value in patches.items() if value is not None}
@@ -53,11 +60,13 @@ def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
             raise ValueError(
                 f"patch_* arguments need mode='selective' (got mode={mode!r} with {sorted(given)})"
             )
-        return CaptureConfig(mode, *([mode == "auto"] * 5))
+        on = mode == "auto"
+        return CaptureConfig(mode, *([on] * 5), collectives=on if collectives is None else collectives)
     if not any(given.values()):
         raise ValueError("mode='selective' needs at least one patch_*=True")
     return CaptureConfig(mode, *(bool(patches.get(name)) for name in
-                                 ("dataloader", "forward", "backward", "optimizer", "h2d")))
+                                 ("dataloader", "forward", "backward", "optimizer", "h2d")),
+                         collectives=bool(collectives))
 
 
 class _NoopTelemetry:
@@ -103,6 +112,7 @@ class _Telemetry(_NoopTelemetry):
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
         self._installed: list[Any] = []
         self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
+        self.collectives = self._collective_timing(config, settings)
         for wanted, hook in (
             (config.backward, hooks.BackwardPatch(self.recorder)),
             (config.optimizer, self.optimizer_hooks),
@@ -116,9 +126,26 @@ class _Telemetry(_NoopTelemetry):
         self._parallelism_of = hooks.parallelism_of
         self.manifest = _start_direct_manifest(settings)
 
+    def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
+        """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
+        if not (config.collectives and settings.collectives):
+            return None
+        try:
+            from traceml_otel.capture.collectives import CollectiveTiming
+
+            timing = CollectiveTiming(self.recorder, _warn)
+            timing.install()
+        except Exception as error:
+            _warn(f"collective timing is off for this run: {type(error).__name__}: {error}")
+            return None
+        self._installed.append(timing)
+        return timing
+
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not None and self.forward is not None and not self.forward.is_watching(model):
             self._first_step_with(model)
+        elif model is not None and self.forward is None and self.collectives is not None:
+            self.collectives.watch(model)  # selective mode without the forward hook
         if self.recorder.begin_step(samples, tokens):
             return True
         if self.recorder.nested_steps == 1:
@@ -130,6 +157,8 @@ class _Telemetry(_NoopTelemetry):
         """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
         self.forward.watch(model)  # type: ignore[union-attr]
         self.recorder.parallelism = self._parallelism_of(model)
+        if self.collectives is not None:
+            self.collectives.watch(model)
         if self.prefetch is not None and not self.prefetch.installed:
             self.prefetch.install()
             if self.prefetch.installed:
@@ -254,6 +283,7 @@ def init(
     patch_h2d: bool | None = None,
     disabled: bool = False,
     strict: bool | None = None,
+    collectives: bool | None = None,
 ) -> bool:
     """Start step telemetry for this process. Returns True when telemetry is active.
 
@@ -262,6 +292,8 @@ def init(
             ``selective`` only the ``patch_*=True`` ones.
         disabled: do nothing (as does ``TRACEML_DISABLED=1`` or ``OTEL_SDK_DISABLED=true``).
         strict: raise instead of warning when telemetry cannot start.
+        collectives: time collectives (DDP's gradient all-reduce, ``torch.distributed`` calls inside
+            a step); default on in ``auto`` mode, off otherwise. ``TRACEML_COLLECTIVES=0`` turns it off.
 
     Calling it again with the same arguments is a no-op; with different ones, an error.
     """
@@ -269,7 +301,7 @@ def init(
     config = capture_config(mode, {
         "dataloader": patch_dataloader, "forward": patch_forward, "backward": patch_backward,
         "optimizer": patch_optimizer, "h2d": patch_h2d,
-    })
+    }, collectives)
     with _lock:
         if _init_config is not None:
             if _init_config != (config, disabled):
@@ -413,6 +445,8 @@ def wrap_forward(model: Any) -> Any:
             telemetry.forward = ForwardHooks(recorder)  # type: ignore[attr-defined]
         telemetry.forward.watch(model)  # type: ignore[attr-defined]
         recorder.parallelism = parallelism_of(model)
+        if getattr(telemetry, "collectives", None) is not None:
+            telemetry.collectives.watch(model)  # type: ignore[attr-defined]
     return model
 
 

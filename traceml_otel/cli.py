@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_arguments(commands.add_parser(
         "run", help="launch a script through torch.distributed.run and diagnose it",
-        description="Launch SCRIPT on every rank. Options go before SCRIPT; everything after it goes to "
-                    "the script, as with torchrun (`--` before the script's arguments is accepted).",
+        description="Launch SCRIPT on every rank. Options go before SCRIPT (or right after it, before "
+                    "the script's first argument); the rest goes to the script, as with torchrun "
+                    "(`--` before the script's arguments is accepted).",
     ))
     from traceml_otel.stack.cli import add_stack_arguments
 
@@ -87,24 +88,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_script_arguments(args: argparse.Namespace) -> argparse.Namespace:
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="traceml run")
+    _add_run_arguments(parser)
+    return parser
+
+
+def _leading_launcher_options(rest: list[str], parser: argparse.ArgumentParser) -> int:
+    """How many tokens at the start of ``rest`` are ``traceml run``'s own options (with values)."""
+    takes_value = {
+        option: action.nargs != 0
+        for action in parser._actions
+        for option in action.option_strings
+        if option not in ("-h", "--help")
+    }
+    index = 0
+    while index < len(rest):
+        option, inline, _ = rest[index].partition("=")
+        if option not in takes_value:
+            break
+        index += 2 if takes_value[option] and not inline else 1
+    return min(index, len(rest))
+
+
+def _split_script_arguments(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
     """Everything after the script goes to it, as with torchrun; one ``--`` there is accepted.
 
-    ``run [opts] train.py --lr 1`` passes ``--lr 1``; ``run train.py -- --lr 1`` too. The older
-    form ``run train.py --nproc-per-node 2 -- --lr 1`` still works: what stands between the script
-    and ``--`` is read as launcher options.
+    ``run [opts] train.py --lr 1`` passes ``--lr 1``; ``run train.py -- --lr 1`` too. Launcher
+    options written right after the script, before its first argument, stay launcher options:
+    ``run train.py --nproc-per-node=4 --lr 1`` launches 4 ranks with ``--lr 1``, and the older
+    ``run train.py --nproc-per-node 2 -- --lr 1`` works too. After ``--`` everything is the script's.
     """
-    rest = list(args.script_args)
-    if "--" not in rest:
-        return args
-    split = rest.index("--")
-    between, args.script_args = rest[:split], rest[split + 1:]
+    # argparse drops a "--" from REMAINDER, so read what followed the script in the raw argv.
+    script_at = next(i for i, token in enumerate(argv) if i > 0 and token == args.script)
+    rest = list(argv[script_at + 1:])
+    run_parser = _run_parser()
+    taken = _leading_launcher_options(rest, run_parser)
+    between, args.script_args = rest[:taken], rest[taken:]
+    if args.script_args[:1] == ["--"]:
+        args.script_args = args.script_args[1:]
     if between:
-        run_parser = argparse.ArgumentParser(prog="traceml run")
-        _add_run_arguments(run_parser)
         given = run_parser.parse_args([*between, args.script])
-        if given.script_args:
-            run_parser.error(f"unrecognized launcher arguments before --: {' '.join(given.script_args)}")
         for name, value in vars(given).items():
             if name not in ("script", "script_args") and value != run_parser.get_default(name):
                 setattr(args, name, value)
@@ -116,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return _run(_split_script_arguments(args))
+        return _run(_split_script_arguments(args, argv))
     if args.command == "stack":
         from traceml_otel.stack.cli import run_stack
 

@@ -40,6 +40,26 @@ class LoaderSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CollectiveTiming:
+    """One collective call (a DDP gradient bucket, a ``torch.distributed`` call) inside a step.
+
+    ``end_ns`` is ``None`` when the call had not completed when the step was handed off. ``blocking``
+    is True when the calling thread waited for the whole call (a synchronous ``torch.distributed``
+    call), so all of it is exposed; DDP buckets overlap backward, and their exposed part is worked out
+    per backward call by the emitter.
+    """
+
+    kind: str
+    source: str
+    start_ns: int
+    end_ns: int | None
+    nbytes: int
+    blocking: bool
+    gpu_offset_ns: int | None = None
+    gpu_duration_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One completed ``trace_step()`` block on one rank."""
 
@@ -65,6 +85,7 @@ class StepRecord:
     """Tokens in this step, only when given to ``trace_step(tokens=)``."""
     loader: LoaderSettings | None = None
     """Set on the step after a DataLoader with a new configuration was first iterated."""
+    collectives: tuple[CollectiveTiming, ...] = ()
 
     @property
     def clock(self) -> str:

@@ -53,6 +53,8 @@ Prometheus (or a Kubernetes PodMonitor) scrape it."""
 TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
 """After a clean end, keep the scrape endpoint up until one scrape saw the end marker, at most this long
 (default 20 s; 0 turns it off)."""
+TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
+"""``0`` turns collective timing (DDP gradient all-reduce, ``torch.distributed`` calls) off."""
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -119,6 +121,8 @@ class Settings:
     prometheus_linger_s: float = 0.0
     launcher: str = "python"
     """``traceml run`` (it writes the manifest), ``torchrun``, ``accelerate launch`` or ``python``."""
+    collectives: bool = True
+    """False when ``TRACEML_COLLECTIVES=0``: collective timing stays off whatever ``init()`` says."""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -286,6 +290,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_addr=_bind_address(env),
         prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
         launcher=launcher_name(env),
+        collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
     )
 
 

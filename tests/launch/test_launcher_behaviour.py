@@ -42,6 +42,7 @@ def _echoed(result: subprocess.CompletedProcess[str]) -> dict:
          ["--batch-size", "32", "--nproc-per-node", "4"]),  # torchrun's rule: after the script, the script's
         ([str(ECHO), "--", "--batch-size", "32"], ["--batch-size", "32"]),
         ([str(ECHO), "--no-report", "--", "--lr", "1"], ["--lr", "1"]),  # the older form
+        ([str(ECHO), "--no-report", "--batch-size", "32"], ["--batch-size", "32"]),  # launcher option first
         ([str(ECHO)], []),
     ],
 )
@@ -112,3 +113,22 @@ def test_run_ids_of_direct_launches_are_readable() -> None:
     assert readable_run_id("train", "exp7") == "train-exp7"
     settings = load_settings({"TORCHELASTIC_RUN_ID": uuid, "TRACEML_RUN_NAME": "train", "RANK": "0"})
     assert settings.run_id == readable_run_id("train", uuid) and settings.launcher == "torchrun"
+
+
+@pytest.mark.parametrize(
+    ("argv", "nproc", "script_args"),
+    [
+        (["run", "train.py", "--nproc-per-node=4"], 4, []),  # the README's headline command
+        (["run", "train.py", "--nproc-per-node", "2", "--lr", "1"], 2, ["--lr", "1"]),
+        (["run", "train.py", "--lr", "1", "--nproc-per-node", "2"], 1, ["--lr", "1", "--nproc-per-node", "2"]),
+        (["run", "train.py", "--", "--run-name", "x"], 1, ["--run-name", "x"]),
+        (["run", "train.py", "a", "--", "b"], 1, ["a", "--", "b"]),
+    ],
+)
+def test_launcher_options_right_after_the_script_stay_the_launchers(
+    argv: list[str], nproc: int, script_args: list[str]
+) -> None:
+    from traceml_otel.cli import _split_script_arguments, build_parser
+
+    args = _split_script_arguments(build_parser().parse_args(argv), argv)
+    assert (args.nproc_per_node, args.script_args) == (nproc, script_args)

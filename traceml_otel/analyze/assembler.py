@@ -16,8 +16,10 @@ from traceml_otel.analyze.records import PHASE_INDEX, RankHost, StepTiming
 
 STEP_SPAN = -1
 """Pseudo phase index of the ``traceml.step`` span."""
+COLLECTIVE_SPAN = -2
+"""Pseudo index of ``traceml.collective`` spans: known, but their totals are read from the step span."""
 
-SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN} | {
+SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN, c.SPAN_COLLECTIVE: COLLECTIVE_SPAN} | {
     name: PHASE_INDEX[phase] for name, phase in c.SPAN_NAME_TO_PHASE.items()
 }
 
@@ -54,6 +56,15 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_STEP_TOKENS,
         *LOADER_ATTRIBUTES,
         c.ATTR_HOST_CPUS,
+        c.ATTR_COMM_CALLS,
+        c.ATTR_COMM_BYTES,
+        c.ATTR_COMM_CPU,
+        c.ATTR_COMM_GPU,
+        c.ATTR_COMM_EXPOSED_CPU,
+        c.ATTR_COMM_EXPOSED_GPU,
+        c.ATTR_PHASE_COMM_EXPOSED_CPU,
+        c.ATTR_PHASE_COMM_EXPOSED_GPU,
+        c.ATTR_COLLECTIVE_KIND,
     }
 )
 """The attributes the analyzer reads; sources decode only these."""
@@ -67,6 +78,9 @@ class _StepAccumulator:
 
     __slots__ = (
         "calls",
+        "comm",
+        "comm_cpu",
+        "comm_gpu",
         "cpu",
         "cpus",
         "error",
@@ -113,6 +127,9 @@ class _StepAccumulator:
         self.calls = [0] * _N
         self.cpu: list[float | None] = [0.0] * _N
         self.gpu: list[float | None] = [0.0] * _N
+        self.comm: tuple[object, ...] | None = None  # step-level totals: calls, bytes, cpu, gpu, exposed x2
+        self.comm_cpu = [0.0] * _N
+        self.comm_gpu = [0.0] * _N
 
     def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -170,6 +187,8 @@ class StepAssembler:
         if index == STEP_SPAN:
             self._add_step(acc, attrs, span)
             return True
+        if index == COLLECTIVE_SPAN:
+            return True
         cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
         if cpu.__class__ is not float:
             cpu = as_float(cpu)
@@ -186,6 +205,9 @@ class StepAssembler:
         acc.cpu[index] = None if total is None or cpu is None else total + cpu  # type: ignore[operator]
         total = acc.gpu[index]
         acc.gpu[index] = None if total is None or gpu is None else total + gpu  # type: ignore[operator]
+        if c.ATTR_PHASE_COMM_EXPOSED_CPU in attrs or c.ATTR_PHASE_COMM_EXPOSED_GPU in attrs:
+            acc.comm_cpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_CPU)) or 0.0
+            acc.comm_gpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_GPU)) or 0.0
         return True
 
     def _add_step(
@@ -218,6 +240,16 @@ class StepAssembler:
         acc.cpus = as_int(attrs.get(c.ATTR_HOST_CPUS))
         if c.ATTR_LOADER_NUM_WORKERS in attrs:
             acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
+        calls = as_int(attrs.get(c.ATTR_COMM_CALLS))
+        if calls is not None:
+            acc.comm = (
+                calls,
+                as_int(attrs.get(c.ATTR_COMM_BYTES)),
+                as_float(attrs.get(c.ATTR_COMM_CPU)),
+                as_float(attrs.get(c.ATTR_COMM_GPU)),
+                as_float(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
+                as_float(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
+            )
 
     def note_service(self, run_id: str, service: str) -> None:
         """A resource of ``run_id`` (``""`` when the resource names none) had this ``service.name``."""
@@ -253,6 +285,8 @@ class StepAssembler:
             base.cpu[index] = None if a is None or b is None else a + b
             a, b = base.gpu[index], extra.gpu[index]
             base.gpu[index] = None if a is None or b is None else a + b
+            base.comm_cpu[index] += extra.comm_cpu[index]
+            base.comm_gpu[index] += extra.comm_gpu[index]
         return base
 
     def run_ids(self) -> list[str]:
@@ -302,6 +336,8 @@ def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
         return PHASE_INDEX[phase]
     if c.ATTR_STEP_CPU_DURATION in attrs or c.ATTR_STEP_GPU_DURATION in attrs:
         return STEP_SPAN
+    if c.ATTR_COLLECTIVE_KIND in attrs:
+        return COLLECTIVE_SPAN
     return None
 
 
@@ -347,4 +383,7 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         acc.error,
         acc.samples,
         acc.tokens,
+        *(acc.comm or (None,) * 6),
+        tuple(acc.comm_cpu),
+        tuple(acc.comm_gpu),
     )

@@ -156,6 +156,7 @@ def _dominant(value: StepValues) -> tuple[str, float | None]:
         "forward": value.forward,
         "backward": value.backward,
         "optimizer": value.optimizer,
+        "communication": value.communication,
         "residual": value.residual,
     }
     known = [(v, name) for name, v in parts.items() if v is not None]

@@ -81,6 +81,14 @@ class RankMetrics:
     samples_per_step: float | None = None
     """Mean samples per step; ``None`` unless every step of the window recorded them."""
     tokens_per_step: float | None = None
+    communication: float | None = None
+    """Exposed collective time per step (the part the step waited for); ``None`` when not measured.
+    Forward, backward and optimizer above exclude the part of it that lay inside them."""
+    communication_total: float | None = None
+    """All collective time per step, overlapping compute or not."""
+    communication_bytes: float | None = None
+    communication_measured: bool = False
+    """Collective timing saw at least one collective on this rank."""
 
     @property
     def samples_per_s(self) -> float | None:

@@ -17,6 +17,7 @@ FORWARD, BACKWARD, OPTIMIZER, H2D = (PHASE_INDEX[p] for p in ("forward", "backwa
 
 NO_PHASE_TIMES: tuple[float | None, ...] = (None,) * len(PHASES)
 NO_PHASE_CALLS: tuple[int, ...] = (0,) * len(PHASES)
+NO_PHASE_COMM: tuple[float, ...] = (0.0,) * len(PHASES)
 
 
 class StepTiming(NamedTuple):
@@ -52,6 +53,16 @@ class StepTiming(NamedTuple):
     error: str | None = None
     samples: int | None = None
     tokens: int | None = None
+    comm_calls: int | None = None
+    """Collective calls in the step; ``None`` when collective timing saw none (or was off)."""
+    comm_bytes: int | None = None
+    comm_cpu: float | None = None
+    comm_gpu: float | None = None
+    comm_exposed_cpu: float | None = None
+    comm_exposed_gpu: float | None = None
+    phase_comm_cpu: tuple[float, ...] = NO_PHASE_COMM
+    """Exposed collective time inside each phase (summed over its calls; 0 where none was measured)."""
+    phase_comm_gpu: tuple[float, ...] = NO_PHASE_COMM
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""
@@ -64,6 +75,16 @@ class StepTiming(NamedTuple):
     def phase(self, index: int, clock: Clock) -> float | None:
         """Summed time of one phase on ``clock``; ``None`` if it had no call or lacks that clock."""
         return self.phase_gpu[index] if clock is Clock.GPU else self.phase_cpu[index]
+
+    def communication(self, clock: Clock) -> float | None:
+        """Exposed collective time on ``clock``: 0 with no collectives in the step, ``None`` if unmeasured."""
+        if self.comm_calls is None:
+            return 0.0
+        return self.comm_exposed_gpu if clock is Clock.GPU else self.comm_exposed_cpu
+
+    def phase_communication(self, index: int, clock: Clock) -> float:
+        """Exposed collective time measured inside one phase on ``clock`` (0 when none)."""
+        return self.phase_comm_gpu[index] if clock is Clock.GPU else self.phase_comm_cpu[index]
 
     def has_gpu_timing(self) -> bool:
         """True when the block, its input wait and every phase that ran carry GPU timings."""

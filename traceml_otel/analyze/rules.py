@@ -1,6 +1,8 @@
 """Step-time rules and the primary verdict.
 
-Rules run in the order straggler, input, h2d, residual, compute. Each fires a finding, abstains
+Rules run in the order straggler, input, h2d, residual, communication, compute. The straggler is
+named from measured collective waits where every rank measured them (``communication.py``), else
+inferred from backward times (``straggler.py``). Each fires a finding, abstains
 (signals it needs were not measured) or stays quiet. Findings are sorted by severity, then
 score; the first is the primary diagnosis. With nothing fired the verdict is INCOMPLETE_DATA if a
 rule abstained, else BALANCED. Fewer than 20 steps per rank, or FSDP, caps severity at warning.
@@ -13,6 +15,7 @@ from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
+from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
 from traceml_otel.analyze.metrics import coverage, share
@@ -89,6 +92,9 @@ def compute_rule(ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
     assert compute is not None
     if compute < t.COMPUTE_SHARE or any(v >= t.SHARE_WARN for v in shares.values()):  # type: ignore[operator]
         return None
+    communication = share(ranks, "communication")
+    if communication is not None and communication >= t.COMMUNICATION_WARN:
+        return None
     return Finding(
         kind=StepKind.COMPUTE_BOUND,
         severity=Severity.INFO,
@@ -131,10 +137,11 @@ def diagnose_step_time(
         if applies
     )
     outcomes = [
-        straggler_rule(ranks, parallelism),
+        sync_straggler_rule(ranks) if waits_measured(ranks) else straggler_rule(ranks, parallelism),
         share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
         share_rule(StepKind.RESIDUAL_HEAVY, ranks),
+        communication_rule(ranks),
         compute_rule(ranks),
     ]
     issues = [_cap(o, caps) for o in outcomes if isinstance(o, Finding)]
@@ -188,7 +195,8 @@ def incomplete(abstentions: Sequence[Abstention]) -> Finding:
 
 def balanced(ranks: Sequence[RankMetrics]) -> Finding:
     """BALANCED: every rule ran and none fired."""
-    parts = {name: share(ranks, name) for name in ("input_wait", "h2d", "compute", "residual")}
+    names = ("input_wait", "h2d", "compute", "communication", "residual")
+    parts = {name: share(ranks, name) for name in names}
     text = ", ".join(
         f"{name.replace('_', ' ')} {value:.0%}" for name, value in parts.items() if value is not None
     )

@@ -8,6 +8,9 @@ SHARE_CRITICAL = 0.20
 """... and at or above this they are critical."""
 COMPUTE_SHARE = 0.90
 """Compute share at or above this (with the others under SHARE_WARN) is COMPUTE_BOUND."""
+COMMUNICATION_WARN = 0.10
+"""Exposed communication share of the rank that waits least, at or above this: COMMUNICATION_BOUND."""
+COMMUNICATION_CRITICAL = 0.20
 STRAGGLER_WARN = 0.10
 STRAGGLER_CRITICAL = 0.20
 STRAGGLER_COVERAGE = 0.80

@@ -36,6 +36,7 @@ class _OpenStep:
     end_mark: Any
     phase_marks: list[tuple[Any, Any]]
     wait_marks: list[tuple[Any, Any]]
+    collective_marks: list[list[Any]]
 
 
 @dataclass(slots=True)
@@ -49,6 +50,8 @@ class _StepState:
     samples: int | None = None
     tokens: int | None = None
     given_samples: int | None = None
+    collectives: list[list[Any]] = field(default_factory=list)
+    collective_marks: list[list[Any]] = field(default_factory=list)
 
 
 class StepRecorder:
@@ -145,6 +148,29 @@ class StepRecorder:
         if self.in_step:
             self._state.optimizer_steps += 1
 
+    # --- collectives -------------------------------------------------------------
+    def collective_begin(
+        self, kind: str, source: str, nbytes: int, blocking: bool
+    ) -> tuple[list[Any], list[Any]] | None:
+        """Mark the start of a collective call; ``None`` outside a step (nothing is recorded).
+
+        May run on a thread other than the training thread (autograd's, for DDP buckets).
+        """
+        if not self.in_step:
+            return None
+        state = self._state
+        marks = [self.clock.mark(), None]
+        row = [kind, source, perf_counter_ns(), None, nbytes, blocking, None, None]
+        state.collectives.append(row)
+        state.collective_marks.append(marks)
+        return row, marks
+
+    def collective_end(self, token: tuple[list[Any], list[Any]]) -> None:
+        """Mark the completion of a collective (from whichever thread saw it complete)."""
+        row, marks = token
+        marks[1] = self.clock.mark()
+        row[3] = perf_counter_ns()
+
     # --- steps -------------------------------------------------------------------
     def begin_step(self, samples: int | None = None, tokens: int | None = None) -> bool:
         """Open a step; ``samples``/``tokens`` are the work the caller declared for it.
@@ -180,14 +206,14 @@ class StepRecorder:
         row: StepRow = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved, total,
-            exception_type, state.phases, samples, state.tokens, self._loader_pending,
+            exception_type, state.phases, state.collectives, samples, state.tokens, self._loader_pending,
         ]
         self._samples = None
         self._loader_pending = None
         if self.clock.has_device:
-            self._pending.append(
-                _OpenStep(row, state.start_mark, end_mark, state.phase_marks, self._wait_marks)
-            )
+            self._pending.append(_OpenStep(
+                row, state.start_mark, end_mark, state.phase_marks, self._wait_marks, state.collective_marks
+            ))
         else:
             self._ready.append(row)
         self.step += 1
@@ -211,6 +237,11 @@ class StepRecorder:
             open_step = self._pending[0]
             done = self.clock.is_done(open_step.end_mark) or (
                 wait_s > 0 and self.clock.wait(open_step.end_mark, wait_s)
+            )
+            # A collective's completion event may sit on a communication stream, after the step's end.
+            done = done and all(
+                end is None or self.clock.is_done(end) or (wait_s > 0 and self.clock.wait(end, wait_s))
+                for _, end in open_step.collective_marks
             )
             if not done:
                 break
@@ -243,6 +274,11 @@ class StepRecorder:
         for phase, (begin, end) in zip(row[14], open_step.phase_marks, strict=False):
             phase[4] = clock.elapsed_ns(start, begin)
             phase[5] = clock.elapsed_ns(begin, end)
+            clock.release(begin)
+            clock.release(end)
+        for collective, (begin, end) in zip(row[15], open_step.collective_marks, strict=False):
+            collective[6] = clock.elapsed_ns(start, begin)
+            collective[7] = clock.elapsed_ns(begin, end) if end is not None else None
             clock.release(begin)
             clock.release(end)
         if open_step.wait_marks:

@@ -25,7 +25,7 @@ STEP_TIME_MATERIAL = 0.08
 MEMORY_CHANGE = 0.10
 WORK_DIFFERS = 0.01
 """Work per step differing by more than this fraction is "different work"."""
-PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual")
+PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 _SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
 
 
@@ -248,6 +248,11 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     else:
         notes.append(
             f"different clocks ({a.clock} vs {b.clock}): phases not compared, step times on their own clocks"
+        )
+    if same_clock and (a.phase("communication") is None) != (b.phase("communication") is None):
+        notes.append(
+            "collective waits were measured in only one run: there forward, backward and optimizer exclude "
+            "them, in the other they include them"
         )
     if memory.verdict == "not compared":
         notes.append("peak memory not compared (no GPU memory data on one side)")

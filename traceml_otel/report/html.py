@@ -13,7 +13,7 @@ from traceml_otel.analyze.rules import missing_signals
 from traceml_otel.report.svg import PALETTE, BarRow, Line, line_chart, stacked_bars
 from traceml_otel.report.units import (
     PHASE_LABELS,
-    TABLE_ROWS,
+    communication_sentence,
     drift_sentence,
     gib,
     kind_label,
@@ -22,6 +22,7 @@ from traceml_otel.report.units import (
     seconds,
     signed_percent,
     size,
+    table_rows,
     throughput_sentence,
     trace_link,
     updates_sentence,
@@ -35,6 +36,7 @@ SEGMENTS = (
     ("forward", "#2563eb"),
     ("backward", "#db2777"),
     ("optimizer", "#10b981"),
+    ("communication", "#ef4444"),
     ("residual", "#9ca3af"),
 )
 _CSS = """
@@ -125,7 +127,7 @@ def _table(analysis: RunAnalysis) -> str:
     multi = len(analysis.ranks) > 1
     names = ["phase", "average", "share"] + (["worst", "skew", "worst rank"] if multi else [])
     rows = []
-    for name in TABLE_ROWS:
+    for name in table_rows(analysis.ranks):
         s = analysis.summary(name)
         if s is None:
             continue
@@ -136,12 +138,14 @@ def _table(analysis: RunAnalysis) -> str:
         css = ' class="total"' if name == "step_time" else ""
         rows.append(f"<tr{css}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     caption = "median over ranks of each rank's mean per step" if multi else "mean per step"
-    updates = updates_sentence(analysis.accumulation)
     work = throughput_sentence(analysis.throughput)
     work_line = f"<p><b>Throughput</b>: {_e(work)}</p>" if work else ""
+    notes = [
+        text for text in (communication_sentence(analysis), updates_sentence(analysis.accumulation)) if text
+    ]
     return (
         f'<section class="card"><h2>Where the step time goes <span class="muted">({_e(caption)})</span></h2>'
-        f"{_html_table(names, rows)}{work_line}{_paragraph(updates) if updates else ''}</section>"
+        f"{_html_table(names, rows)}{work_line}{''.join(_paragraph(text) for text in notes)}</section>"
     )
 
 

@@ -11,7 +11,7 @@ from traceml_otel.contract import CONTRACT_VERSION
 from traceml_otel.report.units import trace_link
 
 SCHEMA = "traceml-otel/report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bump on any breaking change to the report layout (renamed or removed keys, changed units)."""
 
 
@@ -65,6 +65,10 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "samples_per_s": m.samples_per_s,
         "tokens_per_step": m.tokens_per_step,
         "tokens_per_s": m.tokens_per_s,
+        "communication_s": m.communication,
+        "communication_total_s": m.communication_total,
+        "communication_bytes": m.communication_bytes,
+        "communication_measured": m.communication_measured,
     }
 
 

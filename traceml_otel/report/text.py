@@ -9,12 +9,13 @@ from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
 from traceml_otel.report.units import (
     PHASE_LABELS,
-    TABLE_ROWS,
+    communication_sentence,
     drift_sentence,
     kind_label,
     percent,
     seconds,
     size,
+    table_rows,
     throughput_sentence,
     trace_link,
     updates_sentence,
@@ -80,7 +81,7 @@ def _table(analysis: RunAnalysis) -> list[str]:
     if multi:
         head += f" {'worst':>10} {'skew':>7} {'worst rank':>10}"
     lines = [f"Where the step time goes ({'median over ranks, ' if multi else ''}mean per step)", head]
-    for name in TABLE_ROWS:
+    for name in table_rows(analysis.ranks):
         summary = analysis.summary(name)
         if summary is None:
             continue
@@ -90,7 +91,8 @@ def _table(analysis: RunAnalysis) -> list[str]:
             rank = "" if summary.worst_rank is None else str(summary.worst_rank)
             row += f" {seconds(summary.worst):>10} {percent(summary.skew):>7} {rank:>10}"
         lines.append(row)
-    return lines
+    note = communication_sentence(analysis)
+    return lines + (textwrap.wrap(note, WIDTH) if note else [])
 
 
 def _throughput(analysis: RunAnalysis) -> list[str]:

@@ -3,7 +3,9 @@ HTML report print."""
 
 from __future__ import annotations
 
-from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, Throughput
+from collections.abc import Sequence
+
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
 
@@ -13,13 +15,43 @@ PHASE_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "optimizer",
+    "communication": "comm. wait",
     "residual": "residual",
     "compute": "compute",
     "traced": "traced step",
     "step_time": "step time",
 }
-TABLE_ROWS = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual", "step_time")
+TABLE_ROWS = (
+    "input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual", "step_time",
+)
 """The phase table's rows: the parts of a step, then the whole."""
+
+
+def table_rows(ranks: Sequence[RankMetrics]) -> tuple[str, ...]:
+    """The rows to show: communication only when some rank measured collectives."""
+    if any(m.communication_measured for m in ranks):
+        return TABLE_ROWS
+    return tuple(name for name in TABLE_ROWS if name != "communication")
+
+
+def communication_sentence(analysis: RunAnalysis) -> str:
+    """What the communication row means, with the total and bytes; empty when nothing was measured."""
+    ranks = [m for m in analysis.ranks if m.communication_measured]
+    if not ranks:
+        return ""
+    middle = sorted(ranks, key=lambda m: (m.communication_total or 0.0, m.rank))[len(ranks) // 2]
+    size = (
+        f", {middle.communication_bytes / (1 << 20):.1f} MiB per step"
+        if middle.communication_bytes is not None else ""
+    )
+    text = (
+        f"comm. wait is the collective time the step waited for (exposed); forward, backward and optimizer "
+        f"exclude it. All collective time, overlapped or not: {seconds(middle.communication_total)} per step "
+        f"on rank {middle.rank}{size}"
+    )
+    if any(m.communication is None for m in ranks):
+        text += "; the exposed part could not be measured on every rank (async collectives), so it is n/a"
+    return text
 
 
 def seconds(value: float | None) -> str:
