@@ -120,7 +120,8 @@ def test_run_ids_of_direct_launches_are_readable() -> None:
     [
         (["run", "train.py", "--nproc-per-node=4"], 4, []),  # the README's headline command
         (["run", "train.py", "--nproc-per-node", "2", "--lr", "1"], 2, ["--lr", "1"]),
-        (["run", "train.py", "--lr", "1", "--nproc-per-node", "2"], 1, ["--lr", "1", "--nproc-per-node", "2"]),
+        (["run", "train.py", "--lr", "1", "--nproc-per-node", "2"], 1,
+         ["--lr", "1", "--nproc-per-node", "2"]),
         (["run", "train.py", "--", "--run-name", "x"], 1, ["--run-name", "x"]),
         (["run", "train.py", "a", "--", "b"], 1, ["a", "--", "b"]),
     ],
