@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/hot_path.py
 
-Times tight loops of a tiny module call, a backward and an optimizer step with and without each
-hook, and an empty ``begin_step``/``end_step`` pair, taking the best of five repeats so machine
-noise mostly drops out. The emitter is not involved (a sink that discards).
+Times tight loops of a tiny module call, a backward, an optimizer step and a DataLoader ``next()``
+with and without each hook, and an empty ``begin_step``/``end_step`` pair, taking the best of five
+repeats so machine noise mostly drops out. The emitter is not involved (a sink that discards).
+The DataLoader case includes reading the batch dimension and checking for a new iterator.
 """
 
 from __future__ import annotations
@@ -52,6 +53,24 @@ def main() -> None:
         recorder.end_step()
 
     print(f"begin_step + end_step (incl. batch hand-off): {per_call_us(empty_step):6.2f} us")
+    data = torch.utils.data.TensorDataset(torch.zeros(16 * 1024, 4), torch.zeros(16 * 1024))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    batches = iter(())
+
+    def fetch() -> None:
+        nonlocal batches
+        try:
+            next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            next(batches)
+
+    loader_patch = hooks.DataLoaderPatch(recorder)
+    batch = (torch.zeros(16, 4), torch.zeros(16))
+    print(f"batch_samples((x, y)) per fetch: {per_call_us(lambda: hooks.batch_samples(batch)):6.2f} us")
+    token = recorder.fetch_begin()
+    print(f"fetch_end with samples:            {per_call_us(lambda: recorder.fetch_end(token, 16)):6.2f} us")
+    print(f"fetch_end without (before v2):     {per_call_us(lambda: recorder.fetch_end(token)):6.2f} us")
     recorder.begin_step()  # phases below are recorded inside one open step
     forward_hooks = hooks.ForwardHooks(recorder)
     backward_patch = hooks.BackwardPatch(recorder)
@@ -60,6 +79,7 @@ def main() -> None:
         ("forward hook", forward, lambda: forward_hooks.watch(model), forward_hooks.uninstall),
         ("backward patch", backward, backward_patch.install, backward_patch.uninstall),
         ("optimizer hooks", lambda: optimizer.step(), optimizer_hooks.install, optimizer_hooks.uninstall),
+        ("dataloader next", fetch, loader_patch.install, loader_patch.uninstall),
     ]
     for name, call, install, uninstall in cases:
         bare = per_call_us(call)

@@ -190,3 +190,12 @@ def test_a_provider_the_program_set_up_is_reused_not_replaced(tmp_path: Path) ->
     (span,) = read_run(run_dir)
     assert span.resource["service.name"] == "my-trainer" and span.resource["team"] == "nlp"
     assert span.resource["traceml.run.id"] == run_dir.name
+
+
+def test_collective_timing_defaults() -> None:
+    assert capture_config("auto", {}).collectives
+    assert not capture_config("auto", {}, collectives=False).collectives
+    assert not capture_config("manual", {}).collectives
+    assert capture_config("manual", {}, collectives=True).collectives
+    assert not capture_config("selective", {"forward": True}).collectives
+    assert capture_config("selective", {"forward": True}, collectives=True).collectives

@@ -50,7 +50,9 @@ def test_service_name_defers_to_otel_variables() -> None:
 
 def test_run_id_sources() -> None:
     assert load_settings({"TRACEML_RUN_ID": "r1", "TORCHELASTIC_RUN_ID": "e"}).run_id == "r1"
-    assert load_settings({"TORCHELASTIC_RUN_ID": "job-7"}).run_id == "job-7"
+    # torchrun's id, after the script name: a folder a person can find (script name plus id)
+    elastic = {"TORCHELASTIC_RUN_ID": "job-7", "TRACEML_RUN_NAME": "train"}
+    assert load_settings(elastic).run_id == "train-job-7"
     plain = {"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     assert load_settings(plain).run_id == load_settings(plain).run_id  # ranks of one torchrun agree
     assert load_settings({}).run_id != load_settings({}).run_id
@@ -81,3 +83,10 @@ def test_prometheus_bind_address_and_linger() -> None:
     assert load_settings({"TRACEML_PROMETHEUS_ADDR": "[::1]"}).prometheus_addr == "::1"
     with pytest.raises(SettingsError, match="TRACEML_PROMETHEUS_ADDR"):
         load_settings({"TRACEML_PROMETHEUS_ADDR": "pod.example"})
+
+
+def test_collectives_switch() -> None:
+    assert load_settings({}).collectives
+    assert load_settings({"TRACEML_COLLECTIVES": "1"}).collectives
+    for off in ("0", "false", "OFF", " no "):
+        assert not load_settings({"TRACEML_COLLECTIVES": off}).collectives

@@ -37,14 +37,21 @@ class CaptureConfig:
     backward: bool
     optimizer: bool
     h2d: bool
+    collectives: bool = False
+    """Time collectives: DDP's gradient all-reduce and ``torch.distributed`` calls inside a step."""
 
 
 def _warn(message: str) -> None:
     print(f"traceml: {message}", file=sys.stderr, flush=True)
 
 
-def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
-    """Validate ``init()``'s mode and ``patch_*`` arguments."""
+def capture_config(
+    mode: str, patches: dict[str, bool | None], collectives: bool | None = None
+) -> CaptureConfig:
+    """Validate ``init()``'s mode and ``patch_*`` arguments.
+
+    Collective timing is on in ``auto`` mode and off otherwise, unless ``collectives`` says.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     given = {name: value for name, value in patches.items() if value is not None}
@@ -53,11 +60,13 @@ def capture_config(mode: str, patches: dict[str, bool | None]) -> CaptureConfig:
             raise ValueError(
                 f"patch_* arguments need mode='selective' (got mode={mode!r} with {sorted(given)})"
             )
-        return CaptureConfig(mode, *([mode == "auto"] * 5))
+        on = mode == "auto"
+        return CaptureConfig(mode, *([on] * 5), collectives=on if collectives is None else collectives)
     if not any(given.values()):
         raise ValueError("mode='selective' needs at least one patch_*=True")
     return CaptureConfig(mode, *(bool(patches.get(name)) for name in
-                                 ("dataloader", "forward", "backward", "optimizer", "h2d")))
+                                 ("dataloader", "forward", "backward", "optimizer", "h2d")),
+                         collectives=bool(collectives))
 
 
 class _NoopTelemetry:
@@ -67,8 +76,8 @@ class _NoopTelemetry:
     config: CaptureConfig | None = None
     recorder: StepRecorder | None = None
 
-    def begin_step(self, model: Any) -> None:
-        pass
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        return False
 
     def end_step(self, exception_type: str | None) -> None:
         pass
@@ -103,6 +112,7 @@ class _Telemetry(_NoopTelemetry):
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
         self._installed: list[Any] = []
         self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
+        self.collectives = self._collective_timing(config, settings)
         for wanted, hook in (
             (config.backward, hooks.BackwardPatch(self.recorder)),
             (config.optimizer, self.optimizer_hooks),
@@ -114,16 +124,41 @@ class _Telemetry(_NoopTelemetry):
                 hook.install()
                 self._installed.append(hook)
         self._parallelism_of = hooks.parallelism_of
+        self.manifest = _start_direct_manifest(settings)
 
-    def begin_step(self, model: Any) -> None:
+    def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
+        """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
+        if not (config.collectives and settings.collectives):
+            return None
+        try:
+            from traceml_otel.capture.collectives import CollectiveTiming
+
+            timing = CollectiveTiming(self.recorder, _warn)
+            timing.install()
+        except Exception as error:
+            _warn(f"collective timing is off for this run: {type(error).__name__}: {error}")
+            return None
+        self._installed.append(timing)
+        return timing
+
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not None and self.forward is not None and not self.forward.is_watching(model):
             self._first_step_with(model)
-        self.recorder.begin_step()
+        elif model is not None and self.forward is None and self.collectives is not None:
+            self.collectives.watch(model)  # selective mode without the forward hook
+        if self.recorder.begin_step(samples, tokens):
+            return True
+        if self.recorder.nested_steps == 1:
+            _warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
+                  "not counted; warned once)")
+        return False
 
     def _first_step_with(self, model: Any) -> None:
         """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
         self.forward.watch(model)  # type: ignore[union-attr]
         self.recorder.parallelism = self._parallelism_of(model)
+        if self.collectives is not None:
+            self.collectives.watch(model)
         if self.prefetch is not None and not self.prefetch.installed:
             self.prefetch.install()
             if self.prefetch.installed:
@@ -150,6 +185,8 @@ class _Telemetry(_NoopTelemetry):
                 self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status,
                 traced=self.recorder.step,
             )
+            if self.manifest is not None:
+                self.manifest.finish(status)
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
             return
@@ -189,6 +226,22 @@ def local_copy_sentence(
     return None
 
 
+def _start_direct_manifest(settings: Settings) -> Any:
+    """Rank 0 of a run ``traceml run`` did not launch writes ``manifest.json`` (never fatal)."""
+    if settings.run_dir is None or settings.identity.rank != 0 or settings.launcher == "traceml run":
+        return None
+    from traceml_otel.launch.direct import DirectManifest
+
+    try:
+        return DirectManifest.start(
+            settings.run_dir, run_id=settings.run_id, run_name=settings.run_name,
+            world_size=settings.identity.world_size, launcher=settings.launcher,
+        )
+    except OSError as error:
+        _warn(f"could not write the run manifest in {settings.run_dir}: {error}")
+        return None
+
+
 def user_resource_attributes() -> dict[str, Any]:
     """The resource of a TracerProvider the program already set up, if any.
 
@@ -226,7 +279,16 @@ def _hello(settings: Settings) -> dict[str, Any]:
         "anchor_ns": time.time_ns() - perf_counter_ns(),
         "argv": sys.argv,
         "version": __version__,
+        "cpus": _usable_cpus(),
     }
+
+
+def _usable_cpus() -> int | None:
+    """CPUs this process may run on (its affinity), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 _NOOP = _NoopTelemetry()
@@ -248,6 +310,7 @@ def init(
     patch_h2d: bool | None = None,
     disabled: bool = False,
     strict: bool | None = None,
+    collectives: bool | None = None,
 ) -> bool:
     """Start step telemetry for this process. Returns True when telemetry is active.
 
@@ -256,6 +319,8 @@ def init(
             ``selective`` only the ``patch_*=True`` ones.
         disabled: do nothing (as does ``TRACEML_DISABLED=1`` or ``OTEL_SDK_DISABLED=true``).
         strict: raise instead of warning when telemetry cannot start.
+        collectives: time collectives (DDP's gradient all-reduce, ``torch.distributed`` calls inside
+            a step); default on in ``auto`` mode, off otherwise. ``TRACEML_COLLECTIVES=0`` turns it off.
 
     Calling it again with the same arguments is a no-op; with different ones, an error.
     """
@@ -263,11 +328,12 @@ def init(
     config = capture_config(mode, {
         "dataloader": patch_dataloader, "forward": patch_forward, "backward": patch_backward,
         "optimizer": patch_optimizer, "h2d": patch_h2d,
-    })
+    }, collectives)
     with _lock:
         if _init_config is not None:
             if _init_config != (config, disabled):
-                raise RuntimeError("traceml.init() was already called with a different configuration")
+                raise RuntimeError("traceml.init() was already called with a different configuration: "
+                                   + _config_difference(_init_config, (config, disabled)))
             return _telemetry.active
         _init_config = (config, disabled)
         try:
@@ -295,22 +361,42 @@ def init(
         return True
 
 
-class _StepContext:
-    __slots__ = ("_model",)
+def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureConfig, bool]) -> str:
+    """``mode: 'auto' then 'manual'; disabled: False then True`` for the fields that differ."""
+    fields = ("mode", "dataloader", "forward", "backward", "optimizer", "h2d")
+    names = {name: name if name == "mode" else f"patch_{name}" for name in fields}
+    parts = [
+        f"{names[name]}: {getattr(before[0], name)!r} then {getattr(now[0], name)!r}"
+        for name in fields
+        if getattr(before[0], name) != getattr(now[0], name)
+    ]
+    if before[1] != now[1]:
+        parts.append(f"disabled: {before[1]!r} then {now[1]!r}")
+    return "; ".join(parts)
 
-    def __init__(self, model: Any) -> None:
+
+class _StepContext:
+    __slots__ = ("_model", "_opened", "_samples", "_tokens")
+
+    def __init__(self, model: Any, samples: int | None, tokens: int | None) -> None:
         self._model = model
+        self._samples = samples
+        self._tokens = tokens
+        self._opened = False
 
     def __enter__(self) -> None:
         telemetry = _telemetry
         try:
-            telemetry.begin_step(self._model)
+            self._opened = telemetry.begin_step(self._model, self._samples, self._tokens)
         except Exception:
             _count_internal_error(telemetry)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
+        if not self._opened:  # a nested block, or telemetry off
+            return False
+        self._opened = False
         telemetry = _telemetry
         try:
             telemetry.end_step(exc_type.__name__ if exc_type is not None else None)
@@ -319,14 +405,29 @@ class _StepContext:
         return False
 
 
-def trace_step(model: Any = None) -> _StepContext:
+def _work(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        try:
+            value = int(value)  # e.g. a 0-d tensor or numpy integer
+        except (TypeError, ValueError):
+            raise TypeError(f"trace_step({name}=) takes a non-negative int, not {value!r}") from None
+        if value < 0:
+            raise ValueError(f"trace_step({name}=) takes a non-negative int, not {value}")
+    return value
+
+
+def trace_step(model: Any = None, *, samples: int | None = None, tokens: int | None = None) -> _StepContext:
     """Context manager around one training step (zero_grad → forward → backward → step).
 
-    Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed.
+    Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed. ``samples`` and
+    ``tokens`` declare the step's work (per rank); without ``samples``, the batch dimension of what
+    the DataLoader returned is used. Blocks do not nest: an inner block is not counted.
     """
     if _telemetry is _NOOP:
         _warn_not_initialised()
-    return _StepContext(model)
+    return _StepContext(model, _work("samples", samples), _work("tokens", tokens))
 
 
 def flush() -> None:
@@ -373,6 +474,8 @@ def wrap_forward(model: Any) -> Any:
             telemetry.forward = ForwardHooks(recorder)  # type: ignore[attr-defined]
         telemetry.forward.watch(model)  # type: ignore[attr-defined]
         recorder.parallelism = parallelism_of(model)
+        if getattr(telemetry, "collectives", None) is not None:
+            telemetry.collectives.watch(model)  # type: ignore[attr-defined]
     return model
 
 

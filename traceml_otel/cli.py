@@ -13,6 +13,8 @@ from traceml_otel._version import __version__
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", help="training script to launch")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER,
+                        help="arguments for the script: everything after its path (a leading -- is dropped)")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes (ranks) on this node")
     parser.add_argument("--nnodes", type=int, default=1, help="number of nodes")
     parser.add_argument("--node-rank", type=int, default=0, help="rank of this node")
@@ -24,7 +26,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
 
 
-def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
+def _run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         print("traceml run: PyTorch is not installed in this environment; install the torch build for"
               " your machine (traceml analyze and compare work without it)", file=sys.stderr)
@@ -35,6 +37,12 @@ def _run(args: argparse.Namespace, script_args: Sequence[str]) -> int:
         wait_for_final_exports,
     )
     from traceml_otel.launch.run import LaunchOptions, launch, shutdown_timeout_s
+
+    script_args = list(args.script_args)
+    if not Path(args.script).is_file():
+        reason = "is a directory" if Path(args.script).is_dir() else "not found"
+        print(f"traceml run: error: script {args.script} {reason}", file=sys.stderr)
+        return 2
 
     options = LaunchOptions(
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
@@ -69,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_run_arguments(commands.add_parser(
         "run", help="launch a script through torch.distributed.run and diagnose it",
-        description="Launch SCRIPT on every rank; arguments after `--` go to the script.",
+        description="Launch SCRIPT on every rank. Options go before SCRIPT (or right after it, before "
+                    "the script's first argument); the rest goes to the script, as with torchrun "
+                    "(`--` before the script's arguments is accepted).",
     ))
     from traceml_otel.stack.cli import add_stack_arguments
 
@@ -83,16 +93,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="traceml run")
+    _add_run_arguments(parser)
+    return parser
+
+
+def _leading_launcher_options(rest: list[str], parser: argparse.ArgumentParser) -> int:
+    """How many tokens at the start of ``rest`` are ``traceml run``'s own options (with values)."""
+    takes_value = {
+        option: action.nargs != 0
+        for action in parser._actions
+        for option in action.option_strings
+        if option not in ("-h", "--help")
+    }
+    index = 0
+    while index < len(rest):
+        option, inline, _ = rest[index].partition("=")
+        if option not in takes_value:
+            break
+        index += 2 if takes_value[option] and not inline else 1
+    return min(index, len(rest))
+
+
+def _split_script_arguments(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
+    """Everything after the script goes to it, as with torchrun; one ``--`` there is accepted.
+
+    ``run [opts] train.py --lr 1`` passes ``--lr 1``; ``run train.py -- --lr 1`` too. Launcher
+    options written right after the script, before its first argument, stay launcher options:
+    ``run train.py --nproc-per-node=4 --lr 1`` launches 4 ranks with ``--lr 1``, and the older
+    ``run train.py --nproc-per-node 2 -- --lr 1`` works too. After ``--`` everything is the script's.
+    """
+    # argparse drops a "--" from REMAINDER, so read what followed the script in the raw argv.
+    script_at = next(i for i, token in enumerate(argv) if i > 0 and token == args.script)
+    rest = list(argv[script_at + 1:])
+    run_parser = _run_parser()
+    taken = _leading_launcher_options(rest, run_parser)
+    between, args.script_args = rest[:taken], rest[taken:]
+    if args.script_args[:1] == ["--"]:
+        args.script_args = args.script_args[1:]
+    if between:
+        given = run_parser.parse_args([*between, args.script])
+        for name, value in vars(given).items():
+            if name not in ("script", "script_args") and value != run_parser.get_default(name):
+                setattr(args, name, value)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``traceml`` and ``traceml-otel``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    script_args: list[str] = []
-    if argv[:1] == ["run"] and "--" in argv:
-        split = argv.index("--")
-        argv, script_args = argv[:split], argv[split + 1:]
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return _run(args, script_args)
+        return _run(_split_script_arguments(args, argv))
     if args.command == "stack":
         from traceml_otel.stack.cli import run_stack
 

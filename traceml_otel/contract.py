@@ -22,6 +22,9 @@ PHASES = ("forward", "backward", "optimizer", "h2d")
 PHASE_SPAN_NAMES = {phase: f"traceml.{phase}" for phase in PHASES}
 SPAN_NAME_TO_PHASE = {name: phase for phase, name in PHASE_SPAN_NAMES.items()}
 
+SPAN_COLLECTIVE = "traceml.collective"
+"""Collectives of one step, one span per (source, kind): a bounded number per step, never one per call."""
+
 # --- attributes on every traceml span ---------------------------------------
 ATTR_RUN_ID = "traceml.run.id"
 ATTR_STEP = "traceml.step.number"
@@ -49,6 +52,28 @@ ATTR_MEM_PEAK_ALLOCATED = "traceml.cuda.memory.peak_allocated"
 ATTR_MEM_PEAK_RESERVED = "traceml.cuda.memory.peak_reserved"
 ATTR_MEM_TOTAL = "traceml.cuda.memory.total"
 ATTR_EXCEPTION_TYPE = "exception.type"
+ATTR_STEP_SAMPLES = "traceml.step.samples"
+"""Samples in the step on this rank: declared with ``trace_step(samples=)``, else the batch
+dimension of what the DataLoader returned for it. Absent when unknown."""
+ATTR_STEP_TOKENS = "traceml.step.tokens"
+"""Tokens in the step on this rank; only when declared with ``trace_step(tokens=)``."""
+ATTR_LOADER_NUM_WORKERS = "traceml.dataloader.num_workers"
+ATTR_LOADER_PIN_MEMORY = "traceml.dataloader.pin_memory"
+ATTR_LOADER_PERSISTENT_WORKERS = "traceml.dataloader.persistent_workers"
+ATTR_LOADER_PREFETCH_FACTOR = "traceml.dataloader.prefetch_factor"
+ATTR_LOADER_BATCH_SIZE = "traceml.dataloader.batch_size"
+"""DataLoader settings: on the step after a loader with a new configuration was first iterated."""
+ATTR_HOST_CPUS = "traceml.host.cpus"
+"""CPUs this rank's process may run on: on the first step each rank emits."""
+ATTR_COMM_CALLS = "traceml.communication.calls"
+"""Collective calls in the step; present only when collective timing saw at least one."""
+ATTR_COMM_BYTES = "traceml.communication.bytes"
+ATTR_COMM_CPU = "traceml.communication.cpu_duration"
+"""Total time in collectives (sum over calls, overlapping compute or not)."""
+ATTR_COMM_GPU = "traceml.communication.gpu_duration"
+ATTR_COMM_EXPOSED_CPU = "traceml.communication.exposed.cpu_duration"
+"""The part of the collectives' time the step waited for; absent when it could not be measured."""
+ATTR_COMM_EXPOSED_GPU = "traceml.communication.exposed.gpu_duration"
 
 # --- attributes of the per-rank info metric (traceml.rank.info) -------------------
 ATTR_CUDA_DEVICE = "traceml.cuda.device"
@@ -63,6 +88,22 @@ ATTR_PHASE_CALL = "traceml.phase.call"
 ATTR_PHASE_CPU_DURATION = "traceml.phase.cpu_duration"
 ATTR_PHASE_GPU_DURATION = "traceml.phase.gpu_duration"
 ATTR_H2D_BYTES = "traceml.h2d.bytes"
+ATTR_PHASE_COMM_EXPOSED_CPU = "traceml.phase.communication.exposed.cpu_duration"
+"""Exposed collective time that lies inside this phase call (present when the call had collectives)."""
+ATTR_PHASE_COMM_EXPOSED_GPU = "traceml.phase.communication.exposed.gpu_duration"
+
+# --- attributes on collective spans ------------------------------------------------
+ATTR_COLLECTIVE_KIND = "traceml.collective.kind"
+"""``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``reduce``, ``barrier``,
+``all_to_all``, ``gather``, ``scatter``, or ``custom`` (a DDP hook the program registered)."""
+ATTR_COLLECTIVE_SOURCE = "traceml.collective.source"
+"""``ddp`` (gradient buckets) or ``api`` (a ``torch.distributed`` call inside the step)."""
+ATTR_COLLECTIVE_CALLS = "traceml.collective.calls"
+ATTR_COLLECTIVE_BYTES = "traceml.collective.bytes"
+ATTR_COLLECTIVE_CPU = "traceml.collective.cpu_duration"
+ATTR_COLLECTIVE_GPU = "traceml.collective.gpu_duration"
+ATTR_COLLECTIVE_EXPOSED_CPU = "traceml.collective.exposed.cpu_duration"
+ATTR_COLLECTIVE_EXPOSED_GPU = "traceml.collective.exposed.gpu_duration"
 
 # --- metric names (OTel form; Prometheus form in docs/telemetry.md) -------------
 METRIC_STEP_DURATION = "traceml.step.duration"
@@ -80,6 +121,14 @@ METRIC_RUN_ENDED = "traceml.run.ended"
 """0 while the rank runs, 1 once it ended cleanly (the clean-end marker)."""
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
+METRIC_SAMPLES = "traceml.samples"
+"""Counter of samples processed (steps with a known sample count); ``rate()`` is the throughput."""
+METRIC_TOKENS = "traceml.tokens"
+"""Counter of tokens processed (steps that declared tokens)."""
+METRIC_COLLECTIVE_DURATION = "traceml.collective.duration"
+"""Histogram: per step and (source, kind), total collective time on the step's clock."""
+METRIC_COLLECTIVE_EXPOSED = "traceml.collective.exposed"
+"""Histogram: per step and (source, kind), the exposed part, when it was measured."""
 
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

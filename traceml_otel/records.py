@@ -24,6 +24,42 @@ class PhaseTiming:
 
 
 @dataclass(frozen=True, slots=True)
+class LoaderSettings:
+    """A DataLoader's configuration, recorded once per configuration seen (not per step).
+
+    ``pin_memory`` is the effective value (torch turns it off without an accelerator);
+    ``prefetch_factor`` is ``None`` without worker processes; ``batch_size`` is ``None`` when the
+    loader does not batch (``batch_size=None``) or batches through a custom sampler without one.
+    """
+
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    batch_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveTiming:
+    """One collective call (a DDP gradient bucket, a ``torch.distributed`` call) inside a step.
+
+    ``end_ns`` is ``None`` when the call had not completed when the step was handed off. ``blocking``
+    is True when the calling thread waited for the whole call (a synchronous ``torch.distributed``
+    call), so all of it is exposed; DDP buckets overlap backward, and their exposed part is worked out
+    per backward call by the emitter.
+    """
+
+    kind: str
+    source: str
+    start_ns: int
+    end_ns: int | None
+    nbytes: int
+    blocking: bool
+    gpu_offset_ns: int | None = None
+    gpu_duration_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One completed ``trace_step()`` block on one rank."""
 
@@ -42,6 +78,14 @@ class StepRecord:
     peak_reserved_bytes: int | None = None
     device_total_bytes: int | None = None
     exception_type: str | None = None
+    samples: int | None = None
+    """Samples in this step: given to ``trace_step(samples=)``, else the batch dimension of the batches
+    fetched for it (the last fetch before the step plus any inside it)."""
+    tokens: int | None = None
+    """Tokens in this step, only when given to ``trace_step(tokens=)``."""
+    loader: LoaderSettings | None = None
+    """Set on the step after a DataLoader with a new configuration was first iterated."""
+    collectives: tuple[CollectiveTiming, ...] = ()
 
     @property
     def clock(self) -> str:

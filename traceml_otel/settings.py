@@ -26,6 +26,8 @@ TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
 TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 """Human name of the run, used in the generated run id and the default service name."""
+TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
+"""Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
 """Parent folder of the local copies (default ``traceml-runs`` in the working directory)."""
 TRACEML_LOCAL_COPY = "TRACEML_LOCAL_COPY"
@@ -40,6 +42,9 @@ TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
 """... or when this many milliseconds passed since the last hand-off (default 250)."""
 TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
 """How long exit waits for the emitter to finish OTLP export (default 10 s)."""
+TRACEML_TRACE_URL = "TRACEML_TRACE_URL"
+"""Link template for trace ids in reports, with ``{trace_id}``: e.g. ``http://grafana:3000/explore?...``,
+``http://jaeger:16686/trace/{trace_id}`` or ``http://tempo:3200/api/traces/{trace_id}``."""
 TRACEML_PROMETHEUS_PORT = "TRACEML_PROMETHEUS_PORT"
 """If set, the emitter serves Prometheus metrics on ADDRESS:PORT+local_rank."""
 TRACEML_PROMETHEUS_ADDR = "TRACEML_PROMETHEUS_ADDR"
@@ -48,6 +53,8 @@ Prometheus (or a Kubernetes PodMonitor) scrape it."""
 TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
 """After a clean end, keep the scrape endpoint up until one scrape saw the end marker, at most this long
 (default 20 s; 0 turns it off)."""
+TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
+"""``0`` turns collective timing (DDP gradient all-reduce, ``torch.distributed`` calls) off."""
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -112,6 +119,10 @@ class Settings:
     prometheus_port: int | None
     prometheus_addr: str = "127.0.0.1"
     prometheus_linger_s: float = 0.0
+    launcher: str = "python"
+    """``traceml run`` (it writes the manifest), ``torchrun``, ``accelerate launch`` or ``python``."""
+    collectives: bool = True
+    """False when ``TRACEML_COLLECTIVES=0``: collective timing stays off whatever ``init()`` says."""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -160,13 +171,39 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
         return explicit
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if elastic and elastic != "none":
-        return elastic
+        return readable_run_id(run_name, elastic)
     if elastic == "none":
         # Plain torchrun without --rdzv-id: ranks of one node share the agent (our parent).
         # Multi-node jobs need --rdzv-id or `traceml run` to agree across nodes.
         seed = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}:{os.getppid()}"
         return f"{run_name}-torchrun-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
     return new_run_id(run_name)
+
+
+def launcher_name(env: Mapping[str, str]) -> str:
+    """Who started this process, from the environment each launcher sets."""
+    if env.get(TRACEML_LAUNCHER):
+        return "traceml run"
+    if "ACCELERATE_MIXED_PRECISION" in env or "ACCELERATE_DYNAMO_BACKEND" in env:
+        return "accelerate launch"
+    if env.get("TORCHELASTIC_RUN_ID"):
+        return "torchrun"
+    return "python"
+
+
+def readable_run_id(run_name: str, launcher_id: str) -> str:
+    """``<script name>-<launcher's id>``: a folder a person can find, the same on every rank.
+
+    A long id (torchrun's generated UUID) is shortened to its first 8 characters plus 8 hex digits
+    of its hash, so two ids never share a folder by truncation.
+    """
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in run_name)[:40] or "run"
+    ident = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in launcher_id)
+    if ident.startswith(safe):
+        return ident[:80]
+    if len(ident) > 32:
+        ident = f"{ident.replace('-', '')[:8]}-{hashlib.sha256(launcher_id.encode()).hexdigest()[:8]}"
+    return f"{safe}-{ident}"
 
 
 def _script_name() -> str:
@@ -205,6 +242,22 @@ def _service_name_is_set(env: Mapping[str, str]) -> bool:
     return any(pair.split("=", 1)[0].strip() == "service.name" for pair in pairs)
 
 
+def trace_url_template(value: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The trace link template (``value``, else ``TRACEML_TRACE_URL``), checked; ``None`` when unset.
+
+    It must be an http(s) URL containing ``{trace_id}`` (reports put it in HTML links).
+    """
+    raw = (value if value is not None else (os.environ if env is None else env).get(TRACEML_TRACE_URL, ""))
+    raw = raw.strip()
+    if not raw:
+        return None
+    if "{trace_id}" not in raw:
+        raise SettingsError(f"trace URL template {raw!r} has no {{trace_id}} placeholder")
+    if urlparse(raw.replace("{trace_id}", "0")).scheme not in ("http", "https"):
+        raise SettingsError(f"trace URL template {raw!r} is not an http(s) URL")
+    return raw
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Parse the environment once. Raises :class:`SettingsError` on unusable values."""
     env = os.environ if env is None else env
@@ -236,6 +289,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_port=port or None,
         prometheus_addr=_bind_address(env),
         prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
+        launcher=launcher_name(env),
+        collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
     )
 
 

@@ -128,3 +128,36 @@ def test_drift_is_measured_over_the_whole_run_and_worst_steps_carry_trace_ids(tm
     assert worst.trace_id == f"{step_trace_id('drifty', 42):032x}"
     assert len(analysis.worst_steps) == 5
     assert len(analysis.series) == 2 and analysis.series[0].steps[0] == 0
+
+
+def test_noisy_steady_runs_are_not_drift() -> None:
+    """Jitter, scheduler spikes, a slow warm-up and a slow last step are not a trend."""
+    import random
+
+    for seed in range(200):
+        rng = random.Random(seed)
+        n = rng.choice([50, 64, 100, 150, 300])
+        series = [0.002 * rng.lognormvariate(0, 0.35) for _ in range(n)]
+        for i in range(rng.randint(0, 8)):  # warm-up: the first steps are several times slower
+            series[i] *= 4 + rng.random() * 4
+        for _ in range(n // 10):  # scattered scheduler spikes
+            series[rng.randrange(n)] *= 3
+        series[-1] *= 5
+        drift = detect_drift(list(range(n)), series)
+        assert drift.kind is DriftKind.STABLE, (seed, n, drift)
+
+
+def test_a_real_change_is_found_through_the_noise() -> None:
+    import random
+
+    rng = random.Random(7)
+    series = [0.002 * rng.lognormvariate(0, 0.1) * (1.3 if n >= 60 else 1.0) for n in range(100)]
+    drift = detect_drift(list(range(100)), series)
+    assert drift.kind is DriftKind.SLOWING and abs((drift.since_step or 0) - 60) <= 5
+
+
+def test_a_burst_in_part_of_the_recent_band_is_not_a_trend() -> None:
+    series = [0.01] * 100
+    for n in range(90, 100):  # the last 10 steps only: half of the recent band
+        series[n] = 0.02
+    assert detect_drift(list(range(100)), series).kind is DriftKind.STABLE

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.local_copy_reader import read_run
+
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "examples" / "diagnosis"
 
@@ -25,6 +27,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def traceml_run(tmp_path: Path, script: str, *launcher: str, steps: int) -> dict:
+    return launch(tmp_path, script, *launcher, steps=steps)[0]
+
+
+def launch(tmp_path: Path, script: str, *launcher: str, steps: int) -> tuple[dict, Path, str]:
+    """Run ``script`` under ``traceml run``: its report, its run directory and the launch's stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", PYTHONPATH=path)
@@ -50,7 +57,7 @@ def traceml_run(tmp_path: Path, script: str, *launcher: str, steps: int) -> dict
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Verdict" in result.stdout  # traceml run prints the diagnosis
     (run_dir,) = (tmp_path / "runs").iterdir()
-    return json.loads((run_dir / "report.json").read_text())
+    return json.loads((run_dir / "report.json").read_text()), run_dir, result.stdout
 
 
 def primary(report: dict) -> str:
@@ -63,8 +70,13 @@ def test_slow_dataset_is_input_bound(tmp_path: Path) -> None:
 
 
 def test_big_model_with_ready_batches_is_compute_bound(tmp_path: Path) -> None:
-    report = traceml_run(tmp_path, "compute_bound.py", steps=25)
+    report, run_dir, stdout = launch(tmp_path, "compute_bound.py", steps=25)
     assert primary(report) == "COMPUTE_BOUND"
+    # One process, no collectives: no communication spans, numbers or claims.
+    assert not any(r["communication_measured"] for r in report["ranks"])
+    assert all(r["communication_s"] is None for r in report["ranks"])
+    assert "comm. wait" not in stdout and "COMMUNICATION" not in json.dumps(report["issues"])
+    assert not [s for s in read_run(run_dir) if s.name == "traceml.collective"]
 
 
 def test_work_outside_the_phases_is_residual_heavy(tmp_path: Path) -> None:
@@ -91,3 +103,53 @@ def test_healthy_small_run_is_not_blamed_on_tracing_overhead(tmp_path: Path) -> 
     assert primary(report) in {"COMPUTE_BOUND", "BALANCED"}, report["primary_diagnosis"]["why"]
     shares = {p["name"]: p["share"] for p in report["phases"]}
     assert shares["residual"] < 0.10 and shares["input_wait"] < 0.10
+
+
+def _collective_spans(run_dir: Path) -> dict[tuple[int, int], list]:
+    """Collective spans by (rank, step)."""
+    found: dict[tuple[int, int], list] = {}
+    for span in read_run(run_dir):
+        if span.name == "traceml.collective":
+            key = (span.attributes["traceml.rank"], span.attributes["traceml.step.number"])
+            found.setdefault(key, []).append(span.attributes)
+    return found
+
+
+def test_large_gradients_on_two_ranks_are_communication_bound(tmp_path: Path) -> None:
+    report, run_dir, stdout = launch(
+        tmp_path, "communication_bound.py", "--nproc-per-node", "2", steps=25
+    )
+    assert primary(report) == "COMMUNICATION_BOUND", report["primary_diagnosis"]["why"]
+    (line,) = [line for line in stdout.splitlines() if "gradient bytes" in line]
+    gradient_bytes = int(line.split(" gradient bytes")[0].rsplit(" ", 1)[1])
+    collectives = _collective_spans(run_dir)
+    assert sorted(collectives) == [(rank, step) for rank in (0, 1) for step in range(25)]
+    for spans in collectives.values():  # every step of every rank: one span for all its buckets
+        (ddp,) = spans
+        assert ddp["traceml.collective.source"] == "ddp" and ddp["traceml.collective.kind"] == "all_reduce"
+        assert ddp["traceml.collective.bytes"] == gradient_bytes
+        assert 0 <= ddp["traceml.collective.exposed.cpu_duration"] <= ddp["traceml.collective.cpu_duration"]
+    assert all(r["communication_measured"] and r["communication_s"] > 0 for r in report["ranks"])
+    assert "comm. wait" in stdout
+    phases = {p["name"]: p for p in report["phases"]}
+    assert phases["communication"]["share"] >= 0.10
+    html = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--format", "html"],
+        capture_output=True, text=True, timeout=60, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout
+    assert "<td>comm. wait</td>" in html and "COMMUNICATION BOUND" in html
+
+
+def test_one_rank_computing_more_is_named_from_measured_waits(tmp_path: Path) -> None:
+    report, run_dir, _ = launch(tmp_path, "sync_straggler.py", "--nproc-per-node", "2", steps=25)
+    assert primary(report) in {"COMPUTE_STRAGGLER", "STRAGGLER"}, report["primary_diagnosis"]["why"]
+    evidence = {e["name"]: e["value"] for e in report["primary_diagnosis"]["evidence"]}
+    assert evidence["culprit_rank"] == 1 and evidence["basis"] == "measured collective waits"
+    waits = {r["rank"]: r["communication_s"] for r in report["ranks"]}
+    assert waits[0] > waits[1]  # rank 0 waits for rank 1
+    # The explicit dist.all_reduce of the loss inside each step is captured beside DDP's buckets.
+    for spans in _collective_spans(run_dir).values():
+        kinds = {(s["traceml.collective.source"], s["traceml.collective.kind"]): s for s in spans}
+        assert set(kinds) == {("ddp", "all_reduce"), ("api", "all_reduce")}
+        explicit = kinds[("api", "all_reduce")]
+        assert explicit["traceml.collective.calls"] == 1 and explicit["traceml.collective.bytes"] == 4

@@ -220,3 +220,39 @@ def test_cuda_clock_device_identity_reads_torch_once_per_device() -> None:
     assert clock.device_identity() == (3, "GPU-uuid-3")
     assert clock.device_identity() == (3, "GPU-uuid-3")
     assert calls == [3]
+
+
+def test_gpu_collectives_resolve_from_their_events_and_wait_for_the_last_one() -> None:
+    clock = FakeEventClock()
+    sink = ListSink()
+    recorder = StepRecorder(sink, clock, flush_steps=1, flush_interval_ns=10**12)
+    recorder.begin_step()
+    clock.advance(1_000)
+    token = recorder.collective_begin("all_reduce", "ddp", 4096, False)
+    clock.advance(2_000)
+    recorder.end_step()  # the step's own events are done before the collective's completion event
+    for event in clock.events:
+        event.done = True
+    clock.advance(5_000)
+    recorder.collective_end(token)  # marked later, on the communication side
+    end_event = clock.events[-1]
+    recorder.flush()
+    assert sink.batches == [], "a step waits for its collectives' completion events"
+    end_event.done = True
+    recorder.flush()
+    record = decode_step(sink.batches[0][0], 0)
+    (collective,) = record.collectives
+    assert (collective.kind, collective.source, collective.nbytes) == ("all_reduce", "ddp", 4096)
+    assert collective.gpu_offset_ns == 1_000 and collective.gpu_duration_ns == 7_000
+    assert len(clock.released) == len(clock.events)
+
+
+def test_collectives_outside_a_step_and_old_rows() -> None:
+    sink = ListSink()
+    recorder = StepRecorder(sink, flush_steps=1)
+    assert recorder.collective_begin("barrier", "api", 0, True) is None
+    recorder.begin_step()
+    recorder.end_step()
+    row = sink.batches[0][0]
+    assert decode_step(row, 0).collectives == ()
+    assert decode_step(row[:15], 0).collectives == ()  # a row from before collectives were captured

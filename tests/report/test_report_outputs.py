@@ -142,3 +142,23 @@ def test_html_shows_memory_chart_on_gpu_runs(tmp_path: Path) -> None:
 def test_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown report format"):
         render(None, "pdf")  # type: ignore[arg-type]
+
+
+def test_trace_ids_become_links_with_a_template(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run_dir = write_run(tmp_path / "run", "linked", [SyntheticStep(rank=0, step=n) for n in range(30)])
+    template = "http://jaeger.local:16686/trace/{trace_id}?x=1&y=2"
+    command = [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--trace-url", template]
+    html = subprocess.run([*command, "--format", "html"], capture_output=True, text=True, timeout=60)
+    assert html.returncode == 0, html.stderr
+    assert '<a href="http://jaeger.local:16686/trace/' in html.stdout and "?x=1&amp;y=2" in html.stdout
+    assert "<span>1 rank</span>" in html.stdout  # singular
+    text = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+    assert "trace http://jaeger.local:16686/trace/" in text
+    bad = subprocess.run([*command[:-1], "javascript:alert({trace_id})"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "not an http(s) URL" in bad.stderr
+    plain = subprocess.run([*command[:-2], "--format", "html"], capture_output=True, text=True, timeout=60)
+    assert "<a href" not in plain.stdout  # no template: plain ids

@@ -12,14 +12,25 @@ from collections.abc import Mapping
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.otlp import as_float, as_int, as_str, is_error_status, span_field, trace_id_hex
-from traceml_otel.analyze.records import PHASE_INDEX, StepTiming
+from traceml_otel.analyze.records import PHASE_INDEX, RankHost, StepTiming
 
 STEP_SPAN = -1
 """Pseudo phase index of the ``traceml.step`` span."""
+COLLECTIVE_SPAN = -2
+"""Pseudo index of ``traceml.collective`` spans: known, but their totals are read from the step span."""
 
-SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN} | {
+SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN, c.SPAN_COLLECTIVE: COLLECTIVE_SPAN} | {
     name: PHASE_INDEX[phase] for name, phase in c.SPAN_NAME_TO_PHASE.items()
 }
+
+LOADER_ATTRIBUTES = (
+    c.ATTR_LOADER_NUM_WORKERS,
+    c.ATTR_LOADER_PIN_MEMORY,
+    c.ATTR_LOADER_PERSISTENT_WORKERS,
+    c.ATTR_LOADER_PREFETCH_FACTOR,
+    c.ATTR_LOADER_BATCH_SIZE,
+)
+"""DataLoader settings, in :class:`~traceml_otel.analyze.records.RankHost` field order."""
 
 WANTED_ATTRIBUTES = frozenset(
     {
@@ -41,6 +52,19 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_PHASE_NAME,
         c.ATTR_PHASE_CPU_DURATION,
         c.ATTR_PHASE_GPU_DURATION,
+        c.ATTR_STEP_SAMPLES,
+        c.ATTR_STEP_TOKENS,
+        *LOADER_ATTRIBUTES,
+        c.ATTR_HOST_CPUS,
+        c.ATTR_COMM_CALLS,
+        c.ATTR_COMM_BYTES,
+        c.ATTR_COMM_CPU,
+        c.ATTR_COMM_GPU,
+        c.ATTR_COMM_EXPOSED_CPU,
+        c.ATTR_COMM_EXPOSED_GPU,
+        c.ATTR_PHASE_COMM_EXPOSED_CPU,
+        c.ATTR_PHASE_COMM_EXPOSED_GPU,
+        c.ATTR_COLLECTIVE_KIND,
     }
 )
 """The attributes the analyzer reads; sources decode only these."""
@@ -54,17 +78,24 @@ class _StepAccumulator:
 
     __slots__ = (
         "calls",
+        "comm",
+        "comm_cpu",
+        "comm_gpu",
         "cpu",
+        "cpus",
         "error",
         "gpu",
         "has_step",
+        "loader",
         "mem_total",
         "optimizer_steps",
         "parallelism",
         "peak_alloc",
         "peak_res",
         "prefetch",
+        "samples",
         "start",
+        "tokens",
         "trace_id",
         "traced_cpu",
         "traced_gpu",
@@ -89,9 +120,16 @@ class _StepAccumulator:
         self.peak_res: int | None = None
         self.mem_total: int | None = None
         self.error: str | None = None
+        self.samples: int | None = None
+        self.tokens: int | None = None
+        self.loader: tuple[object, ...] | None = None
+        self.cpus: int | None = None
         self.calls = [0] * _N
         self.cpu: list[float | None] = [0.0] * _N
         self.gpu: list[float | None] = [0.0] * _N
+        self.comm: tuple[object, ...] | None = None  # step-level totals: calls, bytes, cpu, gpu, exposed x2
+        self.comm_cpu = [0.0] * _N
+        self.comm_gpu = [0.0] * _N
 
     def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -109,6 +147,7 @@ class StepAssembler:
         self.spans = 0
         self.foreign_spans = 0
         self.duplicate_steps = 0
+        self._services: dict[str, set[str]] = {}
 
     def add_span(
         self,
@@ -148,6 +187,8 @@ class StepAssembler:
         if index == STEP_SPAN:
             self._add_step(acc, attrs, span)
             return True
+        if index == COLLECTIVE_SPAN:
+            return True
         cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
         if cpu.__class__ is not float or cpu - cpu != 0.0:  # x - x != 0: infinite or NaN (1e400)
             cpu = as_float(cpu)
@@ -164,6 +205,9 @@ class StepAssembler:
         acc.cpu[index] = None if total is None or cpu is None else total + cpu  # type: ignore[operator]
         total = acc.gpu[index]
         acc.gpu[index] = None if total is None or gpu is None else total + gpu  # type: ignore[operator]
+        if c.ATTR_PHASE_COMM_EXPOSED_CPU in attrs or c.ATTR_PHASE_COMM_EXPOSED_GPU in attrs:
+            acc.comm_cpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_CPU)) or 0.0
+            acc.comm_gpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_GPU)) or 0.0
         return True
 
     def _add_step(
@@ -191,9 +235,34 @@ class StepAssembler:
         acc.mem_total = as_int(attrs.get(c.ATTR_MEM_TOTAL))
         exception = as_str(attrs.get(c.ATTR_EXCEPTION_TYPE))
         acc.error = exception or ("error" if is_error_status(span) else None)
+        acc.samples = as_int(attrs.get(c.ATTR_STEP_SAMPLES))
+        acc.tokens = as_int(attrs.get(c.ATTR_STEP_TOKENS))
+        acc.cpus = as_int(attrs.get(c.ATTR_HOST_CPUS))
+        if c.ATTR_LOADER_NUM_WORKERS in attrs:
+            acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
+        calls = as_int(attrs.get(c.ATTR_COMM_CALLS))
+        if calls is not None:
+            acc.comm = (
+                calls,
+                as_int(attrs.get(c.ATTR_COMM_BYTES)),
+                as_float(attrs.get(c.ATTR_COMM_CPU)),
+                as_float(attrs.get(c.ATTR_COMM_GPU)),
+                as_float(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
+                as_float(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
+            )
+
+    def note_service(self, run_id: str, service: str) -> None:
+        """A resource of ``run_id`` (``""`` when the resource names none) had this ``service.name``."""
+        self._services.setdefault(run_id, set()).add(service)
+
+    def services(self, run_id: str) -> tuple[str, ...]:
+        """The ``service.name`` values seen for ``run_id`` (or on resources that named no run)."""
+        return tuple(sorted(self._services.get(run_id) or self._services.get("", set())))
 
     def merge(self, other: StepAssembler) -> None:
         """Fold another assembler's aggregates in (used to join files read in parallel)."""
+        for run_id, names in other._services.items():
+            self._services.setdefault(run_id, set()).update(names)
         self.spans += other.spans
         self.foreign_spans += other.foreign_spans
         self.duplicate_steps += other.duplicate_steps
@@ -216,11 +285,28 @@ class StepAssembler:
             base.cpu[index] = None if a is None or b is None else a + b
             a, b = base.gpu[index], extra.gpu[index]
             base.gpu[index] = None if a is None or b is None else a + b
+            base.comm_cpu[index] += extra.comm_cpu[index]
+            base.comm_gpu[index] += extra.comm_gpu[index]
         return base
 
     def run_ids(self) -> list[str]:
         """Run ids seen, the one with most steps first."""
         return sorted(self._runs, key=lambda run: -len(self._runs[run]))
+
+    def hosts(self, run_id: str) -> tuple[RankHost, ...]:
+        """Per rank: the host's CPUs and the last DataLoader settings recorded (by step number)."""
+        found: dict[int, list[object]] = {}
+        for (rank, _step), acc in sorted(self._runs.get(run_id, {}).items()):
+            if acc.cpus is None and acc.loader is None:
+                continue
+            entry = found.setdefault(rank, [None] * 6)
+            if acc.cpus is not None:
+                entry[0] = acc.cpus
+            if acc.loader is not None:
+                workers, pin, persistent, prefetch, batch = acc.loader
+                entry[1:] = [as_int(workers), _as_bool(pin), _as_bool(persistent), as_int(prefetch),
+                             as_int(batch)]
+        return tuple(RankHost(rank, *entry) for rank, entry in sorted(found.items()))  # type: ignore[arg-type]
 
     def steps(self, run_id: str) -> tuple[list[StepTiming], int]:
         """Frozen steps of ``run_id`` sorted by (rank, step), and how many had no step span."""
@@ -235,6 +321,14 @@ class StepAssembler:
         return out, orphans
 
 
+def _as_bool(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
 def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
     """Span kind for sources that return no span name (e.g. a TraceQL ``select``)."""
     phase = attrs.get(c.ATTR_PHASE_NAME)
@@ -242,6 +336,8 @@ def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
         return PHASE_INDEX[phase]
     if c.ATTR_STEP_CPU_DURATION in attrs or c.ATTR_STEP_GPU_DURATION in attrs:
         return STEP_SPAN
+    if c.ATTR_COLLECTIVE_KIND in attrs:
+        return COLLECTIVE_SPAN
     return None
 
 
@@ -288,4 +384,9 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         acc.peak_res,
         acc.mem_total,
         acc.error,
+        acc.samples,
+        acc.tokens,
+        *(acc.comm or (None,) * 6),
+        tuple(acc.comm_cpu),
+        tuple(acc.comm_gpu),
     )

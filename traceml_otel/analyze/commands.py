@@ -2,7 +2,8 @@
 
 Thin: parse arguments, pick a span source, call the analyzer and a reporter, set the exit code.
 Exit codes: 0 done; 1 nothing to analyse (no usable steps) or, with ``--fail-on-regression``, a
-regression; 2 bad arguments, unreadable input or an unreachable backend.
+regression; 2 bad arguments, unreadable input or an unreachable backend; 3 with
+``--fail-on-regression``, an inconclusive comparison (a side without usable data).
 """
 
 from __future__ import annotations
@@ -22,13 +23,20 @@ from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import time_range
 from traceml_otel.report import FORMATS, render, report_json
-from traceml_otel.report.compare import ReportFormatError, RunSummary, compare_runs, summary_from_report
+from traceml_otel.report.compare import (
+    ReportFormatError,
+    RunSummary,
+    compare_runs,
+    summary_from_report,
+    unusable_summary,
+)
 from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
 from traceml_otel.sanitize import strip_control
+from traceml_otel.settings import trace_url_template
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
-EXIT_OK, EXIT_NO_DATA, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 
 
 def _step_range(text: str) -> tuple[int | None, int | None]:
@@ -70,6 +78,11 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     _add_window_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
+    parser.add_argument(
+        "--trace-url", metavar="TEMPLATE",
+        help="link trace ids in the report: a URL with {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} "
+             "(default: TRACEML_TRACE_URL)",
+    )
     parser.add_argument("--page-size", type=int, default=500, help="traces per backend request (default 500)")
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for each backend socket read"
@@ -126,7 +139,30 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
         return analyze_source(_backend(args), window)
     if not args.inputs:
         raise ValueError("nothing to analyse: give a run directory, OTLP JSON files, --tempo or --jaeger")
+    for path in args.inputs:
+        kind = _report_kind(path)
+        if kind:
+            raise ValueError(
+                f"{path} is a traceml {kind} (its diagnosis is already in it), not spans: analyse the run "
+                "directory or span files, or compare reports with `traceml compare A.json B.json`"
+            )
     return analyze_path(args.inputs, run_id=args.run_id, service=args.service, window=window)
+
+
+def _report_kind(path: Path) -> str:
+    """``report`` or ``comparison`` when ``path`` is one of our JSON documents, else empty."""
+    if not path.is_file():
+        return ""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return ""
+    if b'"schema": "traceml-otel/report"' in head:
+        return "report"
+    if b'"schema": "traceml-otel/compare"' in head:
+        return "comparison"
+    return ""
 
 
 def _fail(command: str, message: str) -> int:
@@ -146,10 +182,11 @@ def _write(text: str, output: Path | None) -> None:
 def run_analyze(args: argparse.Namespace) -> int:
     """Run ``traceml analyze``; returns the exit code."""
     try:
+        trace_url = trace_url_template(getattr(args, "trace_url", None))
         analysis = _analyze(args)
     except (SourceError, ValueError, OSError) as error:
         return _fail("analyze", str(error))
-    _write(render(analysis, args.format), args.output)
+    _write(render(analysis, args.format, trace_url=trace_url), args.output)
     return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
 
 
@@ -163,14 +200,19 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
         analysis = analyze_path([run_dir])
     except SourceError as error:
         return f"traceml: no diagnosis: {error}\n"
+    try:
+        trace_url = trace_url_template()
+    except ValueError as error:
+        print(f"traceml: trace links off: {error}", file=sys.stderr)
+        trace_url = None
     lines = []
     for name, fmt in ((REPORT_JSON, "json"), *(((REPORT_HTML, "html"),) if html else ())):
         try:  # a read-only or full disk costs the report file, not the diagnosis
-            (run_dir / name).write_text(render(analysis, fmt), encoding="utf-8")
+            (run_dir / name).write_text(render(analysis, fmt, trace_url=trace_url), encoding="utf-8")
             lines.append(f"Report: {run_dir / name}\n")
         except OSError as error:
             lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {error})\n")
-    return render(analysis, "text") + "".join(lines)
+    return render(analysis, "text", trace_url=trace_url) + "".join(lines)
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -183,16 +225,27 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses against A")
 
 
+REPORT_READ_LIMIT = 64 * 1024 * 1024
+"""Largest ``.json`` file read whole as a possible report."""
+
+
 def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
-    """A run summary from a JSON report, or by analysing a run directory or span files."""
-    if path.is_file() and path.suffix == ".json":
+    """A run summary from a JSON report, or by analysing a run directory or span files.
+
+    A file that is neither a report nor holds any traceml spans gives a summary with no usable data
+    (the comparison is then INCONCLUSIVE); a path that does not exist raises ``SourceError``.
+    """
+    if path.is_file() and path.suffix == ".json" and path.stat().st_size <= REPORT_READ_LIMIT:
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as error:
-            raise ReportFormatError(f"{path}: not JSON ({error})") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            return unusable_summary(label, f"not JSON ({str(error)[:80]})")
         if isinstance(document, dict) and "schema" in document:
             return summary_from_report(document, label)
-    return summary_from_report(report_json(analyze_path([path], window=window)), label)
+    report = report_json(analyze_path([path], window=window))
+    if not report["run"]["spans_read"]:  # type: ignore[index]
+        return unusable_summary(label, "neither a traceml report nor a run with traceml spans")
+    return summary_from_report(report, label)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -209,4 +262,7 @@ def run_compare(args: argparse.Namespace) -> int:
     _write(text, args.output)
     if args.fail_on_regression and comparison.verdict == "REGRESSION":
         return EXIT_NO_DATA
+    if args.fail_on_regression and comparison.verdict == "INCONCLUSIVE":
+        print("traceml compare: inconclusive: " + "; ".join(comparison.notes[:1]), file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     return EXIT_OK

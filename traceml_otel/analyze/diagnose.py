@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
+from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
 from traceml_otel.analyze.manifest import RunManifest
 from traceml_otel.analyze.memory import diagnose_memory
-from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize
+from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.records import LoadedRun, WindowSpec
 from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.analyze.window import (
@@ -46,18 +47,25 @@ def analyze_run(
         rank_series(rank, rank_steps, seconds)
         for rank, rank_steps, seconds in zip(run.ranks, run.per_rank, run_seconds, strict=True)
     )
+    info = _run_info(loaded, manifest, parallelism)
     return RunAnalysis(
-        run=_run_info(loaded, manifest, parallelism),
+        run=info,
         window=window_info,
         clock=clock,
         ranks=ranks,
         summaries=tuple(summarize(ranks, name) for name in COMPONENTS),
-        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source),
+        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts),
         memory=diagnose_memory(window),
         drift=detect_drift(steps, series),
         worst_steps=worst_steps(window, window_seconds, clock),
         series=charts,
         accumulation=_accumulation(ranks),
+        run_findings=run_findings(
+            world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
+            failed_steps=info.failed_steps, exit_code=info.exit_code,
+        ),
+        throughput=throughput(ranks),
+        hosts=loaded.hosts,
     )
 
 
@@ -78,7 +86,8 @@ def _accumulation(ranks: tuple[RankMetrics, ...]) -> Accumulation:
 def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str) -> RunInfo:
     sizes = [s.world_size for s in loaded.steps if s.world_size is not None]
     world_size = max(sizes) if sizes else (manifest.world_size if manifest else None)
-    observed = tuple(sorted({s.rank for s in loaded.steps}))
+    counts = rank_counts(loaded.steps)
+    observed = tuple(c.rank for c in counts)
     warnings = list(loaded.warnings)
     if loaded.orphan_steps:
         warnings.append(f"{loaded.orphan_steps} (rank, step) pairs had phase spans but no traceml.step span")
@@ -99,4 +108,7 @@ def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str)
         other_run_ids=loaded.other_run_ids,
         warnings=tuple(warnings),
         warnings_total=loaded.warnings_total + (1 if loaded.orphan_steps else 0),
+        missing_ranks=missing_ranks(world_size, observed),
+        rank_steps=counts,
+        failures=step_failures(loaded.steps),
     )

@@ -1,10 +1,12 @@
 """Beyond the per-window verdict: step-time drift over the run, the slowest steps, chart series.
 
-Drift: per aligned step, the median over ranks of the step time. The baseline is the typical
-(median of normal) step time early in the run, after skipping the first few steps; the recent
-level is the same over the last steps. "Normal" leaves out spikes more than 3 scaled MADs from the
-median (checkpoints, evaluation). The onset is where the run is best split into an early and a
-late level (see :func:`_onset`).
+Drift: per aligned step, the median over ranks of the step time. Warm-up steps are skipped; the
+baseline is the typical (median of normal) step time of the next band of steps, the recent level
+the same over the last band. "Normal" leaves out spikes more than 3 scaled MADs from the median
+(checkpoints, evaluation). A change counts only when it is large (10 %), beyond the noise of the
+two bands (3 standard errors of the difference of their medians) and held over the whole recent
+band (both of its halves moved the same way). The onset is where the run is best split into an
+early and a late level (see :func:`_onset`). The method and its minimum are in docs/analyzer.md.
 """
 
 from __future__ import annotations
@@ -47,25 +49,49 @@ def step_series(
     return steps, series
 
 
+def _spread(values: Sequence[float]) -> float:
+    """The scaled median absolute deviation (a robust standard deviation)."""
+    median = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - median) for v in values)
+
+
+def _median_error(values: Sequence[float]) -> float:
+    """Standard error of the median of ``values``, from their robust spread."""
+    return 1.2533 * _spread(values) / len(values) ** 0.5
+
+
+def warmup_steps(series: Sequence[float]) -> int:
+    """How many leading steps to skip: 10 % of the run (at least 5), then any further leading
+    steps slower than the run's typical step by more than 3 scaled MADs (capped at a quarter)."""
+    n = len(series)
+    skip = max(t.DRIFT_MIN_SKIP, int(n * t.DRIFT_SKIP))
+    level = typical(series)
+    limit = level + 3 * _spread(series)
+    while skip < n // 4 and series[skip] > limit:
+        skip += 1
+    return skip
+
+
 def detect_drift(steps: Sequence[int], series: Sequence[float]) -> DriftAnalysis:
     """Compare the early baseline with the recent level; find where the recent level began."""
     n = len(series)
     if n < t.DRIFT_MIN_STEPS:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
+    skip = warmup_steps(series)
     band = max(t.DRIFT_MIN_BAND, int(n * t.DRIFT_BAND))
-    skip = max(1, int(n * t.DRIFT_SKIP))
-    base_lo, base_hi = skip, min(n, skip + band)
-    recent_lo = max(base_hi, n - band)
-    if recent_lo >= n:
+    base_lo, base_hi = skip, skip + band
+    recent_lo = n - band
+    if recent_lo < base_hi:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
-    baseline = typical(series[base_lo:base_hi])
-    recent = typical(series[recent_lo:])
+    early, late = series[base_lo:base_hi], series[recent_lo:]
+    baseline = typical(early)
+    recent = typical(late)
     change = recent / baseline - 1.0 if baseline > 0 else 0.0
     kind = DriftKind.STABLE
     since = None
-    if abs(change) >= t.DRIFT_CHANGE:
+    if _is_drift(baseline, recent, change, early, late):
         kind = DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
-        since = steps[_onset(series, skip)]
+        since = steps[_onset(series, skip, band // 2)]
     return DriftAnalysis(
         kind=kind,
         baseline_s=baseline,
@@ -77,12 +103,30 @@ def detect_drift(steps: Sequence[int], series: Sequence[float]) -> DriftAnalysis
     )
 
 
-def _onset(series: Sequence[float], first: int) -> int:
+def _is_drift(
+    baseline: float, recent: float, change: float, early: Sequence[float], late: Sequence[float]
+) -> bool:
+    """Large, beyond the bands' noise, and held over both halves of the recent band."""
+    if abs(change) < t.DRIFT_CHANGE or baseline <= 0:
+        return False
+    noise = (_median_error(early) ** 2 + _median_error(late) ** 2) ** 0.5
+    if abs(recent - baseline) < t.DRIFT_NOISE_Z * noise:
+        return False
+    half = len(late) // 2
+    for part in (late[:half], late[half:]):
+        moved = statistics.median(part) / baseline - 1.0
+        if moved * change <= 0 or abs(moved) < t.DRIFT_CHANGE / 2:
+            return False
+    return True
+
+
+def _onset(series: Sequence[float], first: int, shortest: int = 1) -> int:
     """Index where the series steps from its early level to its late level.
 
     The split that best fits the series from ``first`` on as two flat levels (least squares, by
     prefix sums); values are clipped to their 5th-95th percentiles first so single spikes do not
-    pull the split. A sharp change gives its exact step, a gradual one its middle.
+    pull the split, and each level holds at least ``shortest`` steps (a spike at the very end is
+    not a level). A sharp change gives its exact step, a gradual one its middle.
     """
     tail = sorted(series[first:])
     low, high = tail[int(0.05 * (len(tail) - 1))], tail[int(0.95 * (len(tail) - 1))]
@@ -90,11 +134,14 @@ def _onset(series: Sequence[float], first: int) -> int:
     n = len(values)
     total = sum(values)
     total_sq = sum(v * v for v in values)
-    best, best_cost = 1, float("inf")
+    shortest = max(1, min(shortest, n // 2))
+    best, best_cost = shortest, float("inf")
     head = head_sq = 0.0
     for k in range(1, n):
         head += values[k - 1]
         head_sq += values[k - 1] ** 2
+        if k < shortest or n - k < shortest:
+            continue
         rest, rest_sq = total - head, total_sq - head_sq
         cost = (head_sq - head * head / k) + (rest_sq - rest * rest / (n - k))
         if cost < best_cost:
@@ -109,6 +156,7 @@ def _dominant(value: StepValues) -> tuple[str, float | None]:
         "forward": value.forward,
         "backward": value.backward,
         "optimizer": value.optimizer,
+        "communication": value.communication,
         "residual": value.residual,
     }
     known = [(v, name) for name, v in parts.items() if v is not None]

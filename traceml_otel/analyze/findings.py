@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
+from traceml_otel.analyze.records import RankHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,48 @@ class RankMetrics:
     residual: float | None
     optimizer_updates: int | None
     micro_steps: int
+    samples_per_step: float | None = None
+    """Mean samples per step; ``None`` unless every step of the window recorded them."""
+    tokens_per_step: float | None = None
+    communication: float | None = None
+    """Exposed collective time per step (the part the step waited for); ``None`` when not measured.
+    Forward, backward and optimizer above exclude the part of it that lay inside them."""
+    communication_total: float | None = None
+    """All collective time per step, overlapping compute or not."""
+    communication_bytes: float | None = None
+    communication_measured: bool = False
+    """Collective timing saw at least one collective on this rank."""
+
+    @property
+    def samples_per_s(self) -> float | None:
+        """This rank's throughput: mean samples per step over mean step time."""
+        return _rate(self.samples_per_step, self.step_time)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return _rate(self.tokens_per_step, self.step_time)
+
+
+def _rate(work: float | None, seconds: float | None) -> float | None:
+    return None if work is None or seconds is None or seconds <= 0 else work / seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Work per step and per second over all ranks (data parallel: the ranks' work adds up).
+
+    ``samples_per_step`` is the sum over ranks of each rank's mean; ``samples_per_s`` the sum of the
+    ranks' rates; ``time_per_sample_s`` its inverse. ``None`` unless every rank recorded the work.
+    """
+
+    samples_per_step: float | None = None
+    samples_per_s: float | None = None
+    time_per_sample_s: float | None = None
+    tokens_per_step: float | None = None
+    tokens_per_s: float | None = None
+    time_per_token_s: float | None = None
+    measured_ranks: int = 0
+    observed_ranks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +203,25 @@ class Accumulation:
 
 
 @dataclass(frozen=True, slots=True)
+class RankCount:
+    """How many steps one rank recorded, and the first and last step numbers."""
+
+    rank: int
+    steps: int
+    first_step: int
+    last_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailure:
+    """A traced step that raised."""
+
+    rank: int
+    step: int
+    exception_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     """Where the data came from and what the run was."""
 
@@ -179,6 +241,9 @@ class RunInfo:
     other_run_ids: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     warnings_total: int = 0
+    missing_ranks: tuple[int, ...] = ()
+    rank_steps: tuple[RankCount, ...] = ()
+    failures: tuple[StepFailure, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +272,11 @@ class RunAnalysis:
     worst_steps: tuple[WorstStep, ...]
     series: tuple[RankSeries, ...]
     accumulation: Accumulation
+    run_findings: tuple[Finding, ...] = ()
+    """Findings about the data itself (missing or partial ranks, a failed run), most serious first."""
+    throughput: Throughput = Throughput()
+    hosts: tuple[RankHost, ...] = ()
+    """Per rank: usable CPUs and DataLoader settings, as recorded."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

@@ -33,6 +33,7 @@ class StepKind(StrEnum):
     H2D_BOUND = "H2D_BOUND"
     RESIDUAL_HEAVY = "RESIDUAL_HEAVY"
     COMPUTE_BOUND = "COMPUTE_BOUND"
+    COMMUNICATION_BOUND = "COMMUNICATION_BOUND"
     STRAGGLER = "STRAGGLER"
     INPUT_STRAGGLER = "INPUT_STRAGGLER"
     H2D_STRAGGLER = "H2D_STRAGGLER"
@@ -75,3 +76,11 @@ class Clock(StrEnum):
 
     CPU = "cpu"
     GPU = "gpu"
+
+
+class RunKind(StrEnum):
+    """Findings about the run's data itself (shown above the verdict, never the primary verdict)."""
+
+    MISSING_RANKS = "MISSING_RANKS"
+    PARTIAL_RANKS = "PARTIAL_RANKS"
+    RUN_FAILED = "RUN_FAILED"

@@ -2,9 +2,11 @@
 
 Formulas (diagnosis-semantics): ``step_time = input_wait + traced`` (plus loader-side prefetch
 copies, which are neither), ``compute = forward + backward + optimizer`` and per step
-``residual = max(0, traced - h2d - compute)``. Input wait, forward, backward and traced time must
-be present on every step of a rank or that rank's metric is ``None``. Optimizer and h2d are
-occurrence metrics: a step without them counts 0.
+``residual = max(0, traced - h2d - compute - communication)``. Where collectives were timed,
+``communication`` is their exposed time, and forward, backward and optimizer exclude the part of
+it measured inside them (DDP's gradient wait sits at the end of backward). Input wait, forward,
+backward and traced time must be present on every step of a rank or that rank's metric is
+``None``. Optimizer and h2d are occurrence metrics: a step without them counts 0.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage
+from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage, Throughput
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.records import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
 
@@ -23,6 +25,7 @@ COMPONENTS = (
     "forward",
     "backward",
     "optimizer",
+    "communication",
     "residual",
     "compute",
     "traced",
@@ -50,6 +53,7 @@ class StepValues:
     optimizer: float
     h2d: float
     h2d_in_step: float
+    communication: float | None = 0.0
 
     @property
     def step_time(self) -> float | None:
@@ -69,23 +73,32 @@ class StepValues:
         compute = self.compute
         if compute is None or self.traced is None:
             return None
-        return max(0.0, self.traced - self.h2d_in_step - compute)
+        return max(0.0, self.traced - self.h2d_in_step - compute - (self.communication or 0.0))
 
 
 def step_values(step: StepTiming, clock: Clock) -> StepValues:
     """Read one step's components on ``clock``."""
     h2d_in_step = step.phase(H2D, clock) or 0.0
+    exposed = step.communication(clock)
+
+    def without_waits(index: int) -> float | None:
+        value = step.phase(index, clock)
+        if value is None or exposed is None:
+            return value
+        return max(0.0, value - step.phase_communication(index, clock))
+
     return StepValues(
         step=step.step,
         rank=step.rank,
         trace_id=step.trace_id,
         input_wait=step.input_wait(clock),
         traced=step.traced(clock),
-        forward=step.phase(FORWARD, clock),
-        backward=step.phase(BACKWARD, clock),
-        optimizer=step.phase(OPTIMIZER, clock) or 0.0,
+        forward=without_waits(FORWARD),
+        backward=without_waits(BACKWARD),
+        optimizer=without_waits(OPTIMIZER) or 0.0,
         h2d=h2d_in_step + (step.prefetch_h2d_cpu or 0.0),
         h2d_in_step=h2d_in_step,
+        communication=exposed,
     )
 
 
@@ -106,12 +119,42 @@ def rank_metrics(
     h2d_measured = False
     updates: int | None = None
     micro = 0
+    samples_sum, tokens_sum = 0, 0
+    samples_known, tokens_known = n > 0, n > 0
+    comm_sum, comm_total, comm_bytes = 0.0, 0.0, 0
+    comm_missing = total_missing = comm_seen = False
     for s in steps:
+        if s.samples is None:
+            samples_known = False
+        else:
+            samples_sum += s.samples
+        if s.tokens is None:
+            tokens_known = False
+        else:
+            tokens_sum += s.tokens
         wait = s.input_wait_gpu if gpu else s.input_wait_cpu
         traced = s.traced_gpu if gpu else s.traced_cpu
         times = s.phase_gpu if gpu else s.phase_cpu
         forward, backward = times[FORWARD], times[BACKWARD]
         optimizer, h2d_in = times[OPTIMIZER] or 0.0, times[H2D] or 0.0
+        exposed = 0.0
+        if s.comm_calls is not None:
+            comm_seen = True
+            comm_bytes += s.comm_bytes or 0
+            whole = s.comm_gpu if gpu else s.comm_cpu
+            total_missing |= whole is None
+            comm_total += whole or 0.0
+            measured = s.comm_exposed_gpu if gpu else s.comm_exposed_cpu
+            if measured is None:
+                comm_missing = True
+            else:
+                exposed = measured
+                comm_sum += measured
+                inside = s.phase_comm_gpu if gpu else s.phase_comm_cpu
+                # The waits measured inside a phase are communication, not that phase's compute.
+                forward = None if forward is None else max(0.0, forward - inside[FORWARD])
+                backward = None if backward is None else max(0.0, backward - inside[BACKWARD])
+                optimizer = max(0.0, optimizer - inside[OPTIMIZER])
         prefetch = s.prefetch_h2d_cpu
         h2d = h2d_in + (prefetch or 0.0)
         if prefetch is not None or s.phase_calls[H2D]:
@@ -130,7 +173,7 @@ def rank_metrics(
             compute = forward + backward + optimizer
             sums[6] += compute
             if traced is not None:
-                sums[7] += max(0.0, traced - h2d_in - compute)
+                sums[7] += max(0.0, traced - h2d_in - compute - exposed)
         if wait is not None and traced is not None:
             whole = wait + traced + (h2d - h2d_in)
             step_sum += whole
@@ -158,6 +201,12 @@ def rank_metrics(
         residual=mean(sums[7], no_compute or missing[1]),
         optimizer_updates=updates,
         micro_steps=micro,
+        samples_per_step=samples_sum / n if samples_known else None,
+        tokens_per_step=tokens_sum / n if tokens_known else None,
+        communication=mean(comm_sum, comm_missing or not comm_seen),
+        communication_total=mean(comm_total, total_missing or not comm_seen),
+        communication_bytes=comm_bytes / n if comm_seen and n else None,
+        communication_measured=comm_seen,
     )
     return metrics, seconds
 
@@ -196,3 +245,26 @@ def summarize(ranks: Sequence[RankMetrics], name: str) -> MetricSummary:
 def coverage(ranks: Sequence[RankMetrics], signal: str) -> SignalCoverage:
     """How many ranks measured ``signal`` on every step."""
     return SignalCoverage(signal, sum(1 for m in ranks if component(m, signal) is not None), len(ranks))
+
+
+def throughput(ranks: Sequence[RankMetrics]) -> Throughput:
+    """Work per step and per second summed over ranks; ``None`` unless every rank measured it."""
+    measured = sum(1 for m in ranks if m.samples_per_s is not None)
+
+    def total(values: list[float | None]) -> float | None:
+        return None if not values or any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+    samples = total([m.samples_per_step for m in ranks])
+    samples_rate = total([m.samples_per_s for m in ranks])
+    tokens = total([m.tokens_per_step for m in ranks])
+    tokens_rate = total([m.tokens_per_s for m in ranks])
+    return Throughput(
+        samples_per_step=samples,
+        samples_per_s=samples_rate,
+        time_per_sample_s=1.0 / samples_rate if samples_rate else None,
+        tokens_per_step=tokens,
+        tokens_per_s=tokens_rate,
+        time_per_token_s=1.0 / tokens_rate if tokens_rate else None,
+        measured_ranks=measured,
+        observed_ranks=len(ranks),
+    )

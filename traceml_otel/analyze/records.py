@@ -17,6 +17,7 @@ FORWARD, BACKWARD, OPTIMIZER, H2D = (PHASE_INDEX[p] for p in ("forward", "backwa
 
 NO_PHASE_TIMES: tuple[float | None, ...] = (None,) * len(PHASES)
 NO_PHASE_CALLS: tuple[int, ...] = (0,) * len(PHASES)
+NO_PHASE_COMM: tuple[float, ...] = (0.0,) * len(PHASES)
 
 
 class StepTiming(NamedTuple):
@@ -50,6 +51,18 @@ class StepTiming(NamedTuple):
     peak_reserved: int | None = None
     memory_total: int | None = None
     error: str | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    comm_calls: int | None = None
+    """Collective calls in the step; ``None`` when collective timing saw none (or was off)."""
+    comm_bytes: int | None = None
+    comm_cpu: float | None = None
+    comm_gpu: float | None = None
+    comm_exposed_cpu: float | None = None
+    comm_exposed_gpu: float | None = None
+    phase_comm_cpu: tuple[float, ...] = NO_PHASE_COMM
+    """Exposed collective time inside each phase (summed over its calls; 0 where none was measured)."""
+    phase_comm_gpu: tuple[float, ...] = NO_PHASE_COMM
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""
@@ -63,6 +76,16 @@ class StepTiming(NamedTuple):
         """Summed time of one phase on ``clock``; ``None`` if it had no call or lacks that clock."""
         return self.phase_gpu[index] if clock is Clock.GPU else self.phase_cpu[index]
 
+    def communication(self, clock: Clock) -> float | None:
+        """Exposed collective time on ``clock``: 0 with no collectives in the step, ``None`` if unmeasured."""
+        if self.comm_calls is None:
+            return 0.0
+        return self.comm_exposed_gpu if clock is Clock.GPU else self.comm_exposed_cpu
+
+    def phase_communication(self, index: int, clock: Clock) -> float:
+        """Exposed collective time measured inside one phase on ``clock`` (0 when none)."""
+        return self.phase_comm_gpu[index] if clock is Clock.GPU else self.phase_comm_cpu[index]
+
     def has_gpu_timing(self) -> bool:
         """True when the block, its input wait and every phase that ran carry GPU timings."""
         if self.traced_gpu is None or self.input_wait_gpu is None:
@@ -70,6 +93,25 @@ class StepTiming(NamedTuple):
         return all(
             calls == 0 or gpu is not None for calls, gpu in zip(self.phase_calls, self.phase_gpu, strict=True)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RankHost:
+    """What one rank recorded once about its input pipeline: the host's usable CPUs and the last
+    DataLoader configuration it iterated (``None`` fields: not recorded)."""
+
+    rank: int
+    cpus: int | None = None
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+
+    @property
+    def has_loader(self) -> bool:
+        """True when a DataLoader's settings were recorded."""
+        return self.num_workers is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +128,7 @@ class LoadedRun:
     other_run_ids: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     warnings_total: int = 0
+    hosts: tuple[RankHost, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
 """Step-time rules and the primary verdict.
 
-Rules run in the order straggler, input, h2d, residual, compute. Each fires a finding, abstains
+Rules run in the order straggler, input, h2d, residual, communication, compute. The straggler is
+named from measured collective waits where every rank measured them (``communication.py``), else
+inferred from backward times (``straggler.py``). Each fires a finding, abstains
 (signals it needs were not measured) or stays quiet. Findings are sorted by severity, then
 score; the first is the primary diagnosis. With nothing fired the verdict is INCOMPLETE_DATA if a
 rule abstained, else BALANCED. Fewer than 20 steps per rank, or FSDP, caps severity at warning.
@@ -12,9 +14,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
+from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
 from traceml_otel.analyze.metrics import coverage, share
+from traceml_otel.analyze.records import RankHost
 from traceml_otel.analyze.straggler import straggler_rule
 
 _SHARE_NEEDS = {
@@ -27,9 +32,7 @@ _SHARE_TEXT = {
         "input_wait",
         "Input-bound",
         "Waiting for the next batch takes {share:.0%} of the step time (median over ranks).",
-        "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "
-        "workers, prefetching, or moving decoding and augmentation out of the training loop. Check the "
-        "storage read speed.",
+        GENERIC_INPUT_ADVICE,
     ),
     StepKind.H2D_BOUND: (
         "h2d",
@@ -58,9 +61,12 @@ def _abstention(rule: str, ranks: Sequence[RankMetrics], signals: Sequence[str])
     return Abstention(rule, tuple(cov for cov in found if cov.measured_ranks < cov.observed_ranks))
 
 
-def share_rule(kind: StepKind, ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
+def share_rule(
+    kind: StepKind, ranks: Sequence[RankMetrics], advice_for_run: str | None = None
+) -> Finding | Abstention | None:
     """INPUT_BOUND, H2D_BOUND or RESIDUAL_HEAVY: fires when the component's share >= 0.10."""
     name, title, why, advice = _SHARE_TEXT[kind]
+    advice = advice_for_run or advice
     value = share(ranks, name)
     if value is None:
         return _abstention(name, ranks, _SHARE_NEEDS[name])
@@ -86,6 +92,9 @@ def compute_rule(ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
     assert compute is not None
     if compute < t.COMPUTE_SHARE or any(v >= t.SHARE_WARN for v in shares.values()):  # type: ignore[operator]
         return None
+    communication = share(ranks, "communication")
+    if communication is not None and communication >= t.COMMUNICATION_WARN:
+        return None
     return Finding(
         kind=StepKind.COMPUTE_BOUND,
         severity=Severity.INFO,
@@ -110,7 +119,8 @@ def _cap(finding: Finding, caps: Sequence[str]) -> Finding:
 
 
 def diagnose_step_time(
-    ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = ""
+    ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = "",
+    hosts: Sequence[RankHost] = (),
 ) -> StepDiagnosis:
     """Run every step-time rule over one window's rank metrics and pick the primary verdict."""
     if not ranks or all(m.steps == 0 for m in ranks):
@@ -127,10 +137,11 @@ def diagnose_step_time(
         if applies
     )
     outcomes = [
-        straggler_rule(ranks, parallelism),
-        share_rule(StepKind.INPUT_BOUND, ranks),
+        sync_straggler_rule(ranks) if waits_measured(ranks) else straggler_rule(ranks, parallelism),
+        share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
         share_rule(StepKind.RESIDUAL_HEAVY, ranks),
+        communication_rule(ranks),
         compute_rule(ranks),
     ]
     issues = [_cap(o, caps) for o in outcomes if isinstance(o, Finding)]
@@ -184,7 +195,8 @@ def incomplete(abstentions: Sequence[Abstention]) -> Finding:
 
 def balanced(ranks: Sequence[RankMetrics]) -> Finding:
     """BALANCED: every rule ran and none fired."""
-    parts = {name: share(ranks, name) for name in ("input_wait", "h2d", "compute", "residual")}
+    names = ("input_wait", "h2d", "compute", "communication", "residual")
+    parts = {name: share(ranks, name) for name in names}
     text = ", ".join(
         f"{name.replace('_', ' ')} {value:.0%}" for name, value in parts.items() if value is not None
     )

@@ -49,6 +49,15 @@ class SyntheticStep:
     peak_reserved: int | None = None
     memory_total: int | None = None
     error: str | None = None
+    samples: int | None = None
+    tokens: int | None = None
+    num_workers: int | None = None
+    """With ``num_workers`` set, the step carries DataLoader settings (and ``cpus``)."""
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+    cpus: int | None = None
 
     def traced_time(self) -> float:
         """The step span's duration."""
@@ -121,7 +130,18 @@ def step_spans(run_id: str, step: SyntheticStep, start_ns: int) -> list[dict[str
         c.ATTR_MEM_PEAK_RESERVED: step.peak_reserved,
         c.ATTR_MEM_TOTAL: step.memory_total,
         c.ATTR_EXCEPTION_TYPE: step.error,
+        c.ATTR_STEP_SAMPLES: step.samples,
+        c.ATTR_STEP_TOKENS: step.tokens,
+        c.ATTR_HOST_CPUS: step.cpus,
     }
+    if step.num_workers is not None:
+        root_attrs |= {
+            c.ATTR_LOADER_NUM_WORKERS: step.num_workers,
+            c.ATTR_LOADER_PIN_MEMORY: step.pin_memory,
+            c.ATTR_LOADER_PERSISTENT_WORKERS: step.persistent_workers,
+            c.ATTR_LOADER_PREFETCH_FACTOR: step.prefetch_factor,
+            c.ATTR_LOADER_BATCH_SIZE: step.batch_size,
+        }
     spans = [_span(c.SPAN_STEP, trace_id, root_id, "", start_ns, traced, root_attrs, step.error is not None)]
     cursor = start_ns
     number = 1

@@ -8,6 +8,9 @@ SHARE_CRITICAL = 0.20
 """... and at or above this they are critical."""
 COMPUTE_SHARE = 0.90
 """Compute share at or above this (with the others under SHARE_WARN) is COMPUTE_BOUND."""
+COMMUNICATION_WARN = 0.10
+"""Exposed communication share of the rank that waits least, at or above this: COMMUNICATION_BOUND."""
+COMMUNICATION_CRITICAL = 0.20
 STRAGGLER_WARN = 0.10
 STRAGGLER_CRITICAL = 0.20
 STRAGGLER_COVERAGE = 0.80
@@ -29,13 +32,17 @@ CREEP_BYTES = 1 << 30
 CREEP_BANDS = ((0.15, 0.25), (0.45, 0.55), (0.90, 1.00))
 """Baseline, middle and recent bands, as fractions of the window."""
 
-DRIFT_MIN_STEPS = 20
+DRIFT_MIN_STEPS = 50
+"""Fewer aligned steps than this is NOT_ENOUGH_STEPS for drift."""
 DRIFT_CHANGE = 0.10
 """A recent step time this much above (or below) the early baseline is drift."""
+DRIFT_NOISE_Z = 4.0
+"""... and only when the change is at least this many standard errors of the difference of medians."""
 DRIFT_BAND = 0.20
 """Baseline and recent windows are each this fraction of the run (at least DRIFT_MIN_BAND steps)."""
-DRIFT_MIN_BAND = 5
-DRIFT_SKIP = 0.05
-"""Fraction of the first steps skipped as warm-up before the baseline (at least 1 step)."""
+DRIFT_MIN_BAND = 10
+DRIFT_SKIP = 0.10
+"""Fraction of the first steps skipped as warm-up before the baseline (at least DRIFT_MIN_SKIP)."""
+DRIFT_MIN_SKIP = 5
 WORST_STEPS = 5
 """How many of the slowest steps the report lists."""

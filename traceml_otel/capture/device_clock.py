@@ -37,6 +37,14 @@ class CpuClock:
         """Whether the device has passed ``mark`` (non-blocking)."""
         return True
 
+    def on_default_stream(self) -> bool:
+        """Whether device work issued now lands on the default stream, which the step's compute uses.
+
+        A blocking collective issued on a side stream (FSDP's all-gather stream) overlaps compute, so
+        it is not known to be exposed. Without a device there is no side stream.
+        """
+        return True
+
     def elapsed_ns(self, start: Any, end: Any) -> int | None:
         """Device time between two completed marks, in nanoseconds."""
         return None
@@ -134,6 +142,14 @@ class CudaEventClock(CpuClock):
 
     def is_done(self, mark: Any) -> bool:
         return mark is None or bool(mark.query())
+
+    def on_default_stream(self) -> bool:
+        device = self._device
+        if device is None:
+            return True
+        if self._raw_stream is None:
+            return self._torch.cuda.current_stream(device) == self._torch.cuda.default_stream(device)
+        return self._raw_stream(device) == 0  # the default (legacy) stream's handle
 
     def elapsed_ns(self, start: Any, end: Any) -> int | None:
         if start is None or end is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any
 
@@ -305,8 +305,50 @@ class AcceleratePrefetchPatch:
             self._module = self._original = None
 
 
+def batch_samples(batch: Any) -> int | None:
+    """The batch dimension of what a loader returned: the leading size of its first tensor.
+
+    Looks into a tuple/list (first item) or a mapping (first value), two levels deep at most;
+    ``None`` when no tensor with a dimension is found. A few type checks: cheap on the hot path.
+    """
+    for _ in range(3):
+        if isinstance(batch, torch.Tensor):
+            shape = batch.shape
+            return int(shape[0]) if shape else None
+        if isinstance(batch, (tuple, list)):
+            if not batch:
+                return None
+            batch = batch[0]
+        elif isinstance(batch, Mapping):
+            batch = next(iter(batch.values()), None)
+        else:
+            return None
+    return None
+
+
+def loader_settings(iterator: Any) -> tuple[Any, ...]:
+    """``(num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size)`` of the loader
+    behind a DataLoader iterator (read from the iterator, which copies them from its loader)."""
+    batch_size = None
+    if getattr(iterator, "_auto_collation", False):
+        batch_size = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
+    workers = int(getattr(iterator, "_num_workers", 0) or 0)
+    prefetch = getattr(iterator, "_prefetch_factor", None) if workers else None
+    return (
+        workers,
+        bool(getattr(iterator, "_pin_memory", False)),
+        bool(getattr(iterator, "_persistent_workers", False)),
+        prefetch if isinstance(prefetch, int) else None,
+        batch_size if isinstance(batch_size, int) else None,
+    )
+
+
 class DataLoaderPatch:
-    """Times every ``next()`` on a DataLoader iterator (single- and multi-process)."""
+    """Times every ``next()`` on a DataLoader iterator (single- and multi-process).
+
+    It also reads the batch dimension of each batch (work per step) and, once per new iterator,
+    the loader's settings (a weak reference tells a new iterator from the current one).
+    """
 
     def __init__(self, recorder: StepRecorder) -> None:
         self._recorder = recorder
@@ -320,14 +362,21 @@ class DataLoaderPatch:
         self._original = _BaseDataLoaderIter.__next__
         recorder = self._recorder
         original = self._original
+        current: list[Any] = [None]  # weak reference to the iterator whose settings were read
 
         @functools.wraps(original)
         def timed_next(iterator: Any) -> Any:
             token = recorder.fetch_begin()
+            batch = None
             try:
-                return original(iterator)
+                batch = original(iterator)
+                return batch
             finally:
-                recorder.fetch_end(token)
+                recorder.fetch_end(token, None if batch is None else batch_samples(batch))
+                seen = current[0]
+                if seen is None or seen() is not iterator:
+                    current[0] = weakref.ref(iterator)
+                    recorder.loader_seen(loader_settings(iterator))
 
         _BaseDataLoaderIter.__next__ = timed_next  # type: ignore[method-assign]
 

@@ -36,6 +36,7 @@ class _OpenStep:
     end_mark: Any
     phase_marks: list[tuple[Any, Any]]
     wait_marks: list[tuple[Any, Any]]
+    collective_marks: list[list[Any]]
 
 
 @dataclass(slots=True)
@@ -46,6 +47,11 @@ class _StepState:
     phase_marks: list[tuple[Any, Any]] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     optimizer_steps: int = 0
+    samples: int | None = None
+    tokens: int | None = None
+    given_samples: int | None = None
+    collectives: list[list[Any]] = field(default_factory=list)
+    collective_marks: list[list[Any]] = field(default_factory=list)
 
 
 class StepRecorder:
@@ -71,6 +77,10 @@ class StepRecorder:
         self._fetches = 0
         self._wait_marks: list[tuple[Any, Any]] = []
         self._prefetch_h2d_ns: int | None = None
+        self._samples: int | None = None
+        self._loader_seen: Any = None
+        self._loader_pending: list[Any] | None = None
+        self.nested_steps = 0
         self._pending: collections.deque[_OpenStep] = collections.deque()
         self._ready: list[StepRow] = []
         self._last_flush_ns = perf_counter_ns()
@@ -81,14 +91,23 @@ class StepRecorder:
         """Mark the start of a ``next()`` on the data loader."""
         return perf_counter_ns(), self.clock.mark()
 
-    def fetch_end(self, token: tuple[int, Any]) -> None:
-        """A fetch outside a step is input wait of the next step; inside one it is ignored."""
+    def fetch_end(self, token: tuple[int, Any], samples: int | None = None) -> None:
+        """A fetch outside a step is input wait of the next step; inside one it is ignored.
+
+        ``samples`` (the batch dimension) counts toward the step: outside a step the last fetch
+        before it (an evaluation loop or a second loader in between must not add up); inside a step
+        every fetch (micro-batches).
+        """
         end = perf_counter_ns()
         end_mark = self.clock.mark()
         if self.in_step:
             self.clock.release(token[1])
             self.clock.release(end_mark)
+            if samples is not None:
+                state = self._state
+                state.samples = samples if state.samples is None else state.samples + samples
             return
+        self._samples = samples
         self._wait_ns = (self._wait_ns or 0) + end - token[0]
         self._fetches += 1
         self._wait_marks.append((token[1], end_mark))
@@ -100,6 +119,12 @@ class StepRecorder:
         """
         if not self.in_step:
             self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
+
+    def loader_seen(self, settings: tuple[Any, ...]) -> None:
+        """A DataLoader iterator started; its settings go out once, with the next step, when they changed."""
+        if settings != self._loader_seen:
+            self._loader_seen = settings
+            self._loader_pending = list(settings)
 
     # --- phases ----------------------------------------------------------------
     def phase_begin(self) -> tuple[int, Any]:
@@ -123,16 +148,47 @@ class StepRecorder:
         if self.in_step:
             self._state.optimizer_steps += 1
 
+    # --- collectives -------------------------------------------------------------
+    def collective_begin(
+        self, kind: str, source: str, nbytes: int, blocking: bool
+    ) -> tuple[list[Any], list[Any]] | None:
+        """Mark the start of a collective call; ``None`` outside a step (nothing is recorded).
+
+        May run on a thread other than the training thread (autograd's, for DDP buckets).
+        """
+        if not self.in_step:
+            return None
+        state = self._state
+        marks = [self.clock.mark(), None]
+        row = [kind, source, perf_counter_ns(), None, nbytes, blocking, None, None]
+        state.collectives.append(row)
+        state.collective_marks.append(marks)
+        return row, marks
+
+    def collective_end(self, token: tuple[list[Any], list[Any]]) -> None:
+        """Mark the completion of a collective (from whichever thread saw it complete)."""
+        row, marks = token
+        marks[1] = self.clock.mark()
+        row[3] = perf_counter_ns()
+
     # --- steps -------------------------------------------------------------------
-    def begin_step(self) -> None:
-        """Open a step. A still-open step (begin without end) is closed first."""
+    def begin_step(self, samples: int | None = None, tokens: int | None = None) -> bool:
+        """Open a step; ``samples``/``tokens`` are the work the caller declared for it.
+
+        A ``trace_step`` inside an open one is not a step: it is counted in ``nested_steps``, and
+        False is returned (its ``end_step`` must then be skipped).
+        """
         if self.in_step:
-            self.end_step("IncompleteStep")
+            self.nested_steps += 1
+            return False
         state = self._state = _StepState()
+        state.given_samples = samples
+        state.tokens = tokens
         self.clock.reset_peak_memory()
         state.start_mark = self.clock.mark()
         state.start_ns = perf_counter_ns()
         self.in_step = True
+        return True
 
     def end_step(self, exception_type: str | None = None) -> None:
         """Close the step and queue it; flush a batch when one is due."""
@@ -144,15 +200,20 @@ class StepRecorder:
         self.in_step = False
         memory = self.clock.peak_memory()
         alloc, reserved, total = memory if memory is not None else (None, None, None)
+        samples = state.given_samples
+        if samples is None and (self._samples is not None or state.samples is not None):
+            samples = (self._samples or 0) + (state.samples or 0)
         row: StepRow = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved, total,
-            exception_type, state.phases,
+            exception_type, state.phases, state.collectives, samples, state.tokens, self._loader_pending,
         ]
+        self._samples = None
+        self._loader_pending = None
         if self.clock.has_device:
-            self._pending.append(
-                _OpenStep(row, state.start_mark, end_mark, state.phase_marks, self._wait_marks)
-            )
+            self._pending.append(_OpenStep(
+                row, state.start_mark, end_mark, state.phase_marks, self._wait_marks, state.collective_marks
+            ))
         else:
             self._ready.append(row)
         self.step += 1
@@ -176,6 +237,11 @@ class StepRecorder:
             open_step = self._pending[0]
             done = self.clock.is_done(open_step.end_mark) or (
                 wait_s > 0 and self.clock.wait(open_step.end_mark, wait_s)
+            )
+            # A collective's completion event may sit on a communication stream, after the step's end.
+            done = done and all(
+                end is None or self.clock.is_done(end) or (wait_s > 0 and self.clock.wait(end, wait_s))
+                for _, end in open_step.collective_marks
             )
             if not done:
                 break
@@ -208,6 +274,11 @@ class StepRecorder:
         for phase, (begin, end) in zip(row[14], open_step.phase_marks, strict=False):
             phase[4] = clock.elapsed_ns(start, begin)
             phase[5] = clock.elapsed_ns(begin, end)
+            clock.release(begin)
+            clock.release(end)
+        for collective, (begin, end) in zip(row[15], open_step.collective_marks, strict=False):
+            collective[6] = clock.elapsed_ns(start, begin)
+            collective[7] = clock.elapsed_ns(begin, end) if end is not None else None
             clock.release(begin)
             clock.release(end)
         if open_step.wait_marks:

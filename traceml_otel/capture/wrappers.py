@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from traceml_otel.capture.hooks import batch_samples
 from traceml_otel.capture.recorder import StepRecorder
 
 
@@ -31,10 +32,12 @@ class TimedFetchIterator:
         if self._iterator is None:
             self._iterator = iter(self._source)
         token = self._recorder.fetch_begin()
+        batch = None
         try:
-            return next(self._iterator)
+            batch = next(self._iterator)
+            return batch
         finally:
-            self._recorder.fetch_end(token)
+            self._recorder.fetch_end(token, None if batch is None else batch_samples(batch))
 
     def __len__(self) -> int:
         return len(self._source)  # type: ignore[arg-type]

@@ -23,7 +23,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan
 
 from traceml_otel import contract as c
-from traceml_otel.emit.spans import StepSpans, sampled_context
+from traceml_otel._version import __version__
+from traceml_otel.emit.spans import SpanData, StepSpans, sampled_context
 from traceml_otel.records import PhaseTiming, StepRecord
 
 _NS = 1e-9
@@ -123,7 +124,7 @@ class StepMetrics:
             return
         reader = metric_reader or PeriodicExportingMetricReader(_make_metric_exporter(protocol or "grpc"))
         self._provider = MeterProvider(resource=resource, metric_readers=[reader])
-        meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE)
+        meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = meter.create_histogram(
             c.METRIC_STEP_DURATION, unit="s", description="Traced step time on the step's clock",
@@ -137,7 +138,23 @@ class StepMetrics:
             c.METRIC_STEP_INPUT_WAIT, unit="s", description="Input wait before each step (measured steps)",
             explicit_bucket_boundaries_advisory=buckets,
         )
+        self._collective = meter.create_histogram(
+            c.METRIC_COLLECTIVE_DURATION, unit="s",
+            description="Collective time of one step per (source, kind), overlapping compute or not",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+        self._collective_exposed = meter.create_histogram(
+            c.METRIC_COLLECTIVE_EXPOSED, unit="s",
+            description="The part of a step's collective time the step waited for, per (source, kind)",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
         self._steps = meter.create_counter(c.METRIC_STEPS, unit="{step}", description="Completed steps")
+        self._samples = meter.create_counter(
+            c.METRIC_SAMPLES, unit="{sample}", description="Samples processed (steps with a known count)"
+        )
+        self._tokens = meter.create_counter(
+            c.METRIC_TOKENS, unit="{token}", description="Tokens processed (steps that declared them)"
+        )
         meter.create_observable_counter(
             c.METRIC_SPANS_DROPPED, [self._observe_dropped], unit="{span}",
             description="Spans OTLP export could not deliver",
@@ -180,10 +197,13 @@ class StepMetrics:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
         phases = [(p.phase, _phase_seconds(p, on_gpu)) for p in record.phases]
+        collectives = [_collective_seconds(span, on_gpu) for span in spans.collectives]
         step = spans.step
         if self._prometheus is not None:
             ids = (f"{step.trace_id:032x}", f"{step.span_id:016x}") if exemplar else None
             self._prometheus.record(step_s, phases, wait_s, memory, ids)
+            self._prometheus.record_work(record.samples, record.tokens)
+            self._prometheus.record_collectives(collectives)
         if self._provider is None:
             return
         context = None
@@ -195,7 +215,17 @@ class StepMetrics:
             self._phase.record(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase}, context=context)
         if wait_s is not None:
             self._wait.record(wait_s, self._attributes, context=context)
+        for source, kind, seconds, exposed in collectives:
+            labels = {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: source, c.ATTR_COLLECTIVE_KIND: kind}
+            if seconds is not None:
+                self._collective.record(seconds, labels, context=context)
+            if exposed is not None:
+                self._collective_exposed.record(exposed, labels, context=context)
         self._steps.add(1, self._attributes)
+        if record.samples is not None:
+            self._samples.add(record.samples, self._attributes)
+        if record.tokens is not None:
+            self._tokens.add(record.tokens, self._attributes)
 
     def set_device(self, index: int, uuid: str | None) -> None:
         """The CUDA device this rank uses (from the trainer, once CUDA is initialised)."""
@@ -254,6 +284,14 @@ def _phase_seconds(phase: PhaseTiming, on_gpu: bool) -> float:
     return (phase.end_ns - phase.start_ns) * _NS
 
 
+def _collective_seconds(span: SpanData, on_gpu: bool) -> tuple[str, str, float | None, float | None]:
+    """(source, kind, total, exposed) of one collective span on the step's clock; ``None`` = not measured."""
+    a = span.attributes
+    total = a.get(c.ATTR_COLLECTIVE_GPU if on_gpu else c.ATTR_COLLECTIVE_CPU)
+    exposed = a.get(c.ATTR_COLLECTIVE_EXPOSED_GPU if on_gpu else c.ATTR_COLLECTIVE_EXPOSED_CPU)
+    return (str(a[c.ATTR_COLLECTIVE_SOURCE]), str(a[c.ATTR_COLLECTIVE_KIND]), total, exposed)  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class PrometheusEndpoint:
     """Where the direct scrape endpoint listens."""
@@ -289,7 +327,16 @@ class PrometheusStepMetrics:
                                 [*labels, "traceml_phase_name"], buckets=buckets, registry=registry)
         self._wait = Histogram("traceml_step_input_wait_seconds", "Input wait before each step", labels,
                                buckets=buckets, registry=registry)
+        collective_labels = [*labels, "traceml_collective_source", "traceml_collective_kind"]
+        self._collective = Histogram("traceml_collective_duration_seconds", "Collective time per step",
+                                     collective_labels, buckets=buckets, registry=registry)
+        self._collective_exposed = Histogram(
+            "traceml_collective_exposed_seconds", "Exposed collective time per step", collective_labels,
+            buckets=buckets, registry=registry,
+        )
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
+        self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
+        self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
         registry.register(_LiveCollector(self))
         self.server, self.thread = start_http_server(endpoint.port, addr=endpoint.address, registry=registry)
 
@@ -308,6 +355,22 @@ class PrometheusStepMetrics:
         if memory is not None:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
+
+    def record_work(self, samples: int | None, tokens: int | None) -> None:
+        """Count a step's samples and tokens (the series appear with the first known count)."""
+        if samples is not None:
+            self._samples.labels(**self._labels).inc(samples)
+        if tokens is not None:
+            self._tokens.labels(**self._labels).inc(tokens)
+
+    def record_collectives(self, collectives: list[tuple[str, str, float | None, float | None]]) -> None:
+        """One step's collectives, per (source, kind): total and exposed time when measured."""
+        for source, kind, seconds, exposed in collectives:
+            labels = {**self._labels, "traceml_collective_source": source, "traceml_collective_kind": kind}
+            if seconds is not None:
+                self._collective.labels(**labels).observe(seconds)
+            if exposed is not None:
+                self._collective_exposed.labels(**labels).observe(exposed)
 
     def collect_live(self) -> Iterator[object]:
         """The families read at scrape time (called by the registry on each scrape)."""

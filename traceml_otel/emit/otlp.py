@@ -9,7 +9,6 @@ read by the SDK exporters from the environment and never printed here.
 
 from __future__ import annotations
 
-import logging
 import queue
 import sys
 import threading
@@ -26,6 +25,7 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
+from traceml_otel.emit.export_errors import failure_cause, install_log_recorder
 from traceml_otel.emit.spans import SpanData
 
 MAX_QUEUED_SPANS = 200_000
@@ -43,9 +43,9 @@ def make_span_exporter(protocol: str) -> SpanExporter:
 
 
 def quiet_sdk_exporter_logs() -> None:
-    """The SDK logs every retry; we report failures once, with counts, ourselves."""
-    for name in ("opentelemetry.exporter.otlp", "opentelemetry.sdk.metrics"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    """The SDK logs every retry; we keep those records (for the cause of a failure) and report
+    failures once, with counts, ourselves."""
+    install_log_recorder()
 
 
 def sampler_from_settings(name: str, arg: str | None) -> Sampler:
@@ -88,8 +88,10 @@ class OtlpSpanShipper:
         endpoint: str,
         convert: Callable[[SpanData], ReadableSpan],
         on_first_failure: Callable[[str], None] | None = None,
+        protocol: str = "",
     ) -> None:
         self._exporter = exporter
+        self._protocol = protocol or ("grpc" if "grpc" in type(exporter).__module__ else "http/protobuf")
         self._convert = convert
         self._sampler = sampler
         self._endpoint = endpoint
@@ -159,9 +161,12 @@ class OtlpSpanShipper:
     def _send(self, batch: list[ReadableSpan]) -> None:
         if not batch or self._closed:
             return
+        logs = install_log_recorder()
+        logs.take()  # forget what earlier batches logged
         try:
             result = self._exporter.export(batch)
-            error = None if result == SpanExportResult.SUCCESS else "export returned FAILURE"
+            error = None if result == SpanExportResult.SUCCESS else failure_cause(logs.take(), self._protocol,
+                                                                                     self._endpoint)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         with self._lock:
@@ -177,9 +182,9 @@ class OtlpSpanShipper:
             self.counts.last_error = error
         if first:
             self._on_first_failure(
-                f"OTLP span export to {self._endpoint} is failing ({error}); spans that cannot be "
-                "delivered are counted (traceml_export_dropped_spans_total) and reported at the end; "
-                "the local copy is unaffected"
+                f"OTLP span export ({self._protocol}) to {self._endpoint} is failing: {error}; spans that "
+                "cannot be delivered are counted (traceml_export_dropped_spans_total) and reported at the "
+                "end; the local copy is unaffected"
             )
 
 

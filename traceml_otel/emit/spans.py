@@ -19,6 +19,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from traceml_otel import contract as c
+from traceml_otel.emit.communication import CollectiveExposure, step_exposures, total
 from traceml_otel.records import PhaseTiming, StepRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -35,6 +36,7 @@ class RankInfo:
     world_size: int
     node_rank: int
     host: str
+    cpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +59,10 @@ class StepSpans:
 
     step: SpanData
     phases: tuple[SpanData, ...]
+    collectives: tuple[SpanData, ...] = ()
 
     def all(self) -> list[SpanData]:
-        return [self.step, *self.phases]
+        return [self.step, *self.phases, *self.collectives]
 
 
 def sampled_context(trace_id: int, span_id: int) -> SpanContext:
@@ -100,6 +103,7 @@ class StepSpanBuilder:
         self._rank = rank
         self._random = random.Random()
         self._common = {c.ATTR_RUN_ID: rank.run_id, c.ATTR_RANK: rank.rank}
+        self._first = True
 
     def _span_id(self) -> int:
         return self._random.getrandbits(64) or 1
@@ -108,16 +112,57 @@ class StepSpanBuilder:
         trace_id = c.step_trace_id(self._rank.run_id, record.step)
         step_id = self._span_id()
         on_gpu = record.gpu_duration_ns is not None
-        phases = tuple(self._phase_span(p, record, trace_id, step_id, on_gpu) for p in record.phases)
+        exposures = step_exposures(record)
+        phases = tuple(
+            self._phase_span(p, record, trace_id, step_id, on_gpu, exposures) for p in record.phases
+        )
+        collectives = self._collective_spans(exposures, record, trace_id, step_id, on_gpu)
         end_ns = record.end_ns
         if on_gpu:
             end_ns = max(end_ns, record.start_ns + record.gpu_duration_ns, *(p.end_ns for p in phases))
+        attributes = self._step_attributes(record)
+        if exposures:
+            attributes.update(_communication_attributes(exposures))
         step = SpanData(
             name=c.SPAN_STEP, trace_id=trace_id, span_id=step_id, parent_span_id=None,
-            start_ns=record.start_ns, end_ns=end_ns, attributes=self._step_attributes(record),
+            start_ns=record.start_ns, end_ns=end_ns, attributes=attributes,
             error=record.exception_type,
         )
-        return StepSpans(step=step, phases=phases)
+        return StepSpans(step=step, phases=phases, collectives=collectives)
+
+    def _collective_spans(
+        self, exposures: list[CollectiveExposure], record: StepRecord, trace_id: int, parent_id: int,
+        on_gpu: bool,
+    ) -> tuple[SpanData, ...]:
+        """One span per (source, kind): at most a dozen per step, however many buckets or calls."""
+        groups: dict[tuple[str, str], list[CollectiveExposure]] = {}
+        for exposure in exposures:
+            groups.setdefault((exposure.timing.source, exposure.timing.kind), []).append(exposure)
+        spans = []
+        for (source, kind), members in groups.items():
+            attributes: dict[str, object] = {
+                **self._common,
+                c.ATTR_STEP: record.step,
+                c.ATTR_COLLECTIVE_SOURCE: source,
+                c.ATTR_COLLECTIVE_KIND: kind,
+                **_totals(
+                    members, c.ATTR_COLLECTIVE_CALLS, c.ATTR_COLLECTIVE_BYTES, c.ATTR_COLLECTIVE_CPU,
+                    c.ATTR_COLLECTIVE_GPU, c.ATTR_COLLECTIVE_EXPOSED_CPU, c.ATTR_COLLECTIVE_EXPOSED_GPU,
+                ),
+            }
+            timings = [m.timing for m in members]
+            start = min(t.start_ns for t in timings)
+            end = max(t.end_ns if t.end_ns is not None else t.start_ns for t in timings)
+            offsets = [t.gpu_offset_ns for t in timings]
+            durations = [t.gpu_duration_ns for t in timings]
+            if on_gpu and None not in offsets and None not in durations:
+                start = record.start_ns + min(offsets)  # type: ignore[type-var]
+                end = record.start_ns + max(o + d for o, d in zip(offsets, durations, strict=True))  # type: ignore[operator]
+            spans.append(SpanData(
+                name=c.SPAN_COLLECTIVE, trace_id=trace_id, span_id=self._span_id(), parent_span_id=parent_id,
+                start_ns=start, end_ns=max(start, end), attributes=attributes,
+            ))
+        return tuple(spans)
 
     def _step_attributes(self, record: StepRecord) -> dict[str, object]:
         rank = self._rank
@@ -146,10 +191,27 @@ class StepSpanBuilder:
         attributes.update((key, value) for key, value in optional.items() if value is not None)
         if record.input_fetches:
             attributes[c.ATTR_INPUT_WAIT_FETCHES] = record.input_fetches
+        if record.samples is not None:
+            attributes[c.ATTR_STEP_SAMPLES] = record.samples
+        if record.tokens is not None:
+            attributes[c.ATTR_STEP_TOKENS] = record.tokens
+        loader = record.loader
+        if loader is not None:
+            attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
+            attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
+            attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
+            if loader.prefetch_factor is not None:
+                attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
+            if loader.batch_size is not None:
+                attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
+        if (self._first or loader is not None) and rank.cpus is not None:
+            attributes[c.ATTR_HOST_CPUS] = rank.cpus
+        self._first = False
         return attributes
 
     def _phase_span(
-        self, phase: PhaseTiming, record: StepRecord, trace_id: int, parent_id: int, on_gpu: bool
+        self, phase: PhaseTiming, record: StepRecord, trace_id: int, parent_id: int, on_gpu: bool,
+        exposures: list[CollectiveExposure],
     ) -> SpanData:
         start, end = phase.start_ns, phase.end_ns
         if on_gpu and phase.gpu_offset_ns is not None and phase.gpu_duration_ns is not None:
@@ -166,11 +228,39 @@ class StepSpanBuilder:
             attributes[c.ATTR_PHASE_GPU_DURATION] = phase.gpu_duration_ns * _NS
         if phase.nbytes is not None:
             attributes[c.ATTR_H2D_BYTES] = phase.nbytes
+        inside = [e for e in exposures if e.phase is phase]
+        if inside:
+            optional = {
+                c.ATTR_PHASE_COMM_EXPOSED_CPU: _seconds(total([e.exposed_ns for e in inside])),
+                c.ATTR_PHASE_COMM_EXPOSED_GPU: _seconds(total([e.exposed_gpu_ns for e in inside])),
+            }
+            attributes.update((key, value) for key, value in optional.items() if value is not None)
         return SpanData(
             name=c.PHASE_SPAN_NAMES.get(phase.phase, f"traceml.{phase.phase}"), trace_id=trace_id,
             span_id=self._span_id(), parent_span_id=parent_id, start_ns=start, end_ns=end,
             attributes=attributes,
         )
+
+
+def _totals(
+    members: list[CollectiveExposure], calls: str, nbytes: str, cpu: str, gpu: str, exposed_cpu: str,
+    exposed_gpu: str,
+) -> dict[str, object]:
+    """Calls, bytes, total and exposed time of some collectives; unknown sums are left out."""
+    values: dict[str, object] = {calls: len(members), nbytes: sum(m.timing.nbytes for m in members)}
+    optional = {
+        cpu: _seconds(total([m.duration_ns for m in members])),
+        gpu: _seconds(total([m.timing.gpu_duration_ns for m in members])),
+        exposed_cpu: _seconds(total([m.exposed_ns for m in members])),
+        exposed_gpu: _seconds(total([m.exposed_gpu_ns for m in members])),
+    }
+    values.update((key, value) for key, value in optional.items() if value is not None)
+    return values
+
+
+def _communication_attributes(exposures: list[CollectiveExposure]) -> dict[str, object]:
+    return _totals(exposures, c.ATTR_COMM_CALLS, c.ATTR_COMM_BYTES, c.ATTR_COMM_CPU, c.ATTR_COMM_GPU,
+                   c.ATTR_COMM_EXPOSED_CPU, c.ATTR_COMM_EXPOSED_GPU)
 
 
 def _seconds(value_ns: int | None) -> float | None:

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import IO, Any
 
-from traceml_otel.records import PhaseTiming, StepRecord
+from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 
 WIRE_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -25,9 +25,15 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024
 
 StepRow = list[Any]
 """``[step, start, end, gpu_dur, wait, wait_gpu, fetches, prefetch_h2d, optimizer_steps,
-parallelism, peak_alloc, peak_reserved, device_total, exception_type, phases]`` with
-phases as ``[phase, call, start, end, gpu_offset, gpu_dur, nbytes]``; times are
-``perf_counter_ns`` readings of the training process."""
+parallelism, peak_alloc, peak_reserved, device_total, exception_type, phases, collectives, samples,
+tokens, loader]`` with phases as ``[phase, call, start, end, gpu_offset, gpu_dur, nbytes]``,
+collectives as ``[kind, source, start, end, nbytes, blocking, gpu_offset, gpu_dur]`` and loader
+``None`` or ``[num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size]``; times
+are ``perf_counter_ns`` readings of the training process. Fields are only ever appended, so a
+row from an older capture side (shorter) still decodes."""
+
+_APPENDED_DEFAULTS = ((), None, None, None)
+"""Values of the appended fields (collectives, samples, tokens, loader) a shorter row lacks."""
 
 
 class WireError(ValueError):
@@ -63,7 +69,9 @@ def read_frames(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
 def decode_step(row: StepRow, anchor_ns: int) -> StepRecord:
     """Turn a step row into a record, moving CPU readings onto the epoch clock."""
     (step, start, end, gpu_dur, wait, wait_gpu, fetches, prefetch, opt_steps,
-     parallelism, alloc, reserved, total, exc, phase_rows) = row
+     parallelism, alloc, reserved, total, exc, phase_rows) = row[:15]
+    tail = row[15:19]
+    collective_rows, samples, tokens, loader = (*tail, *_APPENDED_DEFAULTS[len(tail):])
     phases = tuple(
         PhaseTiming(
             phase=p[0], call=p[1], start_ns=p[2] + anchor_ns, end_ns=p[3] + anchor_ns,
@@ -71,12 +79,21 @@ def decode_step(row: StepRow, anchor_ns: int) -> StepRecord:
         )
         for p in phase_rows
     )
+    collectives = tuple(
+        CollectiveTiming(
+            kind=k[0], source=k[1], start_ns=k[2] + anchor_ns,
+            end_ns=None if k[3] is None else k[3] + anchor_ns, nbytes=k[4], blocking=bool(k[5]),
+            gpu_offset_ns=k[6], gpu_duration_ns=k[7],
+        )
+        for k in collective_rows
+    )
     return StepRecord(
         step=step, start_ns=start + anchor_ns, end_ns=end + anchor_ns, phases=phases,
         gpu_duration_ns=gpu_dur, input_wait_ns=wait, input_wait_gpu_ns=wait_gpu,
         input_fetches=fetches, prefetch_h2d_ns=prefetch, optimizer_steps=opt_steps,
         parallelism=parallelism, peak_allocated_bytes=alloc, peak_reserved_bytes=reserved,
-        device_total_bytes=total, exception_type=exc,
+        device_total_bytes=total, exception_type=exc, collectives=collectives, samples=samples,
+        tokens=tokens, loader=LoaderSettings(*loader) if loader else None,
     )
 
 

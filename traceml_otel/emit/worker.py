@@ -129,6 +129,7 @@ class Emitter:
         rank = RankInfo(
             run_id=hello["run_id"], rank=hello["rank"], local_rank=hello["local_rank"],
             world_size=hello["world_size"], node_rank=hello["node_rank"], host=hello["host"],
+            cpus=hello.get("cpus"),
         )
         resource = build_resource(hello)
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
@@ -161,6 +162,7 @@ class Emitter:
                     endpoint,
                     ReadableSpanFactory(resource, scope).convert,
                     on_first_failure=self.warn,
+                    protocol=protocol,
                 )
             except Exception as error:
                 self.disable("OTLP span export", f"the exporter could not start ({_describe(error)})")

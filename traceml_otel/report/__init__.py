@@ -29,10 +29,14 @@ __all__ = [
 ]
 
 
-def render(analysis: RunAnalysis, fmt: str = "text") -> str:
-    """``analysis`` as a ``text``, ``json`` or ``html`` document."""
+def render(analysis: RunAnalysis, fmt: str = "text", *, trace_url: str | None = None) -> str:
+    """``analysis`` as a ``text``, ``json`` or ``html`` document.
+
+    ``trace_url``: a link template with ``{trace_id}`` (Tempo, Jaeger, Grafana Explore); trace ids
+    then become links (HTML) or URLs (text, JSON ``trace_url``).
+    """
     try:
-        reporter = _REPORTERS[fmt]()
+        reporter = _REPORTERS[fmt](trace_url=trace_url)
     except KeyError:
         raise ValueError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}") from None
     document = reporter.render(analysis)

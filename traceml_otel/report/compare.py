@@ -1,9 +1,12 @@
 """Compare two runs: is B a regression, an improvement, or equivalent to A?
 
-Policy (TraceML's): a step-time change of 3 % or more is a regression or an improvement, 8 % or
-more is material; peak memory counts at +-10 %; a worse primary diagnosis is a regression.
-Phases are compared only when both runs were analysed on the same clock. Any regression makes
-the verdict REGRESSION; otherwise any improvement makes it IMPROVEMENT; else EQUIVALENT.
+Policy (TraceML's): a change of 3 % or more in the time per unit of work is a regression or an
+improvement, 8 % or more is material; peak memory counts at +-10 %; a worse primary diagnosis is
+a regression. The unit of work is a token when both runs recorded tokens, else a sample when both
+recorded samples, else a step (step time is only comparable at equal work per step, which is then
+said plainly). Phases are compared only when both runs were analysed on the same clock. A side
+without usable step data makes the verdict INCONCLUSIVE; otherwise any regression makes it
+REGRESSION, any improvement IMPROVEMENT, else EQUIVALENT.
 
 Both sides are read from the JSON report form (a run is analysed and rendered to it first), so
 comparing a fresh run with last week's ``report.json`` works the same.
@@ -14,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS
+from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, StepKind
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
 STEP_TIME_CHANGE = 0.03
 STEP_TIME_MATERIAL = 0.08
 MEMORY_CHANGE = 0.10
-PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual")
+WORK_DIFFERS = 0.01
+"""Work per step differing by more than this fraction is "different work"."""
+PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 _SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
 
 
@@ -41,9 +46,26 @@ class RunSummary:
     step_time: float | None
     phases: tuple[tuple[str, float | None], ...]
     peak_memory: int | None
+    samples_per_step: float | None = None
+    time_per_sample: float | None = None
+    tokens_per_step: float | None = None
+    time_per_token: float | None = None
+    problem: str = ""
+    """Why this side has no usable data (unreadable or not a report); empty when it has."""
 
     def phase(self, name: str) -> float | None:
         return dict(self.phases).get(name)
+
+    @property
+    def usable(self) -> bool:
+        """False when the side has no step time to compare (no data, unreadable, warm-up only)."""
+        return not self.problem and self.step_time is not None and self.kind not in (
+            StepKind.NO_DATA, StepKind.WARMUP)
+
+
+def unusable_summary(label: str, problem: str) -> RunSummary:
+    """A side that could not be read as a run or a report: it makes the comparison INCONCLUSIVE."""
+    return RunSummary(label, "", str(StepKind.NO_DATA), "info", "", 0, None, (), None, problem=problem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +93,10 @@ class Comparison:
     diagnosis: str
     phases: tuple[Change, ...]
     notes: tuple[str, ...]
+    basis: str = "step"
+    """The unit of work the verdict compares time per: ``token``, ``sample`` or ``step``."""
+    work: Change | None = None
+    """Time per token or per sample, when that is the basis."""
 
 
 def _number(value: object) -> float | None:
@@ -98,6 +124,8 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
         if isinstance(m, dict)
     ]
     known = [p for p in peaks if p is not None]
+    work = report.get("throughput")
+    work = work if isinstance(work, dict) else {}
     return RunSummary(
         label=label,
         run_id=str(run.get("run_id", "")),  # type: ignore[union-attr]
@@ -108,6 +136,10 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
         step_time=phases.get("step_time"),
         phases=tuple((name, phases.get(name)) for name in PHASES),
         peak_memory=int(max(known)) if known else None,
+        samples_per_step=_number(work.get("samples_per_step")),
+        time_per_sample=_number(work.get("time_per_sample_s")),
+        tokens_per_step=_number(work.get("tokens_per_step")),
+        time_per_token=_number(work.get("time_per_token_s")),
     )
 
 
@@ -153,14 +185,57 @@ def _diagnosis(a: RunSummary, b: RunSummary) -> str:
     return "equivalent" if a.kind == b.kind else "changed"
 
 
+def _work_basis(a: RunSummary, b: RunSummary) -> tuple[str, Change | None, list[str]]:
+    """Which unit of work to compare time per, the change in it, and what to say about the work."""
+    notes: list[str] = []
+    if a.time_per_token is not None and b.time_per_token is not None:
+        change = _change("time_per_token", a.time_per_token, b.time_per_token, STEP_TIME_CHANGE,
+                         STEP_TIME_MATERIAL)
+        return "token", change, notes
+    if a.time_per_sample is not None and b.time_per_sample is not None:
+        change = _change("time_per_sample", a.time_per_sample, b.time_per_sample, STEP_TIME_CHANGE,
+                         STEP_TIME_MATERIAL)
+        return "sample", change, notes
+    known = [s.label for s in (a, b) if s.samples_per_step is not None]
+    if len(known) == 1:
+        notes.append(f"samples per step recorded for {known[0]} only: step time compared as if both runs did "
+                     "the same work per step")
+    elif not known:
+        notes.append("work per step not recorded on either run: step time compared as if both did the same "
+                     "work per step (trace_step(model, samples=N), or a DataLoader, records it)")
+    return "step", None, notes
+
+
+def _differs(before: float | None, after: float | None) -> bool:
+    return before is not None and after is not None and before > 0 and abs(after / before - 1) > WORK_DIFFERS
+
+
 def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     """Apply the comparison policy to two run summaries (A = before, B = after)."""
-    notes: list[str] = []
+    notes: list[str] = [f"{s.label}: {s.problem}" for s in (a, b) if s.problem]
     step = _change("step_time", a.step_time, b.step_time, STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
+    basis, work, work_notes = _work_basis(a, b)
+    notes += work_notes
+    if basis != "step" and work is not None:
+        per = "tokens" if basis == "token" else "samples"
+        before = a.tokens_per_step if basis == "token" else a.samples_per_step
+        after = b.tokens_per_step if basis == "token" else b.samples_per_step
+        if _differs(before, after):
+            notes.append(f"work per step differs ({before:g} -> {after:g} {per} per step): step time is "
+                         f"shown but not judged; time per {basis} decides")
+            step = Change(step.name, step.before, step.after, step.change, "not compared")
+        else:
+            step = Change(step.name, step.before, step.after, step.change, "not compared")
+            notes.append(f"same work per step ({before:g} {per}); time per {basis} decides")
+    primary = work if work is not None else step
     memory = _change(
         "peak_memory", _float(a.peak_memory), _float(b.peak_memory), MEMORY_CHANGE, MEMORY_CHANGE
     )
     diagnosis = _diagnosis(a, b)
+    if basis != "step" and _differs(a.samples_per_step, b.samples_per_step) and diagnosis in (
+            "regression", "improvement"):
+        notes.append(f"diagnosis {diagnosis} not judged: the shares of a step change with its work per step")
+        diagnosis = "not compared"
     same_clock = a.clock == b.clock
     phases: tuple[Change, ...] = ()
     if same_clock:
@@ -168,22 +243,35 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
             _change(name, a.phase(name), b.phase(name), STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
             for name in PHASES
         )
+        if basis != "step" and _differs(a.samples_per_step, b.samples_per_step):
+            phases = tuple(Change(p.name, p.before, p.after, p.change, "not compared") for p in phases)
     else:
         notes.append(
             f"different clocks ({a.clock} vs {b.clock}): phases not compared, step times on their own clocks"
+        )
+    if same_clock and (a.phase("communication") is None) != (b.phase("communication") is None):
+        notes.append(
+            "collective waits were measured in only one run: there forward, backward and optimizer exclude "
+            "them, in the other they include them"
         )
     if memory.verdict == "not compared":
         notes.append("peak memory not compared (no GPU memory data on one side)")
     if diagnosis == "not compared":
         notes.append("diagnosis not compared (one run has insufficient step-time data)")
-    verdicts = {step.verdict, memory.verdict, diagnosis}
+    if not a.usable or not b.usable:
+        empty = ", ".join(s.label for s in (a, b) if not s.usable)
+        notes.insert(0, f"no usable step data in {empty}: nothing can be concluded")
+        return Comparison(a, b, "INCONCLUSIVE", False, step, memory, diagnosis, phases, tuple(notes),
+                          basis, work)
+    verdicts = {primary.verdict, memory.verdict, diagnosis}
     if "regression" in verdicts:
         verdict = "REGRESSION"
     elif "improvement" in verdicts:
         verdict = "IMPROVEMENT"
     else:
         verdict = "EQUIVALENT"
-    return Comparison(a, b, verdict, step.material, step, memory, diagnosis, phases, tuple(notes))
+    return Comparison(a, b, verdict, primary.material, step, memory, diagnosis, phases, tuple(notes), basis,
+                      work)
 
 
 def _float(value: int | None) -> float | None:

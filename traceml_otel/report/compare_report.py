@@ -8,7 +8,8 @@ from traceml_otel.report.compare import Change, Comparison, RunSummary
 from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
 
 COMPARE_SCHEMA = "traceml-otel/compare"
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2
+"""2: verdict ``INCONCLUSIVE``, ``basis``, ``work``, per-side work per step."""
 
 
 def _signed(change: float | None) -> str:
@@ -16,9 +17,14 @@ def _signed(change: float | None) -> str:
 
 
 def _side(name: str, s: RunSummary) -> str:
+    if s.problem:
+        return f"{name}: {s.label}  no usable data ({s.problem})"
+    work = ""
+    if s.samples_per_step is not None:
+        work = f", {s.samples_per_step:g} samples/step, {seconds(s.time_per_sample)} per sample"
     return (
         f"{name}: {s.label}  run {s.run_id or '?'}  {kind_label(s.kind)} [{s.severity}]  "
-        f"{s.steps} steps, {s.clock} clock, step time {seconds(s.step_time)}"
+        f"{s.steps} steps, {s.clock} clock, step time {seconds(s.step_time)}{work}"
     )
 
 
@@ -39,7 +45,11 @@ def render_comparison_text(comparison: Comparison) -> str:
         _side("A", c.a),
         _side("B", c.b),
         "",
-        f"Verdict      {headline}",
+        f"Verdict      {headline}" + (f"  (time per {c.basis})" if c.work is not None else ""),
+    ]
+    if c.work is not None:
+        lines.append(_row(f"per {c.basis}", c.work, seconds))
+    lines += [
         _row("step time", c.step_time, seconds),
         _row("peak memory", c.memory, lambda v: size(v) if v is not None else "n/a"),
         f"{'diagnosis':<12} {kind_label(c.a.kind)} -> {kind_label(c.b.kind)}: {c.diagnosis}",
@@ -72,6 +82,11 @@ def _side_json(s: RunSummary) -> dict[str, object]:
         "steps": s.steps,
         "step_time_s": s.step_time,
         "peak_memory_bytes": s.peak_memory,
+        "samples_per_step": s.samples_per_step,
+        "time_per_sample_s": s.time_per_sample,
+        "tokens_per_step": s.tokens_per_step,
+        "time_per_token_s": s.time_per_token,
+        "problem": s.problem or None,
     }
 
 
@@ -83,6 +98,8 @@ def render_comparison_json(comparison: Comparison) -> str:
         "schema_version": COMPARE_SCHEMA_VERSION,
         "verdict": c.verdict,
         "material": c.material,
+        "basis": c.basis,
+        "work": _change_json(c.work) if c.work is not None else None,
         "a": _side_json(c.a),
         "b": _side_json(c.b),
         "step_time": _change_json(c.step_time),

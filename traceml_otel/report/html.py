@@ -13,14 +13,18 @@ from traceml_otel.analyze.rules import missing_signals
 from traceml_otel.report.svg import PALETTE, BarRow, Line, line_chart, stacked_bars
 from traceml_otel.report.units import (
     PHASE_LABELS,
-    TABLE_ROWS,
+    communication_sentence,
     drift_sentence,
     gib,
     kind_label,
     percent,
+    plural,
     seconds,
     signed_percent,
     size,
+    table_rows,
+    throughput_sentence,
+    trace_link,
     updates_sentence,
 )
 
@@ -29,9 +33,10 @@ GIB = float(1 << 30)
 SEGMENTS = (
     ("input_wait", "#f59e0b"),
     ("h2d", "#06b6d4"),
-    ("forward", "#3b82f6"),
-    ("backward", "#6366f1"),
+    ("forward", "#2563eb"),
+    ("backward", "#db2777"),
     ("optimizer", "#10b981"),
+    ("communication", "#ef4444"),
     ("residual", "#9ca3af"),
 )
 _CSS = """
@@ -59,6 +64,7 @@ th:first-child,td:first-child,th.left,td.left{text-align:left}
 tr.total td{font-weight:600;border-top:2px solid #e5e7eb}
 .chart+.chart{margin-top:22px} .mono.left{color:#374151}
 ul.issues{margin:10px 0 0;padding-left:18px} ul.issues li{margin:4px 0}
+.caution{background:#fff7ed;border:1px solid #fed7aa;border-radius:8px;padding:8px 12px;margin:0 0 12px}
 .note{background:#f9fafb;border:1px dashed #d1d5db;border-radius:8px;padding:14px;color:#4b5563}
 svg{width:100%;height:auto;display:block}
 footer{color:#9ca3af;font-size:12px;text-align:center;margin-top:24px}
@@ -71,7 +77,7 @@ def _e(value: object) -> str:
 
 def _header(analysis: RunAnalysis) -> str:
     run, window = analysis.run, analysis.window
-    chips = [f"{len(analysis.ranks) or len(run.ranks)} ranks"]
+    chips = [plural(len(analysis.ranks) or len(run.ranks), "rank")]
     if run.parallelism != "none":
         chips.append(run.parallelism.upper())
     if window.steps:
@@ -103,8 +109,13 @@ def _verdict(analysis: RunAnalysis) -> str:
     if analysis.step.abstentions and primary.kind != "INCOMPLETE_DATA":
         notes.append(f"Not measured on every step: {'; '.join(missing_signals(analysis.step.abstentions))}.")
     note = "".join(f'<p class="muted">{_e(n)}</p>' for n in notes)
+    cautions = "".join(
+        f'<p class="caution"><b>{_e(kind_label(f.kind))}</b><span class="badge {_e(f.severity)}">'
+        f"{_e(f.severity)}</span> {_e(f.title)}. {_e(f.why)}</p>"
+        for f in analysis.run_findings
+    )
     return (
-        f'<section class="card verdict {severity}">'
+        f'<section class="card verdict {severity}">{cautions}'
         f'<div><span class="kind">{_e(kind_label(primary.kind))}</span>'
         f'<span class="badge {severity}">{severity}</span></div><div class="muted">{_e(primary.title)}</div>'
         f'<dl class="wn"><dt>Why</dt><dd>{_e(primary.why)}</dd><dt>Next</dt><dd>{_e(primary.next)}</dd></dl>'
@@ -116,7 +127,7 @@ def _table(analysis: RunAnalysis) -> str:
     multi = len(analysis.ranks) > 1
     names = ["phase", "average", "share"] + (["worst", "skew", "worst rank"] if multi else [])
     rows = []
-    for name in TABLE_ROWS:
+    for name in table_rows(analysis.ranks):
         s = analysis.summary(name)
         if s is None:
             continue
@@ -127,10 +138,14 @@ def _table(analysis: RunAnalysis) -> str:
         css = ' class="total"' if name == "step_time" else ""
         rows.append(f"<tr{css}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     caption = "median over ranks of each rank's mean per step" if multi else "mean per step"
-    updates = updates_sentence(analysis.accumulation)
+    work = throughput_sentence(analysis.throughput)
+    work_line = f"<p><b>Throughput</b>: {_e(work)}</p>" if work else ""
+    notes = [
+        text for text in (communication_sentence(analysis), updates_sentence(analysis.accumulation)) if text
+    ]
     return (
         f'<section class="card"><h2>Where the step time goes <span class="muted">({_e(caption)})</span></h2>'
-        f"{_html_table(names, rows)}{_paragraph(updates) if updates else ''}</section>"
+        f"{_html_table(names, rows)}{work_line}{''.join(_paragraph(text) for text in notes)}</section>"
     )
 
 
@@ -168,13 +183,20 @@ def _charts(analysis: RunAnalysis) -> str:
     )
 
 
-def _worst(analysis: RunAnalysis) -> str:
+def _trace_cell(trace_id: str, trace_url: str | None) -> str:
+    link = trace_link(trace_url, trace_id)
+    if link is None:
+        return _e(trace_id or "-")
+    return f'<a href="{_e(link)}" rel="noopener noreferrer">{_e(trace_id)}</a>'
+
+
+def _worst(analysis: RunAnalysis, trace_url: str | None = None) -> str:
     if not analysis.worst_steps:
         return ""
     rows = [
         f"<tr><td>{w.step}</td><td>{w.rank}</td><td>{_e(seconds(w.step_time))}</td>"
         f'<td class="left">{_e(PHASE_LABELS.get(w.dominant, w.dominant))} {_e(seconds(w.dominant_s))}</td>'
-        f'<td class="left mono">{_e(w.trace_id or "-")}</td></tr>'
+        f'<td class="left mono">{_trace_cell(w.trace_id, trace_url)}</td></tr>'
         for w in analysis.worst_steps
     ]
     names = ["step", "rank", "step time", "mostly", "trace id"]
@@ -236,10 +258,12 @@ def _note(text: str) -> str:
     return f'<div class="note">{_e(text)}</div>'
 
 
-def render_html(analysis: RunAnalysis) -> str:
-    """The whole page."""
+def render_html(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
+    """The whole page; with ``trace_url`` (a template with ``{trace_id}``) trace ids are links."""
     body = (
-        "".join(part(analysis) for part in (_header, _verdict, _table, _charts, _worst, _memory, _warnings))
+        "".join(part(analysis) for part in (_header, _verdict, _table, _charts))
+        + _worst(analysis, trace_url)
+        + "".join(part(analysis) for part in (_memory, _warnings))
         if analysis.ranks
         else _header(analysis) + _verdict(analysis) + _warnings(analysis)
     )
@@ -255,5 +279,8 @@ def render_html(analysis: RunAnalysis) -> str:
 class HtmlReporter:
     """Renders a run analysis as a self-contained HTML page."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return render_html(analysis)
+        return render_html(analysis, trace_url=self.trace_url)

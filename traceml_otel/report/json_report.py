@@ -8,9 +8,10 @@ from dataclasses import asdict
 
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
+from traceml_otel.report.units import trace_link
 
 SCHEMA = "traceml-otel/report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bump on any breaking change to the report layout (renamed or removed keys, changed units)."""
 
 
@@ -60,10 +61,20 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "residual_s": m.residual,
         "optimizer_updates": m.optimizer_updates,
         "micro_steps": m.micro_steps,
+        "samples_per_step": m.samples_per_step,
+        "samples_per_s": m.samples_per_s,
+        "tokens_per_step": m.tokens_per_step,
+        "tokens_per_s": m.tokens_per_s,
+        "communication_s": m.communication,
+        "communication_total_s": m.communication_total,
+        "communication_bytes": m.communication_bytes,
+        "communication_measured": m.communication_measured,
     }
 
 
-def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dict[str, object]:
+def report_json(
+    analysis: RunAnalysis, generated_at: float | None = None, *, trace_url: str | None = None
+) -> dict[str, object]:
     """The report as a JSON-ready object (see docs/report-schema.md)."""
     run = analysis.run
     memory = analysis.memory
@@ -90,7 +101,11 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
             "other_run_ids": list(run.other_run_ids),
             "warnings_total": run.warnings_total,
             "warnings": list(run.warnings),
+            "missing_ranks": list(run.missing_ranks),
+            "rank_steps": [asdict(count) for count in run.rank_steps],
+            "failures": [asdict(failure) for failure in run.failures],
         },
+        "run_findings": [finding_json(f) for f in analysis.run_findings],
         "window": asdict(analysis.window),
         "clock": str(analysis.clock),
         "primary_diagnosis": finding_json(analysis.step.primary),
@@ -100,6 +115,8 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
         "phases": [_summary_json(s) for s in analysis.summaries],
         "ranks": [_rank_json(m) for m in analysis.ranks],
         "accumulation": asdict(analysis.accumulation),
+        "throughput": asdict(analysis.throughput),
+        "input_pipeline": [asdict(host) for host in analysis.hosts],
         "memory": {
             "status": str(memory.status),
             "findings": [finding_json(f) for f in memory.findings],
@@ -131,6 +148,7 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
                 "rank": w.rank,
                 "step_time_s": w.step_time,
                 "trace_id": w.trace_id,
+                "trace_url": trace_link(trace_url, w.trace_id),
                 "dominant": w.dominant,
                 "dominant_s": w.dominant_s,
             }
@@ -151,5 +169,8 @@ def report_json(analysis: RunAnalysis, generated_at: float | None = None) -> dic
 class JsonReporter:
     """Renders a run analysis as the versioned JSON report."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return json.dumps(report_json(analysis), indent=2, allow_nan=False) + "\n"
+        return json.dumps(report_json(analysis, trace_url=self.trace_url), indent=2, allow_nan=False) + "\n"

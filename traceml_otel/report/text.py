@@ -9,12 +9,15 @@ from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
 from traceml_otel.report.units import (
     PHASE_LABELS,
-    TABLE_ROWS,
+    communication_sentence,
     drift_sentence,
     kind_label,
     percent,
     seconds,
     size,
+    table_rows,
+    throughput_sentence,
+    trace_link,
     updates_sentence,
 )
 
@@ -49,9 +52,18 @@ def _header(analysis: RunAnalysis) -> list[str]:
     ]
 
 
+def _run_findings(analysis: RunAnalysis) -> list[str]:
+    lines: list[str] = []
+    for finding in analysis.run_findings:
+        lines += _field("Caution", f"{kind_label(finding.kind)} [{finding.severity}] - {finding.title}. "
+                                   f"{finding.why}")
+    return lines
+
+
 def _card(analysis: RunAnalysis) -> list[str]:
     primary = analysis.step.primary
-    lines = _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
+    lines = _run_findings(analysis)
+    lines += _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
     lines += _field("Why", primary.why)
     lines += _field("Next", primary.next)
     for other in analysis.step.issues[1:]:
@@ -69,7 +81,7 @@ def _table(analysis: RunAnalysis) -> list[str]:
     if multi:
         head += f" {'worst':>10} {'skew':>7} {'worst rank':>10}"
     lines = [f"Where the step time goes ({'median over ranks, ' if multi else ''}mean per step)", head]
-    for name in TABLE_ROWS:
+    for name in table_rows(analysis.ranks):
         summary = analysis.summary(name)
         if summary is None:
             continue
@@ -79,7 +91,15 @@ def _table(analysis: RunAnalysis) -> list[str]:
             rank = "" if summary.worst_rank is None else str(summary.worst_rank)
             row += f" {seconds(summary.worst):>10} {percent(summary.skew):>7} {rank:>10}"
         lines.append(row)
-    return lines
+    note = communication_sentence(analysis)
+    return lines + (textwrap.wrap(note, WIDTH) if note else [])
+
+
+def _throughput(analysis: RunAnalysis) -> list[str]:
+    text = throughput_sentence(analysis.throughput)
+    if not text:
+        text = "not known: no samples per step recorded (use a DataLoader or trace_step(model, samples=N))"
+    return _field("Throughput", text)
 
 
 def _updates(analysis: RunAnalysis) -> list[str]:
@@ -91,7 +111,7 @@ def _drift(analysis: RunAnalysis) -> list[str]:
     return _field("Drift", drift_sentence(analysis.drift))
 
 
-def _worst(analysis: RunAnalysis) -> list[str]:
+def _worst(analysis: RunAnalysis, trace_url: str | None = None) -> list[str]:
     if not analysis.worst_steps:
         return []
     lines = ["Slowest steps"]
@@ -99,7 +119,7 @@ def _worst(analysis: RunAnalysis) -> list[str]:
         part = f"{PHASE_LABELS.get(worst.dominant, worst.dominant)} {seconds(worst.dominant_s)}"
         lines.append(
             f"  step {worst.step:<7} rank {worst.rank:<3} {seconds(worst.step_time):>10}  mostly {part:<24} "
-            f"trace {worst.trace_id or '-'}"
+            f"trace {trace_link(trace_url, worst.trace_id) or worst.trace_id or '-'}"
         )
     return lines
 
@@ -128,18 +148,21 @@ def _warnings(analysis: RunAnalysis) -> list[str]:
     return _field("Warnings", text)
 
 
-def render_text(analysis: RunAnalysis) -> str:
-    """The whole text report."""
+def render_text(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
+    """The whole text report; with ``trace_url`` the slowest steps show trace URLs, not bare ids."""
     sections: list[list[str]] = [_header(analysis), _card(analysis)]
     if analysis.ranks:
-        sections.append(_table(analysis))
+        sections.append(_table(analysis) + _throughput(analysis))
     tail = _updates(analysis) + _drift(analysis) + _memory(analysis.memory) + _warnings(analysis)
-    sections += [_worst(analysis), tail]
+    sections += [_worst(analysis, trace_url), tail]
     return "\n\n".join("\n".join(section) for section in sections if section) + "\n"
 
 
 class TextReporter:
     """Renders a run analysis as the plain-text report."""
 
+    def __init__(self, trace_url: str | None = None) -> None:
+        self.trace_url = trace_url
+
     def render(self, analysis: RunAnalysis) -> str:
-        return render_text(analysis)
+        return render_text(analysis, trace_url=self.trace_url)

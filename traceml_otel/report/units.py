@@ -3,8 +3,11 @@ HTML report print."""
 
 from __future__ import annotations
 
-from traceml_otel.analyze.findings import Accumulation, DriftAnalysis
+from collections.abc import Sequence
+
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
+from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
 
 PHASE_LABELS = {
     "input_wait": "input wait",
@@ -12,13 +15,43 @@ PHASE_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "optimizer",
+    "communication": "comm. wait",
     "residual": "residual",
     "compute": "compute",
     "traced": "traced step",
     "step_time": "step time",
 }
-TABLE_ROWS = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual", "step_time")
+TABLE_ROWS = (
+    "input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual", "step_time",
+)
 """The phase table's rows: the parts of a step, then the whole."""
+
+
+def table_rows(ranks: Sequence[RankMetrics]) -> tuple[str, ...]:
+    """The rows to show: communication only when some rank measured collectives."""
+    if any(m.communication_measured for m in ranks):
+        return TABLE_ROWS
+    return tuple(name for name in TABLE_ROWS if name != "communication")
+
+
+def communication_sentence(analysis: RunAnalysis) -> str:
+    """What the communication row means, with the total and bytes; empty when nothing was measured."""
+    ranks = [m for m in analysis.ranks if m.communication_measured]
+    if not ranks:
+        return ""
+    middle = sorted(ranks, key=lambda m: (m.communication_total or 0.0, m.rank))[len(ranks) // 2]
+    size = (
+        f", {middle.communication_bytes / (1 << 20):.1f} MiB per step"
+        if middle.communication_bytes is not None else ""
+    )
+    text = (
+        f"comm. wait is the collective time the step waited for (exposed); forward, backward and optimizer "
+        f"exclude it. All collective time, overlapped or not: {seconds(middle.communication_total)} per step "
+        f"on rank {middle.rank}{size}"
+    )
+    if any(m.communication is None for m in ranks):
+        text += "; the exposed part could not be measured on every rank (async collectives), so it is n/a"
+    return text
 
 
 def seconds(value: float | None) -> str:
@@ -66,7 +99,8 @@ def kind_label(kind: str) -> str:
 def drift_sentence(drift: DriftAnalysis) -> str:
     """``slowing: recent 18.9 ms vs early 14.9 ms (+26.8%), from step 301``."""
     if drift.kind is DriftKind.NOT_ENOUGH_STEPS:
-        return "not enough steps to compare early and recent step times"
+        return (f"not judged: fewer than {DRIFT_MIN_STEPS} aligned steps to compare early and recent "
+                "step times")
     text = (
         f"{drift.kind.lower().replace('_', ' ')}: recent {seconds(drift.recent_s)} vs early "
         f"{seconds(drift.baseline_s)} ({signed_percent(drift.change)})"
@@ -85,3 +119,46 @@ def updates_sentence(accumulation: Accumulation) -> str:
             f"({accumulation.micro_steps} micro-steps)"
         )
     return text
+
+
+def rate(value: float | None, unit: str) -> str:
+    """``1,234 samples/s``, ``56.2 samples/s``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f} {unit}/s" if value >= 100 else f"{value:.3g} {unit}/s"
+
+
+def count(value: float | None) -> str:
+    """``64`` or ``63.5``; ``n/a`` when missing."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def throughput_sentence(throughput: Throughput) -> str:
+    """``5,120 samples/s (64 samples per step; 195 us per sample)``; empty when not measured."""
+    parts = []
+    if throughput.samples_per_s is not None:
+        parts.append(
+            f"{rate(throughput.samples_per_s, 'samples')} ({count(throughput.samples_per_step)} samples per "
+            f"step; {seconds(throughput.time_per_sample_s)} per sample)"
+        )
+    if throughput.tokens_per_s is not None:
+        parts.append(f"{rate(throughput.tokens_per_s, 'tokens')} ({count(throughput.tokens_per_step)} tokens "
+                     "per step)")
+    if not parts and throughput.observed_ranks and throughput.measured_ranks:
+        return (f"samples per step recorded on {throughput.measured_ranks} of {throughput.observed_ranks} "
+                "ranks only")
+    return "; ".join(parts)
+
+
+def plural(number: int, word: str) -> str:
+    """``1 rank``, ``2 ranks``."""
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+def trace_link(template: str | None, trace_id: str) -> str | None:
+    """The template with the trace id filled in (``None`` without a template or an id)."""
+    if not template or not trace_id:
+        return None
+    return template.replace("{trace_id}", trace_id)

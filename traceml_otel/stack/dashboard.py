@@ -194,6 +194,71 @@ def _dcgm(title: str, metric: str, unit: str, grid: tuple[int, int, int, int]) -
     )
 
 
+def _communication_panels(y: int) -> list[dict[str, Any]]:
+    """The "Communication" row: exposed share per rank (the alert's series) and collective time by kind."""
+    share = 'run_rank:traceml_communication_share:ratio{traceml_run_id="$run_id", traceml_rank=~"$rank"}'
+    least = 'run:traceml_communication_share:min{traceml_run_id="$run_id"}'
+    by_kind = "traceml_collective_source, traceml_collective_kind"
+
+    def per_step(metric: str) -> str:
+        return (
+            f"sum by ({by_kind}) (rate({metric}{{{RANKS}}}[{WINDOW}])) "
+            f"/ ignoring ({by_kind}) group_left {STEP_COUNT}"
+        )
+
+    return [
+        _row("Communication", y),
+        _timeseries(
+            "Exposed communication share per rank",
+            "Exposed collective time (the part of the collectives the step waited for, not overlapped "
+            "with compute) / step time (input wait + traced step), per rank, and the rank that waits "
+            "least. Alert TraceMLCommunicationBound: the least-waiting rank >= 10 % (warning), >= 20 % "
+            "(critical). A rank far above the others waits for a straggler (TraceMLSyncStraggler). Empty "
+            "without collective timing (one process, collectives=False) or where the exposed part is not "
+            "measured (async_op calls, CUDA side streams). Needs the recording rules.",
+            (0, y + 1, 12, 8),
+            "percentunit",
+            [
+                _target("A", share, "rank {{traceml_rank}}"),
+                _target("B", least, "least-waiting rank (alert)"),
+            ],
+            thresholds=(("orange", 0.1), ("red", 0.2)),
+            no_value="No exposed collective time: no collectives timed, or their exposed part not measured.",
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": "least-waiting rank (alert)"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                        {"id": "custom.lineWidth", "value": 2},
+                    ],
+                }
+            ],
+        ),
+        _timeseries(
+            "Collective time per step by kind (mean over ranks)",
+            "Total collective time per step (calls' durations, overlap with compute included) and its "
+            "exposed part, per source (ddp: gradient buckets, api: torch.distributed calls) and kind, "
+            "from traceml_collective_duration_seconds and traceml_collective_exposed_seconds. Total minus "
+            "exposed is what compute hid.",
+            (12, y + 1, 12, 8),
+            "s",
+            [
+                _target(
+                    "A",
+                    per_step("traceml_collective_duration_seconds_sum"),
+                    "{{traceml_collective_source}} {{traceml_collective_kind}} total",
+                ),
+                _target(
+                    "B",
+                    per_step("traceml_collective_exposed_seconds_sum"),
+                    "{{traceml_collective_source}} {{traceml_collective_kind}} exposed",
+                ),
+            ],
+            no_value="No collectives timed for the selected ranks.",
+        ),
+    ]
+
+
 def _panels() -> list[dict[str, Any]]:
     panels: list[dict[str, Any]] = [_row("Run", 0)]
     mean_run = 'run:traceml_step_time_seconds:mean{traceml_run_id="$run_id"}'
@@ -230,13 +295,17 @@ def _panels() -> list[dict[str, Any]]:
     )
     panels.append(
         _timeseries(
-            "Throughput (steps per second, all ranks)",
-            "Completed steps per second over the selected ranks (rate of traceml_steps_total). A flat zero "
-            "is "
-            "a stall.",
+            "Throughput (all ranks)",
+            "Samples per second over the selected ranks (rate of traceml_samples_total: the batch dimension "
+            "the DataLoader returned, or trace_step(samples=)), and completed steps per second (rate of "
+            "traceml_steps_total). A flat zero is a stall; samples/s is empty when no step recorded its "
+            "work.",
             (12, 1, 6, 8),
             "ops",
-            [_target("A", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s")],
+            [
+                _target("A", f"sum (rate(traceml_samples_total{{{RANKS}}}[{WINDOW}]))", "samples/s"),
+                _target("B", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s"),
+            ],
         )
     )
     panels.append(
@@ -397,14 +466,16 @@ def _panels() -> list[dict[str, Any]]:
         )
     )
 
-    panels.append(_row("Memory, GPU and host", 45))
+    panels += _communication_panels(45)
+
+    panels.append(_row("Memory, GPU and host", 54))
     panels.append(
         _timeseries(
             "CUDA peak memory per rank",
             "torch.cuda max_memory_reserved / max_memory_allocated, the maximum over each export interval. "
             "Alert "
             "TraceMLCudaMemoryCreep: reserved rising >= 1 GiB per hour. Empty on CPU runs.",
-            (0, 46, 12, 8),
+            (0, 55, 12, 8),
             "bytes",
             [
                 _target(
@@ -421,13 +492,13 @@ def _panels() -> list[dict[str, Any]]:
             no_value="No CUDA memory: a CPU run, or CUDA not initialised yet.",
         )
     )
-    panels.append(_dcgm("GPU utilization (DCGM)", "DCGM_FI_DEV_GPU_UTIL", "percent", (12, 46, 12, 8)))
+    panels.append(_dcgm("GPU utilization (DCGM)", "DCGM_FI_DEV_GPU_UTIL", "percent", (12, 55, 12, 8)))
     panels.append(
         _dcgm(
-            "GPU memory bandwidth utilization (DCGM)", "DCGM_FI_DEV_MEM_COPY_UTIL", "percent", (0, 54, 12, 8)
+            "GPU memory bandwidth utilization (DCGM)", "DCGM_FI_DEV_MEM_COPY_UTIL", "percent", (0, 63, 12, 8)
         )
     )
-    panels.append(_dcgm("GPU power (DCGM)", "DCGM_FI_DEV_POWER_USAGE", "watt", (12, 54, 12, 8)))
+    panels.append(_dcgm("GPU power (DCGM)", "DCGM_FI_DEV_POWER_USAGE", "watt", (12, 63, 12, 8)))
     cpu = (
         f'max by (nodename) ((1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{WINDOW}]))) '
         f"* on (instance) group_left (nodename) node_uname_info) * on (nodename) group_left () {HOST_OF_RUN}"
@@ -437,20 +508,20 @@ def _panels() -> list[dict[str, Any]]:
             "Host CPU busy (node-exporter)",
             "1 - idle share of all CPUs of each host of the run, from node-exporter, joined through "
             f"node_uname_info's nodename = traceml_rank_info's traceml_host. {NODE_NOTE}",
-            (0, 62, 12, 8),
+            (0, 71, 12, 8),
             "percentunit",
             [_target("A", cpu, "{{nodename}}")],
             no_value=NODE_NOTE,
         )
     )
 
-    panels.append(_row("Telemetry pipeline", 70))
+    panels.append(_row("Telemetry pipeline", 79))
     panels.append(
         _timeseries(
             "Spans dropped by OTLP export",
             "Spans a rank could not deliver (exported from 0, live); their steps are incomplete in Tempo but "
             "complete in the local copy. Alert TraceMLTelemetryDroppingSpans.",
-            (0, 71, 12, 8),
+            (0, 80, 12, 8),
             "short",
             [
                 _target(
@@ -467,7 +538,7 @@ def _panels() -> list[dict[str, Any]]:
             "Seconds since each rank's last step (worst 5)",
             "time() - traceml_step_last_timestamp_seconds. Alerts TraceMLTrainingStalled (all ranks) and "
             "TraceMLRankStalled (one rank) at 5 m.",
-            (12, 71, 12, 8),
+            (12, 80, 12, 8),
             "s",
             [
                 _target(
@@ -489,7 +560,7 @@ def _panels() -> list[dict[str, Any]]:
                 "of that step across all ranks."
             ),
             "datasource": TEMPO,
-            "gridPos": {"x": 0, "y": 79, "w": 24, "h": 8},
+            "gridPos": {"x": 0, "y": 88, "w": 24, "h": 8},
             "fieldConfig": {"defaults": {}, "overrides": []},
             "options": {"showHeader": True, "cellHeight": "sm"},
             "targets": [
@@ -574,9 +645,9 @@ def build_dashboard() -> dict[str, Any]:
             ]
         },
         "description": (
-            "traceml-otel: step time against the run's baseline, phases, input wait, ranks, CUDA "
-            "memory, GPU and host (DCGM, node-exporter) and export health of one training run. "
-            "Metric names: docs/telemetry.md. Rendered by `traceml stack render`."
+            "traceml-otel: step time against the run's baseline, phases, input wait, ranks, "
+            "communication, CUDA memory, GPU and host (DCGM, node-exporter) and export health of one "
+            "training run. Metric names: docs/telemetry.md. Rendered by `traceml stack render`."
         ),
         "editable": True,
         "fiscalYearStartMonth": 0,

@@ -1,6 +1,7 @@
 """A tiny instrumented loop for launcher tests: prints `completed N` after each step."""
 
 import argparse
+import os
 import sys
 import time
 
@@ -14,9 +15,10 @@ parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--exit-code", type=int, default=0)
 parser.add_argument("--raise-at", type=int, default=-1, help="raise inside this step")
+parser.add_argument("--silent-rank", type=int, default=-1, help="this rank sends no telemetry")
 args, _ = parser.parse_known_args()  # tests pass extra (secret-looking) arguments too
 
-traceml.init(mode="auto")
+traceml.init(mode="auto", disabled=int(os.environ.get("RANK", "0")) == args.silent_rank)
 torch.set_num_threads(1)
 model = nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -121,11 +121,12 @@ class SpanSource(ABC):
             run_id=run_id,
             steps=tuple(steps),
             source=self.describe(),
-            service=self.service or "",
+            service=self.service or ", ".join(assembler.services(run_id)),
             spans_read=assembler.spans,
             foreign_spans=assembler.foreign_spans,
             orphan_steps=orphans,
             other_run_ids=others,
             warnings=tuple(self.log.warnings),
             warnings_total=self.log.total,
+            hosts=assembler.hosts(run_id),
         )

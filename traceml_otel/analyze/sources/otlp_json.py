@@ -32,6 +32,9 @@ def feed_resource_spans(
         if service is not None and resource_attrs.get(SERVICE_NAME) != service:
             continue
         default_run = as_str(resource_attrs.get(ATTR_RUN_ID)) or ""
+        service_name = as_str(resource_attrs.get(SERVICE_NAME))
+        if service_name:
+            assembler.note_service(default_run, service_name)
         for spans in scope_spans(resource):
             seen += len(spans)
             for span in spans:

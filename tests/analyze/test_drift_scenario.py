@@ -1,0 +1,42 @@
+"""A steady 100-step run, repeated 10 times on this (shared, noisy) machine, reports no drift.
+
+One process trains 10 back-to-back blocks of 100 steps, each with a fresh model, optimizer and
+loader, through the real capture and local copy; each block is then analysed as a run of its own
+(steps renumbered from 0), which is what a user's 100-step run looks like to the analyzer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from traceml_otel.analyze import analyze_run
+from traceml_otel.analyze.kinds import DriftKind
+from traceml_otel.analyze.records import LoadedRun
+from traceml_otel.analyze.sources.files import FileSpanSource
+from traceml_otel.report import render
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "steady_blocks.py"
+BLOCKS, STEPS = 10, 100
+
+
+def test_ten_steady_100_step_runs_report_no_drift(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"))
+    subprocess.run([sys.executable, str(SCRIPT), "--blocks", str(BLOCKS), "--steps", str(STEPS)],
+                   env=env, check=True, timeout=180)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    loaded = FileSpanSource([run_dir]).load()
+    assert len(loaded.steps) == BLOCKS * STEPS
+    verdicts = []
+    for block in range(BLOCKS):
+        steps = tuple(
+            s._replace(step=s.step - block * STEPS) for s in loaded.steps if s.step // STEPS == block
+        )
+        analysis = analyze_run(LoadedRun(run_id=f"block-{block}", steps=steps, source=str(run_dir)))
+        text = render(analysis, "text").lower()
+        verdicts.append((analysis.drift.kind, analysis.drift.change))
+        assert "slowing" not in text and "speeding up" not in text, text
+    assert all(kind is DriftKind.STABLE for kind, _ in verdicts), verdicts

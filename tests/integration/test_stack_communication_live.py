@@ -1,0 +1,209 @@
+"""The Communication row and TraceMLCommunicationBound against a real Prometheus and a real 2-rank DDP job.
+
+`traceml run --nproc-per-node 2` runs a gloo DDP job whose gradients (about 38 MiB a step) are
+large against its compute, with collective timing on (the default) and the direct scrape path
+(TRACEML_PROMETHEUS_PORT=P: local rank 0 serves P, local rank 1 serves P+1). Prometheus 2.42
+scrapes both every second and evaluates the rules of `traceml stack render --profile short`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
+from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, wait_until
+from traceml_otel.stack import StackConfig, Windows, render_all, write_files
+
+PROMETHEUS = shutil.which("prometheus")
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "comm_run.py"
+RUN_ID = "comm"
+RUN_SECONDS = 24.0  # steps; the drift baseline needs about 18 s of them
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
+)
+COMMUNICATION = ("traceml_collective_", "traceml_communication_share")
+
+
+def free_port_pair() -> int:
+    """P such that P and P+1 were both free on 127.0.0.1 a moment ago."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+@dataclass
+class CommunicationRun:
+    prometheus: Prometheus
+    started: float
+    ended: float = 0.0
+    firing_at: float = 0.0
+    severities: set[str] = field(default_factory=set)
+    dashboard: dict[str, list[float]] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
+    launcher_output: str = ""
+
+
+def _alert(prometheus: Prometheus, state: str) -> list[dict]:
+    return prometheus.query(
+        f'ALERTS{{alertname="TraceMLCommunicationBound", traceml_run_id="{RUN_ID}", alertstate="{state}"}}'
+    )
+
+
+@pytest.fixture(scope="module")
+def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]:
+    tmp = tmp_path_factory.mktemp("stack-comm")
+    write_files(render_all(StackConfig(windows=Windows.short())), tmp)
+    port, prom_port = free_port_pair(), None
+    while prom_port is None or prom_port in (port, port + 1):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            prom_port = int(sock.getsockname()[1])
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
+        "scrape_configs": [
+            {
+                "job_name": "traceml",
+                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in (port, port + 1)]}],
+            }
+        ],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = tmp / "prometheus.log"
+    assert PROMETHEUS is not None
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    prometheus = Prometheus(f"http://127.0.0.1:{prom_port}", proc, log)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(
+        TRACEML_RUN_ID=RUN_ID,
+        TRACEML_RUNS_DIR=str(tmp / "runs"),
+        TRACEML_PROMETHEUS_PORT=str(port),
+        TRACEML_FLUSH_INTERVAL_MS="100",
+        TRACEML_PROMETHEUS_LINGER_S="3",
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+    )
+    launcher = None
+    try:
+        wait_until(
+            lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
+            15,
+            "prometheus not ready",
+            log,
+        )
+        run = CommunicationRun(prometheus, started=time.time())
+        baseline = f'run:traceml_step_time_seconds:baseline{{traceml_run_id="{RUN_ID}"}}'
+        share = f'run_rank:traceml_communication_share:ratio{{traceml_run_id="{RUN_ID}"}}'
+        launcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "traceml_otel.cli",
+                "run",
+                str(SCRIPT),
+                "--nproc-per-node",
+                "2",
+                "--",
+                "--seconds",
+                str(RUN_SECONDS),
+            ],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        # the alert fires, and the drift baseline exists, so every panel has something to show
+        wait_until(
+            lambda: bool(_alert(prometheus, "firing")) and bool(prometheus.query(baseline)),
+            RUN_SECONDS + 30,  # + the launcher's start (torch import, process group)
+            "TraceMLCommunicationBound did not fire during the run",
+            log,
+        )
+        run.firing_at = time.time()
+        run.severities = {a["metric"]["severity"] for a in _alert(prometheus, "firing")}
+        for expr in prometheus_exprs(run_dashboard()):
+            run.dashboard[expr] = finite(prometheus.query(substitute_grafana_vars(expr, RUN_ID, "10s")))
+        run.shares = {r["metric"]["traceml_rank"]: float(r["value"][1]) for r in prometheus.query(share)}
+        run.launcher_output, _ = launcher.communicate(timeout=RUN_SECONDS + 60)
+        assert launcher.returncode == 0, run.launcher_output
+        run.ended = time.time()
+        time.sleep(4)  # past the endpoints' linger and two evaluations
+        yield run
+    finally:
+        if launcher is not None and launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate(timeout=30)
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def test_communication_bound_fires_on_a_real_ddp_job(comm: CommunicationRun) -> None:
+    assert set(comm.shares) == {"0", "1"}, comm.shares  # one series per rank: both endpoints scraped
+    least = min(comm.shares.values())
+    assert least >= 0.1, comm.shares
+    assert len(comm.severities) == 1 and comm.severities <= {"warning", "critical"}
+    if abs(least - 0.2) > 0.03:  # read a moment apart from the alert: a share near 0.2 may have crossed
+        assert comm.severities == {"critical" if least >= 0.2 else "warning"}
+    # the same finding in the analyzer's report of the same run
+    assert "COMMUNICATION" in comm.launcher_output.upper(), comm.launcher_output
+
+
+def test_communication_panels_return_data(comm: CommunicationRun) -> None:
+    panels = {e: v for e, v in comm.dashboard.items() if any(m in e for m in COMMUNICATION)}
+    assert len(panels) == 4  # share per rank, the least-waiting rank, total and exposed by kind
+    assert all(panels.values()), panels
+    share = next(v for e, v in panels.items() if "run_rank:traceml_communication_share:ratio" in e)
+    assert len(share) == 2 and all(0 < s < 1 for s in share)
+    (total,) = [v for e, v in panels.items() if "traceml_collective_duration_seconds_sum" in e]
+    (exposed,) = [v for e, v in panels.items() if "traceml_collective_exposed_seconds_sum" in e]
+    assert len(total) == len(exposed) == 1  # ddp all_reduce only
+    assert 0 < exposed[0] <= total[0] * 1.001
+
+
+def test_every_other_panel_returns_data_on_cpu(comm: CommunicationRun) -> None:
+    # no GPU, and no node-exporter in this test (test_stack_live.py joins a real one)
+    may_be_empty = ("traceml_cuda_memory_peak", "DCGM_FI_", "node_cpu_seconds_total")
+    empty = [e for e, v in comm.dashboard.items() if not v and not any(m in e for m in may_be_empty)]
+    assert not empty
+
+
+def test_alert_resolves_at_the_end_of_the_job(comm: CommunicationRun) -> None:
+    p = comm.prometheus
+    firing = (
+        f'ALERTS{{alertname="TraceMLCommunicationBound", traceml_run_id="{RUN_ID}", alertstate="firing"}}'
+    )
+    assert p.series_times(firing, comm.started, comm.ended)
+    assert not p.series_times(firing, comm.ended + 3, time.time()), "the alert outlived the job"
+    assert not p.query(f'ALERTS{{alertname="TraceMLCommunicationBound", traceml_run_id="{RUN_ID}"}}')

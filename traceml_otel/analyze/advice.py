@@ -1,0 +1,66 @@
+"""Advice that fits the run: the INPUT_BOUND "Next" line, from the DataLoader settings and CPU count
+each rank recorded once (``traceml.dataloader.*``, ``traceml.host.cpus``).
+
+Without recorded settings (a plain iterable, or an older run) the generic advice stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.records import RankHost
+
+GENERIC_INPUT_ADVICE = (
+    "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "
+    "workers, prefetching, or moving decoding and augmentation out of the training loop. Check the "
+    "storage read speed."
+)
+CHEAPER_SAMPLES = (
+    "make each sample cheaper (decode or augment once and cache, smaller files, a faster image "
+    "library, augmentation on the GPU) and check the storage read speed"
+)
+
+
+def _loader_of(hosts: Sequence[RankHost]) -> RankHost | None:
+    """The first rank (by number) that recorded its loader; ranks of one job share the script."""
+    return next((h for h in hosts if h.has_loader), None)
+
+
+def _cpus_per_rank(host: RankHost, hosts: Sequence[RankHost]) -> int | None:
+    """Usable CPUs per rank: a node's CPUs are shared by its ranks (we count ranks that reported)."""
+    if host.cpus is None:
+        return None
+    return max(1, host.cpus // max(1, len(hosts)))
+
+
+def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
+    """The Next line of INPUT_BOUND for the loader the run actually used."""
+    host = _loader_of(hosts)
+    if host is None:
+        return GENERIC_INPUT_ADVICE
+    workers = host.num_workers or 0
+    cpus = _cpus_per_rank(host, hosts)
+    have = f"The DataLoader has num_workers={workers}"
+    if cpus is not None:
+        have += f" for {cpus} CPU{'s' if cpus != 1 else ''}" + (" per rank" if len(hosts) > 1 else "")
+    tips: list[str] = []
+    saturated = workers > 0 and cpus is not None and workers >= cpus - 1
+    if workers == 0:
+        room = f" (up to about {max(1, cpus - 1)} here)" if cpus is not None else ""
+        tips.append(f"load in worker processes: set num_workers{room}")
+    elif saturated:
+        tips.append(f"its workers already take every CPU, so the CPUs are the limit: {CHEAPER_SAMPLES}")
+    else:
+        more = f" (up to about {cpus - 1})" if cpus is not None else ""
+        tips.append(f"try more workers{more}")
+    if workers > 0 and not host.persistent_workers:
+        tips.append("persistent_workers=True, so workers are not restarted every epoch")
+    if workers > 0 and host.prefetch_factor is not None and host.prefetch_factor < 4:
+        tips.append(f"a larger prefetch_factor (now {host.prefetch_factor})")
+    if clock is Clock.GPU and not host.pin_memory:
+        tips.append("pin_memory=True")
+    if not saturated:
+        tips.append(CHEAPER_SAMPLES)
+    advice = "; ".join(tips)
+    return f"{have}. {advice[0].upper()}{advice[1:]}."

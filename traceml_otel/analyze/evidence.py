@@ -1,0 +1,156 @@
+"""What the data can and cannot support: missing or partial ranks, and how a failed run failed.
+
+These are findings about the run itself, shown above the step-time verdict so that a verdict
+drawn from one rank of two, or from a run that crashed, says so.
+
+- ``MISSING_RANKS``: the world size (from the step spans, else the manifest) names ranks that
+  sent no step at all.
+- ``PARTIAL_RANKS``: a rank recorded fewer than 95 % (and at least 2 fewer) of the steps of the
+  rank that recorded most; only steps every rank completed are analysed.
+- ``RUN_FAILED``: a traced step raised (rank, step and exception type are named), or the
+  manifest records a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from traceml_otel.analyze.findings import Evidence, Finding, RankCount, StepFailure
+from traceml_otel.analyze.kinds import RunKind, Severity
+from traceml_otel.analyze.records import StepTiming
+
+PARTIAL_FRACTION = 0.95
+"""A rank with fewer steps than this fraction of the fullest rank's is partial ..."""
+PARTIAL_MIN_GAP = 2
+"""... and only when it is at least this many steps short (a rank stopped by a signal may miss one)."""
+MAX_FAILURES = 20
+"""Failed steps listed in the report (the first per rank come first)."""
+
+
+def missing_ranks(world_size: int | None, observed: Sequence[int]) -> tuple[int, ...]:
+    """Ranks in ``range(world_size)`` that sent no step."""
+    if not world_size:
+        return ()
+    seen = set(observed)
+    return tuple(rank for rank in range(world_size) if rank not in seen)
+
+
+def rank_counts(steps: Sequence[StepTiming]) -> tuple[RankCount, ...]:
+    """Steps, first and last step number per rank (failed steps included)."""
+    counts: dict[int, list[int]] = {}
+    for step in steps:
+        entry = counts.get(step.rank)
+        if entry is None:
+            counts[step.rank] = [1, step.step, step.step]
+        else:
+            entry[0] += 1
+            entry[1] = min(entry[1], step.step)
+            entry[2] = max(entry[2], step.step)
+    return tuple(RankCount(rank, *entry) for rank, entry in sorted(counts.items()))
+
+
+def partial_ranks(counts: Sequence[RankCount]) -> tuple[RankCount, ...]:
+    """Ranks that recorded clearly fewer steps than the fullest rank."""
+    if len(counts) < 2:
+        return ()
+    most = max(c.steps for c in counts)
+    return tuple(
+        c for c in counts if c.steps < PARTIAL_FRACTION * most and most - c.steps >= PARTIAL_MIN_GAP
+    )
+
+
+def step_failures(steps: Sequence[StepTiming]) -> tuple[StepFailure, ...]:
+    """Steps that raised: the first of each rank, then the others, in step order."""
+    failed = sorted((s.step, s.rank, s.error or "error") for s in steps if s.error is not None)
+    first: dict[int, StepFailure] = {}
+    rest: list[StepFailure] = []
+    for step, rank, error in failed:
+        failure = StepFailure(rank, step, error)
+        if rank in first:
+            rest.append(failure)
+        else:
+            first[rank] = failure
+    return (*first.values(), *rest)[:MAX_FAILURES]
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def run_findings(
+    *,
+    world_size: int | None,
+    counts: Sequence[RankCount],
+    failures: Sequence[StepFailure],
+    failed_steps: int,
+    exit_code: int | None,
+) -> tuple[Finding, ...]:
+    """The findings about the data itself, most serious first."""
+    findings: list[Finding] = []
+    observed = [c.rank for c in counts]
+    absent = missing_ranks(world_size, observed)
+    if absent:
+        findings.append(Finding(
+            kind=RunKind.MISSING_RANKS,
+            severity=Severity.WARNING,
+            score=None,
+            title=f"{_ranks_text(absent)} sent no telemetry",
+            why=(f"World size {world_size}, ranks seen {observed or '[]'}: {_ranks_text(absent)} recorded no "
+                 "step, so the verdict is drawn from the other ranks only and cannot see a straggler "
+                 "among the missing."),
+            next=("Check that every rank calls traceml.init() and trace_step(), that its process did not "
+                  "die early, and that its rank-<R>.traces.jsonl (or its spans in the backend) exist."),
+            evidence=(Evidence("world_size", world_size), Evidence("ranks_seen", str(observed)),
+                      Evidence("missing_ranks", str(list(absent)))),
+        ))
+    short = partial_ranks(counts)
+    if short:
+        most = max(c.steps for c in counts)
+        detail = "; ".join(f"rank {c.rank} {c.steps} steps ({c.first_step}-{c.last_step})" for c in short)
+        findings.append(Finding(
+            kind=RunKind.PARTIAL_RANKS,
+            severity=Severity.WARNING,
+            score=None,
+            title=f"{_ranks_text([c.rank for c in short])} recorded fewer steps",
+            why=(f"{detail}, against {most} on the fullest rank. Only the steps every rank completed are "
+                 "analysed."),
+            next="Look at why the rank stopped early (its log, a crash, a kill) or lost telemetry "
+                 "(its export report).",
+            evidence=tuple(Evidence(f"rank_{c.rank}_steps", c.steps) for c in short),
+        ))
+    if failures or (exit_code not in (None, 0)):
+        findings.append(_failed(failures, failed_steps, exit_code, counts))
+    return tuple(findings)
+
+
+def _failed(
+    failures: Sequence[StepFailure], failed_steps: int, exit_code: int | None, counts: Sequence[RankCount]
+) -> Finding:
+    code = "" if exit_code is None else f" The script exited with code {exit_code}."
+    evidence: list[Evidence] = []
+    if exit_code is not None:
+        evidence.append(Evidence("exit_code", exit_code))
+    if failures:
+        first = failures[0]
+        others = failed_steps - 1
+        more = f" ({others} other failed step{'s' if others != 1 else ''} on this run)" if others > 0 else ""
+        why = (f"Rank {first.rank} raised {first.exception_type} in step {first.step}{more}; failed steps "
+               f"are left out of the analysis.{code}")
+        evidence += [Evidence("failed_rank", first.rank, "rank"), Evidence("failed_step", first.step),
+                     Evidence("exception_type", first.exception_type)]
+        title = f"The run failed at step {first.step} ({first.exception_type})"
+    else:
+        last = max((c.last_step for c in counts), default=None)
+        after = f" after step {last}" if last is not None else ""
+        why = (f"No traced step raised, but the script exited with code {exit_code}{after}: the failure was "
+               "outside trace_step() (set-up, evaluation, saving) or a rank was killed.")
+        title = f"The run failed (exit code {exit_code})"
+    return Finding(
+        kind=RunKind.RUN_FAILED,
+        severity=Severity.CRITICAL,
+        score=None,
+        title=title,
+        why=why,
+        next="The diagnosis covers the steps before the failure; fix the error and run again for a full one.",
+        evidence=tuple(evidence),
+    )

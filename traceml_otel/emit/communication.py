@@ -1,0 +1,112 @@
+"""How much of each collective the step waited for (its *exposed* time), worked out per step.
+
+Runs in the emitter, on the records the capture side measured; nothing is estimated.
+
+- A blocking ``torch.distributed`` call held its caller for the whole call: all of it is exposed.
+- An ``async_op=True`` call overlaps whatever the program did until it waited: its exposed part is
+  not known (``None``).
+- DDP's gradient buckets overlap backward. Once the last bucket of a backward call is handed over,
+  there is no gradient left to compute and backward only waits for the buckets to complete. So the
+  exposed time of one backward call's buckets is ``(last completion) - (last hand-over)`` (at least
+  0), split across the buckets that complete after the last hand-over. The same formula holds on the
+  GPU clock with the buckets' CUDA events (start = the bucket's gradients are ready on the compute
+  stream, end = the collective completed).
+
+Each collective is also placed in the phase call (forward, backward, optimizer) whose CPU interval
+contains its start, so the analyzer can take exposed communication out of that phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from traceml_otel.records import CollectiveTiming, PhaseTiming, StepRecord
+
+_PHASES_WITH_COMMUNICATION = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveExposure:
+    """One collective of a step with its measured exposed time on each clock and its phase call."""
+
+    timing: CollectiveTiming
+    phase: PhaseTiming | None
+    exposed_ns: int | None
+    exposed_gpu_ns: int | None
+
+    @property
+    def duration_ns(self) -> int | None:
+        end = self.timing.end_ns
+        return None if end is None else end - self.timing.start_ns
+
+
+def _containing_phase(collective: CollectiveTiming, phases: Sequence[PhaseTiming]) -> PhaseTiming | None:
+    start = collective.start_ns
+    for phase in phases:
+        if phase.phase in _PHASES_WITH_COMMUNICATION and phase.start_ns <= start < phase.end_ns:
+            return phase
+    return None
+
+
+def _cpu_interval(c: CollectiveTiming) -> tuple[int, int | None]:
+    return c.start_ns, c.end_ns
+
+
+def _gpu_interval(c: CollectiveTiming) -> tuple[int | None, int | None]:
+    if c.gpu_offset_ns is None or c.gpu_duration_ns is None:
+        return c.gpu_offset_ns, None
+    return c.gpu_offset_ns, c.gpu_offset_ns + c.gpu_duration_ns
+
+
+def overlapped_tail(intervals: Sequence[tuple[int | None, int | None]]) -> list[int] | None:
+    """Per interval, its share of ``max(end) - max(start)``: the time after the last one started.
+
+    ``None`` when any start or end is unknown (nothing is guessed).
+    """
+    if any(start is None or end is None for start, end in intervals):
+        return None
+    last_start = max(start for start, _ in intervals)  # type: ignore[type-var]
+    shares = [0] * len(intervals)
+    reached = last_start
+    for index in sorted(range(len(intervals)), key=lambda i: intervals[i][1]):  # type: ignore[arg-type, return-value]
+        end = intervals[index][1]
+        assert end is not None
+        if end > reached:
+            shares[index] = end - reached
+            reached = end
+    return shares
+
+
+def step_exposures(record: StepRecord) -> list[CollectiveExposure]:
+    """Every collective of ``record`` with its exposed time (``None`` where it cannot be measured)."""
+    if not record.collectives:
+        return []
+    phases = record.phases
+    placed = [(c, _containing_phase(c, phases)) for c in record.collectives]
+    exposed: dict[int, tuple[int | None, int | None]] = {}
+    buckets: dict[int, list[int]] = {}  # DDP buckets grouped by their backward call (id of the phase)
+    for index, (c, phase) in enumerate(placed):
+        if c.source == "ddp":
+            buckets.setdefault(id(phase), []).append(index)
+        elif c.blocking:
+            duration = None if c.end_ns is None else c.end_ns - c.start_ns
+            exposed[index] = (duration, c.gpu_duration_ns)
+        else:
+            exposed[index] = (None, None)
+    for members in buckets.values():
+        cpu = overlapped_tail([_cpu_interval(placed[i][0]) for i in members])
+        gpu = overlapped_tail([_gpu_interval(placed[i][0]) for i in members])
+        for position, index in enumerate(members):
+            exposed[index] = (None if cpu is None else cpu[position], None if gpu is None else gpu[position])
+    return [
+        CollectiveExposure(c, phase, exposed[index][0], exposed[index][1])
+        for index, (c, phase) in enumerate(placed)
+    ]
+
+
+def total(values: Sequence[int | None]) -> int | None:
+    """Sum, or ``None`` if any value is unknown (missing is not zero)."""
+    if any(v is None for v in values):
+        return None
+    return sum(values)  # type: ignore[arg-type]
