@@ -21,10 +21,12 @@ from types import TracebackType
 from typing import Any
 
 from traceml_otel._version import __version__
+from traceml_otel.capture.parallelism import WrapperRegistry, detect_parallelism
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.settings import Settings, load_settings, strict_requested
 
 MODES = ("auto", "manual", "selective")
+_UNSEEN = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +112,19 @@ class _Telemetry(_NoopTelemetry):
         )
         self.forward = hooks.ForwardHooks(self.recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
+        self.backward = hooks.BackwardPatch(self.recorder)
         self._installed: list[Any] = []
         self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
         self.collectives = self._collective_timing(config, settings)
+        self.accelerate_calls = hooks.AccelerateCallsPatch(
+            self.optimizer_hooks if config.optimizer else None, self.backward if config.backward else None
+        )
+        self.wrappers = WrapperRegistry()
+        self.wrapped_model: Any = None  # the model given to wrap_forward()
+        self._model: Any = _UNSEEN
         for wanted, hook in (
-            (config.backward, hooks.BackwardPatch(self.recorder)),
+            (True, self.wrappers),
+            (config.backward, self.backward),
             (config.optimizer, self.optimizer_hooks),
             # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
             (config.h2d and self.recorder.clock.has_device, hooks.HostToDevicePatch(self.recorder)),
@@ -123,8 +133,8 @@ class _Telemetry(_NoopTelemetry):
             if wanted:
                 hook.install()
                 self._installed.append(hook)
-        self._parallelism_of = hooks.parallelism_of
         self.manifest = _start_direct_manifest(settings)
+        self._catch_up_on_accelerate()
 
     def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
         """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
@@ -142,10 +152,8 @@ class _Telemetry(_NoopTelemetry):
         return timing
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
-        if model is not None and self.forward is not None and not self.forward.is_watching(model):
+        if model is not self._model:
             self._first_step_with(model)
-        elif model is not None and self.forward is None and self.collectives is not None:
-            self.collectives.watch(model)  # selective mode without the forward hook
         if self.recorder.begin_step(samples, tokens):
             return True
         if self.recorder.nested_steps == 1:
@@ -154,15 +162,25 @@ class _Telemetry(_NoopTelemetry):
         return False
 
     def _first_step_with(self, model: Any) -> None:
-        """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
-        self.forward.watch(model)  # type: ignore[union-attr]
-        self.recorder.parallelism = self._parallelism_of(model)
-        if self.collectives is not None:
+        """Once per traced model: hook it, find the parallelism, catch up on a late ``accelerate``."""
+        self._model = model
+        if model is not None and self.forward is not None:
+            self.forward.watch(model)
+        if model is not None and self.collectives is not None:
             self.collectives.watch(model)
-        if self.prefetch is not None and not self.prefetch.installed:
-            self.prefetch.install()
-            if self.prefetch.installed:
-                self._installed.append(self.prefetch)
+        self.recorder.parallelism = detect_parallelism(
+            model if model is not None else self.wrapped_model, self.settings.identity.world_size,
+            self.wrappers,
+        )
+        self._catch_up_on_accelerate()
+
+    def _catch_up_on_accelerate(self) -> None:
+        """Accelerate's patches install once it is imported (at init, or later at a first step)."""
+        for patch in (self.prefetch, self.accelerate_calls):
+            if patch is not None and not patch.installed:
+                patch.install()
+                if patch.installed:
+                    self._installed.append(patch)
 
     def end_step(self, exception_type: str | None) -> None:
         self.recorder.end_step(exception_type)
@@ -189,7 +207,7 @@ class _Telemetry(_NoopTelemetry):
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
             return
-        for hook in self._installed:
+        for hook in reversed(self._installed):  # last installed first: patches of one attribute nest
             hook.uninstall()
         if self.channel.dropped_steps:
             reason = self.channel.broken or "backlog full or device work unfinished"
@@ -436,7 +454,7 @@ def wrap_dataloader_fetch(loader: Iterable[Any]) -> Iterable[Any]:
 
 def wrap_forward(model: Any) -> Any:
     """Time the outermost forward of ``model``; returns the same model."""
-    from traceml_otel.capture.hooks import ForwardHooks, parallelism_of
+    from traceml_otel.capture.hooks import ForwardHooks
 
     recorder = _recorder_for("wrap_forward", "forward")
     if recorder is not None:
@@ -444,7 +462,10 @@ def wrap_forward(model: Any) -> Any:
         if getattr(telemetry, "forward", None) is None:
             telemetry.forward = ForwardHooks(recorder)  # type: ignore[attr-defined]
         telemetry.forward.watch(model)  # type: ignore[attr-defined]
-        recorder.parallelism = parallelism_of(model)
+        telemetry.wrapped_model = model  # type: ignore[attr-defined]
+        recorder.parallelism = detect_parallelism(
+            model, telemetry.settings.identity.world_size, telemetry.wrappers  # type: ignore[attr-defined]
+        )
         if getattr(telemetry, "collectives", None) is not None:
             telemetry.collectives.watch(model)  # type: ignore[attr-defined]
     return model

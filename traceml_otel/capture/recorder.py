@@ -70,6 +70,8 @@ class StepRecorder:
         self.flush_steps = flush_steps
         self.flush_interval_ns = flush_interval_ns
         self.parallelism = "none"
+        self.on_nested_phase: Any = None
+        """Called after a phase ends inside an open optimizer call (a closure's forward/backward)."""
         self.step = 0
         self.in_step = False
         self._state = _StepState()
@@ -142,6 +144,8 @@ class StepRecorder:
         state.calls[phase] = call + 1
         state.phases.append([phase, call, token[0], end, None, None, nbytes])
         state.phase_marks.append((token[1], self.clock.mark()))
+        if self.on_nested_phase is not None and phase != "optimizer":
+            self.on_nested_phase()
 
     def optimizer_stepped(self) -> None:
         """Count an optimizer update inside the current step."""
