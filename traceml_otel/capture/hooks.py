@@ -28,13 +28,10 @@ def is_host_to_cuda(source: torch.Tensor, result: Any) -> bool:
 
 
 def parallelism_of(model: torch.nn.Module) -> str:
-    """``ddp``, ``fsdp`` or ``none`` for the wrapper around a traced model."""
-    name = type(model).__name__
-    if "FullyShardedDataParallel" in name or name.startswith("FSDP"):
-        return "fsdp"
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return "ddp"
-    return "none"
+    """``ddp``, ``fsdp`` or ``none`` for the object itself (the run's value: ``capture.parallelism``)."""
+    from traceml_otel.capture.parallelism import wrapper_kind
+
+    return wrapper_kind(model) or "none"
 
 
 class ForwardHooks:
