@@ -128,6 +128,19 @@ class StepRecorder:
             self._loader_seen = settings
             self._loader_pending = list(settings)
 
+    def discard_input_wait(self) -> None:
+        """Forget the fetches since the last step: they fed evaluation, not the next training step."""
+        if self.in_step:
+            return
+        for begin, end in self._wait_marks:
+            self.clock.release(begin)
+            self.clock.release(end)
+        self._wait_ns = None
+        self._fetches = 0
+        self._wait_marks = []
+        self._prefetch_h2d_ns = None
+        self._samples = None
+
     # --- phases ----------------------------------------------------------------
     def phase_begin(self) -> tuple[int, Any]:
         """Mark the start of a phase call."""
