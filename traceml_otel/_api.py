@@ -21,7 +21,6 @@ from types import TracebackType
 from typing import Any
 
 from traceml_otel._version import __version__
-from traceml_otel.capture.parallelism import WrapperRegistry, detect_parallelism
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.settings import Settings, load_settings, strict_requested
 
@@ -99,6 +98,7 @@ class _Telemetry(_NoopTelemetry):
     def __init__(self, config: CaptureConfig, settings: Settings) -> None:
         from traceml_otel.capture import hooks
         from traceml_otel.capture.device_clock import default_clock
+        from traceml_otel.capture.parallelism import WrapperRegistry
         from traceml_otel.emit.channel import EmitterChannel
 
         self.config = config
@@ -163,6 +163,8 @@ class _Telemetry(_NoopTelemetry):
 
     def _first_step_with(self, model: Any) -> None:
         """Once per traced model: hook it, find the parallelism, catch up on a late ``accelerate``."""
+        from traceml_otel.capture.parallelism import detect_parallelism
+
         self._model = model
         if model is not None and self.forward is not None:
             self.forward.watch(model)
@@ -455,6 +457,7 @@ def wrap_dataloader_fetch(loader: Iterable[Any]) -> Iterable[Any]:
 def wrap_forward(model: Any) -> Any:
     """Time the outermost forward of ``model``; returns the same model."""
     from traceml_otel.capture.hooks import ForwardHooks
+    from traceml_otel.capture.parallelism import detect_parallelism
 
     recorder = _recorder_for("wrap_forward", "forward")
     if recorder is not None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from tests.analyze.test_analyze_rules import rank
-from traceml_otel.analyze.kinds import STRAGGLER_KINDS, Clock, Severity, StepKind
+from traceml_otel.analyze.kinds import Clock, Severity, StepKind
 from traceml_otel.analyze.rules import diagnose_step_time
+
+STRAGGLER_KINDS = {StepKind.STRAGGLER, StepKind.INPUT_STRAGGLER, StepKind.H2D_STRAGGLER,
+                   StepKind.COMPUTE_STRAGGLER}
 
 
 def _uneven_pair():
