@@ -40,7 +40,8 @@ class FrameworkRun:
 def run_example(
     tmp_path: Path, example: str, nproc: int, *args: str, env: dict | None = None
 ) -> FrameworkRun:
-    """``traceml run`` the example with ``nproc`` processes; fails the test if the run fails."""
+    """``traceml run`` the example (a file in examples/integrations/, or an absolute path) with ``nproc``
+    processes; fails the test if the run fails."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("OTEL_", "TRACEML_", "ACCELERATE_", "WORLD_SIZE", "RANK", "LOCAL_"))}
     path = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p)
