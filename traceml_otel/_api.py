@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -122,6 +123,7 @@ class _Telemetry(_NoopTelemetry):
         self.wrappers = WrapperRegistry()
         self.wrapped_model: Any = None  # the model given to wrap_forward()
         self._model: Any = _UNSEEN
+        self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
             (True, self.wrappers),
             (config.backward, self.backward),
@@ -162,18 +164,29 @@ class _Telemetry(_NoopTelemetry):
         return False
 
     def _first_step_with(self, model: Any) -> None:
-        """Once per traced model: hook it, find the parallelism, catch up on a late ``accelerate``."""
-        from traceml_otel.capture.parallelism import detect_parallelism
-
+        """When the traced model changes: hook it, find its parallelism (once per model, so loops
+        that alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
         self._model = model
         if model is not None and self.forward is not None:
             self.forward.watch(model)
         if model is not None and self.collectives is not None:
             self.collectives.watch(model)
-        self.recorder.parallelism = detect_parallelism(
-            model if model is not None else self.wrapped_model, self.settings.identity.world_size,
-            self.wrappers,
-        )
+        try:
+            known = self._parallelism_by_model.get(model)
+        except TypeError:  # None or not weak-referenceable
+            known = None
+        if known is None:
+            from traceml_otel.capture.parallelism import detect_parallelism
+
+            known = detect_parallelism(
+                model if model is not None else self.wrapped_model, self.settings.identity.world_size,
+                self.wrappers,
+            )
+            try:
+                self._parallelism_by_model[model] = known
+            except TypeError:
+                pass
+        self.recorder.parallelism = known
         self._catch_up_on_accelerate()
 
     def _catch_up_on_accelerate(self) -> None:
