@@ -120,7 +120,7 @@ def _residual_share(sink: ListSink) -> float:
 
 
 def test_accelerate_loop_has_the_residual_of_the_plain_torch_loop(capture) -> None:
-    """The same AdamW loop (~6 ms steps) with and without Accelerate: residual shares within 2 points.
+    """The same AdamW loop (steps of several ms) with and without Accelerate: residual shares within 2 points.
 
     The Accelerate loop is written as docs/integrations/accelerate.md says: ``accumulate`` outside
     ``trace_step``. Its ``zero_grad`` (about 60 us more than torch's) stays residual, as in torch.
