@@ -28,7 +28,8 @@ def _toggle(on: bool) -> None:
     from traceml_otel import _api
 
     telemetry = _api._telemetry
-    for hook in [*telemetry._installed, telemetry.forward]:
+    hooks = [*telemetry._installed, telemetry.forward]
+    for hook in hooks if on else reversed(hooks):  # patches of one attribute nest: undo last first
         if hook is None:
             continue
         hook.install() if on else hook.uninstall()
