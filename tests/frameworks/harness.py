@@ -16,11 +16,12 @@ from tests.local_copy_reader import ParsedSpan, read_spans
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "integrations"
 RUNNER = Path(__file__).resolve().parent / "scripts" / "run_recording_windows.py"
+PHASE_SPANS = frozenset({"traceml.forward", "traceml.backward", "traceml.optimizer", "traceml.h2d"})
 
 
 @dataclass
 class RankRun:
-    """One rank's step spans (by step number), their children, and its evaluation/checkpoint windows."""
+    """One rank's step spans (by step number), their phase spans, and its evaluation/checkpoint windows."""
 
     steps: list[ParsedSpan]
     children: dict[str, list[ParsedSpan]] = field(default_factory=dict)
@@ -63,7 +64,7 @@ def run_example(
                        key=lambda s: s.attributes["traceml.step.number"])
         children: dict[str, list[ParsedSpan]] = defaultdict(list)
         for span in spans:
-            if span.name != "traceml.step":
+            if span.name in PHASE_SPANS:  # collective spans (issue 8) nest inside phases: not here
                 children[span.parent_span_id].append(span)
         windows_file = tmp_path / f"rank-{rank}.json"
         windows = [tuple(w) for w in json.loads(windows_file.read_text())] if windows_file.exists() else []
