@@ -295,13 +295,17 @@ def _panels() -> list[dict[str, Any]]:
     )
     panels.append(
         _timeseries(
-            "Throughput (steps per second, all ranks)",
-            "Completed steps per second over the selected ranks (rate of traceml_steps_total). A flat zero "
-            "is "
-            "a stall.",
+            "Throughput (all ranks)",
+            "Samples per second over the selected ranks (rate of traceml_samples_total: the batch dimension "
+            "the DataLoader returned, or trace_step(samples=)), and completed steps per second (rate of "
+            "traceml_steps_total). A flat zero is a stall; samples/s is empty when no step recorded its "
+            "work.",
             (12, 1, 6, 8),
             "ops",
-            [_target("A", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s")],
+            [
+                _target("A", f"sum (rate(traceml_samples_total{{{RANKS}}}[{WINDOW}]))", "samples/s"),
+                _target("B", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s"),
+            ],
         )
     )
     panels.append(
