@@ -30,4 +30,6 @@ def test_trainer_callback(tmp_path: Path, nproc: int) -> None:
         fetches = [s.attributes["traceml.input_wait.fetches"] for s in rank_run.steps]
         assert all(ACCUM <= f <= ACCUM + 1 for f in fetches), fetches
         assert all(s.attributes["traceml.optimizer.steps"] == 1 for s in rank_run.steps)
+        # the update's samples: 4 micro-batches of the example's default batch of 8
+        assert all(s.attributes["traceml.step.samples"] == ACCUM * 8 for s in rank_run.steps)
     assert run.report["run"]["parallelism"] == "ddp"

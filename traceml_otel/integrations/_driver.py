@@ -31,11 +31,11 @@ class StepDriver:
     def in_step(self) -> bool:
         return self._open is not None
 
-    def begin(self, model: Any) -> None:
-        """Open a step (closing one left open first)."""
+    def begin(self, model: Any, samples: int | None = None) -> None:
+        """Open a step (closing one left open first); ``samples`` is the step's declared work."""
         if self._open is not None:
             self.end("IncompleteStep")
-        context = _api.trace_step(model)
+        context = _api.trace_step(model, samples=samples)
         context.__enter__()
         self._open = context
 

@@ -8,7 +8,9 @@ or ``instrument(trainer)`` on a trainer already built. The callback calls ``trac
 ``on_step_begin`` (the first micro-batch of the update) to ``on_step_end`` (after the optimizer,
 the scheduler and ``zero_grad``). With gradient accumulation the Trainer fetches all the update's
 micro-batches before the first one runs, so their fetch time is the step's input wait and every
-micro-batch's forward and backward is a child span (``traceml.phase.call`` 0..k-1).
+micro-batch's forward and backward is a child span (``traceml.phase.call`` 0..k-1). The step's
+``traceml.step.samples`` is the configured work of an update on the rank
+(``per_device_train_batch_size`` x ``gradient_accumulation_steps``).
 
 Forward, backward and optimizer come from the automatic hooks: the model's outermost forward,
 ``accelerator.backward`` and the Trainer's ``AcceleratedOptimizer.step()``. Logging, evaluation and
@@ -41,7 +43,10 @@ class TraceMLCallback(TrainerCallback):
         self._driver.forget_input_wait()
 
     def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        self._driver.begin(model)
+        # The update's work as configured: the loader's look-ahead fetch makes counting fetched
+        # batches off by one micro-batch at the first update (a last partial batch is not seen).
+        samples = _samples_per_update(args)
+        self._driver.begin(model, samples=samples)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.end()
@@ -59,6 +64,13 @@ class TraceMLCallback(TrainerCallback):
         if self._driver.in_step:  # training stopped inside an update (max_steps, early stop)
             self._driver.end("IncompleteStep")
         self._driver.restore()
+
+
+def _samples_per_update(args: Any) -> int | None:
+    """Samples one rank trains on per optimizer update: batch size x accumulation steps."""
+    batch = getattr(args, "per_device_train_batch_size", None)
+    accumulation = getattr(args, "gradient_accumulation_steps", 1) or 1
+    return batch * accumulation if isinstance(batch, int) and batch > 0 else None
 
 
 def instrument(trainer: Any, **init_kwargs: Any) -> TraceMLCallback:
