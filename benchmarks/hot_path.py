@@ -6,6 +6,7 @@ Times tight loops of a tiny module call, a backward, an optimizer step and a Dat
 with and without each hook, and an empty ``begin_step``/``end_step`` pair, taking the best of five
 repeats so machine noise mostly drops out. The emitter is not involved (a sink that discards).
 The DataLoader case includes reading the batch dimension and checking for a new iterator.
+Accelerate's optimizer step and backward are timed too when ``accelerate`` is installed.
 """
 
 from __future__ import annotations
@@ -86,6 +87,37 @@ def main() -> None:
         install()
         hooked = per_call_us(call)
         uninstall()
+        recorder.end_step()
+        recorder.begin_step()
+        print(f"{name:<16} bare {bare:7.2f} us   hooked {hooked:7.2f} us   added {hooked - bare:+6.2f} us")
+    accelerate_case(recorder, model, x)
+
+
+def accelerate_case(recorder: StepRecorder, model: nn.Module, x: torch.Tensor) -> None:
+    """Accelerate's ``optimizer.step()`` and ``accelerator.backward``, timed from the outside."""
+    try:
+        from accelerate import Accelerator
+    except ImportError:
+        print("accelerate not installed: Accelerate lines skipped")
+        return
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+    optimizer_hooks = hooks.OptimizerHooks(recorder)
+    backward_patch = hooks.BackwardPatch(recorder)
+    patch = hooks.AccelerateCallsPatch(optimizer_hooks, backward_patch)
+    cases = [
+        ("Accelerate step", lambda: prepared.step()),
+        ("acc. backward", lambda: accelerator.backward(model(x).sum())),
+    ]
+    for name, call in cases:
+        bare = per_call_us(call, calls=5_000)
+        optimizer_hooks.install()
+        backward_patch.install()
+        patch.install()
+        hooked = per_call_us(call, calls=5_000)
+        patch.uninstall()
+        backward_patch.uninstall()
+        optimizer_hooks.uninstall()
         recorder.end_step()
         recorder.begin_step()
         print(f"{name:<16} bare {bare:7.2f} us   hooked {hooked:7.2f} us   added {hooked - bare:+6.2f} us")

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -25,6 +26,7 @@ from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.settings import Settings, load_settings, strict_requested
 
 MODES = ("auto", "manual", "selective")
+_UNSEEN = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class _Telemetry(_NoopTelemetry):
     def __init__(self, config: CaptureConfig, settings: Settings) -> None:
         from traceml_otel.capture import hooks
         from traceml_otel.capture.device_clock import default_clock
+        from traceml_otel.capture.parallelism import WrapperRegistry
         from traceml_otel.emit.channel import EmitterChannel
 
         self.config = config
@@ -110,11 +113,20 @@ class _Telemetry(_NoopTelemetry):
         )
         self.forward = hooks.ForwardHooks(self.recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
+        self.backward = hooks.BackwardPatch(self.recorder)
         self._installed: list[Any] = []
         self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
         self.collectives = self._collective_timing(config, settings)
+        self.accelerate_calls = hooks.AccelerateCallsPatch(
+            self.optimizer_hooks if config.optimizer else None, self.backward if config.backward else None
+        )
+        self.wrappers = WrapperRegistry()
+        self.wrapped_model: Any = None  # the model given to wrap_forward()
+        self._model: Any = _UNSEEN
+        self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
-            (config.backward, hooks.BackwardPatch(self.recorder)),
+            (True, self.wrappers),
+            (config.backward, self.backward),
             (config.optimizer, self.optimizer_hooks),
             # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
             (config.h2d and self.recorder.clock.has_device, hooks.HostToDevicePatch(self.recorder)),
@@ -123,8 +135,8 @@ class _Telemetry(_NoopTelemetry):
             if wanted:
                 hook.install()
                 self._installed.append(hook)
-        self._parallelism_of = hooks.parallelism_of
         self.manifest = _start_direct_manifest(settings)
+        self._catch_up_on_accelerate()
 
     def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
         """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
@@ -142,10 +154,8 @@ class _Telemetry(_NoopTelemetry):
         return timing
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
-        if model is not None and self.forward is not None and not self.forward.is_watching(model):
+        if model is not self._model:
             self._first_step_with(model)
-        elif model is not None and self.forward is None and self.collectives is not None:
-            self.collectives.watch(model)  # selective mode without the forward hook
         if self.recorder.begin_step(samples, tokens):
             return True
         if self.recorder.nested_steps == 1:
@@ -154,15 +164,38 @@ class _Telemetry(_NoopTelemetry):
         return False
 
     def _first_step_with(self, model: Any) -> None:
-        """Once per traced model: hook it, and catch up on an ``accelerate`` imported after init."""
-        self.forward.watch(model)  # type: ignore[union-attr]
-        self.recorder.parallelism = self._parallelism_of(model)
-        if self.collectives is not None:
+        """When the traced model changes: hook it, find its parallelism (once per model, so loops
+        that alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
+        self._model = model
+        if model is not None and self.forward is not None:
+            self.forward.watch(model)
+        if model is not None and self.collectives is not None:
             self.collectives.watch(model)
-        if self.prefetch is not None and not self.prefetch.installed:
-            self.prefetch.install()
-            if self.prefetch.installed:
-                self._installed.append(self.prefetch)
+        try:
+            known = self._parallelism_by_model.get(model)
+        except TypeError:  # None or not weak-referenceable
+            known = None
+        if known is None:
+            from traceml_otel.capture.parallelism import detect_parallelism
+
+            known = detect_parallelism(
+                model if model is not None else self.wrapped_model, self.settings.identity.world_size,
+                self.wrappers,
+            )
+            try:
+                self._parallelism_by_model[model] = known
+            except TypeError:
+                pass
+        self.recorder.parallelism = known
+        self._catch_up_on_accelerate()
+
+    def _catch_up_on_accelerate(self) -> None:
+        """Accelerate's patches install once it is imported (at init, or later at a first step)."""
+        for patch in (self.prefetch, self.accelerate_calls):
+            if patch is not None and not patch.installed:
+                patch.install()
+                if patch.installed:
+                    self._installed.append(patch)
 
     def end_step(self, exception_type: str | None) -> None:
         self.recorder.end_step(exception_type)
@@ -190,7 +223,7 @@ class _Telemetry(_NoopTelemetry):
         except Exception as error:
             _warn(f"telemetry shutdown failed: {type(error).__name__}: {error}")
             return
-        for hook in self._installed:
+        for hook in reversed(self._installed):  # last installed first: patches of one attribute nest
             hook.uninstall()
         if self.channel.dropped_steps:
             reason = self.channel.broken or "backlog full or device work unfinished"
@@ -465,7 +498,8 @@ def wrap_dataloader_fetch(loader: Iterable[Any]) -> Iterable[Any]:
 
 def wrap_forward(model: Any) -> Any:
     """Time the outermost forward of ``model``; returns the same model."""
-    from traceml_otel.capture.hooks import ForwardHooks, parallelism_of
+    from traceml_otel.capture.hooks import ForwardHooks
+    from traceml_otel.capture.parallelism import detect_parallelism
 
     recorder = _recorder_for("wrap_forward", "forward")
     if recorder is not None:
@@ -473,7 +507,10 @@ def wrap_forward(model: Any) -> Any:
         if getattr(telemetry, "forward", None) is None:
             telemetry.forward = ForwardHooks(recorder)  # type: ignore[attr-defined]
         telemetry.forward.watch(model)  # type: ignore[attr-defined]
-        recorder.parallelism = parallelism_of(model)
+        telemetry.wrapped_model = model  # type: ignore[attr-defined]
+        recorder.parallelism = detect_parallelism(
+            model, telemetry.settings.identity.world_size, telemetry.wrappers  # type: ignore[attr-defined]
+        )
         if getattr(telemetry, "collectives", None) is not None:
             telemetry.collectives.watch(model)  # type: ignore[attr-defined]
     return model

@@ -36,7 +36,9 @@ ATTR_WORLD_SIZE = "traceml.world_size"
 ATTR_NODE_RANK = "traceml.node_rank"
 ATTR_HOST = "traceml.host"
 ATTR_PARALLELISM = "traceml.parallelism"
-"""How the traced model is wrapped: ``none``, ``ddp`` or ``fsdp``."""
+"""How this rank relates to the others: ``ddp`` or ``fsdp`` (ranks that synchronize gradients),
+``independent`` (several processes that do not) or ``none`` (see docs/telemetry.md)."""
+PARALLELISM_VALUES = ("none", "ddp", "fsdp", "independent")
 ATTR_CLOCK = "traceml.clock"
 """``gpu`` when CUDA events timed the step, else ``cpu``."""
 ATTR_STEP_CPU_DURATION = "traceml.step.cpu_duration"

@@ -26,11 +26,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def traceml_run(tmp_path: Path, script: str, *launcher: str, steps: int) -> dict:
-    return launch(tmp_path, script, *launcher, steps=steps)[0]
+def traceml_run(tmp_path: Path, script: str, *launcher: str, steps: int, script_args: tuple = ()) -> dict:
+    return launch(tmp_path, script, *launcher, steps=steps, script_args=script_args)[0]
 
 
-def launch(tmp_path: Path, script: str, *launcher: str, steps: int) -> tuple[dict, Path, str]:
+def launch(
+    tmp_path: Path, script: str, *launcher: str, steps: int, script_args: tuple = ()
+) -> tuple[dict, Path, str]:
     """Run ``script`` under ``traceml run``: its report, its run directory and the launch's stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -46,6 +48,7 @@ def launch(tmp_path: Path, script: str, *launcher: str, steps: int) -> tuple[dic
             "--",
             "--steps",
             str(steps),
+            *script_args,
         ],
         env=env,
         cwd=tmp_path,
@@ -153,3 +156,23 @@ def test_one_rank_computing_more_is_named_from_measured_waits(tmp_path: Path) ->
         assert set(kinds) == {("ddp", "all_reduce"), ("api", "all_reduce")}
         explicit = kinds[("api", "all_reduce")]
         assert explicit["traceml.collective.calls"] == 1 and explicit["traceml.collective.bytes"] == 4
+
+
+def test_one_slow_rank_is_a_straggler_under_ddp_and_never_without_a_gradient_sync(tmp_path: Path) -> None:
+    """The same slow rank 1: DDP makes rank 0 wait in the all-reduce; independent processes do not wait."""
+    two = ("--nproc-per-node", "2")
+    for name in ("ddp", "alone"):
+        (tmp_path / name).mkdir()
+    ddp = traceml_run(tmp_path / "ddp", "slow_rank.py", *two, steps=30, script_args=("--ddp",))
+    assert ddp["run"]["parallelism"] == "ddp"
+    assert primary(ddp) in {"STRAGGLER", "COMPUTE_STRAGGLER"}
+    evidence = {e["name"]: e["value"] for e in ddp["primary_diagnosis"]["evidence"]}
+    assert evidence["culprit_rank"] == 1
+
+    alone = traceml_run(tmp_path / "alone", "slow_rank.py", *two, steps=30)
+    assert alone["run"]["parallelism"] == "independent" and alone["run"]["world_size"] == 2
+    kinds = [f["kind"] for f in alone["issues"]]
+    assert not any(kind.endswith("STRAGGLER") for kind in kinds), kinds
+    assert "collective" not in json.dumps(alone["issues"])
+    (compared,) = [f for f in alone["issues"] if f["kind"] == "INDEPENDENT_RANKS"]
+    assert {e["name"]: e["value"] for e in compared["evidence"]}["slowest_rank"] == 1

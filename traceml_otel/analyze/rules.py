@@ -17,6 +17,7 @@ from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
 from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
+from traceml_otel.analyze.independent import independent_ranks_rule
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
 from traceml_otel.analyze.metrics import coverage, share
 from traceml_otel.analyze.records import RankHost
@@ -137,7 +138,7 @@ def diagnose_step_time(
         if applies
     )
     outcomes = [
-        sync_straggler_rule(ranks) if waits_measured(ranks) else straggler_rule(ranks, parallelism),
+        _rank_rule(ranks, parallelism),
         share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
         share_rule(StepKind.RESIDUAL_HEAVY, ranks),
@@ -154,6 +155,13 @@ def diagnose_step_time(
     else:
         primary = balanced(ranks)
     return StepDiagnosis(primary, tuple(issues), tuple(abstentions), caps)
+
+
+def _rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+    """Independent processes are compared; ranks that may synchronize are checked for a straggler."""
+    if parallelism == "independent":
+        return independent_ranks_rule(ranks)
+    return sync_straggler_rule(ranks) if waits_measured(ranks) else straggler_rule(ranks, parallelism)
 
 
 def _merge_abstentions(abstentions: Sequence[Abstention]) -> list[Abstention]:

@@ -28,13 +28,10 @@ def is_host_to_cuda(source: torch.Tensor, result: Any) -> bool:
 
 
 def parallelism_of(model: torch.nn.Module) -> str:
-    """``ddp``, ``fsdp`` or ``none`` for the wrapper around a traced model."""
-    name = type(model).__name__
-    if "FullyShardedDataParallel" in name or name.startswith("FSDP"):
-        return "fsdp"
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return "ddp"
-    return "none"
+    """``ddp``, ``fsdp`` or ``none`` for the object itself (the run's value: ``capture.parallelism``)."""
+    from traceml_otel.capture.parallelism import wrapper_kind
+
+    return wrapper_kind(model) or "none"
 
 
 class ForwardHooks:
@@ -107,6 +104,12 @@ class BackwardPatch:
         timed.__traceml_original__ = original  # type: ignore[attr-defined]
         return timed
 
+    def wrap_method(self, owner: type, name: str) -> Callable[[], None]:
+        """Time ``owner.name`` as the outermost backward (e.g. ``Accelerator.backward``); returns an undo."""
+        original = owner.__dict__[name]
+        setattr(owner, name, self._timed(original))
+        return lambda: setattr(owner, name, original)
+
     def install(self) -> None:
         if self._originals is not None:
             return
@@ -128,6 +131,12 @@ class OptimizerHooks:
     alone miss 10-30 us per step, which would show up as residual. The outer wrapper goes
     around torch's wrapper, for classes already wrapped and for those wrapped later; the
     global hooks still time any optimizer whose ``step`` escaped both.
+
+    Wrappers the user holds instead of the torch optimizer (Accelerate's ``AcceleratedOptimizer``,
+    Lightning's ``LightningOptimizer``) get the same outer timing through :meth:`wrap_outer_step`;
+    the inner torch step then nests and counts once. A forward or backward that runs inside the
+    call (a closure passed to ``step``, as Lightning does) is its own phase: the optimizer phase
+    restarts after it, so no time is counted twice.
     """
 
     def __init__(self, recorder: StepRecorder) -> None:
@@ -138,9 +147,13 @@ class OptimizerHooks:
         self._wrapped_classes: list[tuple[type, Any]] = []
         self._original_profile_hook_step: Any = None
 
-    def _timed_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed_step(
+        self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
+    ) -> Callable[..., Any]:
         @functools.wraps(step)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if untimed_if is not None and args and untimed_if(args[0]):
+                return step(*args, **kwargs)
             self.pre(None, args, kwargs)
             try:
                 return step(*args, **kwargs)
@@ -168,17 +181,38 @@ class OptimizerHooks:
                 self._wrapped_classes.append((cls, step))
                 cls.step = self._timed_step(step)
 
+    def wrap_outer_step(
+        self, cls: type, untimed_if: Callable[[Any], bool] | None = None
+    ) -> Callable[[], None]:
+        """Time ``cls.step`` as the outermost optimizer call; returns an undo.
+
+        ``untimed_if(optimizer)`` true means the call is a documented no-op (a gradient-accumulation
+        micro-step of an Accelerate wrapper): it is not timed and is no optimizer update.
+        """
+        original = cls.__dict__["step"]
+        cls.step = self._timed_step(original, untimed_if)  # type: ignore[attr-defined]
+        return lambda: setattr(cls, "step", original)
+
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._depth += 1
         if self._depth == 1:
             self._token = self._recorder.phase_begin()
+            self._recorder.on_nested_phase = self._restart
+
+    def _restart(self) -> None:
+        """A phase ran inside this optimizer call: the optimizer phase starts again after it."""
+        if self._token is not None:
+            self._recorder.clock.release(self._token[1])
+            self._token = self._recorder.phase_begin()
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self._token is not None:
-            self._recorder.phase_end("optimizer", self._token)
-            self._recorder.optimizer_stepped()
-            self._token = None
+        if self._depth == 0:
+            self._recorder.on_nested_phase = None
+            if self._token is not None:
+                self._recorder.phase_end("optimizer", self._token)
+                self._recorder.optimizer_stepped()
+                self._token = None
 
     def install(self) -> None:
         from torch.optim.optimizer import (
@@ -341,6 +375,51 @@ def loader_settings(iterator: Any) -> tuple[Any, ...]:
         prefetch if isinstance(prefetch, int) else None,
         batch_size if isinstance(batch_size, int) else None,
     )
+
+
+def _accelerate_micro_step(optimizer: Any) -> bool:
+    """An ``AcceleratedOptimizer.step`` that does nothing: gradients are still accumulating."""
+    state = getattr(optimizer, "gradient_state", None)
+    return state is not None and not state.sync_gradients
+
+
+class AccelerateCallsPatch:
+    """Times Accelerate's ``AcceleratedOptimizer.step`` and ``Accelerator.backward`` as the user calls them.
+
+    ``optimizer.step()`` on a prepared optimizer runs Accelerate's wrapper (gradient-state checks,
+    a GradScaler's step and update) around torch's step, and ``accelerator.backward`` scales the
+    loss before ``loss.backward()``. Timed only inside, that work showed up as residual. Both are
+    timed from the outside with the same depth counters as the torch hooks, so the inner calls count
+    once. A micro-step's ``optimizer.step()`` (a no-op under ``accumulate``) is not timed. Installs
+    only once ``accelerate`` is imported.
+    """
+
+    def __init__(self, optimizer_hooks: OptimizerHooks | None, backward: BackwardPatch | None) -> None:
+        self._optimizer_hooks = optimizer_hooks
+        self._backward = backward
+        self._undo: list[Callable[[], None]] = []
+        self.installed = False
+
+    def install(self) -> None:
+        import sys
+
+        optimizer_module = sys.modules.get("accelerate.optimizer")
+        accelerator_module = sys.modules.get("accelerate.accelerator")
+        if self.installed or optimizer_module is None or accelerator_module is None:
+            return
+        self.installed = True
+        wrapper = getattr(optimizer_module, "AcceleratedOptimizer", None)
+        if self._optimizer_hooks is not None and wrapper is not None and "step" in wrapper.__dict__:
+            self._undo.append(self._optimizer_hooks.wrap_outer_step(wrapper, _accelerate_micro_step))
+        accelerator = getattr(accelerator_module, "Accelerator", None)
+        if self._backward is not None and accelerator is not None and "backward" in accelerator.__dict__:
+            self._undo.append(self._backward.wrap_method(accelerator, "backward"))
+
+    def uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+        self.installed = False
 
 
 class DataLoaderPatch:

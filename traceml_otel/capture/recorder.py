@@ -70,6 +70,8 @@ class StepRecorder:
         self.flush_steps = flush_steps
         self.flush_interval_ns = flush_interval_ns
         self.parallelism = "none"
+        self.on_nested_phase: Any = None
+        """Called after a phase ends inside an open optimizer call (a closure's forward/backward)."""
         self.step = 0
         self.in_step = False
         self._state = _StepState()
@@ -126,6 +128,19 @@ class StepRecorder:
             self._loader_seen = settings
             self._loader_pending = list(settings)
 
+    def discard_input_wait(self) -> None:
+        """Forget the fetches since the last step: they fed evaluation, not the next training step."""
+        if self.in_step:
+            return
+        for begin, end in self._wait_marks:
+            self.clock.release(begin)
+            self.clock.release(end)
+        self._wait_ns = None
+        self._fetches = 0
+        self._wait_marks = []
+        self._prefetch_h2d_ns = None
+        self._samples = None
+
     # --- phases ----------------------------------------------------------------
     def phase_begin(self) -> tuple[int, Any]:
         """Mark the start of a phase call."""
@@ -142,6 +157,8 @@ class StepRecorder:
         state.calls[phase] = call + 1
         state.phases.append([phase, call, token[0], end, None, None, nbytes])
         state.phase_marks.append((token[1], self.clock.mark()))
+        if self.on_nested_phase is not None and phase != "optimizer":
+            self.on_nested_phase()
 
     def optimizer_stepped(self) -> None:
         """Count an optimizer update inside the current step."""

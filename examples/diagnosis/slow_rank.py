@@ -1,0 +1,74 @@
+"""One slow rank of two: a straggler under DDP, INDEPENDENT_RANKS without a gradient sync.
+
+Rank 1 computes slower (forward and backward each take ~3 ms more). Under DDP (``--ddp``, gloo)
+rank 0 waits for it in the gradient all-reduce, and the analyzer names rank 1 a straggler. Without
+a process group the two processes train separately: nobody waits, so there is no straggler to
+name; the analyzer compares the ranks instead (INDEPENDENT_RANKS, rank 1 slower).
+
+    traceml run examples/diagnosis/slow_rank.py --nproc-per-node 2 -- --steps 40 --ddp
+    traceml run examples/diagnosis/slow_rank.py --nproc-per-node 2 -- --steps 40
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from _common import mlp, parse_args, random_batches, train
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import traceml_otel as traceml
+
+DELAY_S = 0.003
+
+
+class Slow(torch.autograd.Function):
+    """Identity whose forward and backward each sleep ``DELAY_S`` (stands for a slower device)."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        time.sleep(DELAY_S)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        time.sleep(DELAY_S)
+        return grad
+
+
+class Model(nn.Module):
+    def __init__(self, slow: bool) -> None:
+        super().__init__()
+        self.body = mlp()
+        self.slow = slow
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(Slow.apply(x) if self.slow else x)
+
+
+def main() -> None:
+    ddp = "--ddp" in sys.argv
+    if ddp:
+        sys.argv.remove("--ddp")
+    args = parse_args(__doc__)
+    traceml.init(mode="auto")
+    rank = int(os.environ.get("RANK", "0"))
+    model: nn.Module = Model(slow=rank == 1)
+    if ddp:
+        dist.init_process_group("gloo")
+        model = DistributedDataParallel(model)
+    batches = random_batches(args.steps, args.batch_size)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    loss = train(loader, model, args.steps)
+    if rank == 0:
+        print(f"slow_rank ({'ddp' if ddp else 'independent'}): {args.steps} steps, final loss {loss:.3f}")
+    if ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

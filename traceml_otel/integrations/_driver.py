@@ -1,0 +1,111 @@
+"""What the framework callbacks share: start telemetry, open and close steps, time framework calls.
+
+A callback cannot wrap the step in a ``with`` block, so it enters and exits ``trace_step`` at the
+framework's step boundaries. Phase timing reuses the hooks of ``init()`` (same depth counters), so a
+framework method timed here and the torch call inside it count once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from traceml_otel import _api
+
+
+class StepDriver:
+    """Opens and closes ``trace_step`` blocks from framework callbacks."""
+
+    def __init__(self, init_kwargs: dict[str, Any] | None = None) -> None:
+        self._init_kwargs = init_kwargs or {}
+        self._open: Any = None
+        self.undo: list[Callable[[], None]] = []
+
+    def start(self) -> None:
+        """``traceml.init(**init_kwargs)`` unless the program already called it."""
+        if _api._init_config is None:
+            _api.init(**self._init_kwargs)
+
+    @property
+    def in_step(self) -> bool:
+        return self._open is not None
+
+    def begin(self, model: Any, samples: int | None = None) -> None:
+        """Open a step (closing one left open first); ``samples`` is the step's declared work."""
+        if self._open is not None:
+            self.end("IncompleteStep")
+        context = _api.trace_step(model, samples=samples)
+        context.__enter__()
+        self._open = context
+
+    def end(self, exception_type: str | None = None) -> None:
+        """Close the open step, if any."""
+        context, self._open = self._open, None
+        if context is None:
+            return
+        if exception_type is None:
+            context.__exit__(None, None, None)
+        else:
+            _api._telemetry.end_step(exception_type)
+
+    def forget_input_wait(self) -> None:
+        """Evaluation fetched batches between two training steps: not the next step's input wait."""
+        recorder = _api._telemetry.recorder
+        if recorder is not None and self._open is None:
+            recorder.discard_input_wait()
+
+    def time_forward(self, owner: Any, name: str) -> None:
+        """Time ``owner.name(...)`` (an instance attribute) as the outermost forward."""
+        telemetry = _api._telemetry
+        if telemetry.recorder is None:
+            return
+        from traceml_otel.capture.hooks import ForwardHooks
+
+        if getattr(telemetry, "forward", None) is None:
+            telemetry.forward = ForwardHooks(telemetry.recorder)  # type: ignore[attr-defined]
+        hooks = telemetry.forward  # type: ignore[attr-defined]
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            hooks._pre(None, args)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                hooks._post(None, args, None)
+
+        self._patch(owner, name, timed)
+
+    def time_backward(self, owner: Any, name: str) -> None:
+        """Time ``owner.name(...)`` (an instance attribute) as the outermost backward."""
+        backward = getattr(_api._telemetry, "backward", None)
+        if backward is not None:
+            self._patch(owner, name, backward._timed(getattr(owner, name)))
+
+    def time_optimizer_class(self, cls: type) -> None:
+        """Time ``cls.step`` as the outermost optimizer call (e.g. Lightning's ``LightningOptimizer``)."""
+        hooks = getattr(_api._telemetry, "optimizer_hooks", None)
+        if hooks is not None and not hasattr(cls.__dict__.get("step"), "__traceml_original__"):
+            self.undo.append(hooks.wrap_outer_step(cls))
+
+    def _patch(self, owner: Any, name: str, replacement: Callable[..., Any]) -> None:
+        had_own = name in getattr(owner, "__dict__", {})
+        previous = owner.__dict__.get(name) if had_own else None
+        setattr(owner, name, replacement)
+
+        def restore() -> None:
+            if had_own:
+                setattr(owner, name, previous)
+            else:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    pass
+
+        self.undo.append(restore)
+
+    def restore(self) -> None:
+        """Undo every patch made here (at the end of training)."""
+        while self.undo:
+            self.undo.pop()()
