@@ -83,3 +83,13 @@ def test_two_rank_run_with_a_silent_rank_names_it(tmp_path: Path) -> None:
     assert report["run"]["missing_ranks"] == [1]
     assert [f["kind"] for f in report["run_findings"]] == ["MISSING_RANKS"]
     assert "ranks seen [0]: rank 1 recorded no step" in " ".join(result.stdout.split())
+
+
+def test_a_huge_world_size_from_span_data_is_bounded() -> None:
+    from traceml_otel.analyze.evidence import MAX_LISTED_RANKS, missing_rank_count, missing_ranks
+
+    huge = 18446744073709551616  # a corrupt or hostile traceml.world_size: must not be enumerated
+    absent = missing_ranks(huge, [0, 1])
+    assert len(absent) == MAX_LISTED_RANKS and absent[:2] == (2, 3)
+    assert missing_rank_count(huge, [0, 1, -5]) == huge - 2
+    assert missing_ranks(4, [0, 2]) == (1, 3) and missing_rank_count(4, [0, 2, 9]) == 2

@@ -25,14 +25,33 @@ PARTIAL_MIN_GAP = 2
 """... and only when it is at least this many steps short (a rank stopped by a signal may miss one)."""
 MAX_FAILURES = 20
 """Failed steps listed in the report (the first per rank come first)."""
+MAX_LISTED_RANKS = 64
+"""Missing ranks named in the report; more are counted."""
 
 
 def missing_ranks(world_size: int | None, observed: Sequence[int]) -> tuple[int, ...]:
-    """Ranks in ``range(world_size)`` that sent no step."""
-    if not world_size:
+    """The first :data:`MAX_LISTED_RANKS` ranks in ``range(world_size)`` that sent no step.
+
+    Bounded: the world size comes from span data, and a hostile or corrupt ``1e19`` must not
+    make the analyzer list (or allocate) that many ranks.
+    """
+    if not world_size or world_size < 0:
         return ()
     seen = set(observed)
-    return tuple(rank for rank in range(world_size) if rank not in seen)
+    absent: list[int] = []
+    rank = 0
+    while rank < world_size and len(absent) < MAX_LISTED_RANKS:
+        if rank not in seen:
+            absent.append(rank)
+        rank += 1
+    return tuple(absent)
+
+
+def missing_rank_count(world_size: int | None, observed: Sequence[int]) -> int:
+    """How many ranks of ``range(world_size)`` sent no step (all of them, not only the listed)."""
+    if not world_size or world_size < 0:
+        return 0
+    return world_size - len({rank for rank in observed if 0 <= rank < world_size})
 
 
 def rank_counts(steps: Sequence[StepTiming]) -> tuple[RankCount, ...]:
@@ -89,15 +108,17 @@ def run_findings(
     findings: list[Finding] = []
     observed = [c.rank for c in counts]
     absent = missing_ranks(world_size, observed)
+    unlisted = missing_rank_count(world_size, observed) - len(absent)
+    more = f" and {unlisted} more" if unlisted > 0 else ""
     if absent:
         findings.append(Finding(
             kind=RunKind.MISSING_RANKS,
             severity=Severity.WARNING,
             score=None,
-            title=f"{_ranks_text(absent)} sent no telemetry",
-            why=(f"World size {world_size}, ranks seen {observed or '[]'}: {_ranks_text(absent)} recorded no "
-                 "step, so the verdict is drawn from the other ranks only and cannot see a straggler "
-                 "among the missing."),
+            title=f"{_ranks_text(absent)}{more} sent no telemetry",
+            why=(f"World size {world_size}, ranks seen {observed or '[]'}: {_ranks_text(absent)}{more} "
+                 "recorded no step, so the verdict is drawn from the other ranks only and cannot see a "
+                 "straggler among the missing."),
             next=("Check that every rank calls traceml.init() and trace_step(), that its process did not "
                   "die early, and that its rank-<R>.traces.jsonl (or its spans in the backend) exist."),
             evidence=(Evidence("world_size", world_size), Evidence("ranks_seen", str(observed)),
