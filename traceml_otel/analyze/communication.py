@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankMetrics
 from traceml_otel.analyze.kinds import Severity, StepKind
+from traceml_otel.analyze.straggler import straggler_cause
 
 
 def waits_measured(ranks: Sequence[RankMetrics]) -> bool:
@@ -118,18 +119,7 @@ def sync_straggler_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
     score = gap / victim.step_time
     if gap <= 0 or score < t.STRAGGLER_WARN:
         return None
-    kind, cause, covered = StepKind.STRAGGLER, "", 0.0
-    for candidate, name, words in _CAUSES:
-        if name == "h2d" and not (culprit.h2d_measured and victim.h2d_measured):
-            continue
-        mine, theirs = getattr(culprit, name), getattr(victim, name)
-        if mine is None or theirs is None:
-            continue
-        share = min(1.0, max(0.0, mine - theirs) / gap)
-        if share > covered:
-            kind, cause, covered = candidate, words, share
-    if covered < t.STRAGGLER_COVERAGE:
-        kind, cause = StepKind.STRAGGLER, ""
+    kind, cause, covered = straggler_cause(culprit, victim, gap, _CAUSES)
     why = (
         f"Rank {culprit.rank} holds the others back: measured in the collectives, rank {victim.rank} waits "
         f"{gap * 1e3:.1f} ms more per step than rank {culprit.rank}, {score:.0%} of its step time."

@@ -74,7 +74,7 @@ def straggler_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | 
     score = gap / victim_step
     if gap <= 0 or score < t.STRAGGLER_WARN:
         return None
-    kind, cause, covered = _cause(culprit, victim, gap, fsdp)
+    kind, cause, covered = straggler_cause(culprit, victim, gap, _CAUSES, fsdp=fsdp)
     severity = Severity.CRITICAL if score >= t.STRAGGLER_CRITICAL else Severity.WARNING
     phase = "forward + backward" if fsdp else "backward"
     why = (
@@ -99,10 +99,18 @@ def straggler_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | 
     )
 
 
-def _cause(culprit: RankMetrics, victim: RankMetrics, gap: float, fsdp: bool) -> tuple[StepKind, str, float]:
-    """The excess with the highest coverage of the gap, if it reaches STRAGGLER_COVERAGE."""
+def straggler_cause(
+    culprit: RankMetrics,
+    victim: RankMetrics,
+    gap: float,
+    causes: Sequence[tuple[StepKind, str, str]],
+    *,
+    fsdp: bool = False,
+) -> tuple[StepKind, str, float]:
+    """The culprit's excess over the victim, among ``causes`` (kind, metric, words), with the highest
+    coverage of the gap; ``STRAGGLER`` with no words unless it reaches STRAGGLER_COVERAGE."""
     best: tuple[StepKind, str, float] = (StepKind.STRAGGLER, "", 0.0)
-    for kind, name, words in _CAUSES:
+    for kind, name, words in causes:
         if name == "h2d" and not (culprit.h2d_measured and victim.h2d_measured):
             continue
         if name == "forward" and fsdp:
