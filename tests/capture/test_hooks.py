@@ -257,6 +257,9 @@ def test_optimizer_step_is_timed_from_outside_for_every_class() -> None:
             return super().step(closure)
 
     after = CustomSGD(model.parameters(), lr=0.1)
+    # A step pre-hook runs inside torch's own step wrapper: its 20 ms must be inside the span. (A
+    # ratio of span to call time was flaky: on a loaded machine the call's own noise exceeded 20 %.)
+    before.register_step_pre_hook(lambda optimizer, args, kwargs: time.sleep(0.02))
     try:
         recorder.begin_step()
         started = time.perf_counter_ns()
@@ -270,7 +273,7 @@ def test_optimizer_step_is_timed_from_outside_for_every_class() -> None:
     (record,) = sink.records()
     first, second = record.phases
     assert [p.phase for p in record.phases] == ["optimizer", "optimizer"] and record.optimizer_steps == 2
-    assert first.end_ns - first.start_ns >= 0.8 * outer_ns  # the span covers torch's own wrapper too
+    assert 20_000_000 <= first.end_ns - first.start_ns <= outer_ns  # torch's own wrapper is inside the span
     assert second.end_ns - second.start_ns >= 10_000_000
     assert not hasattr(torch.optim.Adam.__dict__["step"], "__traceml_original__")  # uninstalled
 
