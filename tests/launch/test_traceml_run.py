@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -122,15 +123,18 @@ def _run_until(
     completed = -1
     deadline = time.monotonic() + 60
     while completed < completed_at_least and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.startswith("completed"):
-            completed = int(line.split()[1])
+        completed = max([completed, *_completed_steps(process.stdout.readline())])
     return process, completed
+
+
+def _completed_steps(text: str) -> list[int]:
+    """Every `completed N` in text; ranks sharing one pipe may still interleave their lines."""
+    return [int(number) for number in re.findall(r"completed (\d+)", text)]
 
 
 def _finish(process: subprocess.Popen, completed: int) -> int:
     rest, _ = process.communicate(timeout=90)
-    return max([completed, *(int(x.split()[1]) for x in rest.splitlines() if x.startswith("completed"))])
+    return max([completed, *_completed_steps(rest)])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -32,5 +32,6 @@ for step, (x,) in enumerate(loader):
         time.sleep(args.sleep)
         if step == args.raise_at:
             raise RuntimeError(f"user bug at step {step}")
-    print(f"completed {step}", flush=True)
+    sys.stdout.write(f"completed {step}\n")  # one write: ranks share the pipe
+    sys.stdout.flush()
 sys.exit(args.exit_code)
