@@ -6,24 +6,16 @@ each, and read the ``report.json`` the run leaves behind.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.local_copy_reader import read_run
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "examples" / "diagnosis"
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("traceml_otel._api") is None,
-    reason="the capture side (traceml.init) is not installed",
-)
 
 
 def traceml_run(tmp_path: Path, script: str, *launcher: str, steps: int, script_args: tuple = ()) -> dict:

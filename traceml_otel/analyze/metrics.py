@@ -32,8 +32,6 @@ COMPONENTS = (
     "step_time",
 )
 """Summary names, in report order."""
-REQUIRED_SIGNALS = ("input_wait", "forward", "backward", "traced")
-"""Signals that must be measured on every step (missing is not zero)."""
 
 
 @dataclass(frozen=True, slots=True)

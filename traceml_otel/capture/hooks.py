@@ -57,9 +57,6 @@ class ForwardHooks:
             model.register_forward_hook(self._post, always_call=True),
         ]
 
-    def is_watching(self, model: torch.nn.Module) -> bool:
-        return model in self._handles
-
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
         self._depth += 1
         if self._depth == 1:

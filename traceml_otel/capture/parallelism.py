@@ -31,7 +31,6 @@ NONE = "none"
 DDP = "ddp"
 FSDP = "fsdp"
 INDEPENDENT = "independent"
-SYNCHRONIZING = frozenset({DDP, FSDP})
 
 _ACCELERATE_DDP_TYPES = frozenset({
     "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_SDAA",
