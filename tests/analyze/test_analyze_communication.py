@@ -150,3 +150,23 @@ def test_assembler_reads_communication_and_knows_collective_spans_without_names(
     assert (step.comm_calls, step.comm_bytes, step.comm_cpu, step.comm_exposed_cpu) == (3, 96, 0.004, 0.002)
     assert step.comm_exposed_gpu is None and step.phase_comm_cpu[1] == 0.0015
     assert step.communication(Clock.CPU) == 0.002 and step.communication(Clock.GPU) is None
+
+
+@pytest.mark.parametrize(
+    ("culprit_input", "kind"), [(0.45, StepKind.INPUT_STRAGGLER), (0.05, StepKind.STRAGGLER)]
+)
+def test_measured_and_inferred_straggler_give_the_same_advice_for_a_shared_cause(
+    culprit_input: float, kind: StepKind
+) -> None:
+    from traceml_otel.analyze.straggler import straggler_rule
+
+    # Measured: rank 2 arrives 0.4 s late, the others wait for it in the collectives.
+    measured = [rank(n, communication=0.45, compute=0.6, input_wait=0.05) for n in (0, 1, 3)]
+    measured.insert(2, rank(2, communication=0.05, compute=0.6, input_wait=culprit_input))
+    # Inferred (no collective timing): the others' backward holds the wait, rank 2's is the shortest.
+    inferred = [rank(n, communication=None, measured=False, compute=1.0, input_wait=0.05) for n in (0, 1, 3)]
+    inferred.insert(2, rank(2, communication=None, measured=False, compute=0.55, input_wait=culprit_input))
+    from_waits, from_backward = sync_straggler_rule(measured), straggler_rule(inferred, "ddp")
+    assert from_waits is not None and from_backward is not None
+    assert from_waits.kind is from_backward.kind is kind
+    assert from_waits.next == from_backward.next and "rank 2" in from_waits.next

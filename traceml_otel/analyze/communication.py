@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankMetrics
 from traceml_otel.analyze.kinds import Severity, StepKind
-from traceml_otel.analyze.straggler import straggler_cause
+from traceml_otel.analyze.straggler import H2D_CAUSE, INPUT_CAUSE, SHARED_ADVICE, straggler_cause
 
 
 def waits_measured(ranks: Sequence[RankMetrics]) -> bool:
@@ -85,25 +85,15 @@ def communication_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
 
 
 _CAUSES = (
-    (StepKind.INPUT_STRAGGLER, "input_wait", "waiting for input"),
-    (StepKind.H2D_STRAGGLER, "h2d", "copying to the device"),
+    INPUT_CAUSE,
+    H2D_CAUSE,
     (StepKind.COMPUTE_STRAGGLER, "compute", "computing (forward, backward and optimizer, waits excluded)"),
 )
 _ADVICE = {
-    StepKind.INPUT_STRAGGLER: (
-        "Look at rank {c}'s data path: its shard, its DataLoader workers, and CPU or disk contention on "
-        "its host. Balance the work per rank or add loader workers there."
-    ),
-    StepKind.H2D_STRAGGLER: (
-        "Look at rank {c}'s host-to-device copies: pinned memory, NUMA placement and batch sizes."
-    ),
+    **SHARED_ADVICE,
     StepKind.COMPUTE_STRAGGLER: (
         "Rank {c} computes longer: check for uneven batch sizes or sequence lengths per rank, a slower or "
         "throttled device, or another process sharing it."
-    ),
-    StepKind.STRAGGLER: (
-        "No measured phase explains why rank {c} arrives late: look for work it does outside the phases "
-        "(logging, checkpoint or metric I/O on one rank), host contention, or a slower device."
     ),
 }
 

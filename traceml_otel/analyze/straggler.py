@@ -17,12 +17,13 @@ from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMet
 from traceml_otel.analyze.kinds import Severity, StepKind
 from traceml_otel.analyze.metrics import coverage
 
-_CAUSES = (
-    (StepKind.INPUT_STRAGGLER, "input_wait", "waiting for input"),
-    (StepKind.H2D_STRAGGLER, "h2d", "copying to the device"),
-    (StepKind.COMPUTE_STRAGGLER, "forward", "in forward"),
-)
-_ADVICE = {
+INPUT_CAUSE = (StepKind.INPUT_STRAGGLER, "input_wait", "waiting for input")
+H2D_CAUSE = (StepKind.H2D_STRAGGLER, "h2d", "copying to the device")
+"""Causes both straggler rules look for, as (kind, ``RankMetrics`` field, words); each adds its own
+compute cause."""
+_CAUSES = (INPUT_CAUSE, H2D_CAUSE, (StepKind.COMPUTE_STRAGGLER, "forward", "in forward"))
+
+SHARED_ADVICE = {
     StepKind.INPUT_STRAGGLER: (
         "Look at rank {c}'s data path: its shard (bigger or slower files), its DataLoader workers, and "
         "CPU or disk contention on its host. Balance the work per rank or add loader workers there."
@@ -31,13 +32,17 @@ _ADVICE = {
         "Look at rank {c}'s host-to-device copies: pinned memory, NUMA placement of its process and "
         "the size of the batches it receives."
     ),
-    StepKind.COMPUTE_STRAGGLER: (
-        "Rank {c} computes longer in forward: check for uneven batch sizes or sequence lengths, a slower "
-        "or throttled device, or another process sharing it."
-    ),
     StepKind.STRAGGLER: (
         "No measured phase explains why rank {c} arrives late: look for work it does outside the phases "
         "(logging, checkpoint or metric I/O on one rank), host contention, or a slower device."
+    ),
+}
+"""The "Next" line of both straggler rules for an input, H2D or unexplained straggler ({c}: its rank)."""
+_ADVICE = {
+    **SHARED_ADVICE,
+    StepKind.COMPUTE_STRAGGLER: (
+        "Rank {c} computes longer in forward: check for uneven batch sizes or sequence lengths, a slower "
+        "or throttled device, or another process sharing it."
     ),
 }
 
