@@ -23,7 +23,6 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from traceml_otel.analyze.commands import add_analyze_arguments, run_analyze
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.records import BACKWARD, FORWARD
@@ -32,6 +31,7 @@ from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.synthetic import SyntheticStep, step_spans, traces_data
 from traceml_otel.analyze.timerange import TimeRange
+from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
 
 RUN = "run-7"
 BASE_S = 1_800_000_000

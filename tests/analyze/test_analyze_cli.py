@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.analyze import add_analyze_arguments, diagnose_run_directory, run_analyze
 from traceml_otel.analyze.synthetic import SyntheticStep, write_run
+from traceml_otel.cli.analyze import add_analyze_arguments, diagnose_run_directory, run_analyze
 
 
 def args(*argv: str) -> argparse.Namespace:
@@ -109,14 +109,9 @@ def test_public_names_of_the_analyze_package() -> None:
         "StepKind",
         "StepTiming",
         "WindowSpec",
-        "add_analyze_arguments",
-        "add_compare_arguments",
         "analyze_path",
         "analyze_run",
         "analyze_source",
-        "diagnose_run_directory",
-        "run_analyze",
-        "run_compare",
     ]
     assert all(
         callable(getattr(analyze, name)) or isinstance(getattr(analyze, name), type)

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.analyze.test_analyze_backends import RUN, analyze_args, build_traces, tempo_handler
-from traceml_otel.analyze.commands import run_analyze
+from traceml_otel.cli.analyze import run_analyze
 
 
 @pytest.fixture

@@ -155,7 +155,7 @@ def test_diagnosis_is_printed_when_its_report_file_cannot_be_written(tmp_path: P
     import errno
 
     from tests.emit.test_emitter_faults import _hello, _rows
-    from traceml_otel.analyze.commands import diagnose_run_directory
+    from traceml_otel.cli.analyze import diagnose_run_directory
     from traceml_otel.emit.worker import Emitter
 
     run_dir = tmp_path / "run"

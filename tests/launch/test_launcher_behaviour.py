@@ -129,7 +129,8 @@ def test_run_ids_of_direct_launches_are_readable() -> None:
 def test_launcher_options_right_after_the_script_stay_the_launchers(
     argv: list[str], nproc: int, script_args: list[str]
 ) -> None:
-    from traceml_otel.cli import _split_script_arguments, build_parser
+    from traceml_otel.cli import build_parser
+    from traceml_otel.cli.run import split_script_arguments
 
-    args = _split_script_arguments(build_parser().parse_args(argv), argv)
+    args = split_script_arguments(build_parser().parse_args(argv), argv)
     assert (args.nproc_per_node, args.script_args) == (nproc, script_args)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.analyze.commands import add_compare_arguments, run_compare
+from traceml_otel.analyze.compare import RunSummary, compare_runs
 from traceml_otel.analyze.synthetic import SyntheticStep, write_run
-from traceml_otel.report.compare import ReportFormatError, RunSummary, compare_runs, summary_from_report
+from traceml_otel.cli.compare import add_compare_arguments, run_compare
+from traceml_otel.report.run_summary import ReportFormatError, summary_from_report
 
 PHASES = (
     ("input_wait", 0.001),
@@ -49,6 +50,16 @@ def summary(
 def test_step_time_policy(after: float, verdict: str, material: bool) -> None:
     comparison = compare_runs(summary(0.1), summary(after))
     assert (comparison.verdict, comparison.material) == (verdict, material)
+
+
+def test_the_policy_reads_its_thresholds_from_the_thresholds_module(monkeypatch) -> None:
+    from traceml_otel.analyze import thresholds
+
+    assert compare_runs(summary(0.1), summary(0.104)).verdict == "REGRESSION"
+    monkeypatch.setattr(thresholds, "COMPARE_TIME_CHANGE", 0.05)
+    monkeypatch.setattr(thresholds, "COMPARE_MEMORY_CHANGE", 0.5)
+    assert compare_runs(summary(0.1), summary(0.104)).verdict == "EQUIVALENT"
+    assert compare_runs(summary(memory=100 << 20), summary(memory=140 << 20)).verdict == "EQUIVALENT"
 
 
 @pytest.mark.parametrize(
@@ -98,7 +109,7 @@ def test_compare_command_on_a_run_and_a_report(tmp_path: Path, capsys: pytest.Ca
     base = write_run(tmp_path / "a", "a", [SyntheticStep(rank=0, step=n) for n in range(40)])
     slow = write_run(tmp_path / "b", "b", [SyntheticStep(rank=0, step=n, forward=0.006) for n in range(40)])
     out = tmp_path / "a.json"
-    from traceml_otel.analyze.commands import diagnose_run_directory
+    from traceml_otel.cli.analyze import diagnose_run_directory
 
     diagnose_run_directory(base)
     out.write_text((base / "report.json").read_text())

@@ -8,29 +8,20 @@ said plainly). Phases are compared only when both runs were analysed on the same
 without usable step data makes the verdict INCONCLUSIVE; otherwise any regression makes it
 REGRESSION, any improvement IMPROVEMENT, else EQUIVALENT.
 
-Both sides are read from the JSON report form (a run is analysed and rendered to it first), so
-comparing a fresh run with last week's ``report.json`` works the same.
+The thresholds are in :mod:`traceml_otel.analyze.thresholds` (``COMPARE_*``). Both sides are read
+from the JSON report form (``traceml_otel.report.run_summary``; a run is analysed and rendered to it
+first), so comparing a fresh run with last week's ``report.json`` works the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, StepKind
-from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
-STEP_TIME_CHANGE = 0.03
-STEP_TIME_MATERIAL = 0.08
-MEMORY_CHANGE = 0.10
-WORK_DIFFERS = 0.01
-"""Work per step differing by more than this fraction is "different work"."""
 PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 _SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
-
-
-class ReportFormatError(ValueError):
-    """A JSON file that is not a traceml-otel report this version can read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,50 +90,6 @@ class Comparison:
     """Time per token or per sample, when that is the basis."""
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
-    """Read the fields ``compare`` uses from a JSON report; raises :class:`ReportFormatError`."""
-    if report.get("schema") != SCHEMA:
-        raise ReportFormatError(f"{label}: not a traceml-otel report (schema {report.get('schema')!r})")
-    version = report.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ReportFormatError(f"{label}: report schema version {version!r} is newer than this tool reads")
-    try:
-        primary = report["primary_diagnosis"]
-        phases = {p["name"]: _number(p["median_s"]) for p in report["phases"]}  # type: ignore[index, union-attr]
-        memory = report["memory"]["ranks"]  # type: ignore[index]
-        run = report["run"]
-        window = report["window"]
-    except (KeyError, TypeError) as error:
-        raise ReportFormatError(f"{label}: report lacks {error}") from None
-    peaks = [
-        _number(m.get("peak_reserved_bytes")) or _number(m.get("peak_allocated_bytes"))
-        for m in memory
-        if isinstance(m, dict)
-    ]
-    known = [p for p in peaks if p is not None]
-    work = report.get("throughput")
-    work = work if isinstance(work, dict) else {}
-    return RunSummary(
-        label=label,
-        run_id=str(run.get("run_id", "")),  # type: ignore[union-attr]
-        kind=str(primary.get("kind", "")),  # type: ignore[union-attr]
-        severity=str(primary.get("severity", "")),  # type: ignore[union-attr]
-        clock=str(report.get("clock", "")),
-        steps=int(window.get("steps") or 0),  # type: ignore[union-attr]
-        step_time=phases.get("step_time"),
-        phases=tuple((name, phases.get(name)) for name in PHASES),
-        peak_memory=int(max(known)) if known else None,
-        samples_per_step=_number(work.get("samples_per_step")),
-        time_per_sample=_number(work.get("time_per_sample_s")),
-        tokens_per_step=_number(work.get("tokens_per_step")),
-        time_per_token=_number(work.get("time_per_token_s")),
-    )
-
-
 def _relative(before: float | None, after: float | None) -> float | None:
     """``after / before - 1``, rounded to 1e-9 so a change of exactly 3 % is not 2.9999999 %."""
     if before is None or after is None or before <= 0:
@@ -189,12 +136,12 @@ def _work_basis(a: RunSummary, b: RunSummary) -> tuple[str, Change | None, list[
     """Which unit of work to compare time per, the change in it, and what to say about the work."""
     notes: list[str] = []
     if a.time_per_token is not None and b.time_per_token is not None:
-        change = _change("time_per_token", a.time_per_token, b.time_per_token, STEP_TIME_CHANGE,
-                         STEP_TIME_MATERIAL)
+        change = _change("time_per_token", a.time_per_token, b.time_per_token, t.COMPARE_TIME_CHANGE,
+                         t.COMPARE_TIME_MATERIAL)
         return "token", change, notes
     if a.time_per_sample is not None and b.time_per_sample is not None:
-        change = _change("time_per_sample", a.time_per_sample, b.time_per_sample, STEP_TIME_CHANGE,
-                         STEP_TIME_MATERIAL)
+        change = _change("time_per_sample", a.time_per_sample, b.time_per_sample,
+                         t.COMPARE_TIME_CHANGE, t.COMPARE_TIME_MATERIAL)
         return "sample", change, notes
     known = [s.label for s in (a, b) if s.samples_per_step is not None]
     if len(known) == 1:
@@ -207,13 +154,15 @@ def _work_basis(a: RunSummary, b: RunSummary) -> tuple[str, Change | None, list[
 
 
 def _differs(before: float | None, after: float | None) -> bool:
-    return before is not None and after is not None and before > 0 and abs(after / before - 1) > WORK_DIFFERS
+    if before is None or after is None or before <= 0:
+        return False
+    return abs(after / before - 1) > t.COMPARE_WORK_DIFFERS
 
 
 def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     """Apply the comparison policy to two run summaries (A = before, B = after)."""
     notes: list[str] = [f"{s.label}: {s.problem}" for s in (a, b) if s.problem]
-    step = _change("step_time", a.step_time, b.step_time, STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
+    step = _change("step_time", a.step_time, b.step_time, t.COMPARE_TIME_CHANGE, t.COMPARE_TIME_MATERIAL)
     basis, work, work_notes = _work_basis(a, b)
     notes += work_notes
     if basis != "step" and work is not None:
@@ -229,7 +178,8 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
             notes.append(f"same work per step ({before:g} {per}); time per {basis} decides")
     primary = work if work is not None else step
     memory = _change(
-        "peak_memory", _float(a.peak_memory), _float(b.peak_memory), MEMORY_CHANGE, MEMORY_CHANGE
+        "peak_memory", _float(a.peak_memory), _float(b.peak_memory), t.COMPARE_MEMORY_CHANGE,
+        t.COMPARE_MEMORY_CHANGE,
     )
     diagnosis = _diagnosis(a, b)
     if basis != "step" and _differs(a.samples_per_step, b.samples_per_step) and diagnosis in (
@@ -240,7 +190,7 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     phases: tuple[Change, ...] = ()
     if same_clock:
         phases = tuple(
-            _change(name, a.phase(name), b.phase(name), STEP_TIME_CHANGE, STEP_TIME_MATERIAL)
+            _change(name, a.phase(name), b.phase(name), t.COMPARE_TIME_CHANGE, t.COMPARE_TIME_MATERIAL)
             for name in PHASES
         )
         if basis != "step" and _differs(a.samples_per_step, b.samples_per_step):

@@ -15,14 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankCount, StepFailure
 from traceml_otel.analyze.kinds import RunKind, Severity
 from traceml_otel.analyze.records import StepTiming
 
-PARTIAL_FRACTION = 0.95
-"""A rank with fewer steps than this fraction of the fullest rank's is partial ..."""
-PARTIAL_MIN_GAP = 2
-"""... and only when it is at least this many steps short (a rank stopped by a signal may miss one)."""
 MAX_FAILURES = 20
 """Failed steps listed in the report (the first per rank come first)."""
 MAX_LISTED_RANKS = 64
@@ -74,7 +71,7 @@ def partial_ranks(counts: Sequence[RankCount]) -> tuple[RankCount, ...]:
         return ()
     most = max(c.steps for c in counts)
     return tuple(
-        c for c in counts if c.steps < PARTIAL_FRACTION * most and most - c.steps >= PARTIAL_MIN_GAP
+        c for c in counts if c.steps < t.PARTIAL_FRACTION * most and most - c.steps >= t.PARTIAL_MIN_GAP
     )
 
 

@@ -1,4 +1,4 @@
-"""Every diagnosis threshold in one place (values from docs/analyzer.md, matching TraceML)."""
+"""Every diagnosis and compare threshold in one place (values from docs/analyzer.md, matching TraceML)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ MIN_STEPS = 2
 """Fewer steps per rank than this is WARMUP."""
 MIN_STEPS_FOR_CRITICAL = 20
 """Fewer steps per rank than this caps severity at warning."""
+PARTIAL_FRACTION = 0.95
+"""PARTIAL_RANKS: a rank with fewer steps than this fraction of the fullest rank's is partial ..."""
+PARTIAL_MIN_GAP = 2
+"""... and only when it is at least this many steps short (a rank stopped by a signal may miss one)."""
 
 MEMORY_MIN_STEPS = 50
 PRESSURE_WARN = 0.92
@@ -46,3 +50,13 @@ DRIFT_SKIP = 0.10
 DRIFT_MIN_SKIP = 5
 WORST_STEPS = 5
 """How many of the slowest steps the report lists."""
+
+COMPARE_TIME_CHANGE = 0.03
+"""``compare``: a change in time per unit of work (or step, or phase) of at least this much is a
+regression or an improvement."""
+COMPARE_TIME_MATERIAL = 0.08
+"""... and at least this much is material."""
+COMPARE_MEMORY_CHANGE = 0.10
+"""``compare``: a change in peak memory of at least this much is a regression or an improvement."""
+COMPARE_WORK_DIFFERS = 0.01
+"""``compare``: work per step differing by more than this fraction is "different work"."""

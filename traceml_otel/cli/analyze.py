@@ -1,60 +1,36 @@
-"""The ``traceml analyze`` and ``traceml compare`` commands, and the end-of-run diagnosis.
+"""``traceml analyze``, and the diagnosis ``traceml run`` prints and writes when the script ends.
 
-Thin: parse arguments, pick a span source, call the analyzer and a reporter, set the exit code.
-Exit codes: 0 done; 1 nothing to analyse (no usable steps) or, with ``--fail-on-regression``, a
-regression; 2 bad arguments, unreadable input or an unreachable backend; 3 with
-``--fail-on-regression``, an inconclusive comparison (a side without usable data).
+Thin: parse arguments, pick a span source, call the analyzer and a reporter, write the report,
+set the exit code (see ``common`` for the codes).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path, analyze_source
-from traceml_otel.analyze.records import WindowSpec
 from traceml_otel.analyze.sources.base import SourceError, SpanSource
 from traceml_otel.analyze.sources.http import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_S, ReadLimits
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import time_range
-from traceml_otel.report import FORMATS, render, report_json
-from traceml_otel.report.compare import (
-    ReportFormatError,
-    RunSummary,
-    compare_runs,
-    summary_from_report,
-    unusable_summary,
+from traceml_otel.cli.common import (
+    EXIT_NO_DATA,
+    EXIT_OK,
+    add_window_arguments,
+    fail,
+    window_spec,
+    write_output,
 )
-from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
-from traceml_otel.sanitize import strip_control
+from traceml_otel.report import FORMATS, render
 from traceml_otel.settings import trace_url_template
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
-EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-
-
-def _step_range(text: str) -> tuple[int | None, int | None]:
-    low, sep, high = text.partition(":")
-    if not sep:
-        raise argparse.ArgumentTypeError("use FIRST:LAST, e.g. 100:200, :200 or 100:")
-    try:
-        return (int(low) if low else None, int(high) if high else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a step range: {text!r}") from None
-
-
-def _add_window_arguments(parser: argparse.ArgumentParser) -> None:
-    window = parser.add_mutually_exclusive_group()
-    window.add_argument("--window", type=int, metavar="N", help="analyse only the last N aligned steps")
-    window.add_argument(
-        "--step-range", type=_step_range, metavar="FIRST:LAST", help="analyse a range of step numbers"
-    )
 
 
 def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +51,7 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
         "--since", metavar="T", help="backend search start: unix seconds, ISO 8601 or an age (2h)"
     )
     parser.add_argument("--until", metavar="T", help="backend search end (default: now)")
-    _add_window_arguments(parser)
+    add_window_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
     parser.add_argument(
@@ -95,13 +71,6 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-response-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, metavar="MB",
         help=f"largest backend answer read, in MiB (default {DEFAULT_MAX_BYTES // 2**20})",
     )
-
-
-def _window(args: argparse.Namespace) -> WindowSpec:
-    if getattr(args, "step_range", None):
-        first, last = args.step_range
-        return WindowSpec(first_step=first, last_step=last)
-    return WindowSpec(last=getattr(args, "window", None))
 
 
 def _backend(args: argparse.Namespace) -> SpanSource:
@@ -132,7 +101,7 @@ def _backend(args: argparse.Namespace) -> SpanSource:
 
 
 def _analyze(args: argparse.Namespace) -> RunAnalysis:
-    window = _window(args)
+    window = window_spec(args)
     if args.tempo or args.jaeger:
         if args.inputs:
             raise ValueError("give either files or a backend (--tempo/--jaeger), not both")
@@ -165,28 +134,14 @@ def _report_kind(path: Path) -> str:
     return ""
 
 
-def _fail(command: str, message: str) -> int:
-    print(f"traceml {command}: error: {message}", file=sys.stderr)
-    return EXIT_ERROR
-
-
-def _write(text: str, output: Path | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    print(f"traceml: wrote {output}", file=sys.stderr)
-
-
 def run_analyze(args: argparse.Namespace) -> int:
     """Run ``traceml analyze``; returns the exit code."""
     try:
         trace_url = trace_url_template(getattr(args, "trace_url", None))
         analysis = _analyze(args)
     except (SourceError, ValueError, OSError) as error:
-        return _fail("analyze", str(error))
-    _write(render(analysis, args.format, trace_url=trace_url), args.output)
+        return fail("analyze", str(error))
+    write_output(render(analysis, args.format, trace_url=trace_url), args.output)
     return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
 
 
@@ -213,56 +168,3 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
         except OSError as error:
             lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {error})\n")
     return render(analysis, "text", trace_url=trace_url) + "".join(lines)
-
-
-def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``traceml compare``."""
-    parser.add_argument("a", type=Path, help="the baseline: a run directory, OTLP JSON file or report.json")
-    parser.add_argument("b", type=Path, help="the candidate, in the same forms")
-    _add_window_arguments(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the comparison here")
-    parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses against A")
-
-
-REPORT_READ_LIMIT = 64 * 1024 * 1024
-"""Largest ``.json`` file read whole as a possible report."""
-
-
-def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
-    """A run summary from a JSON report, or by analysing a run directory or span files.
-
-    A file that is neither a report nor holds any traceml spans gives a summary with no usable data
-    (the comparison is then INCONCLUSIVE); a path that does not exist raises ``SourceError``.
-    """
-    if path.is_file() and path.suffix == ".json" and path.stat().st_size <= REPORT_READ_LIMIT:
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
-            return unusable_summary(label, f"not JSON ({str(error)[:80]})")
-        if isinstance(document, dict) and "schema" in document:
-            return summary_from_report(document, label)
-    report = report_json(analyze_path([path], window=window))
-    if not report["run"]["spans_read"]:  # type: ignore[index]
-        return unusable_summary(label, "neither a traceml report nor a run with traceml spans")
-    return summary_from_report(report, label)
-
-
-def run_compare(args: argparse.Namespace) -> int:
-    """Run ``traceml compare``; returns the exit code."""
-    window = _window(args)
-    try:
-        a = load_summary(args.a, window, str(args.a))
-        b = load_summary(args.b, window, str(args.b))
-    except (SourceError, ReportFormatError, ValueError, OSError) as error:
-        return _fail("compare", str(error))
-    comparison = compare_runs(a, b)
-    text = (render_comparison_json(comparison) if args.format == "json"
-            else strip_control(render_comparison_text(comparison)))
-    _write(text, args.output)
-    if args.fail_on_regression and comparison.verdict == "REGRESSION":
-        return EXIT_NO_DATA
-    if args.fail_on_regression and comparison.verdict == "INCONCLUSIVE":
-        print("traceml compare: inconclusive: " + "; ".join(comparison.notes[:1]), file=sys.stderr)
-        return EXIT_INCONCLUSIVE
-    return EXIT_OK

@@ -1,4 +1,4 @@
-"""The ``traceml`` command: ``run``, ``analyze``, ``compare`` and ``stack``. Thin: parse, call, exit code."""
+"""``traceml run``: the launcher's options, the script's arguments, and the end-of-run diagnosis."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from traceml_otel._version import __version__
+from traceml_otel.cli.analyze import diagnose_run_directory
+from traceml_otel.cli.common import EXIT_ERROR
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``traceml run``."""
     parser.add_argument("script", help="training script to launch")
     parser.add_argument("script_args", nargs=argparse.REMAINDER,
                         help="arguments for the script: everything after its path (a leading -- is dropped)")
@@ -26,11 +28,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_run(args: argparse.Namespace) -> int:
+    """Run ``traceml run``; returns the script's exit code (2 when it cannot be launched)."""
     if importlib.util.find_spec("torch") is None:
         print("traceml run: PyTorch is not installed in this environment; install the torch build for"
               " your machine (traceml analyze and compare work without it)", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     from traceml_otel.launch.export_report import (
         FINAL_WAIT_EXTRA_S,
         render_export_report,
@@ -42,13 +45,12 @@ def _run(args: argparse.Namespace) -> int:
     if not Path(args.script).is_file():
         reason = "is a directory" if Path(args.script).is_dir() else "not found"
         print(f"traceml run: error: script {args.script} {reason}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
     options = LaunchOptions(
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id,
-        html_report=args.html_report,
     )
     code, run_dir = launch(options)
     print()
@@ -61,41 +63,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def _diagnosis(run_dir: Path, html: bool) -> str:
     try:
-        from traceml_otel.analyze import diagnose_run_directory
-    except ImportError:
-        return "(diagnosis unavailable: the analyzer is not installed)"
-    try:
         return diagnose_run_directory(run_dir, html=html)
     except Exception as error:
         return f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
-    parser.add_argument("--version", action="version", version=f"traceml-otel {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    _add_run_arguments(commands.add_parser(
-        "run", help="launch a script through torch.distributed.run and diagnose it",
-        description="Launch SCRIPT on every rank. Options go before SCRIPT (or right after it, before "
-                    "the script's first argument); the rest goes to the script, as with torchrun "
-                    "(`--` before the script's arguments is accepted).",
-    ))
-    from traceml_otel.stack.cli import add_stack_arguments
-
-    add_stack_arguments(commands.add_parser("stack", help="render alert rules, dashboard and manifests"))
-    try:
-        from traceml_otel.analyze import add_analyze_arguments, add_compare_arguments
-    except ImportError:
-        return parser
-    add_analyze_arguments(commands.add_parser("analyze", help="diagnose a run from its spans"))
-    add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
-    return parser
-
-
 def _run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="traceml run")
-    _add_run_arguments(parser)
+    add_run_arguments(parser)
     return parser
 
 
@@ -116,7 +91,7 @@ def _leading_launcher_options(rest: list[str], parser: argparse.ArgumentParser) 
     return min(index, len(rest))
 
 
-def _split_script_arguments(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
+def split_script_arguments(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
     """Everything after the script goes to it, as with torchrun; one ``--`` there is accepted.
 
     ``run [opts] train.py --lr 1`` passes ``--lr 1``; ``run train.py -- --lr 1`` too. Launcher
@@ -138,22 +113,3 @@ def _split_script_arguments(args: argparse.Namespace, argv: Sequence[str]) -> ar
             if name not in ("script", "script_args") and value != run_parser.get_default(name):
                 setattr(args, name, value)
     return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``traceml`` and ``traceml-otel``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    if args.command == "run":
-        return _run(_split_script_arguments(args, argv))
-    if args.command == "stack":
-        from traceml_otel.stack.cli import run_stack
-
-        return run_stack(args)
-    from traceml_otel.analyze import run_analyze, run_compare
-
-    return run_analyze(args) if args.command == "analyze" else run_compare(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

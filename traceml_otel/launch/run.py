@@ -49,7 +49,6 @@ class LaunchOptions:
     master_port: int = 29500
     run_name: str | None = None
     run_id: str | None = None
-    html_report: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
 

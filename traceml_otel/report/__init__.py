@@ -3,7 +3,8 @@
     from traceml_otel.report import render
     print(render(analysis, "text"))
 
-``compare`` holds the run comparison and its reports.
+``run_summary`` reads a JSON report for ``compare`` (whose policy is ``traceml_otel.analyze.compare``);
+``compare_report`` renders a comparison.
 """
 
 from __future__ import annotations

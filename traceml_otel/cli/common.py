@@ -1,0 +1,59 @@
+"""What the subcommands share: exit codes, the error line, writing a report, the step-window options.
+
+Exit codes of ``analyze`` and ``compare``: 0 done; 1 nothing to analyse (no usable steps) or, with
+``--fail-on-regression``, a regression; 2 bad arguments, unreadable input or an unreachable backend;
+3 with ``--fail-on-regression``, an inconclusive comparison (a side without usable data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traceml_otel.analyze.records import WindowSpec
+
+EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+
+
+def fail(command: str, message: str) -> int:
+    """Print ``traceml COMMAND: error: MESSAGE`` to stderr; returns ``EXIT_ERROR``."""
+    print(f"traceml {command}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """Write ``text`` to ``output`` (creating its folder; says so on stderr), or to stdout."""
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    print(f"traceml: wrote {output}", file=sys.stderr)
+
+
+def _step_range(text: str) -> tuple[int | None, int | None]:
+    low, sep, high = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError("use FIRST:LAST, e.g. 100:200, :200 or 100:")
+    try:
+        return (int(low) if low else None, int(high) if high else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a step range: {text!r}") from None
+
+
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--window N`` or ``--step-range FIRST:LAST`` (one of them)."""
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--window", type=int, metavar="N", help="analyse only the last N aligned steps")
+    window.add_argument(
+        "--step-range", type=_step_range, metavar="FIRST:LAST", help="analyse a range of step numbers"
+    )
+
+
+def window_spec(args: argparse.Namespace) -> WindowSpec:
+    """The analysis window the window options describe."""
+    if getattr(args, "step_range", None):
+        first, last = args.step_range
+        return WindowSpec(first_step=first, last_step=last)
+    return WindowSpec(last=getattr(args, "window", None))

@@ -1,0 +1,79 @@
+"""``traceml compare``: two runs or reports, the comparison, and the exit code of a CI gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from traceml_otel.analyze.compare import RunSummary, compare_runs, unusable_summary
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.analyze.records import WindowSpec
+from traceml_otel.analyze.sources.base import SourceError
+from traceml_otel.cli.common import (
+    EXIT_INCONCLUSIVE,
+    EXIT_NO_DATA,
+    EXIT_OK,
+    add_window_arguments,
+    fail,
+    window_spec,
+    write_output,
+)
+from traceml_otel.report import report_json
+from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+from traceml_otel.report.run_summary import ReportFormatError, summary_from_report
+from traceml_otel.sanitize import strip_control
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``traceml compare``."""
+    parser.add_argument("a", type=Path, help="the baseline: a run directory, OTLP JSON file or report.json")
+    parser.add_argument("b", type=Path, help="the candidate, in the same forms")
+    add_window_arguments(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the comparison here")
+    parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses against A")
+
+
+REPORT_READ_LIMIT = 64 * 1024 * 1024
+"""Largest ``.json`` file read whole as a possible report."""
+
+
+def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
+    """A run summary from a JSON report, or by analysing a run directory or span files.
+
+    A file that is neither a report nor holds any traceml spans gives a summary with no usable data
+    (the comparison is then INCONCLUSIVE); a path that does not exist raises ``SourceError``.
+    """
+    if path.is_file() and path.suffix == ".json" and path.stat().st_size <= REPORT_READ_LIMIT:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            return unusable_summary(label, f"not JSON ({str(error)[:80]})")
+        if isinstance(document, dict) and "schema" in document:
+            return summary_from_report(document, label)
+    report = report_json(analyze_path([path], window=window))
+    if not report["run"]["spans_read"]:  # type: ignore[index]
+        return unusable_summary(label, "neither a traceml report nor a run with traceml spans")
+    return summary_from_report(report, label)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run ``traceml compare``; returns the exit code."""
+    window = window_spec(args)
+    try:
+        a = load_summary(args.a, window, str(args.a))
+        b = load_summary(args.b, window, str(args.b))
+    except (SourceError, ReportFormatError, ValueError, OSError) as error:
+        return fail("compare", str(error))
+    comparison = compare_runs(a, b)
+    text = (render_comparison_json(comparison) if args.format == "json"
+            else strip_control(render_comparison_text(comparison)))
+    write_output(text, args.output)
+    if args.fail_on_regression and comparison.verdict == "REGRESSION":
+        return EXIT_NO_DATA
+    if args.fail_on_regression and comparison.verdict == "INCONCLUSIVE":
+        print("traceml compare: inconclusive: " + "; ".join(comparison.notes[:1]), file=sys.stderr)
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK

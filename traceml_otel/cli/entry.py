@@ -1,0 +1,41 @@
+"""The ``traceml`` parser and the dispatch to ``run``, ``analyze``, ``compare`` and ``stack``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from traceml_otel._version import __version__
+from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
+from traceml_otel.cli.compare import add_compare_arguments, run_compare
+from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments
+from traceml_otel.cli.stack import add_stack_arguments, run_stack
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
+    parser.add_argument("--version", action="version", version=f"traceml-otel {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_run_arguments(commands.add_parser(
+        "run", help="launch a script through torch.distributed.run and diagnose it",
+        description="Launch SCRIPT on every rank. Options go before SCRIPT (or right after it, before "
+                    "the script's first argument); the rest goes to the script, as with torchrun "
+                    "(`--` before the script's arguments is accepted).",
+    ))
+    add_stack_arguments(commands.add_parser("stack", help="render alert rules, dashboard and manifests"))
+    add_analyze_arguments(commands.add_parser("analyze", help="diagnose a run from its spans"))
+    add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``traceml`` and ``traceml-otel``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return run_run(split_script_arguments(args, argv))
+    if args.command == "stack":
+        return run_stack(args)
+    return run_analyze(args) if args.command == "analyze" else run_compare(args)
