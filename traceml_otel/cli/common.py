@@ -3,6 +3,8 @@
 Exit codes of ``analyze`` and ``compare``: 0 done; 1 nothing to analyse (no usable steps) or, with
 ``--fail-on-regression``, a regression; 2 bad arguments, unreadable input or an unreachable backend;
 3 with ``--fail-on-regression``, an inconclusive comparison (a side without usable data).
+``stack render`` exits 0 or 2 (a bad option); ``run`` exits with the script's code, or 2 when it
+cannot launch it; argparse exits 2 on an unknown option.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from traceml_otel.cli.common import EXIT_ERROR, EXIT_OK
 from traceml_otel.stack.config import (
     DEFAULT_DASHBOARD_URL,
     DEFAULT_POD_LABELS,
@@ -75,7 +76,7 @@ def run_stack(args: argparse.Namespace) -> int:
         files = render_all(config)
     except StackConfigError as error:
         print(f"traceml stack render: {error}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     for path in write_files(files, args.output):
         print(path)
-    return 0
+    return EXIT_OK
