@@ -16,6 +16,8 @@ from pathlib import Path
 from traceml_otel.analyze.records import WindowSpec
 
 EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_REGRESSION = EXIT_NO_DATA
+"""``compare --fail-on-regression`` on a regression: 1, as ``analyze`` with no usable steps."""
 
 
 def fail(command: str, message: str) -> int:

@@ -13,8 +13,8 @@ from traceml_otel.analyze.records import WindowSpec
 from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.cli.common import (
     EXIT_INCONCLUSIVE,
-    EXIT_NO_DATA,
     EXIT_OK,
+    EXIT_REGRESSION,
     add_window_arguments,
     fail,
     window_spec,
@@ -72,7 +72,7 @@ def run_compare(args: argparse.Namespace) -> int:
             else strip_control(render_comparison_text(comparison)))
     write_output(text, args.output)
     if args.fail_on_regression and comparison.verdict == "REGRESSION":
-        return EXIT_NO_DATA
+        return EXIT_REGRESSION
     if args.fail_on_regression and comparison.verdict == "INCONCLUSIVE":
         print("traceml compare: inconclusive: " + "; ".join(comparison.notes[:1]), file=sys.stderr)
         return EXIT_INCONCLUSIVE
