@@ -5,6 +5,7 @@ SDK -> rotel-agent (OTLP gRPC or HTTP) -> OtlpHttpReceiver, all on 127.0.0.1.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -117,6 +118,11 @@ def test_rotel_forwards_metrics(receiver: OtlpHttpReceiver, rotel: RotelCollecto
 def test_collector_stops_and_frees_ports(receiver: OtlpHttpReceiver) -> None:
     with RotelCollector(receiver.endpoint) as collector:
         assert port_open(collector.grpc_port) and port_open(collector.http_port)
+        # rotel opens its ports a moment before it logs its start; stopped at once, it may log
+        # nothing (2 of 10 quick starts on this VM), so wait for the line, bounded.
+        deadline = time.monotonic() + 10
+        while "Starting Rotel" not in collector.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.02)
     assert not port_open(collector.grpc_port)
     assert "Starting Rotel" in collector.log_tail()
 
