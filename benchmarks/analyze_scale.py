@@ -3,9 +3,11 @@
     python benchmarks/analyze_scale.py                     # 8 ranks x 25,000 steps x 5 spans
     python benchmarks/analyze_scale.py --ranks 2 --steps 2000 --keep
 
-The run is generated once into ``--dir`` (reused with ``--keep``). The analysis (read, diagnose,
-render text + JSON) runs in a fresh child process, so the numbers exclude generation: wall
-seconds, the child's peak RSS, and the peak RSS of its largest reader worker.
+The run is generated once into ``--dir`` (reused with ``--keep``) by the emitter's own span
+builder and local-copy writer (``tests/synthetic_runs.py``), so it holds what a real run writes.
+The analysis (read, diagnose, render text + JSON) runs in a fresh child process, so the numbers
+exclude generation: wall seconds, the child's peak RSS, and the peak RSS of its largest reader
+worker.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from traceml_otel.analyze.synthetic import SyntheticStep, otlp_lines
-from traceml_otel.contract import MANIFEST_FILE, traces_file_name
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic-run writer lives in tests/
+
+from tests.synthetic_runs import SyntheticStep, write_manifest_of, write_ranks
+from traceml_otel.contract import traces_file_name
 
 RUN_ID = "bench-1m"
 SPANS_PER_STEP = 5
+SHAPE_FILE = "analyze_scale.json"
+"""Beside the run: the ranks and steps it was generated with (for ``--keep``)."""
 
 
 def _rank_steps(rank: int, steps: int, ranks: int):
@@ -46,11 +52,9 @@ def _rank_steps(rank: int, steps: int, ranks: int):
 
 
 def _write_rank(run_dir: str, rank: int, steps: int, ranks: int) -> int:
-    path = Path(run_dir) / traces_file_name(rank)
-    with path.open("w", encoding="utf-8") as handle:
-        for _, line in otlp_lines(RUN_ID, _rank_steps(rank, steps, ranks), steps_per_line=64):
-            handle.write(line + "\n")
-    return path.stat().st_size
+    path = Path(run_dir)
+    write_ranks(path, RUN_ID, _rank_steps(rank, steps, ranks), steps_per_line=64)
+    return (path / traces_file_name(rank)).stat().st_size
 
 
 def generate(run_dir: Path, ranks: int, steps: int) -> None:
@@ -61,16 +65,8 @@ def generate(run_dir: Path, ranks: int, steps: int) -> None:
         sizes = list(
             pool.map(_write_rank, [str(run_dir)] * ranks, range(ranks), [steps] * ranks, [ranks] * ranks)
         )
-    manifest = {
-        "run_id": RUN_ID,
-        "world_size": ranks,
-        "command": "synthetic",
-        "start_time": 0,
-        "end_time": 0,
-        "exit_code": 0,
-        "steps": steps,
-    }
-    (run_dir / MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    write_manifest_of(run_dir, RUN_ID, ranks)
+    (run_dir / SHAPE_FILE).write_text(json.dumps({"ranks": ranks, "steps": steps}), encoding="utf-8")
     print(
         f"generated {ranks * steps * SPANS_PER_STEP:,} spans, {sum(sizes) / 2**20:.0f} MiB in {run_dir}",
         file=sys.stderr,
@@ -113,13 +109,9 @@ def main() -> int:
     if args.child:
         child(args.dir)
         return 0
-    manifest = args.dir / MANIFEST_FILE
-    fresh = not (
-        args.keep
-        and manifest.exists()
-        and json.loads(manifest.read_text()).get("steps") == args.steps
-        and json.loads(manifest.read_text()).get("world_size") == args.ranks
-    )
+    shape = args.dir / SHAPE_FILE
+    wanted = {"ranks": args.ranks, "steps": args.steps}
+    fresh = not (args.keep and shape.exists() and json.loads(shape.read_text()) == wanted)
     if fresh:
         generate(args.dir, args.ranks, args.steps)
     started = time.perf_counter()

@@ -23,13 +23,13 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.synthetic_runs import SyntheticStep, step_spans, traces_data
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.records import BACKWARD, FORWARD
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
-from traceml_otel.analyze.synthetic import SyntheticStep, step_spans, traces_data
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
 

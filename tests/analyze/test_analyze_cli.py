@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.analyze.synthetic import SyntheticStep, write_run
+from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.cli.analyze import add_analyze_arguments, diagnose_run_directory, run_analyze
 
 

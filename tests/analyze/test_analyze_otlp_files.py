@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.synthetic_runs import SyntheticStep, otlp_lines, step_spans, traces_data, write_run
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.otlp import (
     ForeignDocument,
@@ -22,7 +23,6 @@ from traceml_otel.analyze.otlp import (
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.files import FileSpanSource
-from traceml_otel.analyze.synthetic import SyntheticStep, otlp_lines, step_spans, traces_data, write_run
 from traceml_otel.contract import traces_file_name
 
 HEX_TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze import analyze_path
 from traceml_otel.analyze.kinds import RunKind
-from traceml_otel.analyze.synthetic import SyntheticStep, write_run
 from traceml_otel.report import render
 
 REPO = Path(__file__).resolve().parents[2]

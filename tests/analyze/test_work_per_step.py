@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze import analyze_path
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
 from traceml_otel.analyze.kinds import Clock, StepKind
 from traceml_otel.analyze.records import RankHost
-from traceml_otel.analyze.synthetic import SyntheticStep, write_run
 from traceml_otel.report import render, report_json
 
 
@@ -41,9 +41,9 @@ def test_work_missing_on_some_steps_is_not_a_throughput(tmp_path: Path) -> None:
     assert "no samples per step recorded" in render(analysis, "text")
 
 
-def _input_bound(tmp_path: Path, **loader: object) -> str:
+def _input_bound(tmp_path: Path, cpus: int, **loader: object) -> str:
     steps = [SyntheticStep(rank=0, step=n, input_wait=0.02, **(loader if n == 0 else {})) for n in range(30)]
-    analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
+    analysis = analyze_path([write_run(tmp_path / "run", "r", steps, cpus=cpus)])
     assert analysis.step.primary.kind is StepKind.INPUT_BOUND
     return analysis.step.primary.next
 

@@ -86,8 +86,8 @@ def test_batch_16_against_batch_64_over_the_same_samples_is_not_a_regression(tmp
 def test_compare_against_garbage_is_inconclusive_and_fails_the_gate(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     good = tmp_path / "good.json"
+    from tests.synthetic_runs import SyntheticStep, write_run
     from traceml_otel.analyze import analyze_path
-    from traceml_otel.analyze.synthetic import SyntheticStep, write_run
     from traceml_otel.report import render
 
     run_dir = write_run(tmp_path / "run", "r", [SyntheticStep(rank=0, step=n, samples=8) for n in range(30)])

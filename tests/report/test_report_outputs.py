@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path
-from traceml_otel.analyze.synthetic import SyntheticStep, write_run
 from traceml_otel.report import SCHEMA, SCHEMA_VERSION, render, report_json
 
 
