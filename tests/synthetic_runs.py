@@ -35,7 +35,7 @@ from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, trac
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
 from traceml_otel.launch.run import write_manifest
-from traceml_otel.records import LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 
 START_NS = 1_700_000_000_000_000_000
 """Where a synthetic run's first step starts (epoch nanoseconds)."""
@@ -43,6 +43,8 @@ SERVICE = "traceml-synthetic"
 HOST = "synthetic"
 H2D_BYTES = 4096
 """The bytes every synthetic H2D copy moves."""
+BUCKET_BYTES = 1 << 20
+"""The bytes of each synthetic DDP gradient bucket."""
 
 
 def _ns(seconds: float) -> int:
@@ -55,10 +57,12 @@ class SyntheticStep:
 
     The step lasts the sum of its phases plus ``residual`` unless ``traced`` says otherwise; the
     phases run back to back from the step's start. ``forward_calls`` splits the forward time into
-    that many equal calls. ``gpu=True`` gives every duration a CUDA-event timing equal to its CPU
-    one, so the step is GPU-timed. ``world_size`` belongs to the rank: every step of a rank must
-    give the same one. With ``num_workers`` set the step carries DataLoader settings, as the first
-    step after a loader with a new configuration does.
+    that many equal calls. ``ddp_wait`` adds two DDP gradient buckets to backward, the last handed
+    over ``ddp_wait`` seconds before backward ends and completing as it ends: that wait is the
+    step's exposed communication, part of ``backward``. ``gpu=True`` gives every duration a
+    CUDA-event timing equal to its CPU one, so the step is GPU-timed. ``world_size`` belongs to the
+    rank: every step of a rank must give the same one. With ``num_workers`` set the step carries
+    DataLoader settings, as the first step after a loader with a new configuration does.
     """
 
     rank: int
@@ -87,6 +91,7 @@ class SyntheticStep:
     persistent_workers: bool = False
     prefetch_factor: int | None = None
     batch_size: int | None = None
+    ddp_wait: float | None = None
 
     def traced_time(self) -> float:
         """The step span's duration in seconds."""
@@ -114,6 +119,7 @@ class SyntheticStep:
                 ))
                 offset += duration
         traced = _ns(self.traced_time())
+        collectives = self._ddp_buckets(phases, start_ns)
         wait = None if self.input_wait is None else _ns(self.input_wait)
         loader = None
         if self.num_workers is not None:
@@ -141,7 +147,20 @@ class SyntheticStep:
             samples=self.samples,
             tokens=self.tokens,
             loader=loader,
+            collectives=collectives,
         )
+
+    def _ddp_buckets(self, phases: list[PhaseTiming], start_ns: int) -> tuple[CollectiveTiming, ...]:
+        backward = next((p for p in phases if p.phase == "backward"), None)
+        if self.ddp_wait is None or backward is None:
+            return ()
+        last_handed = backward.end_ns - _ns(self.ddp_wait)
+        first_handed = (backward.start_ns + last_handed) // 2
+        buckets = []
+        for begin, end in ((first_handed, last_handed), (last_handed, backward.end_ns)):
+            gpu = {"gpu_offset_ns": begin - start_ns, "gpu_duration_ns": end - begin} if self.gpu else {}
+            buckets.append(CollectiveTiming("all_reduce", "ddp", begin, end, BUCKET_BYTES, False, **gpu))
+        return tuple(buckets)
 
 
 class RankWriter:

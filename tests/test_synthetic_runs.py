@@ -57,3 +57,12 @@ def test_a_rank_cannot_change_its_world_size(tmp_path: Path) -> None:
     steps = [SyntheticStep(rank=0, step=0, world_size=2), SyntheticStep(rank=0, step=1, world_size=4)]
     with pytest.raises(ValueError, match="rank 0 of 2"):
         write_run(tmp_path / "run", "r1", steps)
+
+
+def test_ddp_buckets_become_one_collective_span_with_exposed_time_on_both_clocks() -> None:
+    spans = step_spans("r1", SyntheticStep(rank=0, step=0, gpu=True, ddp_wait=0.002), 10**18)
+    (collective,) = [s for s in spans if s["name"] == c.SPAN_COLLECTIVE]
+    attributes = {a["key"]: a["value"] for a in collective["attributes"]}
+    assert attributes[c.ATTR_COLLECTIVE_CALLS] == {"intValue": "2"}
+    assert attributes[c.ATTR_COLLECTIVE_EXPOSED_CPU]["doubleValue"] == pytest.approx(0.002)
+    assert attributes[c.ATTR_COLLECTIVE_EXPOSED_GPU]["doubleValue"] == pytest.approx(0.002)

@@ -170,3 +170,26 @@ def test_measured_and_inferred_straggler_give_the_same_advice_for_a_shared_cause
     assert from_waits is not None and from_backward is not None
     assert from_waits.kind is from_backward.kind is kind
     assert from_waits.next == from_backward.next and "rank 2" in from_waits.next
+
+
+@pytest.mark.parametrize(
+    ("wait", "kind"), [(0.003, StepKind.COMMUNICATION_BOUND), (0.001, StepKind.BALANCED)]
+)
+def test_ddp_waits_written_by_the_emitter_are_read_from_a_local_copy(tmp_path, wait: float, kind) -> None:
+    """End to end through the emitter's exposure math, span builder and local copy: 3 ms of a 14.5 ms
+    step is 21 % (critical), 1 ms is 7 % (below the 10 % warning)."""
+    from tests.synthetic_runs import BUCKET_BYTES, SyntheticStep, write_run
+    from traceml_otel.analyze.pipeline import analyze_path
+
+    steps = [SyntheticStep(rank=r, step=n, world_size=2, parallelism="ddp", ddp_wait=wait)
+             for r in range(2) for n in range(30)]
+    analysis = analyze_path([write_run(tmp_path / "run", "ddp", steps)])
+    assert analysis.step.primary.kind is kind
+    for metrics in analysis.ranks:
+        assert metrics.communication == pytest.approx(wait)
+        assert metrics.communication_bytes == 2 * BUCKET_BYTES
+        assert metrics.backward == pytest.approx(0.008 - wait)  # the wait is taken out of backward
+    if kind is StepKind.COMMUNICATION_BOUND:
+        assert analysis.step.primary.severity is Severity.CRITICAL
+    else:
+        assert all(f.kind is not StepKind.COMMUNICATION_BOUND for f in analysis.step.issues)
