@@ -34,7 +34,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, traces_data_prefix
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
-from traceml_otel.launch.run import write_manifest
+from traceml_otel.launch.run import end_status_of, write_manifest
 from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 
 START_NS = 1_700_000_000_000_000_000
@@ -163,7 +163,7 @@ class SyntheticStep:
         return tuple(buckets)
 
 
-class RankWriter:
+class SyntheticRank:
     """One rank as the emitter sees it: its span builder, resource and scope."""
 
     def __init__(self, run_id: str, rank: int, world_size: int, *, service: str = SERVICE,
@@ -191,17 +191,17 @@ class RankWriter:
 
 def _ranks(
     run_id: str, steps: Iterable[SyntheticStep], start_ns: int, service: str, cpus: int | None,
-) -> Iterator[tuple[RankWriter, SyntheticStep, int]]:
-    """``(rank writer, step, start)``: each rank's steps back to back, an input wait before each."""
-    writers: dict[int, RankWriter] = {}
+) -> Iterator[tuple[SyntheticRank, SyntheticStep, int]]:
+    """``(rank, step, start)``: each rank's steps back to back, an input wait before each."""
+    ranks: dict[int, SyntheticRank] = {}
     clocks: dict[int, int] = {}
     for step in steps:
-        writer = writers.get(step.rank)
-        if writer is None:
-            writer = writers[step.rank] = RankWriter(run_id, step.rank, step.world_size, service=service,
-                                                     cpus=cpus)
+        rank = ranks.get(step.rank)
+        if rank is None:
+            rank = ranks[step.rank] = SyntheticRank(run_id, step.rank, step.world_size, service=service,
+                                                    cpus=cpus)
         start = clocks.get(step.rank, start_ns) + _ns(step.input_wait or 0.0)
-        yield writer, step, start
+        yield rank, step, start
         clocks[step.rank] = start + _ns(step.traced_time())
 
 
@@ -209,8 +209,8 @@ def step_spans(
     run_id: str, step: SyntheticStep, start_ns: int, *, cpus: int | None = None
 ) -> list[dict[str, Any]]:
     """The OTLP JSON spans of one step (the ``traceml.step`` span first), as the local copy holds them."""
-    writer = RankWriter(run_id, step.rank, step.world_size, cpus=cpus)
-    line = json.loads(traces_data_json(writer.spans(step, start_ns), writer.resource, writer.scope))
+    rank = SyntheticRank(run_id, step.rank, step.world_size, cpus=cpus)
+    line = json.loads(traces_data_json(rank.spans(step, start_ns), rank.resource, rank.scope))
     return line["resourceSpans"][0]["scopeSpans"][0]["spans"]
 
 
@@ -219,8 +219,8 @@ def traces_data(
 ) -> dict[str, Any]:
     """One OTLP ``TracesData`` of ``spans`` (dicts, possibly altered by a test) under rank ``rank``'s
     resource and scope, as the local-copy writer encodes them."""
-    writer = RankWriter(run_id, rank, 1, service=service)
-    prefix = traces_data_prefix(writer.resource, writer.scope)
+    emitter = SyntheticRank(run_id, rank, 1, service=service)
+    prefix = traces_data_prefix(emitter.resource, emitter.scope)
     return json.loads(prefix + ",".join(json.dumps(span) for span in spans) + "]}]}]}")
 
 
@@ -235,16 +235,16 @@ def otlp_lines(
 ) -> Iterator[tuple[int, str]]:
     """``(rank, line)`` pairs: each line one ``TracesData`` of up to ``steps_per_line`` steps of a rank,
     encoded by the local-copy encoder."""
-    pending: dict[int, tuple[RankWriter, list[Any], int]] = {}
-    for writer, step, start in _ranks(run_id, steps, start_ns, service, cpus):
-        _, spans, count = pending.get(step.rank, (writer, [], 0))
-        spans.extend(writer.spans(step, start))
-        pending[step.rank] = (writer, spans, count + 1)
+    pending: dict[int, tuple[SyntheticRank, list[Any], int]] = {}
+    for rank, step, start in _ranks(run_id, steps, start_ns, service, cpus):
+        _, spans, count = pending.get(step.rank, (rank, [], 0))
+        spans.extend(rank.spans(step, start))
+        pending[step.rank] = (rank, spans, count + 1)
         if count + 1 == steps_per_line:
             del pending[step.rank]
-            yield step.rank, traces_data_json(spans, writer.resource, writer.scope)
-    for rank, (writer, spans, _) in pending.items():
-        yield rank, traces_data_json(spans, writer.resource, writer.scope)
+            yield step.rank, traces_data_json(spans, rank.resource, rank.scope)
+    for number, (rank, spans, _) in pending.items():
+        yield number, traces_data_json(spans, rank.resource, rank.scope)
 
 
 def write_ranks(
@@ -262,12 +262,12 @@ def write_ranks(
     run_dir.mkdir(parents=True, exist_ok=True)
     files: dict[int, tuple[LocalCopyWriter, list[Any], int]] = {}
     try:
-        for writer, step, start in _ranks(run_id, steps, start_ns, service, cpus):
+        for rank, step, start in _ranks(run_id, steps, start_ns, service, cpus):
             if step.rank not in files:
                 path = run_dir / c.traces_file_name(step.rank)
-                files[step.rank] = (LocalCopyWriter(path, writer.resource, writer.scope), [], 0)
+                files[step.rank] = (LocalCopyWriter(path, rank.resource, rank.scope), [], 0)
             local, spans, count = files[step.rank]
-            spans.extend(writer.spans(step, start))
+            spans.extend(rank.spans(step, start))
             if (count + 1) % steps_per_line == 0:
                 local.write(spans, steps=steps_per_line)
                 spans = []
@@ -280,10 +280,10 @@ def write_ranks(
     return {rank: local.steps_written for rank, (local, _, _) in files.items()}
 
 
-def write_manifest_of(run_dir: Path, run_id: str, world_size: int, *, exit_code: int | None = 0) -> None:
+def write_manifest_of(run_dir: Path, run_id: str, world_size: int, *, exit_code: int = 0) -> None:
     """``manifest.json`` as ``traceml run`` leaves it after the script exited with ``exit_code``."""
     # TODO(task B): use wire.manifest
-    write_manifest(run_dir, {
+    manifest = {
         "run_id": run_id,
         "run_name": "synthetic",
         "command": ["python", "synthetic.py"],
@@ -294,8 +294,10 @@ def write_manifest_of(run_dir: Path, run_id: str, world_size: int, *, exit_code:
         "start_time": 1_700_000_000.0,
         "end_time": 1_700_000_100.0,
         "exit_code": exit_code,
-        "end_status": "ok" if exit_code == 0 else f"exit code {exit_code}",
-    })
+        "end_status": end_status_of(exit_code),
+    }
+    if not write_manifest(run_dir, manifest):
+        raise OSError(f"cannot write the manifest in {run_dir}")
 
 
 def write_run(

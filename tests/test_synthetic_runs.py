@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.local_copy_reader import read_run
-from tests.synthetic_runs import SyntheticStep, step_spans, write_run
+from tests.synthetic_runs import SyntheticStep, otlp_lines, step_spans, write_run
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 
@@ -47,10 +47,12 @@ def test_gpu_steps_carry_gpu_timings_and_errors_a_status() -> None:
     assert all(any(a["key"] == c.ATTR_PHASE_GPU_DURATION for a in p["attributes"]) for p in phases)
 
 
-def test_scope_is_the_emitters(tmp_path: Path) -> None:
+def test_scope_is_the_emitters_and_lines_are_per_rank(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", "r1", [SyntheticStep(rank=0, step=0)])
     line = (run / c.traces_file_name(0)).read_text()
     assert f'"scope":{{"name":"{c.INSTRUMENTATION_SCOPE}","version":"{__version__}"}}' in line
+    steps = [SyntheticStep(rank=r, step=n, world_size=2) for n in range(3) for r in (1, 0)]
+    assert [rank for rank, _ in otlp_lines("r1", steps, steps_per_line=2)] == [1, 0, 1, 0]
 
 
 def test_a_rank_cannot_change_its_world_size(tmp_path: Path) -> None:
