@@ -119,12 +119,19 @@ def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> Non
 def _run_until(
     command: list[str], env: dict[str, str], completed_at_least: int
 ) -> tuple[subprocess.Popen, int]:
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True,
+                               preexec_fn=_default_sigint)
     completed = -1
     deadline = time.monotonic() + 60
     while completed < completed_at_least and time.monotonic() < deadline:
         completed = max([completed, *_completed_steps(process.stdout.readline())])
     return process, completed
+
+
+def _default_sigint() -> None:
+    """A suite started in the background (`pytest &`) ignores SIGINT, and children inherit that;
+    Python then installs no Ctrl-C handler. Tests that send SIGINT need the default back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _completed_steps(text: str) -> list[int]:
