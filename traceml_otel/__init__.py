@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from traceml_otel._api import (
         flush,
         init,
+        outside_step,
         shutdown,
         trace_step,
         wrap_backward,
@@ -33,6 +34,7 @@ __all__ = [
     "__version__",
     "flush",
     "init",
+    "outside_step",
     "shutdown",
     "trace_step",
     "wrap_backward",

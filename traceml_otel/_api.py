@@ -1,4 +1,5 @@
-"""The public API: ``init``, ``trace_step``, the ``wrap_*`` helpers, ``flush`` and ``shutdown``.
+"""The public API: ``init``, ``trace_step``, ``outside_step``, the ``wrap_*`` helpers, ``flush`` and
+``shutdown``.
 
 ``init()`` fails open: when telemetry cannot start it warns once on stderr and every
 call below becomes a no-op (``strict=True`` or ``TRACEML_STRICT=1`` raises instead).
@@ -9,6 +10,7 @@ reported once, and never reach the training loop.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -23,6 +25,7 @@ from typing import Any
 
 from traceml_otel._version import __version__
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.sanitize import strip_control
 from traceml_otel.settings import Settings, load_settings, strict_requested
 
 MODES = ("auto", "manual", "selective")
@@ -329,6 +332,7 @@ _telemetry: _NoopTelemetry = _NOOP
 _lock = threading.Lock()
 _init_config: tuple[CaptureConfig, bool] | None = None
 _warned_not_initialised = False
+_warned_outside_in_step = False
 _exit_status = "ok"
 """How the program is ending, for the emitter's ``end_status``: an uncaught exception or Ctrl-C."""
 
@@ -461,6 +465,55 @@ def trace_step(model: Any = None, *, samples: int | None = None, tokens: int | N
     if _telemetry is _NOOP:
         _warn_not_initialised()
     return _StepContext(model, _work("samples", samples), _work("tokens", tokens))
+
+
+class _OutsideStep(contextlib.ContextDecorator):
+    __slots__ = ("_entered", "_kind")
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+        self._entered: list[StepRecorder | None] = []  # one per open use (re-entrant as a decorator)
+
+    def __enter__(self) -> None:
+        recorder = _telemetry.recorder
+        self._entered.append(recorder)
+        if recorder is None:
+            return
+        if recorder.in_step:
+            _warn_outside_in_step(self._kind)
+        recorder.enter_outside(self._kind)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        recorder = self._entered.pop() if self._entered else None
+        if recorder is not None:
+            recorder.exit_outside()
+        return False
+
+
+def outside_step(kind: str) -> _OutsideStep:
+    """Context manager (or decorator) around work between training steps: evaluation, a checkpoint.
+
+    Batches fetched inside it are not counted as the next step's input wait (without it, an
+    evaluation loop's fetches are). Use it between ``trace_step`` blocks, never inside one: a step
+    span covers all its block's time. ``kind`` names the work (``"evaluation"``, ``"checkpoint"``).
+    The framework callbacks use it for their evaluation and checkpoints.
+
+        with traceml.outside_step("evaluation"):
+            evaluate(model, val_loader)
+    """
+    if not isinstance(kind, str) or not kind.strip():
+        raise TypeError(f"outside_step() takes a non-empty name such as 'evaluation', not {kind!r}")
+    return _OutsideStep(kind)
+
+
+def _warn_outside_in_step(kind: str) -> None:
+    global _warned_outside_in_step
+    if not _warned_outside_in_step:
+        _warned_outside_in_step = True
+        _warn(f"outside_step({strip_control(kind)[:40]!r}) was entered inside a trace_step() block, so that "
+              "step's span covers it; call it between steps (warned once)")
 
 
 def flush() -> None:

@@ -11,7 +11,8 @@ trains alone, and the spans say ``traceml.parallelism = independent``.
 The traced model is the unwrapped one (``traceml.parallelism`` still says ``ddp`` under DDP), the
 backward goes through ``accelerator.backward`` and the optimizer is Accelerate's wrapper; all three
 are timed as called. One ``traceml.step`` per micro-batch: the ones that only accumulate carry
-``traceml.optimizer.steps = 0``. ``--eval-every N`` evaluates every N updates, between steps.
+``traceml.optimizer.steps = 0``. ``--eval-every N`` evaluates every N updates, between steps, inside
+``traceml.outside_step("evaluation")``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def main() -> None:
         if accelerator.sync_gradients:
             updates += 1
             if args.eval_every and updates % args.eval_every == 0:
-                evaluate(model, held_out, loss_fn)
+                with traceml.outside_step("evaluation"):  # its fetches are not the next step's input wait
+                    evaluate(model, held_out, loss_fn)
     accelerator.print(f"final loss {loss.item():.3f}, {updates} updates")
 
 

@@ -31,6 +31,9 @@ def test_accelerate_flow(tmp_path: Path, nproc: int, env: dict, parallelism: str
         assert len(rank_run.windows) == MICRO // ACCUM // 2  # evaluation ran, between steps
         flags = [s.attributes["traceml.optimizer.steps"] for s in rank_run.steps]
         assert flags == [0, 0, 0, 1] * (MICRO // ACCUM)  # micro-steps marked as the contract says
+        # the example evaluates inside traceml.outside_step: those fetches are no step's input wait
+        fetches = [s.attributes["traceml.input_wait.fetches"] for s in rank_run.steps]
+        assert all(1 <= f <= 2 for f in fetches), fetches
     assert run.report["run"]["parallelism"] == parallelism
     kinds = [finding["kind"] for finding in run.report["issues"]]
     if parallelism == "independent":

@@ -83,6 +83,11 @@ class StepRecorder:
         self._loader_seen: Any = None
         self._loader_pending: list[Any] | None = None
         self.nested_steps = 0
+        self.outside: list[str] = []
+        """What runs between steps now (``outside_step`` blocks, innermost last): evaluation, a checkpoint.
+        Fetches made inside are no step's input wait."""
+        self.outside_fetches = 0
+        """Fetches made inside ``outside_step`` blocks (not input wait of any step)."""
         self._pending: collections.deque[_OpenStep] = collections.deque()
         self._ready: list[StepRow] = []
         self._last_flush_ns = perf_counter_ns()
@@ -98,14 +103,17 @@ class StepRecorder:
 
         ``samples`` (the batch dimension) counts toward the step: outside a step the last fetch
         before it (an evaluation loop or a second loader in between must not add up); inside a step
-        every fetch (micro-batches).
+        every fetch (micro-batches). A fetch inside an ``outside_step`` block (evaluation) counts
+        toward no step.
         """
         end = perf_counter_ns()
         end_mark = self.clock.mark()
-        if self.in_step:
+        if self.in_step or self.outside:
             self.clock.release(token[1])
             self.clock.release(end_mark)
-            if samples is not None:
+            if not self.in_step:
+                self.outside_fetches += 1
+            elif samples is not None:
                 state = self._state
                 state.samples = samples if state.samples is None else state.samples + samples
             return
@@ -119,14 +127,26 @@ class StepRecorder:
 
         It belongs to the next step, beside its input wait: neither the fetch nor the block timed it.
         """
-        if not self.in_step:
+        if not self.in_step and not self.outside:
             self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
 
     def loader_seen(self, settings: tuple[Any, ...]) -> None:
-        """A DataLoader iterator started; its settings go out once, with the next step, when they changed."""
-        if settings != self._loader_seen:
+        """A DataLoader iterator started; its settings go out once, with the next step, when they changed.
+
+        An evaluation loader started inside an ``outside_step`` block is not the training loader: ignored.
+        """
+        if settings != self._loader_seen and not self.outside:
             self._loader_seen = settings
             self._loader_pending = list(settings)
+
+    def enter_outside(self, kind: str) -> None:
+        """Evaluation, a checkpoint or other work between steps starts: its fetches feed no step."""
+        self.outside.append(kind)
+
+    def exit_outside(self) -> None:
+        """The innermost ``enter_outside`` block ends."""
+        if self.outside:
+            self.outside.pop()
 
     def discard_input_wait(self) -> None:
         """Forget the fetches since the last step: they fed evaluation, not the next training step."""
