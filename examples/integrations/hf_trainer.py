@@ -44,6 +44,9 @@ def main() -> None:
     parser.add_argument("--eval-steps", type=int, default=0, help="evaluate every N updates (0: never)")
     parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N updates (0: never)")
     parser.add_argument("--output-dir", default=None)
+    parser.add_argument("--no-use-cpu", action="store_true",
+                        help="leave use_cpu off: on a machine without a GPU, N processes then train "
+                             "independently (no DDP), as they do for a user who forgets it")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -65,7 +68,7 @@ def main() -> None:
         save_strategy="steps" if args.save_steps else "no",
         save_steps=args.save_steps or 500,
         logging_steps=10,
-        use_cpu=True,  # CPU, and gloo DDP when launched with several processes
+        use_cpu=not args.no_use_cpu,  # CPU, and gloo DDP when launched with several processes
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,

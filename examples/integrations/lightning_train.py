@@ -6,7 +6,9 @@
 
 One ``traceml.step`` span per training batch; with ``--grad-accum k`` the batches that only
 accumulate are micro-steps (``traceml.optimizer.steps = 0``). ``--val-every N`` validates every N
-batches, between steps. ``--package pytorch_lightning`` uses the older package name.
+batches and ``--save-every N`` checkpoints every N updates, between steps. ``--independent`` runs one
+device per process without DDP (each process trains alone: ``traceml.parallelism = independent``).
+``--package pytorch_lightning`` uses the older package name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def main() -> None:
     parser.add_argument("--val-every", type=int, default=0, help="validate every N batches (0: never)")
     parser.add_argument("--package", default="lightning.pytorch",
                         choices=["lightning.pytorch", "pytorch_lightning"])
+    parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N updates (0: never)")
+    parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument("--independent", action="store_true",
+                        help="one device per process, no DDP: N processes each train alone")
     args = parser.parse_args()
     L = importlib.import_module(args.package)  # Lightning's own naming convention
 
@@ -55,26 +61,31 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = 1 if args.independent else int(os.environ.get("WORLD_SIZE", "1"))
     n = args.steps * args.batch_size * world
     batch = args.batch_size
     train = DataLoader(TensorDataset(torch.randn(n, 64), torch.randint(0, 4, (n,))), batch_size=batch)
     val = DataLoader(TensorDataset(torch.randn(128, 64), torch.randint(0, 4, (128,))), batch_size=batch)
     trainer = L.Trainer(
         accelerator="cpu",
-        devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        num_nodes=max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+        devices=1 if args.independent else int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        num_nodes=1 if args.independent else max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
         strategy="ddp" if world > 1 else "auto",
         max_steps=args.steps // args.grad_accum,  # Lightning counts optimizer updates
         accumulate_grad_batches=args.grad_accum,
         val_check_interval=args.val_every or None,
         limit_val_batches=4 if args.val_every else 0,
         num_sanity_val_steps=0,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(args.save_every),
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        callbacks=[callback_class(args.package)()],  # the one line that turns step telemetry on
+        default_root_dir=args.checkpoint_dir,
+        callbacks=[
+            callback_class(args.package)(),  # the one line that turns step telemetry on
+            *([L.callbacks.ModelCheckpoint(every_n_train_steps=args.save_every, save_top_k=-1)]
+              if args.save_every else []),
+        ],
     )
     trainer.fit(Classifier(), train, val if args.val_every else None)
 

@@ -39,24 +39,39 @@ class FrameworkRun:
 
 
 def run_example(
-    tmp_path: Path, example: str, nproc: int, *args: str, env: dict | None = None
+    tmp_path: Path, example: str, nproc: int, *args: str, env: dict | None = None, torchrun: bool = False
 ) -> FrameworkRun:
     """``traceml run`` the example (a file in examples/integrations/, or an absolute path) with ``nproc``
-    processes; fails the test if the run fails."""
+    processes; fails the test if the run fails.
+
+    ``torchrun``: launch with ``python -m torch.distributed.run`` directly, as a user without
+    ``traceml run`` would, then make the report with ``traceml analyze RUN_DIR --format json``.
+    """
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("OTEL_", "TRACEML_", "ACCELERATE_", "WORLD_SIZE", "RANK", "LOCAL_"))}
     path = os.pathsep.join(p for p in (str(REPO), base.get("PYTHONPATH", "")) if p)
     base.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), WINDOWS_DIR=str(tmp_path), PYTHONPATH=path,
                 PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1",
                 TRANSFORMERS_OFFLINE="1", **(env or {}))
+    if torchrun:
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), str(RUNNER)]
+    else:
+        launch = [sys.executable, "-m", "traceml_otel.cli", "run", str(RUNNER),
+                  "--nproc-per-node", str(nproc), "--"]
     result = subprocess.run(
-        [sys.executable, "-m", "traceml_otel.cli", "run", str(RUNNER), "--nproc-per-node", str(nproc), "--",
-         str(EXAMPLES / example), *args],
+        [*launch, str(EXAMPLES / example), *args],
         env=base, cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
+    if torchrun:
+        analyzed = subprocess.run(
+            [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--format", "json",
+             "-o", str(run_dir / "report.json")],
+            env=base, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert analyzed.returncode == 0, analyzed.stdout + analyzed.stderr
     ranks: dict[int, RankRun] = {}
     for rank in range(nproc):
         spans = read_spans(run_dir / f"rank-{rank}.traces.jsonl")

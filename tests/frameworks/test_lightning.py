@@ -1,8 +1,10 @@
-"""The Lightning callback on 1 process (pytorch_lightning) and 2 (lightning.pytorch, DDP over gloo)."""
+"""The Lightning callback on 1 process (pytorch_lightning) and 2 (lightning.pytorch): DDP over gloo,
+and two independent trainings (one device per process, no DDP) with one of them slower."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -13,22 +15,39 @@ BATCHES, ACCUM = 24, 4
 
 
 @pytest.mark.parametrize(
-    ("nproc", "package", "parallelism"),
-    [(1, "pytorch_lightning", "none"), (2, "lightning.pytorch", "ddp")],
-    ids=["1proc-pytorch_lightning", "2proc-ddp-lightning"],
+    ("nproc", "package", "parallelism", "extra", "env"),
+    [
+        (1, "pytorch_lightning", "none", (), {}),
+        # rank 0 traces the LightningModule (what the callback passes), rank 1 the DDP wrapper: both ddp
+        (2, "lightning.pytorch", "ddp", (), {"TRACE_WRAPPED_RANK": "1"}),
+        (2, "lightning.pytorch", "independent", ("--independent",),
+         {"SLOW_RANK": "1", "SLOW_OPTIMIZER_MS": "60"}),
+    ],
+    ids=["1proc-pytorch_lightning", "2proc-ddp-lightning", "2proc-independent-lightning"],
 )
-def test_lightning_callback(tmp_path: Path, nproc: int, package: str, parallelism: str) -> None:
+def test_lightning_callback(
+    tmp_path: Path, nproc: int, package: str, parallelism: str, extra: tuple, env: dict
+) -> None:
     if importlib.util.find_spec(package.split(".")[0]) is None:
         pytest.skip(f"{package} is not installed")
     run = run_example(tmp_path, "lightning_train.py", nproc, "--steps", str(BATCHES),
-                      "--grad-accum", str(ACCUM), "--val-every", "8", "--package", package)
+                      "--grad-accum", str(ACCUM), "--val-every", "8", "--save-every", "3",
+                      "--checkpoint-dir", str(tmp_path / "out"), "--package", package, *extra, env=env)
     # one step span per training batch; the batches that only accumulate are micro-steps
     assert_steps(run, parallelism=parallelism, updates=BATCHES // ACCUM, steps_per_update=ACCUM,
                  calls_per_step=1)
     for rank_run in run.ranks.values():
-        assert len(rank_run.windows) == BATCHES // 8  # validation ran, between steps
+        kinds = [kind for kind, _, _ in rank_run.windows]
+        # validation and checkpoints ran, between steps (assert_steps: no step span overlaps them)
+        assert kinds.count("evaluation") == BATCHES // 8 and kinds.count("checkpoint") >= 2, kinds
         flags = [s.attributes["traceml.optimizer.steps"] for s in rank_run.steps]
         assert flags == [0, 0, 0, 1] * (BATCHES // ACCUM)
         fetches = [s.attributes["traceml.input_wait.fetches"] for s in rank_run.steps]
         assert all(1 <= f <= 2 for f in fetches), fetches  # validation batches are not input wait
     assert run.report["run"]["parallelism"] == parallelism
+    if parallelism == "independent":
+        issues = run.report["issues"]
+        assert not any(f["kind"].endswith("STRAGGLER") for f in issues), issues
+        assert "collective" not in json.dumps(issues)
+        (compared,) = [f for f in issues if f["kind"] == "INDEPENDENT_RANKS"]
+        assert {e["name"]: e["value"] for e in compared["evidence"]}["slowest_rank"] == 1

@@ -20,6 +20,7 @@ class StepDriver:
     def __init__(self, init_kwargs: dict[str, Any] | None = None) -> None:
         self._init_kwargs = init_kwargs or {}
         self._open: Any = None
+        self._outside: list[Any] = []
         self.undo: list[Callable[[], None]] = []
 
     def start(self) -> None:
@@ -54,6 +55,32 @@ class StepDriver:
         recorder = _api._telemetry.recorder
         if recorder is not None and self._open is None:
             recorder.discard_input_wait()
+
+    def begin_outside(self, kind: str) -> None:
+        """Evaluation or a checkpoint starts between steps (``traceml.outside_step(kind)``, opened)."""
+        context = _api.outside_step(kind)
+        context.__enter__()
+        self._outside.append(context)
+
+    def end_outside(self) -> None:
+        """The innermost block opened by :meth:`begin_outside` ends."""
+        if self._outside:
+            self._outside.pop().__exit__(None, None, None)
+
+    def time_outside(self, owner: Any, name: str, kind: str) -> None:
+        """Run each ``owner.name(...)`` call (a method, or a class's function) in ``outside_step(kind)``."""
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "__traceml_outside__", False):
+            return
+        outside = _api.outside_step(kind)
+
+        @functools.wraps(original)
+        def between_steps(*args: Any, **kwargs: Any) -> Any:
+            with outside:
+                return original(*args, **kwargs)
+
+        between_steps.__traceml_outside__ = True  # type: ignore[attr-defined]
+        self._patch(owner, name, between_steps)
 
     def time_forward(self, owner: Any, name: str) -> None:
         """Time ``owner.name(...)`` (an instance attribute) as the outermost forward."""
@@ -106,6 +133,8 @@ class StepDriver:
         self.undo.append(restore)
 
     def restore(self) -> None:
-        """Undo every patch made here (at the end of training)."""
+        """Undo every patch made here and end open ``outside_step`` blocks (at the end of training)."""
+        while self._outside:
+            self.end_outside()
         while self.undo:
             self.undo.pop()()

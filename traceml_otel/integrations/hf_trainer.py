@@ -14,15 +14,18 @@ micro-batch's forward and backward is a child span (``traceml.phase.call`` 0..k-
 
 Forward, backward and optimizer come from the automatic hooks: the model's outermost forward,
 ``accelerator.backward`` and the Trainer's ``AcceleratedOptimizer.step()``. Logging, evaluation and
-checkpoints run after ``on_step_end``, outside every step span; batches fetched for evaluation are
-not counted as the next step's input wait.
+checkpoints run after ``on_step_end``, outside every step span. While training, ``Trainer.evaluate``
+and ``Trainer._save_checkpoint`` run inside ``traceml.outside_step("evaluation")`` /
+``("checkpoint")``, so batches fetched for evaluation are not counted as the next step's input wait
+(and fetches since the last step are dropped again at ``on_evaluate``/``on_save``, for a subclass
+whose ``evaluate`` does not call ``Trainer.evaluate``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from traceml_otel.integrations._driver import StepDriver
 
@@ -41,6 +44,8 @@ class TraceMLCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.start()
         self._driver.forget_input_wait()
+        self._driver.time_outside(Trainer, "evaluate", "evaluation")
+        self._driver.time_outside(Trainer, "_save_checkpoint", "checkpoint")
 
     def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         # The update's work as configured: the loader's look-ahead fetch makes counting fetched

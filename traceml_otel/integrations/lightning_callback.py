@@ -17,8 +17,10 @@ through the DDP wrapper when there is one), ``backward`` the strategy's ``backwa
 ``optimizer`` the ``LightningOptimizer.step()`` call; Lightning runs ``training_step`` and backward
 inside that call (a closure), and those are their own spans: the optimizer span covers what follows
 them (gradient clipping, ``on_before_optimizer_step``, the torch step). Validation and checkpoints run
-between training batches, outside every step span; batches fetched for validation are not counted
-as the next step's input wait.
+between training batches, outside every step span, inside ``traceml.outside_step("evaluation")``
+(from ``on_validation_start`` to ``on_validation_end``) and ``("checkpoint")`` (each
+``trainer.save_checkpoint`` call); batches fetched for validation are not counted as the next
+step's input wait.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def _methods(package: str) -> dict[str, Any]:
         driver.time_forward(strategy, "training_step")
         driver.time_backward(strategy, "backward")
         driver.time_optimizer_class(optimizer_module.LightningOptimizer)
+        driver.time_outside(trainer, "save_checkpoint", "checkpoint")
 
     def on_train_start(self: Any, trainer: Any, pl_module: Any) -> None:
         self._driver.forget_input_wait()  # the sanity check's validation batches
@@ -59,12 +62,16 @@ def _methods(package: str) -> dict[str, Any]:
                            batch_idx: int) -> None:
         self._driver.end()
 
+    def on_validation_start(self: Any, trainer: Any, pl_module: Any) -> None:
+        self._driver.begin_outside("evaluation")
+
     def on_validation_end(self: Any, trainer: Any, pl_module: Any) -> None:
-        self._driver.forget_input_wait()
+        self._driver.end_outside()
 
     def on_exception(self: Any, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self._driver.in_step:
             self._driver.end(type(exception).__name__)
+        self._driver.restore()
 
     def teardown(self: Any, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
