@@ -23,9 +23,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceml_otel"
 
 # library -> the traceml_otel modules it may import (prefixes); everything else of ours is forbidden.
 ALLOWED = {
-    "analyze": ("traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize"),
+    "analyze": (
+        "traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize", "traceml_otel.wire",
+    ),
     "report": (
         "traceml_otel.report", "traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize",
+        "traceml_otel.wire",
     ),
     "wire": ("traceml_otel.wire", "traceml_otel.contract"),
 }
