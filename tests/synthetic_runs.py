@@ -34,8 +34,9 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, traces_data_prefix
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
-from traceml_otel.launch.run import end_status_of, write_manifest
+from traceml_otel.launch.run import end_status_of
 from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.wire.manifest import Manifest, write_manifest
 
 START_NS = 1_700_000_000_000_000_000
 """Where a synthetic run's first step starts (epoch nanoseconds)."""
@@ -282,22 +283,19 @@ def write_ranks(
 
 def write_manifest_of(run_dir: Path, run_id: str, world_size: int, *, exit_code: int = 0) -> None:
     """``manifest.json`` as ``traceml run`` leaves it after the script exited with ``exit_code``."""
-    # TODO(task B): use wire.manifest
-    manifest = {
-        "run_id": run_id,
-        "run_name": "synthetic",
-        "command": ["python", "synthetic.py"],
-        "launcher": ["python", "synthetic.py"],
-        "world_size": world_size,
-        "nnodes": 1,
-        "node_rank": 0,
-        "start_time": 1_700_000_000.0,
-        "end_time": 1_700_000_100.0,
-        "exit_code": exit_code,
-        "end_status": end_status_of(exit_code),
-    }
-    if not write_manifest(run_dir, manifest):
-        raise OSError(f"cannot write the manifest in {run_dir}")
+    write_manifest(run_dir, Manifest(  # the one manifest writer; raises OSError when it cannot write
+        run_id=run_id,
+        run_name="synthetic",
+        command=("python", "synthetic.py"),
+        launcher=("python", "synthetic.py"),
+        world_size=world_size,
+        nnodes=1,
+        node_rank=0,
+        start_time=1_700_000_000.0,
+        end_time=1_700_000_100.0,
+        exit_code=exit_code,
+        end_status=end_status_of(exit_code),
+    ))
 
 
 def write_run(

@@ -8,6 +8,7 @@ alert rules use the Prometheus forms listed in the doc. Change both together.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 INSTRUMENTATION_SCOPE = "traceml_otel"
 CONTRACT_VERSION = 2
@@ -150,6 +151,18 @@ def traces_file_name(rank: int) -> str:
 def export_stats_file_name(rank: int) -> str:
     """Name of one rank's export statistics file inside the run directory."""
     return f"rank-{rank}.export.json"
+
+
+def rank_of_file(name: str, file_name: Callable[[int], str]) -> int | None:
+    """The rank ``name`` belongs to when it is ``file_name(rank)`` for some rank (e.g. with
+    :func:`export_stats_file_name`), else ``None``."""
+    prefix, _, suffix = file_name(0).partition("0")
+    fits = name.startswith(prefix) and name.endswith(suffix)
+    middle = name[len(prefix):len(name) - len(suffix)] if fits else ""
+    if not middle.isascii() or not middle.isdigit() or len(middle) > 9:
+        return None
+    rank = int(middle)
+    return rank if file_name(rank) == name else None
 
 
 def step_trace_id(run_id: str, step: int) -> int:

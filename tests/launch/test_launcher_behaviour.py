@@ -86,7 +86,7 @@ def test_direct_torchrun_writes_a_manifest_in_a_readable_folder(tmp_path: Path) 
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("steady_loop-")
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["run_id"] == run_dir.name and manifest["launcher"] == "torchrun"
+    assert manifest["run_id"] == run_dir.name and manifest["launcher"] == ["torchrun"]
     assert manifest["world_size"] == 1 and manifest["written_by"] == "rank 0"
     assert manifest["end_time"] >= manifest["start_time"] and manifest["end_status"] == "ok"
 
@@ -97,7 +97,7 @@ def test_direct_python_run_that_raises_records_it_in_the_manifest(tmp_path: Path
     assert result.returncode == 1
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["launcher"] == "python" and manifest["exit_code"] == 1
+    assert manifest["launcher"] == ["python"] and manifest["exit_code"] == 1
     assert manifest["exception_type"] == "RuntimeError"
     report = subprocess.run(
         [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--format", "json"],

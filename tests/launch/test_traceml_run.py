@@ -110,10 +110,13 @@ def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> Non
     run_dir = _only_run_dir(tmp_path)
     assert _steps_by_rank(run_dir)[0] == set(range(40))  # the local copy is complete
     warnings = [line for line in result.stderr.splitlines() if "is failing" in line]
-    assert len(warnings) == 1, result.stderr
+    spans = [line for line in warnings if "OTLP span export" in line]
+    metrics = [line for line in warnings if "OTLP metric export" in line]
+    assert len(spans) == 1 and len(metrics) <= 1 and len(warnings) == len(spans) + len(metrics), result.stderr
     assert "sekret-token" not in result.stderr + result.stdout
     stats = json.loads((run_dir / c.export_stats_file_name(0)).read_text())
     assert stats["otlp_exported"] == 0 and stats["otlp_dropped"] == 160  # 40 steps x 4 spans, all counted
+    assert stats["metric_exports"] == 0 and stats["metric_export_failures"] >= 1  # the final export, at least
 
 
 def _run_until(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
 from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
-from traceml_otel.analyze.manifest import RunManifest
 from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.records import LoadedRun, WindowSpec
@@ -17,12 +18,22 @@ from traceml_otel.analyze.window import (
     select_window,
     window_parallelism,
 )
+from traceml_otel.sanitize import redact_argv
+from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.manifest import Manifest
 
 
 def analyze_run(
-    loaded: LoadedRun, spec: WindowSpec | None = None, manifest: RunManifest | None = None
+    loaded: LoadedRun, spec: WindowSpec | None = None, manifest: Manifest | None = None,
+    export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
 ) -> RunAnalysis:
-    """Diagnose ``loaded`` over the window ``spec`` (default: the whole run)."""
+    """Diagnose ``loaded`` over the window ``spec`` (default: the whole run).
+
+    ``export_stats``: the emitters' records from the run directory (none for a backend source);
+    ``notes``: problems reading the run directory's records, shown with the input warnings.
+    """
+    if loaded.run_id:  # a folder may hold another run's leftovers
+        export_stats = [s for s in export_stats if not s.run_id or s.run_id == loaded.run_id]
     spec = spec or WindowSpec()
     by_rank = group_by_rank(loaded.steps)
     run = aligned_window(by_rank)
@@ -47,7 +58,7 @@ def analyze_run(
         rank_series(rank, rank_steps, seconds)
         for rank, rank_steps, seconds in zip(run.ranks, run.per_rank, run_seconds, strict=True)
     )
-    info = _run_info(loaded, manifest, parallelism)
+    info = _run_info(loaded, manifest, parallelism, notes)
     return RunAnalysis(
         run=info,
         window=window_info,
@@ -83,12 +94,14 @@ def _accumulation(ranks: tuple[RankMetrics, ...]) -> Accumulation:
     return Accumulation(updates, middle.micro_steps, per_update)
 
 
-def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str) -> RunInfo:
+def _run_info(
+    loaded: LoadedRun, manifest: Manifest | None, parallelism: str, notes: Sequence[str]
+) -> RunInfo:
     sizes = [s.world_size for s in loaded.steps if s.world_size is not None]
     world_size = max(sizes) if sizes else (manifest.world_size if manifest else None)
     counts = rank_counts(loaded.steps)
     observed = tuple(c.rank for c in counts)
-    warnings = list(loaded.warnings)
+    warnings = [*notes, *loaded.warnings]
     if loaded.orphan_steps:
         warnings.append(f"{loaded.orphan_steps} (rank, step) pairs had phase spans but no traceml.step span")
     return RunInfo(
@@ -98,7 +111,7 @@ def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str)
         world_size=world_size,
         ranks=observed,
         parallelism=parallelism,
-        command=manifest.command if manifest else "",
+        command=" ".join(redact_argv(list(manifest.command))) if manifest else "",  # older or other writers
         start_time=manifest.start_time if manifest else None,
         end_time=manifest.end_time if manifest else None,
         exit_code=manifest.exit_code if manifest else None,
@@ -107,7 +120,7 @@ def _run_info(loaded: LoadedRun, manifest: RunManifest | None, parallelism: str)
         failed_steps=sum(1 for s in loaded.steps if s.error is not None),
         other_run_ids=loaded.other_run_ids,
         warnings=tuple(warnings),
-        warnings_total=loaded.warnings_total + (1 if loaded.orphan_steps else 0),
+        warnings_total=loaded.warnings_total + (1 if loaded.orphan_steps else 0) + len(notes),
         missing_ranks=missing_ranks(world_size, observed),
         rank_steps=counts,
         failures=step_failures(loaded.steps),

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
-from traceml_otel.analyze.manifest import RunManifest, read_manifest
 from traceml_otel.analyze.records import WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
+from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
+from traceml_otel.wire.manifest import Manifest, ManifestRead, read_manifest
 
 
 @contextmanager
@@ -33,15 +34,16 @@ def paused_gc() -> Iterator[None]:
 
 
 def analyze_source(
-    source: SpanSource, window: WindowSpec | None = None, manifest: RunManifest | None = None
+    source: SpanSource, window: WindowSpec | None = None, manifest: Manifest | None = None,
+    export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
 ) -> RunAnalysis:
-    """Load ``source`` and diagnose its run.
+    """Load ``source`` and diagnose its run (``export_stats`` and ``notes``: see :func:`analyze_run`).
 
     Raises:
         SourceError: the source cannot be read (see :mod:`traceml_otel.analyze.sources.base`).
     """
     with paused_gc():
-        return analyze_run(source.load(), window, manifest)
+        return analyze_run(source.load(), window, manifest, export_stats, notes)
 
 
 def analyze_path(
@@ -54,7 +56,11 @@ def analyze_path(
 ) -> RunAnalysis:
     """Diagnose a run directory of the local copy, or OTLP JSON (Lines) files."""
     paths = [Path(p) for p in paths]
-    manifest = read_manifest(paths[0]) if len(paths) == 1 and paths[0].is_dir() else None
+    run_dir = paths[0] if len(paths) == 1 and paths[0].is_dir() else None
+    manifest_read = read_manifest(run_dir) if run_dir is not None else ManifestRead(None)
+    exports = read_export_stats(run_dir) if run_dir is not None else ExportStatsRead()
+    manifest = manifest_read.manifest
+    notes = [*([manifest_read.problem] if manifest_read.problem else []), *exports.problems]
     preferred = manifest.run_id if manifest is not None and manifest.run_id else None
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
-    return analyze_source(source, window, manifest)
+    return analyze_source(source, window, manifest, exports.stats, notes)

@@ -24,6 +24,7 @@ from opentelemetry.trace import NonRecordingSpan
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.metric_export import CountingMetricExporter, MetricExportCounts
 from traceml_otel.emit.spans import SpanData, StepSpans, sampled_context
 from traceml_otel.records import PhaseTiming, StepRecord
 
@@ -110,8 +111,15 @@ class StepMetrics:
         prometheus: PrometheusEndpoint | None = None,
         dropped_spans: Callable[[], int] = lambda: 0,
         metric_reader: MetricReader | None = None,
+        metrics_endpoint: str | None = None,
+        on_export_failure: Callable[[str], None] | None = None,
     ) -> None:
-        """``metric_reader`` replaces the periodic OTLP reader (tests read with an in-memory one)."""
+        """``metric_reader`` replaces the periodic OTLP reader (tests read with an in-memory one).
+
+        The OTLP exporter is wrapped in a :class:`CountingMetricExporter` (``export_counts``);
+        ``on_export_failure`` is told once, at the first failed export to ``metrics_endpoint``.
+        """
+        self._counted: CountingMetricExporter | None = None
         self._attributes = {c.ATTR_RUN_ID: labels.run_id, c.ATTR_RANK: labels.rank}
         self.state = LiveState(labels, dropped_spans)
         self._allocated = IntervalPeak()
@@ -122,7 +130,11 @@ class StepMetrics:
             self._prometheus = PrometheusStepMetrics(prometheus, self.state)
         if protocol is None and metric_reader is None:
             return
-        reader = metric_reader or PeriodicExportingMetricReader(_make_metric_exporter(protocol or "grpc"))
+        if metric_reader is None:
+            protocol = protocol or "grpc"
+            self._counted = CountingMetricExporter(
+                _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
+        reader = metric_reader or PeriodicExportingMetricReader(self._counted)
         self._provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
         buckets = list(c.DURATION_BUCKETS_S)
@@ -226,6 +238,11 @@ class StepMetrics:
             self._samples.add(record.samples, self._attributes)
         if record.tokens is not None:
             self._tokens.add(record.tokens, self._attributes)
+
+    @property
+    def export_counts(self) -> MetricExportCounts | None:
+        """OTLP metric export calls delivered and failed so far; ``None`` without OTLP metrics."""
+        return self._counted.counts if self._counted is not None else None
 
     def set_device(self, index: int, uuid: str | None) -> None:
         """The CUDA device this rank uses (from the trainer, once CUDA is initialised)."""

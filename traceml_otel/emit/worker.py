@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redac
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
 from traceml_otel.emit.wire import FrameBuffer, WireError, decode_step
 from traceml_otel.records import StepRecord
+from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
 
 SHUTDOWN_DRAIN_S = 8.0
 """OTLP drain at shutdown when the trainer did not send its own ``TRACEML_SHUTDOWN_TIMEOUT_S``."""
@@ -59,40 +59,9 @@ MAX_EXPORT_BACKLOG_SPANS = 100_000
 EMITTER_BEHIND = "emitter behind (CPU busy); kept in the local copy"
 NOT_SENT_AT_SHUTDOWN = "not sent before shutdown deadline"
 EXPORT_TURNED_OFF = "OTLP export turned off after an error"
+METRIC_EXPORT_UNFINISHED = "a metric export was still running at the shutdown deadline"
 _READ_CHUNK = 1 << 20
 STATS_RESERVED_BYTES = 8192
-
-
-@dataclass(slots=True)
-class ExportStats:
-    """What this rank's emitter did; written to ``rank-<R>.export.json``.
-
-    ``final`` is set by the very last write, after OTLP export and metrics were shut down.
-    ``steps_traced`` is the trainer's own count of steps it closed (from its goodbye), so
-    ``local_copy_complete`` compares what was written with what was traced.
-    """
-
-    run_id: str
-    rank: int
-    steps_received: int = 0
-    spans_local: int = 0
-    steps_local: int = 0
-    steps_traced: int | None = None
-    local_copy_complete: bool | None = None
-    local_copy_closed_unix: float | None = None
-    capture_dropped_steps: int = 0
-    otlp_endpoint: str | None = None
-    otlp_exported: int = 0
-    otlp_sampled_out: int = 0
-    otlp_dropped: int = 0
-    otlp_drop_reasons: dict[str, int] = field(default_factory=dict)
-    otlp_last_error: str | None = None
-    metrics_skipped_steps: int = 0
-    outputs_disabled: dict[str, str] = field(default_factory=dict)
-    clean_shutdown: bool = False
-    end_status: str = "running"
-    problems: list[str] = field(default_factory=list)
-    final: bool = False
 
 
 def build_resource(hello: dict[str, Any]) -> Resource:
@@ -171,18 +140,21 @@ class Emitter:
 
     def _start_metrics(self, hello: dict[str, Any], resource: Resource, rank: RankInfo) -> StepMetrics | None:
         protocol = hello["metrics"][1] if hello.get("metrics") else None
+        self.stats.metrics_endpoint = str(hello["metrics"][0]) if hello.get("metrics") else None
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
                             version=__version__)
         self.linger_s = float(hello.get("prometheus_linger_s") or 0.0)
         endpoint = _prometheus_endpoint(hello)
         if endpoint is not None:
             try:
-                return StepMetrics(resource, labels, protocol, endpoint, dropped_spans=self._dropped_spans)
+                return StepMetrics(resource, labels, protocol, endpoint, dropped_spans=self._dropped_spans,
+                                   metrics_endpoint=self.stats.metrics_endpoint, on_export_failure=self.warn)
             except OSError as error:
                 self.disable("Prometheus endpoint", f"cannot serve on {endpoint.address}:{endpoint.port} "
                                                     f"({_describe(error)})")
         try:
-            return StepMetrics(resource, labels, protocol, None, dropped_spans=self._dropped_spans)
+            return StepMetrics(resource, labels, protocol, None, dropped_spans=self._dropped_spans,
+                               metrics_endpoint=self.stats.metrics_endpoint, on_export_failure=self.warn)
         except Exception as error:
             self.disable("metrics", f"could not start ({_describe(error)})")
             return None
@@ -269,6 +241,7 @@ class Emitter:
                 for record, spans, kept in zip(records, built, sampled, strict=False):
                     self.metrics.record(record, spans, exemplar=kept)
             except Exception as error:
+                self._take_metric_counts()
                 self.metrics = None
                 self.disable("metrics", f"recording failed ({_describe(error)})")
         else:
@@ -343,6 +316,7 @@ class Emitter:
                 self.metrics.shutdown(timeout_s=min(3.0, max(0.5, self.drain_s * 0.2)))
             except Exception as error:
                 stats.problems.append(f"metrics shutdown failed ({_describe(error)})")
+        self._take_metric_counts()
         if stats.otlp_dropped:
             self.warn(f"{stats.otlp_dropped} span(s) were not delivered over OTLP to {stats.otlp_endpoint} "
                       f"({stats.otlp_drop_reasons}); "
@@ -357,6 +331,15 @@ class Emitter:
         """Both shutdown stages at once (tests and benchmarks)."""
         self.finish_local(status, capture_dropped, clean, steps_traced)
         self.finish_export()
+
+    def _take_metric_counts(self) -> None:
+        """Copy the OTLP metric export counts (they include the final export at shutdown)."""
+        counts = self.metrics.export_counts if self.metrics is not None else None
+        if counts is not None:  # an export still running at the deadline did not deliver: counted failed
+            self.stats.metric_exports = counts.exported
+            self.stats.metric_export_failures = counts.failed + counts.in_flight
+            error = counts.last_error or (METRIC_EXPORT_UNFINISHED if counts.in_flight else None)
+            self.stats.metric_last_error = _REDACT(error) if error else None
 
     def _take_counts(self, counts: Any) -> None:
         stats = self.stats
@@ -377,7 +360,7 @@ class Emitter:
         """
         if self.stats_path is None or self._stats_failed:
             return
-        text = json.dumps(asdict(self.stats), indent=2) + "\n"
+        text = encode_export_stats(self.stats)
         text += " " * max(0, STATS_RESERVED_BYTES - len(text))
         temporary = self.stats_path.with_suffix(".tmp")
         try:

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.sanitize import redact_argv
+from traceml_otel.wire.manifest import Manifest
 
 
 class DirectManifest:
     """Writes and completes ``manifest.json`` for a run that ``traceml run`` did not launch."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
-        self.path = run_dir / c.MANIFEST_FILE
+    def __init__(self, run_dir: Path, manifest: Manifest) -> None:
+        self.run_dir = run_dir
         self.manifest = manifest
         self.written = False
 
@@ -33,18 +34,15 @@ class DirectManifest:
         """Write the manifest unless one exists (another launch owns the folder); ``None`` then."""
         if (run_dir / c.MANIFEST_FILE).exists():
             return None
-        manifest = {
-            "run_id": run_id,
-            "run_name": run_name,
-            "command": redact_argv([sys.executable, *sys.argv]),  # no tokens in world-readable files
-            "launcher": launcher,
-            "written_by": "rank 0",
-            "world_size": world_size,
-            "start_time": time.time(),
-            "end_time": None,
-            "exit_code": None,
-            "end_status": "running",
-        }
+        manifest = Manifest(
+            run_id=run_id,
+            run_name=run_name,
+            command=tuple(redact_argv([sys.executable, *sys.argv])),  # no tokens in world-readable files
+            launcher=(launcher,),
+            written_by="rank 0",
+            world_size=world_size,
+            start_time=time.time(),
+        )
         direct = cls(run_dir, manifest)
         direct._write()
         return direct
@@ -52,13 +50,13 @@ class DirectManifest:
     def finish(self, status: str) -> None:
         """Record the end: time, how telemetry shut down, and an uncaught exception if there was one."""
         exception = getattr(sys, "last_type", None)  # set by Python for an uncaught exception, before atexit
-        self.manifest.update(end_time=time.time(), end_status=status)
+        self.manifest = replace(self.manifest, end_time=time.time(), end_status=status)
         if exception is not None and not issubclass(exception, SystemExit):
-            self.manifest.update(exit_code=1, exception_type=exception.__name__)
+            self.manifest = replace(self.manifest, exit_code=1, exception_type=exception.__name__)
         self._write()
 
     def _write(self) -> None:
-        from traceml_otel.launch.run import write_manifest  # one atomic writer for both launches
+        from traceml_otel.launch.run import save_manifest  # one writer for both launches; never raises
 
-        write_manifest(self.path.parent, self.manifest)
+        save_manifest(self.run_dir, self.manifest)
         self.written = True

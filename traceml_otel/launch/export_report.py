@@ -8,71 +8,22 @@ statistics (OTLP export may still be draining when the ranks have exited).
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceml_otel.sanitize import strip_control
+from traceml_otel.wire.export_stats import ExportStats, read_export_stats
 
 FINAL_WAIT_EXTRA_S = 5.0
 """How much longer than ``TRACEML_SHUTDOWN_TIMEOUT_S`` the launcher waits for final statistics."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankExport:
-    """One rank's ``rank-<R>.export.json``, as far as the report needs it."""
-
-    rank: int
-    steps: int
-    spans_local: int
-    capture_dropped_steps: int
-    otlp_endpoint: str | None
-    otlp_exported: int
-    otlp_dropped: int
-    otlp_drop_reasons: dict[str, int]
-    clean_shutdown: bool
-    end_status: str
-    steps_local: int | None = None
-    steps_traced: int | None = None
-    local_copy_complete: bool | None = None
-    outputs_disabled: dict[str, str] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
-    final: bool = True
-
-
-def _rank_export(raw: dict) -> RankExport:
-    def optional_int(name: str) -> int | None:
-        value = raw.get(name)
-        return None if value is None else int(value)
-
-    return RankExport(
-        rank=int(raw["rank"]), steps=int(raw["steps_received"]),
-        spans_local=int(raw["spans_local"]), capture_dropped_steps=int(raw["capture_dropped_steps"]),
-        otlp_endpoint=raw.get("otlp_endpoint"),
-        otlp_exported=int(raw["otlp_exported"]), otlp_dropped=int(raw["otlp_dropped"]),
-        otlp_drop_reasons={str(k): int(v) for k, v in dict(raw.get("otlp_drop_reasons") or {}).items()},
-        clean_shutdown=bool(raw["clean_shutdown"]), end_status=str(raw["end_status"]),
-        steps_local=optional_int("steps_local"), steps_traced=optional_int("steps_traced"),
-        local_copy_complete=raw.get("local_copy_complete"),
-        outputs_disabled={str(k): str(v) for k, v in dict(raw.get("outputs_disabled") or {}).items()},
-        problems=tuple(str(p) for p in raw.get("problems") or ()),
-        final=bool(raw.get("final", True)),
-    )
-
-
-def read_rank_exports(run_dir: Path) -> list[RankExport]:
+def read_rank_exports(run_dir: Path) -> list[ExportStats]:
     """Every rank's export statistics in ``run_dir`` (unreadable files are skipped)."""
-    exports = []
-    for path in sorted(run_dir.glob("rank-*.export.json")):
-        try:
-            exports.append(_rank_export(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return sorted(exports, key=lambda e: e.rank)
+    return list(read_export_stats(run_dir).stats)
 
 
-def wait_for_final_exports(run_dir: Path, timeout_s: float, poll_s: float = 0.1) -> list[RankExport]:
+def wait_for_final_exports(run_dir: Path, timeout_s: float, poll_s: float = 0.1) -> list[ExportStats]:
     """Read the statistics once every emitter has written its final counts, or at ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -82,13 +33,13 @@ def wait_for_final_exports(run_dir: Path, timeout_s: float, poll_s: float = 0.1)
         time.sleep(poll_s)
 
 
-def render_export_report(run_dir: Path, exports: list[RankExport] | None = None) -> str:
+def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None) -> str:
     """A few lines: steps in the local copy against steps traced, OTLP delivery, every loss and fault."""
     if exports is None:
         exports = read_rank_exports(run_dir)
     if not exports:
         return f"telemetry: no export statistics in {run_dir} (did the script call traceml.init()?)"
-    steps = sum(e.steps for e in exports)
+    steps = sum(e.steps_received for e in exports)
     spans = sum(e.spans_local for e in exports)
     lines = [f"telemetry: {steps} steps, {spans} spans from {len(exports)} rank(s) in {run_dir}"]
     lines.extend(_local_copy_lines(exports))
@@ -105,6 +56,7 @@ def render_export_report(run_dir: Path, exports: list[RankExport] | None = None)
             lines.append(f"    {count} spans: {reason}")
     else:
         lines.append("  OTLP: no endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); local copy only")
+    lines.extend(_metric_export_lines(exports))
     for export in exports:
         prefix = f"  rank {export.rank}:"
         if not export.final:
@@ -121,7 +73,7 @@ def render_export_report(run_dir: Path, exports: list[RankExport] | None = None)
     return strip_control("\n".join(lines))  # problem texts quote paths and exception messages
 
 
-def _local_copy_lines(exports: list[RankExport]) -> list[str]:
+def _local_copy_lines(exports: list[ExportStats]) -> list[str]:
     """The local copy's completeness, from what each emitter counted as written."""
     lines = []
     known = [e for e in exports if e.steps_traced is not None and e.steps_local is not None]
@@ -138,4 +90,21 @@ def _local_copy_lines(exports: list[RankExport]) -> list[str]:
         elif not export.local_copy_complete:
             lines.append(f"  rank {export.rank}: local copy holds {export.steps_local} of "
                          f"{export.steps_traced} traced steps (INCOMPLETE)")
+    return lines
+
+
+def _metric_export_lines(exports: list[ExportStats]) -> list[str]:
+    """OTLP metric export calls that succeeded and failed (each failure loses one interval's points)."""
+    sending = [e for e in exports if e.metrics_endpoint]
+    if not sending:
+        return []
+    endpoints = sorted({e.metrics_endpoint for e in sending if e.metrics_endpoint})
+    exported = sum(e.metric_exports for e in sending)
+    failed = sum(e.metric_export_failures for e in sending)
+    lines = [f"  OTLP metrics to {', '.join(endpoints)}: {exported} exports delivered, {failed} failed"]
+    for export in sending:
+        if export.metric_export_failures:
+            cause = f" ({export.metric_last_error})" if export.metric_last_error else ""
+            lines.append(f"    rank {export.rank}: {export.metric_export_failures} metric exports "
+                         f"failed{cause}")
     return lines

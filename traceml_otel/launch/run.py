@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
@@ -34,6 +32,7 @@ from traceml_otel.settings import (
     TRACEML_SHUTDOWN_TIMEOUT_S,
     new_run_id,
 )
+from traceml_otel.wire.manifest import Manifest, write_manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,21 +107,14 @@ def run_torchrun(arguments: list[str]) -> int:
     return 0
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> bool:
-    """Write ``manifest.json`` atomically. A failure (read-only or full disk) is said, never raised:
-    the run goes on without it."""
-    temporary = run_dir / (c.MANIFEST_FILE + ".tmp")
+def save_manifest(run_dir: Path, manifest: Manifest) -> bool:
+    """Write ``manifest.json`` (:func:`traceml_otel.wire.manifest.write_manifest`). A failure (read-only
+    or full disk) is said, never raised: the run goes on without it."""
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(manifest, indent=2))
-        os.replace(temporary, run_dir / c.MANIFEST_FILE)
+        write_manifest(run_dir, manifest)
     except OSError as error:
         print(f"traceml: cannot write {run_dir / c.MANIFEST_FILE} ({type(error).__name__}: {error}); "
               "training goes on without it", file=sys.stderr, flush=True)
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
         return False
     return True
 
@@ -164,20 +156,17 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     single = options.nproc_per_node == 1 and options.nnodes == 1  # no elastic agent needed
     launcher = single_process_command(options.script, options.script_args) if single else [
         "torch.distributed.run", *arguments]
-    manifest: dict[str, Any] = {
-        "run_id": run_id,
-        "run_name": run_name,
-        "command": redact_argv([options.script, *options.script_args]),  # no tokens in world-readable files
-        "launcher": redact_argv(launcher),
-        "world_size": options.nproc_per_node * options.nnodes,
-        "nnodes": options.nnodes,
-        "node_rank": options.node_rank,
-        "start_time": time.time(),
-        "end_time": None,
-        "exit_code": None,
-        "end_status": "running",
-    }
-    write_manifest(run_dir, manifest)
+    manifest = Manifest(
+        run_id=run_id,
+        run_name=run_name,
+        command=tuple(redact_argv([options.script, *options.script_args])),  # no tokens in readable files
+        launcher=tuple(redact_argv(launcher)),
+        world_size=options.nproc_per_node * options.nnodes,
+        nnodes=options.nnodes,
+        node_rank=options.node_rank,
+        start_time=time.time(),
+    )
+    save_manifest(run_dir, manifest)
     saved = {name: os.environ.get(name)
              for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_LAUNCHER, TRACEML_LAUNCHER_PID,
                           *options.extra_env)}
@@ -194,6 +183,6 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    manifest.update(end_time=time.time(), exit_code=code, end_status=end_status_of(code))
-    write_manifest(run_dir, manifest)
+    ended = replace(manifest, end_time=time.time(), exit_code=code, end_status=end_status_of(code))
+    save_manifest(run_dir, ended)
     return code, run_dir

@@ -1,0 +1,89 @@
+"""Failed OTLP metric exports are counted, as span drops are: a real SDK exporter against a refused
+port, and against a live OTLP receiver for the delivered side."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.otlp_receiver import OtlpHttpReceiver
+from traceml_otel import contract as c
+from traceml_otel.emit.worker import Emitter
+from traceml_otel.launch.export_report import render_export_report
+from traceml_otel.wire.export_stats import read_export_stats_file
+
+
+def _rows(first: int, count: int) -> list[list]:
+    rows = []
+    for step in range(first, first + count):
+        start = step * 1_000_000
+        phases = [["forward", 0, start + 10, start + 500_000, None, None, None]]
+        rows.append([step, start, start + 900_000, None, 1000, None, 1, None, 1, "none",
+                     None, None, None, None, phases])
+    return rows
+
+
+def _hello(run_dir: Path, endpoint: str) -> dict:
+    return {"run_id": "r", "rank": 0, "local_rank": 0, "world_size": 1, "node_rank": 0, "host": "h",
+            "pid": 1, "anchor_ns": 0, "run_dir": str(run_dir), "traces": None,
+            "metrics": [endpoint, "http/protobuf"], "sampler": "always_on", "shutdown_timeout_s": 2}
+
+
+def _refused_endpoint() -> str:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _run_emitter(
+    tmp_path: Path, endpoint: str, monkeypatch: pytest.MonkeyPatch, *, until_failed: bool
+) -> Emitter:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
+    emitter = Emitter(_hello(tmp_path, endpoint))
+    for first in range(0, 40, 10):
+        emitter.handle_steps(_rows(first, 10))
+        while emitter.has_export_work:
+            emitter.export_next()
+        time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while until_failed and time.monotonic() < deadline:  # a failed export (connect, one retry) takes ~1 s
+        counts = emitter.metrics.export_counts if emitter.metrics else None
+        if counts is not None and counts.failed:
+            break
+        time.sleep(0.05)
+    emitter.finish("ok", 0, True, steps_traced=40)
+    return emitter
+
+
+def test_metric_exports_to_a_refused_port_are_counted_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = _refused_endpoint()
+    started = time.monotonic()
+    emitter = _run_emitter(tmp_path, endpoint, monkeypatch, until_failed=True)
+    elapsed = time.monotonic() - started
+    stats = read_export_stats_file(tmp_path / c.export_stats_file_name(0))
+    assert stats == emitter.stats
+    assert stats.metrics_endpoint == endpoint
+    assert stats.metric_exports == 0 and stats.metric_export_failures >= 1
+    assert stats.metric_last_error is not None and "refused" in stats.metric_last_error
+    assert stats.local_copy_complete is True  # the other outputs go on
+    warned = [line for line in capsys.readouterr().err.splitlines() if "OTLP metric export" in line]
+    assert len(warned) == 1 and warned[0].startswith("traceml: rank 0: OTLP metric export (http/protobuf)")
+    account = render_export_report(tmp_path)
+    failed = stats.metric_export_failures
+    assert f"OTLP metrics to {endpoint}: 0 exports delivered, {failed} failed" in account
+    assert elapsed < 60  # loose: a dead endpoint must not hold the emitter for long
+
+
+def test_metric_exports_to_a_live_receiver_are_counted_as_delivered(tmp_path: Path, monkeypatch) -> None:
+    with OtlpHttpReceiver() as receiver:
+        emitter = _run_emitter(tmp_path, receiver.endpoint, monkeypatch, until_failed=False)
+        received = receiver.metrics()
+    assert emitter.stats.metric_exports >= 1 and emitter.stats.metric_export_failures == 0
+    assert any(m.metric.name == c.METRIC_STEPS for m in received)
