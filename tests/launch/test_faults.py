@@ -65,6 +65,7 @@ def test_full_disk_keeps_training_and_otlp_and_says_what_the_local_copy_holds(tm
 
 
 def test_busy_prometheus_port_on_one_rank_of_two(tmp_path: Path) -> None:
+    """Rank 1's port is held: only its endpoint goes; the account and `traceml analyze` name it."""
     with socket.socket() as base, socket.socket() as taken:
         while True:  # a free port P whose neighbour P+1 (rank 1's) we can hold
             base.bind(("127.0.0.1", 0))
@@ -91,6 +92,12 @@ def test_busy_prometheus_port_on_one_rank_of_two(tmp_path: Path) -> None:
     rank0 = json.loads((run_dir / c.export_stats_file_name(0)).read_text())
     rank1 = json.loads((run_dir / c.export_stats_file_name(1)).read_text())
     assert rank0["outputs_disabled"] == {} and "Prometheus endpoint" in rank1["outputs_disabled"]
+    analyzed = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir)],
+                              capture_output=True, text=True, timeout=120)
+    assert analyzed.returncode == 0, analyzed.stderr
+    text = " ".join(analyzed.stdout.split())  # wrapped lines joined
+    assert "TELEMETRY DEGRADED [warning] - rank 1: telemetry outputs" in text, text
+    assert f"rank 1: Prometheus endpoint turned off (cannot serve on 127.0.0.1:{port + 1}" in text, text
 
 
 def _blackhole() -> tuple[socket.socket, str]:

@@ -11,6 +11,7 @@ from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.records import LoadedRun, WindowSpec
 from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
     aligned_window,
     group_by_rank,
@@ -65,7 +66,8 @@ def analyze_run(
         clock=clock,
         ranks=ranks,
         summaries=tuple(summarize(ranks, name) for name in COMPONENTS),
-        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts),
+        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts,
+                                extra_caps=confidence_caps(export_stats)),
         memory=diagnose_memory(window),
         drift=detect_drift(steps, series),
         worst_steps=worst_steps(window, window_seconds, clock),
@@ -73,7 +75,7 @@ def analyze_run(
         accumulation=_accumulation(ranks),
         run_findings=run_findings(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
-            failed_steps=info.failed_steps, exit_code=info.exit_code,
+            failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
         ),
         throughput=throughput(ranks),
         hosts=loaded.hosts,

@@ -9,6 +9,9 @@ drawn from one rank of two, or from a run that crashed, says so.
   rank that recorded most; only steps every rank completed are analysed.
 - ``RUN_FAILED``: a traced step raised (rank, step and exception type are named), or the
   manifest records a non-zero exit code.
+- ``TELEMETRY_DEGRADED``: the emitters' export statistics (``rank-R.export.json``, in a run
+  directory) name an output turned off, an incomplete local copy, or data OTLP did not deliver
+  (see :mod:`traceml_otel.analyze.telemetry_health`).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from collections.abc import Sequence
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankCount, StepFailure
-from traceml_otel.analyze.kinds import RunKind, Severity
+from traceml_otel.analyze.kinds import SEVERITY_ORDER, RunKind, Severity
 from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.telemetry_health import telemetry_finding
+from traceml_otel.wire.export_stats import ExportStats
 
 MAX_FAILURES = 20
 """Failed steps listed in the report (the first per rank come first)."""
@@ -100,6 +105,7 @@ def run_findings(
     failures: Sequence[StepFailure],
     failed_steps: int,
     exit_code: int | None,
+    export_stats: Sequence[ExportStats] = (),
 ) -> tuple[Finding, ...]:
     """The findings about the data itself, most serious first."""
     findings: list[Finding] = []
@@ -138,6 +144,10 @@ def run_findings(
         ))
     if failures or (exit_code not in (None, 0)):
         findings.append(_failed(failures, failed_steps, exit_code, counts))
+    degraded = telemetry_finding(export_stats)
+    if degraded is not None:
+        findings.append(degraded)
+    findings.sort(key=lambda f: -SEVERITY_ORDER[f.severity])  # stable: the order above within a severity
     return tuple(findings)
 
 

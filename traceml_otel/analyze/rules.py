@@ -122,8 +122,12 @@ def _cap(finding: Finding, caps: Sequence[str]) -> Finding:
 def diagnose_step_time(
     ranks: Sequence[RankMetrics], clock: Clock, parallelism: str, *, source: str = "",
     hosts: Sequence[RankHost] = (),
+    extra_caps: Sequence[str] = (),
 ) -> StepDiagnosis:
-    """Run every step-time rule over one window's rank metrics and pick the primary verdict."""
+    """Run every step-time rule over one window's rank metrics and pick the primary verdict.
+
+    ``extra_caps``: reasons from outside the window (an incomplete local copy) to cap severity at warning.
+    """
     if not ranks or all(m.steps == 0 for m in ranks):
         return StepDiagnosis(no_data(source), ())
     fewest = min(m.steps for m in ranks)
@@ -136,7 +140,7 @@ def diagnose_step_time(
             ("FSDP", parallelism == "fsdp"),
         )
         if applies
-    )
+    ) + tuple(extra_caps)
     outcomes = [
         _rank_rule(ranks, parallelism),
         share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
