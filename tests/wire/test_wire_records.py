@@ -145,3 +145,14 @@ def test_the_wire_package_imports_only_the_standard_library_and_the_contract() -
             if line.startswith(("import ", "from ")) and "traceml_otel" in line:
                 allowed = ("from traceml_otel.contract", "from traceml_otel.wire")
                 assert line.startswith(allowed), (module, line)
+
+
+def test_rank_files_are_found_by_their_contract_names(tmp_path: Path) -> None:
+    from traceml_otel.analyze.sources.files import rank_trace_files
+
+    for name in (c.traces_file_name(10), c.traces_file_name(2), "rank-02.traces.jsonl", "rank-x.traces.jsonl",
+                 "notes.jsonl", c.export_stats_file_name(2)):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in rank_trace_files(tmp_path)] == [c.traces_file_name(2), c.traces_file_name(10)]
+    assert c.rank_of_file(c.export_stats_file_name(7), c.export_stats_file_name) == 7
+    assert c.rank_of_file(c.traces_file_name(7), c.export_stats_file_name) is None

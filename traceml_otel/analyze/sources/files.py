@@ -20,12 +20,14 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.otlp import ForeignDocument, resource_spans
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
 
-TRACE_FILE_GLOB = "rank-*.traces.jsonl"
+TRACE_FILES = c.traces_file_name(0).replace("0", "<R>", 1)
+"""How the per-rank span files are named (for messages; the names come from the contract)."""
 WHOLE_FILE_LIMIT = 256 * 1024 * 1024
 """Largest file (bytes) read whole when it is not JSON Lines."""
 PARALLEL_MIN_BYTES = 48 * 1024 * 1024
@@ -39,9 +41,9 @@ def trace_files(paths: Sequence[Path]) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(path.glob(TRACE_FILE_GLOB), key=_rank_order) or sorted(path.glob("*.jsonl"))
+            found = rank_trace_files(path) or sorted(path.glob("*.jsonl"))
             if not found:
-                raise SourceError(f"{path}: no {TRACE_FILE_GLOB} or *.jsonl files in this directory")
+                raise SourceError(f"{path}: no {TRACE_FILES} or *.jsonl files in this directory")
             files.extend(found)
         elif path.is_file():
             files.append(path)
@@ -50,9 +52,14 @@ def trace_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
-def _rank_order(path: Path) -> tuple[int, str]:
-    middle = path.name.removeprefix("rank-").split(".", 1)[0]
-    return (int(middle), path.name) if middle.isdigit() else (1 << 30, path.name)
+def rank_trace_files(directory: Path) -> list[Path]:
+    """The per-rank local-copy files in ``directory`` (named by ``contract.traces_file_name``), by rank."""
+    ranked = []
+    for entry in directory.iterdir():
+        rank = c.rank_of_file(entry.name, c.traces_file_name)
+        if rank is not None:
+            ranked.append((rank, entry))
+    return [path for _, path in sorted(ranked)]
 
 
 def _workers(files: Sequence[Path]) -> int:
