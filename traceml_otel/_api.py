@@ -624,11 +624,22 @@ def _install_sigterm_flush() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
+    flushing = False
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        # A repeated SIGTERM must not cut the first one's flush short: Python runs a handler again
+        # inside a running one, and the kernel sends the parent-death signal once per exiting thread
+        # of a SIGKILLed launcher. The first call ends the process when its flush is done.
+        nonlocal flushing
+        if flushing:
+            return
         global _telemetry
         telemetry, _telemetry = _telemetry, _NOOP
-        telemetry.shutdown(status="SIGTERM")
+        flushing = True
+        try:
+            telemetry.shutdown(status="SIGTERM")  # bounded by TRACEML_SHUTDOWN_TIMEOUT_S
+        finally:
+            flushing = False
         if callable(previous):
             previous(signum, frame)
         elif previous != signal.SIG_IGN:

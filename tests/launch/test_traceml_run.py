@@ -165,6 +165,24 @@ def test_signal_keeps_every_completed_step(tmp_path: Path, signum: int) -> None:
         assert stats["end_status"] == "SIGINT (Ctrl-C)"  # not "ok"
 
 
+def test_a_repeated_sigterm_does_not_cut_the_flush_short(tmp_path: Path) -> None:
+    """When a multi-threaded launcher is SIGKILLed, the kernel sends the parent-death signal once per
+    exiting launcher thread, so a rank can get SIGTERM again while its first SIGTERM still flushes."""
+    env = _env(tmp_path, TRACEML_FLUSH_STEPS="100000")  # everything is still in the trainer at the signal
+    command = [sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.002"]
+    process, completed = _run_until(command, env, 200)
+    for _ in range(20):  # a burst of SIGTERMs, spread over the flush
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.002)
+    completed = _finish(process, completed)
+    assert process.returncode == -signal.SIGTERM
+    stats = json.loads((_only_run_dir(tmp_path) / c.export_stats_file_name(0)).read_text())
+    assert stats["end_status"] == "SIGTERM", stats
+    assert set(range(completed + 1)) <= _steps_by_rank(_only_run_dir(tmp_path))[0]
+    manifest = json.loads((_only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["end_status"] == "SIGTERM", manifest  # the flush ran to its end
+
+
 def test_sigkill_of_the_trainer_keeps_what_reached_the_emitter(tmp_path: Path) -> None:
     env = _env(tmp_path, TRACEML_FLUSH_STEPS="1")  # every step is handed off as it completes
     command = [sys.executable, str(STEADY), "--steps", "100000", "--sleep", "0.005"]
