@@ -21,20 +21,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import _start_rotel
 
 from traceml_otel.emit.worker import Emitter
+from traceml_otel.wire.hello import Hello
+from traceml_otel.wire.step_row import PhaseRow, StepRow
 
 STEPS = 2000
 MS = 1_000_000
 
 
-def _rows(first: int, count: int) -> list[list]:
+def _rows(first: int, count: int) -> list[StepRow]:
     rows = []
     for step in range(first, first + count):
         start = step * MS
-        phases = [["forward", 0, start + 50_000, start + 350_000, None, None, None],
-                  ["backward", 0, start + 350_000, start + 850_000, None, None, None],
-                  ["optimizer", 0, start + 860_000, start + 950_000, None, None, None]]
-        rows.append([step, start, start + 990_000, None, 40_000, None, 1, None, 1, "none",
-                     None, None, None, None, phases])
+        phases = [PhaseRow.timed("forward", 0, start + 50_000, start + 350_000, None),
+                  PhaseRow.timed("backward", 0, start + 350_000, start + 850_000, None),
+                  PhaseRow.timed("optimizer", 0, start + 860_000, start + 950_000, None)]
+        rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 990_000,
+                                          input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
+                                          phases=phases))
     return rows
 
 
@@ -42,9 +45,11 @@ def cost(traces: list[str] | None) -> float:
     if traces:  # the SDK exporters read their endpoint from the environment, as in a real emitter
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = traces[0]
     with tempfile.TemporaryDirectory() as run_dir:
-        hello = {"run_id": "bench", "rank": 0, "local_rank": 0, "world_size": 1, "node_rank": 0,
-                 "host": "h", "pid": 1, "anchor_ns": time.time_ns(), "service_name": "bench",
-                 "run_dir": run_dir, "traces": traces, "metrics": None, "sampler": "always_on"}
+        endpoint, protocol = traces if traces else (None, None)
+        hello = Hello(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
+                      anchor_ns=time.time_ns(), shutdown_timeout_s=10.0, service_name="bench",
+                      run_dir=run_dir, traces_endpoint=endpoint, traces_protocol=protocol,
+                      sampler="always_on")
         emitter = Emitter(hello)
         started = time.process_time()
         for first in range(0, STEPS, 64):

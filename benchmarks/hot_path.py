@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/hot_path.py
 
 Times tight loops of a tiny module call, a backward, an optimizer step and a DataLoader ``next()``
-with and without each hook, and an empty ``begin_step``/``end_step`` pair, taking the best of five
-repeats so machine noise mostly drops out. The emitter is not involved (a sink that discards).
+with and without each hook, an empty ``begin_step``/``end_step`` pair, and a step with three phase
+calls whose batches are encoded into pipe frames as the emitter channel does on the training thread,
+taking the best of five repeats so machine noise mostly drops out. The emitter is not involved (a
+sink that discards).
 The DataLoader case includes reading the batch dimension and checking for a new iterator.
 Accelerate's optimizer step and backward are timed too when ``accelerate`` is installed.
 """
@@ -19,11 +21,19 @@ from torch import nn
 
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.wire.frames import encode_frame
 
 
 class Discard:
     def send_steps(self, rows: list) -> None:
         pass
+
+
+class EncodeFrames:
+    """The training thread's share of the real hand-off: each batch becomes one pipe frame."""
+
+    def send_steps(self, rows: list) -> None:
+        encode_frame({"t": "steps", "s": rows})
 
 
 def per_call_us(fn: Callable[[], object], calls: int = 20_000) -> float:
@@ -54,6 +64,15 @@ def main() -> None:
         recorder.end_step()
 
     print(f"begin_step + end_step (incl. batch hand-off): {per_call_us(empty_step):6.2f} us")
+    framed = StepRecorder(EncodeFrames(), flush_steps=64)
+
+    def phased_step() -> None:
+        framed.begin_step()
+        for phase in ("forward", "backward", "optimizer"):
+            framed.phase_end(phase, framed.phase_begin())
+        framed.end_step()
+
+    print(f"step with 3 phase calls + frame encoding:     {per_call_us(phased_step):6.2f} us")
     data = torch.utils.data.TensorDataset(torch.zeros(16 * 1024, 4), torch.zeros(16 * 1024))
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     batches = iter(())

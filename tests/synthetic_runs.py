@@ -36,6 +36,7 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
 from traceml_otel.launch.run import end_status_of
 from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.manifest import Manifest, write_manifest
 
 START_NS = 1_700_000_000_000_000_000
@@ -174,10 +175,10 @@ class SyntheticRank:
             run_id=run_id, rank=rank, local_rank=rank, world_size=world_size, node_rank=0, host=HOST,
             cpus=cpus,
         ))
-        # TODO(task A): build_resource takes the typed Hello once it lands.
-        resource = build_resource({
-            "run_id": run_id, "rank": rank, "host": HOST, "pid": 1000 + rank, "service_name": service,
-        })
+        resource = build_resource(Hello(
+            run_id=run_id, rank=rank, local_rank=rank, world_size=world_size, node_rank=0, host=HOST,
+            pid=1000 + rank, anchor_ns=0, shutdown_timeout_s=10.0, service_name=service, cpus=cpus,
+        ))
         # The emitter lets OTEL_SERVICE_NAME win; a test's run keeps its service whatever the shell says.
         self.resource: Resource = resource.merge(Resource({"service.name": service}))
         self.scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)

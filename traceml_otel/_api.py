@@ -23,10 +23,10 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
 
-from traceml_otel._version import __version__
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.sanitize import strip_control
 from traceml_otel.settings import Settings, load_settings, strict_requested
+from traceml_otel.wire.hello import Hello
 
 MODES = ("auto", "manual", "selective")
 _UNSEEN = object()
@@ -294,29 +294,23 @@ def user_resource_attributes() -> dict[str, Any]:
     return {key: value for key, value in attributes.items() if isinstance(value, (str, bool, int, float))}
 
 
-def _hello(settings: Settings) -> dict[str, Any]:
+def _hello(settings: Settings) -> Hello:
+    """What this rank's emitter needs to know, for the first frame on its pipe."""
     identity = settings.identity
-    return {
-        "user_resource": user_resource_attributes(),
-        "run_id": settings.run_id,
-        "run_name": settings.run_name,
-        "rank": identity.rank, "local_rank": identity.local_rank, "world_size": identity.world_size,
-        "node_rank": identity.node_rank, "host": identity.host,
-        "service_name": settings.service_name,
-        "run_dir": str(settings.run_dir) if settings.run_dir else None,
-        "traces": [settings.traces.endpoint, settings.traces.protocol] if settings.traces else None,
-        "metrics": [settings.metrics.endpoint, settings.metrics.protocol] if settings.metrics else None,
-        "sampler": settings.sampler, "sampler_arg": settings.sampler_arg,
-        "prometheus_port": settings.prometheus_port,
-        "prometheus_addr": settings.prometheus_addr,
-        "prometheus_linger_s": settings.prometheus_linger_s,
-        "shutdown_timeout_s": settings.shutdown_timeout_s,
-        "pid": os.getpid(),
-        "anchor_ns": time.time_ns() - perf_counter_ns(),
-        "argv": sys.argv,
-        "version": __version__,
-        "cpus": _usable_cpus(),
-    }
+    return Hello(
+        run_id=settings.run_id, rank=identity.rank, local_rank=identity.local_rank,
+        world_size=identity.world_size, node_rank=identity.node_rank, host=identity.host, pid=os.getpid(),
+        anchor_ns=time.time_ns() - perf_counter_ns(), shutdown_timeout_s=settings.shutdown_timeout_s,
+        service_name=settings.service_name, run_dir=str(settings.run_dir) if settings.run_dir else None,
+        traces_endpoint=settings.traces.endpoint if settings.traces else None,
+        traces_protocol=settings.traces.protocol if settings.traces else None,
+        metrics_endpoint=settings.metrics.endpoint if settings.metrics else None,
+        metrics_protocol=settings.metrics.protocol if settings.metrics else None,
+        sampler=settings.sampler, sampler_arg=settings.sampler_arg,
+        prometheus_port=settings.prometheus_port, prometheus_addr=settings.prometheus_addr,
+        prometheus_linger_s=settings.prometheus_linger_s, cpus=_usable_cpus(),
+        user_resource=user_resource_attributes(),
+    )
 
 
 def _usable_cpus() -> int | None:

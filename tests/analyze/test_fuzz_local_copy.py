@@ -18,6 +18,7 @@ from tests.emit.test_emitter_faults import _hello
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.report import render
+from traceml_otel.wire.step_row import PhaseRow, StepRow
 
 FUZZ_SEED = 20261130
 FUZZ_CASES = 3000
@@ -36,16 +37,17 @@ def _valid_lines(tmp_path: Path) -> list[str]:
     lines = []
     for rank in (0, 1):
         run_dir = tmp_path / f"r{rank}"
-        emitter = Emitter({**_hello(run_dir), "rank": rank, "local_rank": rank, "world_size": 2})
+        emitter = Emitter(_hello(run_dir, rank=rank, local_rank=rank, world_size=2))
         for first in range(0, 24, 8):
             rows = []
             for step in range(first, first + 8):
                 start = 1_000_000_000 + step * 10_000_000
-                phases = [["forward", 0, start + 10, start + 4_000_000, None, None, None],
-                          ["backward", 0, start + 4_000_000, start + 8_000_000, None, None, None],
-                          ["optimizer", 0, start + 8_000_000, start + 9_000_000, None, None, None]]
-                rows.append([step, start, start + 9_500_000, None, 200_000, None, 1, None, 1, "ddp",
-                             None, None, None, None, phases])
+                phases = [PhaseRow.timed("forward", 0, start + 10, start + 4_000_000, None),
+                          PhaseRow.timed("backward", 0, start + 4_000_000, start + 8_000_000, None),
+                          PhaseRow.timed("optimizer", 0, start + 8_000_000, start + 9_000_000, None)]
+                rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 9_500_000,
+                                                  input_wait_ns=200_000, input_fetches=1, optimizer_steps=1,
+                                                  parallelism="ddp", phases=phases))
             emitter.handle_steps(rows)
         emitter.finish("ok", 0, True, steps_traced=24)
         lines += (run_dir / f"rank-{rank}.traces.jsonl").read_text().splitlines()

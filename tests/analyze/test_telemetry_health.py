@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from tests.emit.test_emitter_faults import _hello as emitter_hello
 from tests.faulty_disk import read_only_dir
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel import contract as c
@@ -16,22 +17,23 @@ from traceml_otel.analyze.kinds import RunKind, Severity
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.report import render
 from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
+from traceml_otel.wire.hello import Hello
+from traceml_otel.wire.step_row import PhaseRow, StepRow
 
 
-def _rows(first: int, count: int) -> list[list]:
+def _rows(first: int, count: int) -> list[StepRow]:
     rows = []
     for step in range(first, first + count):
         start = step * 40_000_000 + 30_000_000  # after 30 ms of input wait: an input-bound run
-        phases = [["forward", 0, start + 1_000_000, start + 6_000_000, None, None, None]]
-        rows.append([step, start, start + 9_000_000, None, 30_000_000, None, 1, None, 1, "none",
-                     None, None, None, None, phases])
+        phases = [PhaseRow.timed("forward", 0, start + 1_000_000, start + 6_000_000, None)]
+        rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 9_000_000,
+                                          input_wait_ns=30_000_000, input_fetches=1, optimizer_steps=1,
+                                          phases=phases))
     return rows
 
 
-def _hello(run_dir: Path, rank: int) -> dict:
-    return {"run_id": "r", "rank": rank, "local_rank": rank, "world_size": 2, "node_rank": 0, "host": "h",
-            "pid": 1, "anchor_ns": 0, "run_dir": str(run_dir), "traces": None, "metrics": None,
-            "sampler": "always_on", "shutdown_timeout_s": 2}
+def _hello(run_dir: Path, rank: int) -> Hello:
+    return emitter_hello(run_dir, rank=rank, local_rank=rank, world_size=2)
 
 
 def _degraded(analysis):

@@ -18,8 +18,8 @@ from torch.nn.parallel import DistributedDataParallel
 from traceml_otel.capture.collectives import CollectiveTiming, payload_bytes
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.emit.wire import decode_step
 from traceml_otel.records import StepRecord
+from traceml_otel.wire.step_row import decode_step
 
 
 class ListSink:

@@ -10,8 +10,8 @@ from torch import nn
 
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.emit.wire import decode_step
 from traceml_otel.records import StepRecord
+from traceml_otel.wire.step_row import decode_step
 
 
 class ListSink:

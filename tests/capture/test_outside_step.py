@@ -13,7 +13,7 @@ import pytest
 import traceml_otel as traceml
 from tests.local_copy_reader import read_spans
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.emit.wire import decode_step
+from traceml_otel.wire.step_row import decode_step
 
 
 class ListSink:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.emit.wire import decode_step
+from traceml_otel.wire.step_row import decode_step
 
 
 class ListSink:

@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,22 +17,25 @@ from traceml_otel import contract as c
 from traceml_otel.emit import worker
 from traceml_otel.emit.channel import EmitterChannel
 from traceml_otel.emit.worker import Emitter
+from traceml_otel.wire.hello import Hello
+from traceml_otel.wire.step_row import PhaseRow, StepRow
 
 
-def _rows(first: int, count: int) -> list[list]:
+def _rows(first: int, count: int) -> list[StepRow]:
     rows = []
     for step in range(first, first + count):
         start = step * 1_000_000
-        phases = [["forward", 0, start + 10, start + 500_000, None, None, None]]
-        rows.append([step, start, start + 900_000, None, 1000, None, 1, None, 1, "none",
-                     None, None, None, None, phases])
+        phases = [PhaseRow.timed("forward", 0, start + 10, start + 500_000, None)]
+        rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 900_000,
+                                          input_wait_ns=1000, input_fetches=1, optimizer_steps=1,
+                                          phases=phases))
     return rows
 
 
-def _hello(run_dir: Path, **extra: object) -> dict:
-    return {"run_id": "r", "rank": 0, "local_rank": 0, "world_size": 1, "node_rank": 0, "host": "h",
-            "pid": 1, "anchor_ns": 0, "run_dir": str(run_dir), "traces": None, "metrics": None,
-            "sampler": "always_on", "shutdown_timeout_s": 2, **extra}
+def _hello(run_dir: Path | None, **extra: object) -> Hello:
+    return replace(Hello(run_id="r", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
+                         anchor_ns=0, shutdown_timeout_s=2, run_dir=None if run_dir is None else str(run_dir),
+                         sampler="always_on"), **extra)
 
 
 def test_a_full_disk_turns_off_the_local_copy_only(tmp_path: Path, capsys) -> None:
@@ -70,7 +74,7 @@ def test_a_busy_prometheus_port_turns_off_that_endpoint_only(tmp_path: Path, cap
 
 def test_a_failing_exporter_turns_off_otlp_and_counts_the_rest(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    emitter = Emitter(_hello(tmp_path, traces=["http://127.0.0.1:9", "http/protobuf"]))
+    emitter = Emitter(_hello(tmp_path, traces_endpoint="http://127.0.0.1:9", traces_protocol="http/protobuf"))
     assert emitter.shipper is not None
 
     def broken(span: object) -> object:
@@ -102,7 +106,7 @@ def test_a_symlink_planted_at_the_local_copy_is_not_followed(tmp_path: Path) -> 
 
 def test_steps_in_the_pipe_when_the_emitter_dies_are_counted(tmp_path: Path) -> None:
     script = "import sys, time; sys.stdin.buffer.read(200); time.sleep(0.5)"  # reads a little, then dies
-    channel = EmitterChannel({"run_id": "r"}, command=[sys.executable, "-c", script])
+    channel = EmitterChannel(_hello(tmp_path), command=[sys.executable, "-c", script])
     for first in range(0, 640, 64):
         channel.send_steps(_rows(first, 64))
     channel._process.wait(timeout=10)
@@ -115,7 +119,7 @@ def test_steps_in_the_pipe_when_the_emitter_dies_are_counted(tmp_path: Path) -> 
 def test_shutdown_hands_over_a_backlog_far_larger_than_the_deadline_allows(tmp_path: Path,
                                                                          timeout_s: float) -> None:
     """The emitter sleeps 3 s before reading: longer than the deadline; nothing may be dropped."""
-    hello = {**_hello(tmp_path), "v": 1}
+    hello = _hello(tmp_path)
     slow_start = ("import time, runpy, sys; time.sleep(3); sys.argv = ['w'] + sys.argv[1:]; "
                   "runpy.run_module('traceml_otel.emit.worker', run_name='__main__')")
     channel = EmitterChannel(hello, command=[sys.executable, "-c", slow_start])

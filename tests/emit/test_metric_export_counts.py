@@ -9,27 +9,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.emit.test_emitter_faults import _hello as emitter_hello
+from tests.emit.test_emitter_faults import _rows as emitter_rows
 from tests.integration.otlp_receiver import OtlpHttpReceiver
 from traceml_otel import contract as c
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.launch.export_report import render_export_report
 from traceml_otel.wire.export_stats import read_export_stats_file
+from traceml_otel.wire.hello import Hello
 
 
 def _rows(first: int, count: int) -> list[list]:
-    rows = []
-    for step in range(first, first + count):
-        start = step * 1_000_000
-        phases = [["forward", 0, start + 10, start + 500_000, None, None, None]]
-        rows.append([step, start, start + 900_000, None, 1000, None, 1, None, 1, "none",
-                     None, None, None, None, phases])
-    return rows
+    return emitter_rows(first, count)
 
 
-def _hello(run_dir: Path, endpoint: str) -> dict:
-    return {"run_id": "r", "rank": 0, "local_rank": 0, "world_size": 1, "node_rank": 0, "host": "h",
-            "pid": 1, "anchor_ns": 0, "run_dir": str(run_dir), "traces": None,
-            "metrics": [endpoint, "http/protobuf"], "sampler": "always_on", "shutdown_timeout_s": 2}
+def _hello(run_dir: Path, endpoint: str) -> Hello:
+    return emitter_hello(run_dir, metrics_endpoint=endpoint, metrics_protocol="http/protobuf")
 
 
 def _refused_endpoint() -> str:

@@ -64,7 +64,7 @@ def test_control_characters_from_span_data_never_reach_the_terminal(tmp_path: Pa
 
     run_dir = tmp_path / "run"
     hostile = "run\x1b[2J\x1b]0;owned\x07\x1b[31mRED\r"
-    emitter = Emitter({**_hello(run_dir), "run_id": hostile, "host": "h\x1b[5m"})
+    emitter = Emitter(_hello(run_dir, run_id=hostile, host="h\x1b[5m"))
     emitter.handle_steps(_rows(0, 20))
     emitter.finish("ok", 0, True, steps_traced=20)
     result = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir)],

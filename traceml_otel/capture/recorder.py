@@ -2,8 +2,8 @@
 
 Everything here runs on the training thread. It reads ``perf_counter_ns`` (and, on
 CUDA, records an event), appends to lists, and every ``flush_steps`` steps or
-``flush_interval_ns`` hands a batch of plain rows to the sink. It builds no OTel objects,
-never blocks on the device and never raises into training.
+``flush_interval_ns`` hands a batch of step rows (:mod:`traceml_otel.wire.step_row`) to the
+sink. It builds no OTel objects, never blocks on the device and never raises into training.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from time import perf_counter_ns
 from typing import Any, Protocol
 
 from traceml_otel.capture.device_clock import CpuClock
-from traceml_otel.emit.wire import StepRow
+from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
 
 
 class StepSink(Protocol):
@@ -37,20 +37,21 @@ class _OpenStep:
     phase_marks: list[tuple[Any, Any]]
     wait_marks: list[tuple[Any, Any]]
     collective_marks: list[list[Any]]
+    """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
 
 
 @dataclass(slots=True)
 class _StepState:
     start_ns: int = 0
     start_mark: Any = None
-    phases: list[list[Any]] = field(default_factory=list)
+    phases: list[PhaseRow] = field(default_factory=list)
     phase_marks: list[tuple[Any, Any]] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
     optimizer_steps: int = 0
     samples: int | None = None
     tokens: int | None = None
     given_samples: int | None = None
-    collectives: list[list[Any]] = field(default_factory=list)
+    collectives: list[CollectiveRow] = field(default_factory=list)
     collective_marks: list[list[Any]] = field(default_factory=list)
 
 
@@ -175,7 +176,8 @@ class StepRecorder:
         state = self._state
         call = state.calls.get(phase, 0)
         state.calls[phase] = call + 1
-        state.phases.append([phase, call, token[0], end, None, None, nbytes])
+        # PhaseRow.timed, inline: [phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]
+        state.phases.append(PhaseRow((phase, call, token[0], end, None, None, nbytes)))
         state.phase_marks.append((token[1], self.clock.mark()))
         if self.on_nested_phase is not None and phase != "optimizer":
             self.on_nested_phase()
@@ -188,7 +190,7 @@ class StepRecorder:
     # --- collectives -------------------------------------------------------------
     def collective_begin(
         self, kind: str, source: str, nbytes: int, blocking: bool
-    ) -> tuple[list[Any], list[Any]] | None:
+    ) -> tuple[CollectiveRow, list[Any]] | None:
         """Mark the start of a collective call; ``None`` outside a step (nothing is recorded).
 
         May run on a thread other than the training thread (autograd's, for DDP buckets).
@@ -197,16 +199,18 @@ class StepRecorder:
             return None
         state = self._state
         marks = [self.clock.mark(), None]
-        row = [kind, source, perf_counter_ns(), None, nbytes, blocking, None, None]
+        row = CollectiveRow.started(
+            kind=kind, source=source, start_ns=perf_counter_ns(), nbytes=nbytes, blocking=blocking
+        )
         state.collectives.append(row)
         state.collective_marks.append(marks)
         return row, marks
 
-    def collective_end(self, token: tuple[list[Any], list[Any]]) -> None:
+    def collective_end(self, token: tuple[CollectiveRow, list[Any]]) -> None:
         """Mark the completion of a collective (from whichever thread saw it complete)."""
         row, marks = token
         marks[1] = self.clock.mark()
-        row[3] = perf_counter_ns()
+        row.end_ns = perf_counter_ns()
 
     # --- steps -------------------------------------------------------------------
     def begin_step(self, samples: int | None = None, tokens: int | None = None) -> bool:
@@ -240,11 +244,15 @@ class StepRecorder:
         samples = state.given_samples
         if samples is None and (self._samples is not None or state.samples is not None):
             samples = (self._samples or 0) + (state.samples or 0)
-        row: StepRow = [
-            self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
-            self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved, total,
-            exception_type, state.phases, state.collectives, samples, state.tokens, self._loader_pending,
-        ]
+        row = StepRow.of(
+            step=self.step, start_ns=state.start_ns, end_ns=end_ns, gpu_duration_ns=None,
+            input_wait_ns=self._wait_ns, input_wait_gpu_ns=None, input_fetches=self._fetches,
+            prefetch_h2d_ns=self._prefetch_h2d_ns,
+            optimizer_steps=state.optimizer_steps, parallelism=self.parallelism, peak_allocated_bytes=alloc,
+            peak_reserved_bytes=reserved, device_total_bytes=total, exception_type=exception_type,
+            phases=state.phases, collectives=state.collectives, samples=samples, tokens=state.tokens,
+            loader=self._loader_pending,
+        )
         self._samples = None
         self._loader_pending = None
         if self.clock.has_device:
@@ -307,15 +315,15 @@ class StepRecorder:
         clock = self.clock
         row = open_step.row
         start = open_step.start_mark
-        row[3] = clock.elapsed_ns(start, open_step.end_mark)
-        for phase, (begin, end) in zip(row[14], open_step.phase_marks, strict=False):
-            phase[4] = clock.elapsed_ns(start, begin)
-            phase[5] = clock.elapsed_ns(begin, end)
+        row.gpu_duration_ns = clock.elapsed_ns(start, open_step.end_mark)
+        for phase, (begin, end) in zip(row.phases, open_step.phase_marks, strict=False):
+            phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            phase.gpu_duration_ns = clock.elapsed_ns(begin, end)
             clock.release(begin)
             clock.release(end)
-        for collective, (begin, end) in zip(row[15], open_step.collective_marks, strict=False):
-            collective[6] = clock.elapsed_ns(start, begin)
-            collective[7] = clock.elapsed_ns(begin, end) if end is not None else None
+        for collective, (begin, end) in zip(row.collectives, open_step.collective_marks, strict=False):
+            collective.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            collective.gpu_duration_ns = clock.elapsed_ns(begin, end) if end is not None else None
             clock.release(begin)
             clock.release(end)
         if open_step.wait_marks:
@@ -324,7 +332,7 @@ class StepRecorder:
                 total += clock.elapsed_ns(begin, end) or 0
                 clock.release(begin)
                 clock.release(end)
-            row[5] = total
+            row.input_wait_gpu_ns = total
         clock.release(start)
         clock.release(open_step.end_mark)
         return row

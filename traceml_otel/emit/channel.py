@@ -28,7 +28,9 @@ import termios
 import time
 from typing import Any
 
-from traceml_otel.emit.wire import WIRE_VERSION, StepRow, encode_frame
+from traceml_otel.wire.frames import encode_frame
+from traceml_otel.wire.hello import Hello, encode_hello
+from traceml_otel.wire.step_row import StepRow
 
 _F_SETPIPE_SZ = 1031  # Linux: grow the pipe so a batch rarely waits in the backlog
 PIPE_BYTES = 1 << 20
@@ -43,7 +45,7 @@ class EmitterChannel:
     ``send_steps`` runs on the training thread: it must not block or raise.
     """
 
-    def __init__(self, hello: dict[str, Any], *, command: list[str] | None = None) -> None:
+    def __init__(self, hello: Hello, *, command: list[str] | None = None) -> None:
         read_fd, write_fd = os.pipe()
         try:
             fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
@@ -69,7 +71,7 @@ class EmitterChannel:
         self.broken: str | None = None
         self.local_report: dict[str, Any] | None = None
         """The emitter's word on the local copy at shutdown: steps written, complete or not."""
-        self._enqueue(encode_frame({"t": "hello", "v": WIRE_VERSION, **hello}), steps=0)
+        self._enqueue(encode_hello(hello), steps=0)
 
     def send_steps(self, rows: list[StepRow]) -> None:
         """Queue a batch of completed steps and push as much as the pipe takes."""
@@ -172,6 +174,10 @@ class EmitterChannel:
                 continue
             if isinstance(message, dict) and message.get("t") == "local":
                 self.local_report = message
+                refused, discarded = message.get("refused"), message.get("dropped")
+                if refused:  # the emitter read our steps without using them: they are lost, and counted
+                    self.broken = f"the emitter refused the stream: {refused}"
+                    self.dropped_steps += discarded if type(discarded) is int and discarded > 0 else 0
 
     def _enqueue(self, frame: bytes, steps: int) -> None:
         if self._backlog_bytes + len(frame) > BACKLOG_LIMIT_BYTES:

@@ -45,14 +45,17 @@ from traceml_otel.emit.otlp import (
 )
 from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
-from traceml_otel.emit.wire import FrameBuffer, WireError, decode_step
 from traceml_otel.records import StepRecord
 from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
+from traceml_otel.wire.frames import WIRE_VERSION, FrameBuffer, WireError
+from traceml_otel.wire.hello import Hello, WireVersionError, decode_hello
+from traceml_otel.wire.step_row import decode_step
 
-SHUTDOWN_DRAIN_S = 8.0
-"""OTLP drain at shutdown when the trainer did not send its own ``TRACEML_SHUTDOWN_TIMEOUT_S``."""
+SPAN_DRAIN_SHARE = 0.8
+"""Share of the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S`` that span export gets at shutdown; metrics'
+final export gets the rest."""
 DEAD_ENDPOINT_DRAIN_S = 1.0
-"""OTLP drain at shutdown when the last export attempt failed."""
+"""Span drain at shutdown when the last export attempt failed (the endpoint is down), if shorter."""
 EMITTER_NICENESS = 10
 MAX_EXPORT_BACKLOG_SPANS = 100_000
 """Spans written locally but not yet offered to OTLP; beyond this, export is skipped (counted)."""
@@ -64,22 +67,21 @@ _READ_CHUNK = 1 << 20
 STATS_RESERVED_BYTES = 8192
 
 
-def build_resource(hello: dict[str, Any]) -> Resource:
+def build_resource(hello: Hello) -> Resource:
     """Our resource attributes, merged under ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
     attributes: dict[str, Any] = {
-        "service.instance.id": f"{hello['run_id']}/rank-{hello['rank']}",
-        "host.name": hello["host"],
-        "process.pid": hello["pid"],
-        c.ATTR_RUN_ID: hello["run_id"],
+        "service.instance.id": f"{hello.run_id}/rank-{hello.rank}",
+        "host.name": hello.host,
+        "process.pid": hello.pid,
+        c.ATTR_RUN_ID: hello.run_id,
     }
-    if hello.get("service_name"):
-        attributes["service.name"] = hello["service_name"]
+    if hello.service_name:
+        attributes["service.name"] = hello.service_name
     # Resource.create merges the env detector (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) under ours;
     # service.name is only ours when the env named none. A provider the program set up wins over both.
     resource = Resource.create(attributes)
-    user = hello.get("user_resource") or {}
-    if user:
-        resource = resource.merge(Resource({**user, c.ATTR_RUN_ID: hello["run_id"]}))
+    if hello.user_resource:
+        resource = resource.merge(Resource({**hello.user_resource, c.ATTR_RUN_ID: hello.run_id}))
     return resource
 
 
@@ -93,18 +95,18 @@ def _describe(error: BaseException) -> str:
 class Emitter:
     """Spans, local copy, OTLP and metrics for one rank; each output can fail on its own."""
 
-    def __init__(self, hello: dict[str, Any]) -> None:
-        self.anchor_ns = int(hello["anchor_ns"])
+    def __init__(self, hello: Hello) -> None:
+        self.anchor_ns = hello.anchor_ns
         rank = RankInfo(
-            run_id=hello["run_id"], rank=hello["rank"], local_rank=hello["local_rank"],
-            world_size=hello["world_size"], node_rank=hello["node_rank"], host=hello["host"],
-            cpus=hello.get("cpus"),
+            run_id=hello.run_id, rank=hello.rank, local_rank=hello.local_rank,
+            world_size=hello.world_size, node_rank=hello.node_rank, host=hello.host, cpus=hello.cpus,
         )
         resource = build_resource(hello)
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
         self.builder = StepSpanBuilder(rank)
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
-        self.drain_s = float(hello.get("shutdown_timeout_s", SHUTDOWN_DRAIN_S))
+        self.drain_s = float(hello.shutdown_timeout_s)
+        """The trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``: all OTLP export at shutdown fits in it."""
         self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
         self._export_backlog_spans = 0
         self._export_skipped: dict[str, int] = {}
@@ -112,8 +114,8 @@ class Emitter:
         self._stats_failed = False
         self.stats_path: Path | None = None
         self.local: LocalCopyWriter | None = None
-        if hello.get("run_dir"):
-            run_dir = Path(hello["run_dir"])
+        if hello.run_dir:
+            run_dir = Path(hello.run_dir)
             self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
             try:
                 self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
@@ -121,13 +123,13 @@ class Emitter:
                 self.disable("local copy", f"cannot open it in {run_dir} ({_describe(error)})")
         quiet_sdk_exporter_logs()
         self.shipper: OtlpSpanShipper | None = None
-        if hello.get("traces"):
-            endpoint, protocol = hello["traces"]
+        if hello.traces_endpoint and hello.traces_protocol:
+            endpoint, protocol = hello.traces_endpoint, hello.traces_protocol
             self.stats.otlp_endpoint = endpoint
             try:
                 self.shipper = OtlpSpanShipper(
                     make_span_exporter(protocol),
-                    sampler_from_settings(hello["sampler"], hello.get("sampler_arg")),
+                    sampler_from_settings(hello.sampler, hello.sampler_arg),
                     endpoint,
                     ReadableSpanFactory(resource, scope).convert,
                     on_first_failure=self.warn,
@@ -138,12 +140,12 @@ class Emitter:
         self.metrics: StepMetrics | None = self._start_metrics(hello, resource, rank)
         self.write_stats()
 
-    def _start_metrics(self, hello: dict[str, Any], resource: Resource, rank: RankInfo) -> StepMetrics | None:
-        protocol = hello["metrics"][1] if hello.get("metrics") else None
-        self.stats.metrics_endpoint = str(hello["metrics"][0]) if hello.get("metrics") else None
+    def _start_metrics(self, hello: Hello, resource: Resource, rank: RankInfo) -> StepMetrics | None:
+        protocol = hello.metrics_protocol
+        self.stats.metrics_endpoint = hello.metrics_endpoint
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
                             version=__version__)
-        self.linger_s = float(hello.get("prometheus_linger_s") or 0.0)
+        self.linger_s = float(hello.prometheus_linger_s)
         endpoint = _prometheus_endpoint(hello)
         if endpoint is not None:
             try:
@@ -291,11 +293,16 @@ class Emitter:
                 "disabled": stats.outputs_disabled}
 
     def finish_export(self) -> None:
-        """Offer what is left to OTLP within the deadline, shut export down, write the final stats."""
-        drain_s = self.drain_s * 0.8
+        """Offer what is left to OTLP within the deadline, shut export down, write the final stats.
+
+        All of it fits in ``drain_s`` (the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``): spans get the
+        first ``SPAN_DRAIN_SHARE`` of it, metrics' final export the rest.
+        """
+        started = time.monotonic()
+        drain_s = self.drain_s * SPAN_DRAIN_SHARE
         if self.shipper is not None and self.shipper.last_export_failed:
             drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is down
-        deadline = time.monotonic() + drain_s
+        deadline = started + drain_s
         while self._export_backlog and time.monotonic() < deadline:
             self.export_next()
         while self._export_backlog:
@@ -304,7 +311,7 @@ class Emitter:
         self._export_backlog_spans = 0
         if self.shipper is not None:
             shipper = self.shipper
-            self._retire_shipper(shipper, shipper.close(max(0.5, deadline - time.monotonic())))
+            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic())))
         stats = self.stats
         with self._counts_lock:
             for reason, spans in self._export_skipped.items():
@@ -313,7 +320,7 @@ class Emitter:
             self._export_skipped = {}
         if self.metrics is not None:
             try:
-                self.metrics.shutdown(timeout_s=min(3.0, max(0.5, self.drain_s * 0.2)))
+                self.metrics.shutdown(timeout_s=max(0.0, started + self.drain_s - time.monotonic()))
             except Exception as error:
                 stats.problems.append(f"metrics shutdown failed ({_describe(error)})")
         self._take_metric_counts()
@@ -411,12 +418,10 @@ def _write_new_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _prometheus_endpoint(hello: dict[str, Any]) -> PrometheusEndpoint | None:
-    port = hello.get("prometheus_port")
-    if port is None:
+def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:
+    if hello.prometheus_port is None:
         return None
-    address = hello.get("prometheus_addr") or "127.0.0.1"
-    return PrometheusEndpoint(int(port) + int(hello["local_rank"]), address)
+    return PrometheusEndpoint(hello.prometheus_port + hello.local_rank, hello.prometheus_addr or "127.0.0.1")
 
 
 def _report(message: dict[str, Any]) -> None:
@@ -430,7 +435,7 @@ def _report(message: dict[str, Any]) -> None:
 class PipeSession:
     """Reads the trainer's frames; the local copy first, export when the pipe is idle."""
 
-    def __init__(self, fd: int, buffer: FrameBuffer, hello: dict[str, Any]) -> None:
+    def __init__(self, fd: int, buffer: FrameBuffer, hello: Hello) -> None:
         self.fd = fd
         self.buffer = buffer
         self.hello = hello
@@ -509,15 +514,44 @@ def nice_this_thread(niceness: int) -> bool:
     return True
 
 
-def _read_hello(fd: int, buffer: FrameBuffer) -> dict[str, Any] | None:
+def _read_hello(fd: int, buffer: FrameBuffer) -> Hello | None:
+    """The first frame, checked (:func:`decode_hello` raises on another version); None at end of stream."""
     while True:
         frame = buffer.next_frame()
         if frame is not None:
-            return frame if frame.get("t") == "hello" else None
+            return decode_hello(frame)
         data = os.read(fd, _READ_CHUNK)
         if not data:
             return None
         buffer.feed(data)
+
+
+def refuse_stream(fd: int, buffer: FrameBuffer, error: WireVersionError) -> None:
+    """A trainer of another wire version: say so once, read its frames to the end without using
+    them (it never blocks on us), and report how many steps were dropped, for its own account."""
+    rank = "?" if error.rank is None else error.rank
+    print(f"traceml: rank {rank}: {error}; this rank's steps are dropped (no spans, local copy or "
+          f"metrics): install the same traceml-otel for the training script and its emitter",
+          file=sys.stderr, flush=True)
+    dropped, traced = 0, None
+    try:
+        while True:
+            frame = buffer.next_frame()
+            if frame is None:
+                data = os.read(fd, _READ_CHUNK)
+                if not data:
+                    break
+                buffer.feed(data)
+            elif frame.get("t") == "steps" and isinstance(frame.get("s"), list):
+                dropped += len(frame["s"])
+            elif frame.get("t") == "bye":
+                traced = frame.get("traced") if type(frame.get("traced")) is int else None
+                break
+    except (WireError, ValueError, OSError):
+        pass  # a stream we cannot read further: what was counted is reported
+    reason = f"wire version mismatch (trainer {error.sent!r}, emitter {WIRE_VERSION})"
+    _report({"t": "local", "rank": error.rank, "enabled": False, "steps": 0, "traced": traced,
+             "complete": False, "disabled": {"emitter": reason}, "refused": reason, "dropped": dropped})
 
 
 def _hurry_fd(argv: list[str]) -> int | None:
@@ -537,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     buffer = FrameBuffer()
     try:
         hello = _read_hello(fd, buffer)
+    except WireVersionError as error:
+        refuse_stream(fd, buffer, error)
+        return 1
     except (WireError, ValueError, OSError):
         hello = None
     if hello is None:

@@ -1,10 +1,26 @@
 """Typed records that cross a process or file boundary, each with its encoder and decoder beside it.
 
-This package imports only the standard library and :mod:`traceml_otel.contract`, so the
-analysis-only install (no torch, grpc or OTel SDK) can read every record.
+This package imports only the standard library, :mod:`traceml_otel.contract` and
+:mod:`traceml_otel.records` (standard library only too), so the analysis-only install (no torch,
+grpc or OTel SDK) can read every record, and capture and emit depend on it, never on each other.
+
+Files:
 
 - :mod:`traceml_otel.wire.manifest`: ``manifest.json``, the run
   (version :data:`~traceml_otel.wire.manifest.MANIFEST_VERSION`).
 - :mod:`traceml_otel.wire.export_stats`: ``rank-R.export.json``, what one rank's emitter did
   (version :data:`~traceml_otel.wire.export_stats.EXPORT_STATS_VERSION`).
+
+The trainer -> emitter stream (one pipe per rank; version :data:`~traceml_otel.wire.frames.WIRE_VERSION`,
+carried in the hello and checked by the emitter, which refuses another version and reports the
+rank's steps as dropped):
+
+- :mod:`traceml_otel.wire.frames`: the length-prefixed JSON frames (``encode_frame``,
+  ``FrameBuffer``, ``WireError``, ``MAX_FRAME_BYTES``).
+- :mod:`traceml_otel.wire.hello`: ``Hello``, the first frame: rank identity, outputs, shutdown
+  deadline, clock anchor.
+- :mod:`traceml_otel.wire.step_row`: ``StepRow`` (with ``PhaseRow`` and ``CollectiveRow``), one
+  completed step as a list with named slots, built by the recorder on the training thread;
+  ``decode_step`` turns it into a ``records.StepRecord`` on the emitter side. Slots are only ever
+  appended.
 """

@@ -1,0 +1,102 @@
+"""The step row: named slots that are a plain JSON list on the wire, and rows of every length decode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.records import LoaderSettings
+from traceml_otel.wire.frames import FrameBuffer, WireError, encode_frame
+from traceml_otel.wire.step_row import (
+    APPENDED_DEFAULTS,
+    FIRST_LAYOUT_FIELDS,
+    ROW_FIELDS,
+    CollectiveRow,
+    PhaseRow,
+    StepRow,
+    decode_step,
+)
+
+STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
+               "input_fetches", "prefetch_h2d_ns", "optimizer_steps", "parallelism", "peak_allocated_bytes",
+               "peak_reserved_bytes", "device_total_bytes", "exception_type", "phases", "collectives",
+               "samples", "tokens", "loader")
+"""The wire layout, slot by slot: fields are only ever appended to this list."""
+
+
+def test_each_keyword_lands_in_the_slot_of_the_same_name() -> None:
+    assert len(STEP_FIELDS) == ROW_FIELDS and len(APPENDED_DEFAULTS) == ROW_FIELDS - FIRST_LAYOUT_FIELDS
+    row = StepRow.of(**{name: f"<{name}>" for name in STEP_FIELDS})
+    assert row == [f"<{name}>" for name in STEP_FIELDS]  # the keyword order is the wire order
+    for name in STEP_FIELDS:
+        assert getattr(row, name) == f"<{name}>"
+        setattr(row, name, name)
+    assert row == list(STEP_FIELDS)
+    phase = PhaseRow.timed("forward", 2, 10, 20, 64)
+    phase.gpu_offset_ns, phase.gpu_duration_ns = 3, 4
+    assert phase == ["forward", 2, 10, 20, 3, 4, 64]
+    assert (phase.phase, phase.call, phase.start_ns, phase.end_ns, phase.nbytes) == ("forward", 2, 10, 20, 64)
+    collective = CollectiveRow.started(kind="all_reduce", source="ddp", start_ns=5, nbytes=8, blocking=False)
+    collective.end_ns, collective.gpu_offset_ns, collective.gpu_duration_ns = 9, 1, 2
+    assert collective == ["all_reduce", "ddp", 5, 9, 8, False, 1, 2]
+
+
+def test_a_row_is_the_same_compact_json_list_as_before() -> None:
+    phase = PhaseRow.timed("forward", 0, 11, 12, None)
+    row = StepRow.with_defaults(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
+                                optimizer_steps=1, phases=[phase], samples=8)
+    plain = [3, 10, 20, None, 5, None, 1, None, 1, "none", None, None, None, None,
+             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None]
+    assert encode_frame({"t": "steps", "s": [row]}) == encode_frame({"t": "steps", "s": [plain]})
+    assert json.dumps(row, separators=(",", ":")) == json.dumps(plain, separators=(",", ":"))
+
+
+def test_what_the_recorder_fills_by_name_arrives_as_a_record() -> None:
+    class FrameSink:
+        def __init__(self) -> None:
+            self.buffer = FrameBuffer()
+
+        def send_steps(self, rows: list[StepRow]) -> None:
+            self.buffer.feed(encode_frame({"t": "steps", "s": rows}))
+
+    sink = FrameSink()
+    recorder = StepRecorder(sink, flush_steps=1)
+    token = recorder.fetch_begin()
+    recorder.fetch_end(token, samples=4)
+    recorder.loader_seen((2, False, False, 2, 4))
+    recorder.begin_step(tokens=128)
+    recorder.phase_end("forward", recorder.phase_begin())
+    recorder.phase_end("h2d", recorder.phase_begin(), nbytes=1024)
+    recorder.optimizer_stepped()
+    collective = recorder.collective_begin("all_reduce", "api", 4096, True)
+    assert collective is not None
+    recorder.collective_end(collective)
+    recorder.end_step("ValueError")
+    frame = sink.buffer.next_frame()
+    assert frame is not None
+    (record,) = [decode_step(row, anchor_ns=1_000) for row in frame["s"]]
+    assert (record.step, record.samples, record.tokens, record.input_fetches, record.optimizer_steps) == (
+        0, 4, 128, 1, 1)
+    assert record.exception_type == "ValueError" and record.loader == LoaderSettings(2, False, False, 2, 4)
+    assert [(p.phase, p.call, p.nbytes) for p in record.phases] == [("forward", 0, None), ("h2d", 0, 1024)]
+    (timed,) = record.collectives
+    assert (timed.kind, timed.source, timed.nbytes, timed.blocking) == ("all_reduce", "api", 4096, True)
+    assert record.start_ns < timed.start_ns <= timed.end_ns <= record.end_ns  # all moved by the anchor
+    assert record.start_ns > 1_000 and record.gpu_duration_ns is None  # CPU clock: no device timings
+
+
+def test_older_shorter_and_newer_longer_rows_still_decode() -> None:
+    full = StepRow.with_defaults(step=1, start_ns=10, end_ns=30, samples=2, tokens=3,
+                                 loader=[0, False, False, None, 2])
+    first_layout = full[:FIRST_LAYOUT_FIELDS]
+    record = decode_step(first_layout, 0)
+    assert (record.collectives, record.samples, record.tokens, record.loader) == ((), None, None, None)
+    assert decode_step(full[:17], 0).samples == 2 and decode_step(full[:17], 0).tokens is None
+    longer = decode_step([*full, "a slot a newer capture side appended"], 0)
+    assert longer == decode_step(full, 0) and longer.loader == LoaderSettings(0, False, False, None, 2)
+    with pytest.raises(WireError):
+        decode_step(first_layout[:-1], 0)
+    with pytest.raises(WireError):
+        decode_step({"step": 1}, 0)  # type: ignore[arg-type]
