@@ -35,9 +35,9 @@ def _rows(first: int, count: int) -> list[StepRow]:
         phases = [PhaseRow.timed("forward", 0, start + 50_000, start + 350_000, None),
                   PhaseRow.timed("backward", 0, start + 350_000, start + 850_000, None),
                   PhaseRow.timed("optimizer", 0, start + 860_000, start + 950_000, None)]
-        rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 990_000,
-                                          input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
-                                          phases=phases))
+        rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 990_000,
+                             input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
+                             phases=phases))
     return rows
 
 

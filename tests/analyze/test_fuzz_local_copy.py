@@ -45,9 +45,9 @@ def _valid_lines(tmp_path: Path) -> list[str]:
                 phases = [PhaseRow.timed("forward", 0, start + 10, start + 4_000_000, None),
                           PhaseRow.timed("backward", 0, start + 4_000_000, start + 8_000_000, None),
                           PhaseRow.timed("optimizer", 0, start + 8_000_000, start + 9_000_000, None)]
-                rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 9_500_000,
-                                                  input_wait_ns=200_000, input_fetches=1, optimizer_steps=1,
-                                                  parallelism="ddp", phases=phases))
+                rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 9_500_000,
+                                     input_wait_ns=200_000, input_fetches=1, optimizer_steps=1,
+                                     parallelism="ddp", phases=phases))
             emitter.handle_steps(rows)
         emitter.finish("ok", 0, True, steps_traced=24)
         lines += (run_dir / f"rank-{rank}.traces.jsonl").read_text().splitlines()

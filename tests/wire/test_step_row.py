@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.records import LoaderSettings
 from traceml_otel.wire.frames import FrameBuffer, WireError, encode_frame
@@ -45,15 +46,15 @@ def test_each_keyword_lands_in_the_slot_of_the_same_name() -> None:
 
 def test_a_row_is_the_same_compact_json_list_as_before() -> None:
     phase = PhaseRow.timed("forward", 0, 11, 12, None)
-    row = StepRow.with_defaults(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
-                                optimizer_steps=1, phases=[phase], samples=8)
+    row = StepRow.of(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
+                   optimizer_steps=1, phases=[phase], samples=8)
     plain = [3, 10, 20, None, 5, None, 1, None, 1, "none", None, None, None, None,
              [["forward", 0, 11, 12, None, None, None]], [], 8, None, None]
     assert encode_frame({"t": "steps", "s": [row]}) == encode_frame({"t": "steps", "s": [plain]})
     assert json.dumps(row, separators=(",", ":")) == json.dumps(plain, separators=(",", ":"))
 
 
-def test_what_the_recorder_fills_by_name_arrives_as_a_record() -> None:
+def test_every_value_the_recorder_puts_in_a_row_arrives_in_its_slot() -> None:
     class FrameSink:
         def __init__(self) -> None:
             self.buffer = FrameBuffer()
@@ -61,8 +62,14 @@ def test_what_the_recorder_fills_by_name_arrives_as_a_record() -> None:
         def send_steps(self, rows: list[StepRow]) -> None:
             self.buffer.feed(encode_frame({"t": "steps", "s": rows}))
 
+    class MemoryClock(CpuClock):
+        def peak_memory(self) -> tuple[int, int, int]:
+            return 11, 22, 33
+
     sink = FrameSink()
-    recorder = StepRecorder(sink, flush_steps=1)
+    recorder = StepRecorder(sink, MemoryClock(), flush_steps=1)
+    recorder.parallelism = "ddp"
+    recorder.add_prefetch_h2d(7)
     token = recorder.fetch_begin()
     recorder.fetch_end(token, samples=4)
     recorder.loader_seen((2, False, False, 2, 4))
@@ -80,6 +87,10 @@ def test_what_the_recorder_fills_by_name_arrives_as_a_record() -> None:
     assert (record.step, record.samples, record.tokens, record.input_fetches, record.optimizer_steps) == (
         0, 4, 128, 1, 1)
     assert record.exception_type == "ValueError" and record.loader == LoaderSettings(2, False, False, 2, 4)
+    assert (record.parallelism, record.prefetch_h2d_ns, record.input_wait_gpu_ns) == ("ddp", 7, None)
+    memory = (record.peak_allocated_bytes, record.peak_reserved_bytes, record.device_total_bytes)
+    assert memory == (11, 22, 33)
+    assert record.input_wait_ns is not None and record.input_wait_ns >= 0
     assert [(p.phase, p.call, p.nbytes) for p in record.phases] == [("forward", 0, None), ("h2d", 0, 1024)]
     (timed,) = record.collectives
     assert (timed.kind, timed.source, timed.nbytes, timed.blocking) == ("all_reduce", "api", 4096, True)
@@ -88,8 +99,8 @@ def test_what_the_recorder_fills_by_name_arrives_as_a_record() -> None:
 
 
 def test_older_shorter_and_newer_longer_rows_still_decode() -> None:
-    full = StepRow.with_defaults(step=1, start_ns=10, end_ns=30, samples=2, tokens=3,
-                                 loader=[0, False, False, None, 2])
+    full = StepRow.of(step=1, start_ns=10, end_ns=30, samples=2, tokens=3,
+                    loader=[0, False, False, None, 2])
     first_layout = full[:FIRST_LAYOUT_FIELDS]
     record = decode_step(first_layout, 0)
     assert (record.collectives, record.samples, record.tokens, record.loader) == ((), None, None, None)

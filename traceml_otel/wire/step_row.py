@@ -1,9 +1,10 @@
 """The step row: one completed step as the training thread hands it to the emitter.
 
-A :class:`StepRow` is a ``list`` with named slots. The recorder builds it by name
-(:meth:`StepRow.of`) and fills in the device timings by name once CUDA events have completed;
-on the wire it is the same compact JSON list it always was, so building and encoding it costs
-what a plain list costs. Its phases and collectives are :class:`PhaseRow` and
+A :class:`StepRow` is a ``list`` with named slots: every read and every later write goes by name
+(the recorder fills in the device timings by name once CUDA events have completed), and on the
+wire it is the same compact JSON list it always was, so encoding it costs what a plain list costs.
+The recorder builds it positionally, once per step, because a keyword call costs more than the
+rest of the step's bookkeeping (see :meth:`StepRow.of`). Its phases and collectives are :class:`PhaseRow` and
 :class:`CollectiveRow`, lists with named slots too. Times are ``perf_counter_ns`` readings of the
 training process; :func:`decode_step` moves them onto the epoch clock and returns a
 :class:`~traceml_otel.records.StepRecord` on the emitter side.
@@ -102,27 +103,27 @@ class StepRow(list):  # type: ignore[type-arg]
 
     @classmethod
     def of(
-        cls, *, step: int, start_ns: int, end_ns: int, gpu_duration_ns: int | None, input_wait_ns: int | None,
-        input_wait_gpu_ns: int | None, input_fetches: int, prefetch_h2d_ns: int | None, optimizer_steps: int,
-        parallelism: str, peak_allocated_bytes: int | None, peak_reserved_bytes: int | None,
-        device_total_bytes: int | None, exception_type: str | None, phases: list[PhaseRow],
-        collectives: list[CollectiveRow], samples: int | None, tokens: int | None, loader: list[Any] | None,
+        cls, *, step: int, start_ns: int, end_ns: int, gpu_duration_ns: int | None = None,
+        input_wait_ns: int | None = None, input_wait_gpu_ns: int | None = None, input_fetches: int = 0,
+        prefetch_h2d_ns: int | None = None, optimizer_steps: int = 0, parallelism: str = "none",
+        peak_allocated_bytes: int | None = None, peak_reserved_bytes: int | None = None,
+        device_total_bytes: int | None = None, exception_type: str | None = None,
+        phases: list[PhaseRow] | None = None, collectives: list[CollectiveRow] | None = None,
+        samples: int | None = None, tokens: int | None = None, loader: list[Any] | None = None,
     ) -> StepRow:
-        """A row built by name, every slot given (the recorder's, on the training thread).
+        """A row built by name; slots not given are "not measured" (None, 0, empty).
 
-        No defaults on purpose: in CPython 3.11 keyword-only parameters with defaults make this call
-        cost about 1 us instead of 0.4 us. :meth:`with_defaults` is the convenient form.
+        Not for the training thread: a keyword call with this many arguments costs about 1 us in
+        CPython 3.11, as much as the rest of ``end_step``. The recorder builds its rows
+        positionally (``StepRow((step, start_ns, ...))``, slots in the order above) and sets the
+        device timings by name; ``tests/wire/test_step_row.py`` checks it puts each value in its slot.
         """
         return cls((
             step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
             prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
-            device_total_bytes, exception_type, phases, collectives, samples, tokens, loader,
+            device_total_bytes, exception_type, [] if phases is None else phases,
+            [] if collectives is None else collectives, samples, tokens, loader,
         ))
-
-    @classmethod
-    def with_defaults(cls, **slots: Any) -> StepRow:
-        """A row built by name from the slots given; the others are "not measured" (None, 0, empty)."""
-        return cls.of(**{**_STEP_DEFAULTS, "phases": [], "collectives": [], **slots})
 
     @classmethod
     def from_wire(cls, values: Sequence[Any]) -> StepRow:
@@ -134,12 +135,6 @@ class StepRow(list):  # type: ignore[type-arg]
         return cls((*known, *APPENDED_DEFAULTS[len(known) - FIRST_LAYOUT_FIELDS:]))
 
 
-_STEP_DEFAULTS: dict[str, Any] = {
-    "gpu_duration_ns": None, "input_wait_ns": None, "input_wait_gpu_ns": None, "input_fetches": 0,
-    "prefetch_h2d_ns": None, "optimizer_steps": 0, "parallelism": "none", "peak_allocated_bytes": None,
-    "peak_reserved_bytes": None, "device_total_bytes": None, "exception_type": None, "samples": None,
-    "tokens": None, "loader": None,
-}
 ROW_FIELDS = 19
 """Slots in a row of this version."""
 FIRST_LAYOUT_FIELDS = 15
