@@ -26,9 +26,9 @@ def _rows(first: int, count: int) -> list[StepRow]:
     for step in range(first, first + count):
         start = step * 40_000_000 + 30_000_000  # after 30 ms of input wait: an input-bound run
         phases = [PhaseRow.timed("forward", 0, start + 1_000_000, start + 6_000_000, None)]
-        rows.append(StepRow.with_defaults(step=step, start_ns=start, end_ns=start + 9_000_000,
-                                          input_wait_ns=30_000_000, input_fetches=1, optimizer_steps=1,
-                                          phases=phases))
+        rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 9_000_000,
+                               input_wait_ns=30_000_000, input_fetches=1, optimizer_steps=1,
+                               phases=phases))
     return rows
 
 
