@@ -50,8 +50,9 @@ class PhaseRow(list):  # type: ignore[type-arg]
     def timed(cls, phase: str, call: int, start_ns: int, end_ns: int, nbytes: int | None) -> PhaseRow:
         """A phase call the CPU clock timed (its device timings come later, on CUDA).
 
-        The recorder builds the same row inline (``PhaseRow((phase, call, start, end, None, None,
-        nbytes))``): once per phase call on the training thread, this call would add 0.1 us.
+        The recorder appends a plain list in this layout instead, once per phase call on the training
+        thread (a list subclass costs about 0.3 us more to build and release), and views it as a
+        ``PhaseRow`` when it fills in the device timings; both encode to the same JSON list.
         """
         return cls((phase, call, start_ns, end_ns, None, None, nbytes))
 
@@ -94,7 +95,7 @@ class StepRow(list):  # type: ignore[type-arg]
     peak_reserved_bytes = _slot(11, "CUDA peak reserved memory in the step.")
     device_total_bytes = _slot(12, "The device's total memory.")
     exception_type = _slot(13, "The exception that left the block, if any.")
-    phases = _slot(14, "The phase calls, in order.")
+    phases = _slot(14, "The phase calls, in order, in :class:`PhaseRow`'s layout (plain lists or PhaseRows).")
     collectives = _slot(15, "Appended: the collective calls (``[]`` before).")
     samples = _slot(16, "Appended: samples in the step.")
     tokens = _slot(17, "Appended: tokens in the step.")
