@@ -29,6 +29,13 @@ from pathlib import Path
 import torch
 
 windows: list[list] = []
+_ANCHOR_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def _now_ns() -> int:
+    """The epoch clock as span times are made: a monotonic reading plus an anchor taken once (the
+    wall clock alone may be slewed against the spans' clock during a run)."""
+    return _ANCHOR_NS + time.perf_counter_ns()
 
 
 def _record(owner: type, name: str, kind: str) -> None:
@@ -36,11 +43,11 @@ def _record(owner: type, name: str, kind: str) -> None:
 
     @functools.wraps(original)
     def recorded(*args, **kwargs):
-        started = time.time_ns()
+        started = _now_ns()
         try:
             return original(*args, **kwargs)
         finally:
-            windows.append([kind, started, time.time_ns()])
+            windows.append([kind, started, _now_ns()])
 
     setattr(owner, name, recorded)
 
@@ -56,9 +63,9 @@ def _record_eval_to_train() -> None:
         finally:
             depth[0] -= 1
             if depth[0] == 0 and not mode and not opened:
-                opened.append(time.time_ns())
+                opened.append(_now_ns())
             elif depth[0] == 0 and mode and opened:
-                windows.append(["evaluation", opened.pop(), time.time_ns()])
+                windows.append(["evaluation", opened.pop(), _now_ns()])
 
     torch.nn.Module.train = train  # type: ignore[method-assign]
 
