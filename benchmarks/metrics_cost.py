@@ -15,9 +15,9 @@ import time
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from traceml_otel.emit.metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
-from traceml_otel.records import PhaseTiming, StepRecord
+from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.step_records import PhaseTiming, StepRecord
 
 STEPS = 20_000
 MS = 1_000_000

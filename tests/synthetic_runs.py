@@ -1,7 +1,7 @@
 """Synthetic runs for tests and benchmarks, written by the production span builder and local-copy writer.
 
 A :class:`SyntheticStep` says in seconds what one rank's step looked like. It becomes the
-:class:`~traceml_otel.records.StepRecord` the capture side would hand the emitter, and from there
+:class:`~traceml_otel.step_records.StepRecord` the capture side would hand the emitter, and from there
 the emitter's own code writes it: :class:`~traceml_otel.emit.spans.StepSpanBuilder` builds the spans
 and :class:`~traceml_otel.emit.local_copy.LocalCopyWriter` writes the ``rank-R.traces.jsonl`` lines,
 with the resource and scope the emitter uses. So the analyzer's tests read exactly what production
@@ -35,7 +35,7 @@ from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, trac
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
 from traceml_otel.launch.run import end_status_of
-from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.manifest import Manifest, write_manifest
 

@@ -26,7 +26,7 @@ import pytest
 from tests.synthetic_runs import SyntheticStep, step_spans, traces_data
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.kinds import StepKind
-from traceml_otel.analyze.records import BACKWARD, FORWARD
+from traceml_otel.analyze.run_model import BACKWARD, FORWARD
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource

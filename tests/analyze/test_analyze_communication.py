@@ -8,9 +8,9 @@ import pytest
 from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import RankMetrics
 from traceml_otel.analyze.kinds import Clock, Severity, StepKind
-from traceml_otel.analyze.metrics import rank_metrics
-from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.measures import rank_metrics
 from traceml_otel.analyze.rules import compute_rule, diagnose_step_time
+from traceml_otel.analyze.run_model import StepTiming
 
 
 def rank(

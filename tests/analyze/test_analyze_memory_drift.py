@@ -12,7 +12,7 @@ from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.drift import detect_drift, typical
 from traceml_otel.analyze.kinds import DriftKind, MemoryKind, Severity
 from traceml_otel.analyze.memory import diagnose_memory
-from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.analyze.window import aligned_window, group_by_rank
 from traceml_otel.contract import step_trace_id

@@ -11,7 +11,7 @@ import pytest
 
 from tests.synthetic_runs import SyntheticStep, otlp_lines, step_spans, traces_data, write_run
 from traceml_otel.analyze.kinds import StepKind
-from traceml_otel.analyze.otlp import (
+from traceml_otel.analyze.otlp_decode import (
     ForeignDocument,
     as_float,
     as_int,

@@ -11,9 +11,9 @@ from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.kinds import Clock, StepKind
-from traceml_otel.analyze.metrics import rank_metrics, step_values
-from traceml_otel.analyze.otlp import decode_attributes
-from traceml_otel.analyze.records import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming, WindowSpec
+from traceml_otel.analyze.measures import rank_metrics, step_values
+from traceml_otel.analyze.otlp_decode import decode_attributes
+from traceml_otel.analyze.run_model import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming, WindowSpec
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.analyze.window import aligned_window, group_by_rank, select_clock, select_window
 

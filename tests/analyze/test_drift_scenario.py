@@ -14,7 +14,7 @@ from pathlib import Path
 
 from traceml_otel.analyze import analyze_run
 from traceml_otel.analyze.kinds import DriftKind
-from traceml_otel.analyze.records import LoadedRun
+from traceml_otel.analyze.run_model import LoadedRun
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.report import render
 

@@ -10,7 +10,7 @@ from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze import analyze_path
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
 from traceml_otel.analyze.kinds import Clock, StepKind
-from traceml_otel.analyze.records import RankHost
+from traceml_otel.analyze.run_model import RankHost
 from traceml_otel.report import render, report_json
 
 

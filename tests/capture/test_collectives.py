@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from traceml_otel.capture.collectives import CollectiveTiming, payload_bytes
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.records import StepRecord
+from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import decode_step
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.records import StepRecord
+from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import decode_step
 
 

@@ -16,7 +16,7 @@ from tests.local_copy_reader import read_run
 from traceml_otel import contract as c
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.records import LoaderSettings
+from traceml_otel.step_records import LoaderSettings
 
 
 @pytest.mark.parametrize(

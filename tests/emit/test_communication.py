@@ -7,7 +7,7 @@ import pytest
 from traceml_otel import contract as c
 from traceml_otel.emit.communication import overlapped_tail, step_exposures
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
-from traceml_otel.records import CollectiveTiming, PhaseTiming, StepRecord
+from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
 
 MS = 1_000_000
 
@@ -107,7 +107,12 @@ def test_collective_histograms_are_served_for_prometheus_when_measured() -> None
     import socket
     import urllib.request
 
-    from traceml_otel.emit.metrics import LiveState, PrometheusEndpoint, PrometheusStepMetrics, RankLabels
+    from traceml_otel.emit.step_metrics import (
+        LiveState,
+        PrometheusEndpoint,
+        PrometheusStepMetrics,
+        RankLabels,
+    )
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

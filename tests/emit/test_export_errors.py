@@ -13,9 +13,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel.emit.export_errors import failure_cause
-from traceml_otel.emit.otlp import OtlpSpanShipper, quiet_sdk_exporter_logs
+from traceml_otel.emit.span_export import OtlpSpanShipper, quiet_sdk_exporter_logs
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
-from traceml_otel.records import StepRecord
+from traceml_otel.step_records import StepRecord
 
 
 class _NotFound(http.server.BaseHTTPRequestHandler):

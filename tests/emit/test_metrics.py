@@ -14,9 +14,9 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from traceml_otel import contract as c
-from traceml_otel.emit.metrics import IntervalPeak, PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
-from traceml_otel.records import StepRecord
+from traceml_otel.emit.step_metrics import IntervalPeak, PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.step_records import StepRecord
 
 LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9")
 BUILDER = StepSpanBuilder(

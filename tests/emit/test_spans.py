@@ -9,7 +9,7 @@ from tests.local_copy_reader import parse_line
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import traces_data_json
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
-from traceml_otel.records import PhaseTiming, StepRecord
+from traceml_otel.step_records import PhaseTiming, StepRecord
 
 MS = 1_000_000
 RESOURCE = Resource.create({"service.name": "t", "note": "quote \" and \u00e9"})
@@ -126,7 +126,7 @@ def test_hand_encoder_matches_the_sdk_encoder_field_for_field() -> None:
 def test_ratio_sampler_decides_alike_on_every_rank_and_counts_what_it_skips() -> None:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from traceml_otel.emit.otlp import OtlpSpanShipper, sampler_from_settings
+    from traceml_otel.emit.span_export import OtlpSpanShipper, sampler_from_settings
 
     class Collect(SpanExporter):
         def __init__(self) -> None:

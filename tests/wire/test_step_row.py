@@ -8,7 +8,7 @@ import pytest
 
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.records import LoaderSettings
+from traceml_otel.step_records import LoaderSettings
 from traceml_otel.wire.frames import FrameBuffer, WireError, encode_frame
 from traceml_otel.wire.step_row import (
     APPENDED_DEFAULTS,

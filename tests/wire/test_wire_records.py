@@ -145,7 +145,7 @@ def test_the_wire_package_imports_only_the_standard_library_the_contract_and_rec
         for line in module.read_text().splitlines():
             if line.startswith(("import ", "from ")) and "traceml_otel" in line:
                 allowed = ("from traceml_otel.contract", "from traceml_otel.wire",
-                           "from traceml_otel.records ")
+                           "from traceml_otel.step_records ")
                 assert line.startswith(allowed), (module, line)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traceml_otel.analyze.kinds import Clock
-from traceml_otel.analyze.records import RankHost
+from traceml_otel.analyze.run_model import RankHost
 
 GENERIC_INPUT_ADVICE = (
     "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "

@@ -3,7 +3,7 @@
 Sources decode each span's attributes and hand them to :meth:`StepAssembler.add_span`; the
 assembler keeps only a few numbers per (run, rank, step), never span objects, so a run of a
 million spans fits in a few hundred megabytes. :meth:`StepAssembler.steps` freezes them into
-:class:`~traceml_otel.analyze.records.StepTiming` records.
+:class:`~traceml_otel.analyze.run_model.StepTiming` records.
 """
 
 from __future__ import annotations
@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from traceml_otel import contract as c
-from traceml_otel.analyze.otlp import as_float, as_int, as_str, is_error_status, span_field, trace_id_hex
-from traceml_otel.analyze.records import PHASE_INDEX, RankHost, StepTiming
+from traceml_otel.analyze.otlp_decode import (
+    as_float,
+    as_int,
+    as_str,
+    is_error_status,
+    span_field,
+    trace_id_hex,
+)
+from traceml_otel.analyze.run_model import PHASE_INDEX, RankHost, StepTiming
 
 STEP_SPAN = -1
 """Pseudo phase index of the ``traceml.step`` span."""
@@ -30,7 +37,7 @@ LOADER_ATTRIBUTES = (
     c.ATTR_LOADER_PREFETCH_FACTOR,
     c.ATTR_LOADER_BATCH_SIZE,
 )
-"""DataLoader settings, in :class:`~traceml_otel.analyze.records.RankHost` field order."""
+"""DataLoader settings, in :class:`~traceml_otel.analyze.run_model.RankHost` field order."""
 
 WANTED_ATTRIBUTES = frozenset(
     {

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
 from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
+from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
-from traceml_otel.analyze.metrics import COMPONENTS, rank_metrics, summarize, throughput
-from traceml_otel.analyze.records import LoadedRun, WindowSpec
 from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
     aligned_window,

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import DriftAnalysis, RankSeries, WorstStep
 from traceml_otel.analyze.kinds import Clock, DriftKind
-from traceml_otel.analyze.metrics import StepValues, step_values
-from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.measures import StepValues, step_values
+from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.window import StepWindow
 
 MAX_POINTS = 400

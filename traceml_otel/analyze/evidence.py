@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankCount, StepFailure
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, RunKind, Severity
-from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.telemetry_health import telemetry_finding
 from traceml_otel.wire.export_stats import ExportStats
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
-from traceml_otel.analyze.records import RankHost
+from traceml_otel.analyze.run_model import RankHost
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, MemoryAnalysis, RankMemory
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, MemoryKind, Severity
-from traceml_otel.analyze.records import StepTiming
+from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.window import StepWindow
 
 GIB = float(1 << 30)

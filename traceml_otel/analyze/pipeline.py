@@ -9,7 +9,7 @@ from pathlib import Path
 
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
-from traceml_otel.analyze.records import WindowSpec
+from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats

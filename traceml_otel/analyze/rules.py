@@ -19,8 +19,8 @@ from traceml_otel.analyze.communication import communication_rule, sync_straggle
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.independent import independent_ranks_rule
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
-from traceml_otel.analyze.metrics import coverage, share
-from traceml_otel.analyze.records import RankHost
+from traceml_otel.analyze.measures import coverage, share
+from traceml_otel.analyze.run_model import RankHost
 from traceml_otel.analyze.straggler import straggler_rule
 
 _SHARE_NEEDS = {

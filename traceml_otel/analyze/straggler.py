@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics
 from traceml_otel.analyze.kinds import Severity, StepKind
-from traceml_otel.analyze.metrics import coverage
+from traceml_otel.analyze.measures import coverage
 
 INPUT_CAUSE = (StepKind.INPUT_STRAGGLER, "input_wait", "waiting for input")
 H2D_CAUSE = (StepKind.H2D_STRAGGLER, "h2d", "copying to the device")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from traceml_otel.analyze.findings import WindowInfo
 from traceml_otel.analyze.kinds import Clock
-from traceml_otel.analyze.records import StepTiming, WindowSpec
+from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 
 
 @dataclass(frozen=True, slots=True)

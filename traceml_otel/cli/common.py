@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.records import WindowSpec
+from traceml_otel.analyze.run_model import WindowSpec
 
 EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_REGRESSION = EXIT_NO_DATA

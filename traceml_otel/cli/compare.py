@@ -9,7 +9,7 @@ from pathlib import Path
 
 from traceml_otel.analyze.compare import RunSummary, compare_runs, unusable_summary
 from traceml_otel.analyze.pipeline import analyze_path
-from traceml_otel.analyze.records import WindowSpec
+from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.cli.common import (
     EXIT_INCONCLUSIVE,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from traceml_otel.records import CollectiveTiming, PhaseTiming, StepRecord
+from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
 
 _PHASES_WITH_COMMUNICATION = ("forward", "backward", "optimizer")
 

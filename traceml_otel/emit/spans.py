@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from traceml_otel import contract as c
 from traceml_otel.emit.communication import CollectiveExposure, step_exposures, total
-from traceml_otel.records import PhaseTiming, StepRecord
+from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NS = 1e-9

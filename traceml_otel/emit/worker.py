@@ -36,16 +36,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter
-from traceml_otel.emit.metrics import PrometheusEndpoint, RankLabels, StepMetrics
-from traceml_otel.emit.otlp import (
+from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
+from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
     make_span_exporter,
     quiet_sdk_exporter_logs,
     sampler_from_settings,
 )
-from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
-from traceml_otel.records import StepRecord
+from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
 from traceml_otel.wire.frames import WIRE_VERSION, FrameBuffer, WireError
 from traceml_otel.wire.hello import Hello, WireVersionError, decode_hello

@@ -1,7 +1,7 @@
 """Typed records that cross a process or file boundary, each with its encoder and decoder beside it.
 
 This package imports only the standard library, :mod:`traceml_otel.contract` and
-:mod:`traceml_otel.records` (standard library only too), so the analysis-only install (no torch,
+:mod:`traceml_otel.step_records` (standard library only too), so the analysis-only install (no torch,
 grpc or OTel SDK) can read every record, and capture and emit depend on it, never on each other.
 
 Files:

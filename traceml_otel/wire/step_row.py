@@ -7,7 +7,7 @@ The recorder builds it positionally, once per step, because a keyword call costs
 rest of the step's bookkeeping (see :meth:`StepRow.of`). Its phases and collectives are :class:`PhaseRow` and
 :class:`CollectiveRow`, lists with named slots too. Times are ``perf_counter_ns`` readings of the
 training process; :func:`decode_step` moves them onto the epoch clock and returns a
-:class:`~traceml_otel.records.StepRecord` on the emitter side.
+:class:`~traceml_otel.step_records.StepRecord` on the emitter side.
 
 Fields are only ever appended, with a default (in :data:`APPENDED_DEFAULTS` here and in
 ``records.StepRecord``): a row from an older capture side (shorter) still decodes, and slots a
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from traceml_otel.records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 from traceml_otel.wire.frames import WireError
 
 

@@ -2,7 +2,7 @@
 
 ``SpanSource`` (in ``base``) is the interface; ``FileSpanSource`` reads the local copy and OTLP
 JSON files, ``TempoSpanSource`` queries Grafana Tempo's TraceQL search, ``JaegerSpanSource``
-Jaeger's API v3. Each ``load()`` returns a :class:`~traceml_otel.analyze.records.LoadedRun`.
+Jaeger's API v3. Each ``load()`` returns a :class:`~traceml_otel.analyze.run_model.LoadedRun`.
 """
 
 from __future__ import annotations

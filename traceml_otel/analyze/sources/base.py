@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from typing import TextIO
 
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.records import LoadedRun
+from traceml_otel.analyze.run_model import LoadedRun
 from traceml_otel.sanitize import strip_control
 
 

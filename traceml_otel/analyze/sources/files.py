@@ -22,7 +22,7 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.otlp import ForeignDocument, resource_spans
+from traceml_otel.analyze.otlp_decode import ForeignDocument, resource_spans
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
 

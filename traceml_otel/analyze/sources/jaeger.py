@@ -9,7 +9,7 @@ until pages fit. The run is picked out by the ``traceml.run.id`` attribute of it
 from __future__ import annotations
 
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.otlp import (
+from traceml_otel.analyze.otlp_decode import (
     ForeignDocument,
     resource_spans,
     scope_spans,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import WANTED_ATTRIBUTES, StepAssembler
-from traceml_otel.analyze.otlp import as_int, decode_attributes, span_id_hex, trace_id_hex
+from traceml_otel.analyze.otlp_decode import as_int, decode_attributes, span_id_hex, trace_id_hex
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents
 from traceml_otel.analyze.sources.otlp_json import MALFORMED

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from traceml_otel.analyze.findings import MetricSummary, RankMetrics, SignalCoverage, Throughput
 from traceml_otel.analyze.kinds import Clock
-from traceml_otel.analyze.records import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
+from traceml_otel.analyze.run_model import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
 
 COMPONENTS = (
     "input_wait",

@@ -26,7 +26,7 @@ from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.metric_export import CountingMetricExporter, MetricExportCounts
 from traceml_otel.emit.spans import SpanData, StepSpans, sampled_context
-from traceml_otel.records import PhaseTiming, StepRecord
+from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _NS = 1e-9
 SCRAPE_REPLY_GRACE_S = 0.5
