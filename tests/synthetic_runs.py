@@ -34,7 +34,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, traces_data_prefix
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.worker import build_resource
-from traceml_otel.launch.run import end_status_of
+from traceml_otel.launch.launcher import end_status_of
 from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.manifest import Manifest, write_manifest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
+from traceml_otel.analyze.communication_rules import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import RankMetrics
 from traceml_otel.analyze.kinds import Clock, Severity, StepKind
 from traceml_otel.analyze.measures import rank_metrics

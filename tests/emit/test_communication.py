@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from traceml_otel import contract as c
-from traceml_otel.emit.communication import overlapped_tail, step_exposures
+from traceml_otel.emit.exposed_communication import overlapped_tail, step_exposures
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
 

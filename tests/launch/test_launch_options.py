@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceml_otel.launch.run import LaunchOptions, exit_code_of, resolve_run_id, torchrun_arguments
+from traceml_otel.launch.launcher import LaunchOptions, exit_code_of, resolve_run_id, torchrun_arguments
 
 
 def test_single_node_uses_standalone_rendezvous() -> None:

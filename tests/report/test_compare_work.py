@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.compare import RunSummary, compare_runs
+from traceml_otel.analyze.compare_policy import RunSummary, compare_runs
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "same_samples.py"

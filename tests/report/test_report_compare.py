@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
-from traceml_otel.analyze.compare import RunSummary, compare_runs
+from traceml_otel.analyze.compare_policy import RunSummary, compare_runs
 from traceml_otel.cli.compare import add_compare_arguments, run_compare
 from traceml_otel.report.run_summary import ReportFormatError, summary_from_report
 

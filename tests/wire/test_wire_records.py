@@ -13,7 +13,7 @@ from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel import contract as c
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.launch.export_report import render_export_report
-from traceml_otel.launch.run import save_manifest
+from traceml_otel.launch.launcher import save_manifest
 from traceml_otel.wire.export_stats import (
     EXPORT_STATS_VERSION,
     ExportStats,

@@ -11,10 +11,11 @@ steps, and explain where the step time goes::
     print(analysis.step.primary.kind)        # e.g. StepKind.INPUT_BOUND
 
 Sources live in :mod:`traceml_otel.analyze.sources` (``FileSpanSource``, ``TempoSpanSource``,
-``JaegerSpanSource``); the ``compare`` policy in :mod:`traceml_otel.analyze.compare`; every threshold in
-:mod:`traceml_otel.analyze.thresholds`. This package is a library: it imports only the standard
-library, ``contract`` and ``sanitize``, never ``report``, ``capture``, ``emit``, ``launch`` or ``cli``
-(``tests/test_import_direction.py``). The commands are in :mod:`traceml_otel.cli`.
+``JaegerSpanSource``); the ``compare`` policy in :mod:`traceml_otel.analyze.compare_policy`;
+every threshold in :mod:`traceml_otel.analyze.thresholds`. This package is a library: it imports
+only the standard library, ``contract``, ``sanitize`` and ``wire``, never ``report``,
+``capture``, ``emit``, ``launch`` or ``cli`` (``tests/test_import_direction.py``).
+The commands are in :mod:`traceml_otel.cli`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
-from traceml_otel.analyze.communication import communication_rule, sync_straggler_rule, waits_measured
+from traceml_otel.analyze.communication_rules import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.independent import independent_ranks_rule
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind

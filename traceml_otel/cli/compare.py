@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.compare import RunSummary, compare_runs, unusable_summary
+from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, unusable_summary
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.analyze.sources.base import SourceError

@@ -39,7 +39,7 @@ def run_run(args: argparse.Namespace) -> int:
         render_export_report,
         wait_for_final_exports,
     )
-    from traceml_otel.launch.run import LaunchOptions, launch, shutdown_timeout_s
+    from traceml_otel.launch.launcher import LaunchOptions, launch, shutdown_timeout_s
 
     script_args = list(args.script_args)
     if not Path(args.script).is_file():

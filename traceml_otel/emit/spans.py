@@ -19,7 +19,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from traceml_otel import contract as c
-from traceml_otel.emit.communication import CollectiveExposure, step_exposures, total
+from traceml_otel.emit.exposed_communication import CollectiveExposure, step_exposures, total
 from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)

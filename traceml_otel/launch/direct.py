@@ -56,7 +56,7 @@ class DirectManifest:
         self._write()
 
     def _write(self) -> None:
-        from traceml_otel.launch.run import save_manifest  # one writer for both launches; never raises
+        from traceml_otel.launch.launcher import save_manifest  # one writer for both launches; never raises
 
         save_manifest(self.run_dir, self.manifest)
         self.written = True

@@ -3,7 +3,7 @@
     from traceml_otel.report import render
     print(render(analysis, "text"))
 
-``run_summary`` reads a JSON report for ``compare`` (whose policy is ``traceml_otel.analyze.compare``);
+``run_summary`` reads a JSON report for ``compare`` (whose policy is ``traceml_otel.analyze.compare_policy``);
 ``compare_report`` renders a comparison.
 """
 

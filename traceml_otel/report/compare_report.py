@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from traceml_otel.analyze.compare import Change, Comparison, RunSummary
+from traceml_otel.analyze.compare_policy import Change, Comparison, RunSummary
 from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
 
 COMPARE_SCHEMA = "traceml-otel/compare"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from traceml_otel.analyze.compare import PHASES, RunSummary
+from traceml_otel.analyze.compare_policy import PHASES, RunSummary
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
 
