@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankMetrics
 from traceml_otel.analyze.kinds import Severity, StepKind
-from traceml_otel.analyze.straggler import H2D_CAUSE, INPUT_CAUSE, SHARED_ADVICE, straggler_cause
+from traceml_otel.analyze.straggler import (
+    H2D_CAUSE,
+    INPUT_CAUSE,
+    SHARED_ADVICE,
+    straggler_cause,
+    straggler_finding,
+)
 
 
 def waits_measured(ranks: Sequence[RankMetrics]) -> bool:
@@ -114,20 +120,5 @@ def sync_straggler_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
         f"Rank {culprit.rank} holds the others back: measured in the collectives, rank {victim.rank} waits "
         f"{gap * 1e3:.1f} ms more per step than rank {culprit.rank}, {score:.0%} of its step time."
     )
-    if cause:
-        why += f" Rank {culprit.rank} spends that time {cause} ({covered:.0%} of the gap)."
-    return Finding(
-        kind=kind,
-        severity=Severity.CRITICAL if score >= t.STRAGGLER_CRITICAL else Severity.WARNING,
-        score=score,
-        title=f"Rank {culprit.rank} is a straggler",
-        why=why,
-        next=_ADVICE[kind].format(c=culprit.rank),
-        evidence=(
-            Evidence("culprit_rank", culprit.rank, "rank"),
-            Evidence("victim_rank", victim.rank, "rank"),
-            Evidence("gap", gap, "s"),
-            Evidence("coverage", covered, "ratio"),
-            Evidence("basis", "measured collective waits"),
-        ),
-    )
+    return straggler_finding(kind, score, culprit, victim, gap, covered, why, cause, _ADVICE[kind],
+                             Evidence("basis", "measured collective waits"))

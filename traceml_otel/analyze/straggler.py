@@ -80,26 +80,42 @@ def straggler_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | 
     if gap <= 0 or score < t.STRAGGLER_WARN:
         return None
     kind, cause, covered = straggler_cause(culprit, victim, gap, _CAUSES, fsdp=fsdp)
-    severity = Severity.CRITICAL if score >= t.STRAGGLER_CRITICAL else Severity.WARNING
     phase = "forward + backward" if fsdp else "backward"
     why = (
         f"Rank {culprit.rank} holds the others back: rank {victim.rank} spends {gap * 1e3:.1f} ms more "
         f"per step in {phase} (waiting in the collectives), {score:.0%} of its step time."
     )
+    return straggler_finding(kind, score, culprit, victim, gap, covered, why, cause, _ADVICE[kind])
+
+
+def straggler_finding(
+    kind: StepKind,
+    score: float,
+    culprit: RankMetrics,
+    victim: RankMetrics,
+    gap: float,
+    covered: float,
+    why: str,
+    cause: str | None,
+    advice: str,
+    *extra: Evidence,
+) -> Finding:
+    """The straggler finding both rules give: ``why`` plus the culprit's cause, and the ranks named."""
     if cause:
         why += f" Rank {culprit.rank} spends that time {cause} ({covered:.0%} of the gap)."
     return Finding(
         kind=kind,
-        severity=severity,
+        severity=Severity.CRITICAL if score >= t.STRAGGLER_CRITICAL else Severity.WARNING,
         score=score,
         title=f"Rank {culprit.rank} is a straggler",
         why=why,
-        next=_ADVICE[kind].format(c=culprit.rank),
+        next=advice.format(c=culprit.rank),
         evidence=(
             Evidence("culprit_rank", culprit.rank, "rank"),
             Evidence("victim_rank", victim.rank, "rank"),
             Evidence("gap", gap, "s"),
             Evidence("coverage", covered, "ratio"),
+            *extra,
         ),
     )
 
