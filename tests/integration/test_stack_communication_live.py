@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
-from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, wait_until
+from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, start_prometheus, wait_until
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 PROMETHEUS = shutil.which("prometheus")
@@ -79,32 +78,12 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             prom_port = int(sock.getsockname()[1])
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
-        "scrape_configs": [
-            {
-                "job_name": "traceml",
-                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in (port, port + 1)]}],
-            }
-        ],
-    }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = tmp / "prometheus.log"
-    assert PROMETHEUS is not None
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    prometheus = Prometheus(f"http://127.0.0.1:{prom_port}", proc, log)
+    prometheus = start_prometheus(
+        tmp,
+        prom_port,
+        [{"job_name": "traceml",
+          "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in (port, port + 1)]}]}],
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(
         TRACEML_RUN_ID=RUN_ID,
@@ -120,7 +99,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
             lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
             15,
             "prometheus not ready",
-            log,
+            prometheus.log,
         )
         run = CommunicationRun(prometheus, started=time.time())
         baseline = f'run:traceml_step_time_seconds:baseline{{traceml_run_id="{RUN_ID}"}}'
@@ -149,7 +128,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
             lambda: bool(_alert(prometheus, "firing")) and bool(prometheus.query(baseline)),
             RUN_SECONDS + 30,  # + the launcher's start (torch import, process group)
             "TraceMLCommunicationBound did not fire during the run",
-            log,
+            prometheus.log,
         )
         run.firing_at = time.time()
         run.severities = {a["metric"]["severity"] for a in _alert(prometheus, "firing")}
@@ -165,8 +144,8 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
         if launcher is not None and launcher.poll() is None:
             launcher.kill()
             launcher.communicate(timeout=30)
-        proc.terminate()
-        proc.wait(timeout=15)
+        prometheus.proc.terminate()
+        prometheus.proc.wait(timeout=15)
 
 
 def test_communication_bound_fires_on_a_real_ddp_job(comm: CommunicationRun) -> None:

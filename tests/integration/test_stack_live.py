@@ -100,6 +100,33 @@ class Prometheus:
         return sorted(float(t) for series in data["result"] for t, _ in series["values"])
 
 
+def start_prometheus(tmp: Path, port: int, scrape_configs: list[dict[str, Any]], *flags: str) -> Prometheus:
+    """A real Prometheus on 127.0.0.1:``port`` that loads the rendered rules in ``tmp/prometheus``,
+    scrapes and evaluates every second, and logs to ``tmp/prometheus.log``."""
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
+        "scrape_configs": scrape_configs,
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    log = tmp / "prometheus.log"
+    assert PROMETHEUS is not None
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                *flags,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Prometheus(f"http://127.0.0.1:{port}", proc, log)
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -170,10 +197,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
-        "scrape_configs": [
+    prometheus = start_prometheus(
+        tmp,
+        prom_port,
+        [
             {
                 "job_name": "traceml",
                 "static_configs": [{"targets": [f"127.0.0.1:{drift_port}", f"127.0.0.1:{loader_port}"]}],
@@ -181,31 +208,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{dcgm_port}"]}]},
             {"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{node_port}"]}]},
         ],
-    }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = tmp / "prometheus.log"
-    assert PROMETHEUS is not None
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                "--enable-feature=exemplar-storage",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    prometheus = Prometheus(f"http://127.0.0.1:{prom_port}", proc, log)
+        "--enable-feature=exemplar-storage",
+    )
     trainers: list[subprocess.Popen[str]] = []
     try:
         wait_until(
             lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
             15,
             "prometheus not ready",
-            log,
+            prometheus.log,
         )
         run = LiveRun(prometheus, tmp / "prometheus", drift_port, started=time.time())
         drift = _trainer(
@@ -238,8 +249,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             if trainer.poll() is None:
                 trainer.kill()
             trainer.communicate(timeout=30)
-        proc.terminate()
-        proc.wait(timeout=15)
+        prometheus.proc.terminate()
+        prometheus.proc.wait(timeout=15)
         if node is not None:
             node.terminate()
             node.wait(timeout=10)
