@@ -79,20 +79,11 @@ def _backend(args: argparse.Namespace) -> SpanSource:
         raise ValueError("--timeout, --read-deadline and --max-response-mb must be positive")
     limits = ReadLimits(timeout=args.timeout, total_s=args.read_deadline,
                         max_bytes=int(args.max_response_mb * 2**20))
-    if args.tempo:
-        return TempoSpanSource(
-            args.tempo,
-            run_id=args.run_id,
-            service=args.service,
-            when=when,
-            page_size=args.page_size,
-            timeout=args.timeout,
-            limits=limits,
-        )
-    return JaegerSpanSource(
-        args.jaeger,
-        service=args.service,
+    backend = TempoSpanSource if args.tempo else JaegerSpanSource
+    return backend(
+        args.tempo or args.jaeger,
         run_id=args.run_id,
+        service=args.service,
         when=when,
         page_size=args.page_size,
         timeout=args.timeout,
