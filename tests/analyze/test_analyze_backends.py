@@ -14,10 +14,9 @@ import json
 import random
 import re
 import socket
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 from urllib.parse import parse_qs, urlparse
 
@@ -63,22 +62,6 @@ def build_traces(ranks: int, steps: int, *, service: str = "train") -> dict[str,
                 trace = traces.setdefault(span["traceId"], Trace(span["traceId"], BASE_S + n * STEP_GAP_S))
                 trace.spans.append((rank, span))
     return traces
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[type[BaseHTTPRequestHandler]], str]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(handler: type[BaseHTTPRequestHandler]) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 class JsonHandler(BaseHTTPRequestHandler):

@@ -4,32 +4,11 @@ real local HTTP server end with a clear error (or a skipped span), never a hang 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
+from http.server import BaseHTTPRequestHandler
 
 from tests.analyze.test_analyze_backends import RUN, analyze_args, build_traces, tempo_handler
 from traceml_otel.cli.analyze import run_analyze
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[type[BaseHTTPRequestHandler]], str]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(handler: type[BaseHTTPRequestHandler]) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 class Quiet(BaseHTTPRequestHandler):
