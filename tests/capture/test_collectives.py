@@ -15,22 +15,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tests.capture.list_sink import ListSink
 from traceml_otel.capture.collectives import CollectiveTiming, payload_bytes
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.step_records import StepRecord
-from traceml_otel.wire.step_row import decode_step
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list = []
-
-    def send_steps(self, rows: list) -> None:
-        self.rows.extend(rows)
-
-    def records(self) -> list[StepRecord]:
-        return [decode_step(row, 0) for row in self.rows]
 
 
 @pytest.fixture

@@ -8,21 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from tests.capture.list_sink import ListSink
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.step_records import StepRecord
-from traceml_otel.wire.step_row import decode_step
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list = []
-
-    def send_steps(self, rows: list) -> None:
-        self.rows.extend(rows)
-
-    def records(self) -> list[StepRecord]:
-        return [decode_step(row, 0) for row in self.rows]
 
 
 class SlowLinear(nn.Module):

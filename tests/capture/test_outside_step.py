@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 
 import traceml_otel as traceml
+from tests.capture.list_sink import ListSink
 from tests.local_copy_reader import read_spans
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.wire.step_row import decode_step
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.rows: list = []
-
-    def send_steps(self, rows: list) -> None:
-        self.rows.extend(rows)
 
 
 def _fetch(recorder: StepRecorder, samples: int = 4) -> None:
