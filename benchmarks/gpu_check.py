@@ -27,11 +27,8 @@ GIB = 1 << 30
 BATCH = (256, 1024)
 
 
-def train(traced: bool, steps: int, report: Path | None) -> None:
-    """The loop, in a child process. Writes timings (and sync counts) to ``report``."""
-    import torch
-    from torch import nn
-
+def count_synchronize_calls(torch) -> dict[str, int]:
+    """Wrap every CUDA synchronize entry point to count its calls; returns the live counts."""
     sync_calls = {"torch.cuda.synchronize": 0, "Event.synchronize": 0, "Stream.synchronize": 0}
 
     def counting(name: str, original):
@@ -43,6 +40,15 @@ def train(traced: bool, steps: int, report: Path | None) -> None:
     torch.cuda.synchronize = counting("torch.cuda.synchronize", torch.cuda.synchronize)
     torch.cuda.Event.synchronize = counting("Event.synchronize", torch.cuda.Event.synchronize)
     torch.cuda.Stream.synchronize = counting("Stream.synchronize", torch.cuda.Stream.synchronize)
+    return sync_calls
+
+
+def train(traced: bool, steps: int, report: Path | None) -> None:
+    """The loop, in a child process. Writes timings (and sync counts) to ``report``."""
+    import torch
+    from torch import nn
+
+    sync_calls = count_synchronize_calls(torch)
     if traced:
         import traceml_otel as traceml
 

@@ -31,23 +31,15 @@ def train(traced: bool, report: Path) -> None:
     """The loop, in a child process; writes the synchronize counts to ``report``."""
     import torch
     import torch.distributed as dist
+    from gpu_check import count_synchronize_calls  # this folder is on sys.path: run as a script
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
     on_gpu = device == "cuda"
-    sync_calls = {"torch.cuda.synchronize": 0, "Event.synchronize": 0, "Stream.synchronize": 0}
-
-    def counting(name: str, original):
-        def wrapper(*args, **kwargs):
-            sync_calls[name] += 1
-            return original(*args, **kwargs)
-        return wrapper
-
+    sync_calls = dict.fromkeys(("torch.cuda.synchronize", "Event.synchronize", "Stream.synchronize"), 0)
     if on_gpu:
-        torch.cuda.synchronize = counting("torch.cuda.synchronize", torch.cuda.synchronize)
-        torch.cuda.Event.synchronize = counting("Event.synchronize", torch.cuda.Event.synchronize)
-        torch.cuda.Stream.synchronize = counting("Stream.synchronize", torch.cuda.Stream.synchronize)
+        sync_calls = count_synchronize_calls(torch)
         torch.cuda.set_device(0)
     if traced:
         import traceml_otel as traceml
