@@ -140,6 +140,7 @@ class _Telemetry(_NoopTelemetry):
                 self._installed.append(hook)
         self.manifest = _start_direct_manifest(settings)
         self._catch_up_on_accelerate()
+        self.watchdog = _start_watchdog(self.recorder, self.collectives, settings)
 
     def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
         """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
@@ -210,6 +211,8 @@ class _Telemetry(_NoopTelemetry):
         if self._closed:
             return
         self._closed = True
+        if self.watchdog is not None:
+            self.watchdog.stop()
         try:
             if self.recorder.in_step:
                 self.recorder.end_step("Interrupted")
@@ -276,6 +279,27 @@ def _start_direct_manifest(settings: Settings) -> Any:
     except OSError as error:
         _warn(f"could not write the run manifest in {settings.run_dir}: {error}")
         return None
+
+
+def _start_watchdog(recorder: StepRecorder, collectives: Any, settings: Settings) -> Any:
+    """This rank's hang watchdog (:mod:`traceml_otel.capture.watchdog`); ``None`` when turned off."""
+    if settings.hang_timeout_s <= 0:
+        return None
+    from traceml_otel.capture.watchdog import HangWatchdog
+
+    identity = settings.identity
+    try:
+        watchdog = HangWatchdog(
+            recorder, getattr(collectives, "progress", None), rank=identity.rank,
+            world_size=identity.world_size, run_id=settings.run_id, host=identity.host,
+            run_dir=settings.run_dir, floor_s=settings.hang_timeout_s, factor=settings.hang_factor,
+            announce=settings.launcher != "traceml run", warn=_warn,
+        )
+        watchdog.start()
+    except Exception as error:  # never a reason not to train
+        _warn(f"the hang watchdog is off for this run: {type(error).__name__}: {error}")
+        return None
+    return watchdog
 
 
 def user_resource_attributes() -> dict[str, Any]:
@@ -611,6 +635,11 @@ def _forget_in_child() -> None:
     if isinstance(telemetry, _Telemetry):
         telemetry._closed = True
         telemetry.channel.detach()
+        if telemetry.watchdog is not None:  # its thread did not survive the fork; its parent may ask
+            telemetry.watchdog = None  # for this child's stacks (a DataLoader worker) on a hang
+            from traceml_otel.capture.worker_stacks import arm_in_child
+
+            arm_in_child()
 
 
 def _install_sigterm_flush() -> None:

@@ -153,6 +153,16 @@ def export_stats_file_name(rank: int) -> str:
     return f"rank-{rank}.export.json"
 
 
+def hang_file_name(rank: int) -> str:
+    """Name of one rank's hang record (``rank-R.hang.json``, see ``docs/hangs.md``)."""
+    return f"rank-{rank}.hang.json"
+
+
+def hang_traceback_file_name(rank: int) -> str:
+    """Name of one rank's faulthandler stack dump, written when its hang watchdog could not run."""
+    return f"rank-{rank}.hang-traceback.txt"
+
+
 def rank_of_file(name: str, file_name: Callable[[int], str]) -> int | None:
     """The rank ``name`` belongs to when it is ``file_name(rank)`` for some rank (e.g. with
     :func:`export_stats_file_name`), else ``None``."""

@@ -55,6 +55,11 @@ TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
 (default 20 s; 0 turns it off)."""
 TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
 """``0`` turns collective timing (DDP gradient all-reduce, ``torch.distributed`` calls) off."""
+TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
+"""Floor of the hang timeout in seconds (default 60; ``0`` turns the hang watchdog off). A rank is hung
+when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
+TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
+"""How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -123,6 +128,10 @@ class Settings:
     """``traceml run`` (it writes the manifest), ``torchrun``, ``accelerate launch`` or ``python``."""
     collectives: bool = True
     """False when ``TRACEML_COLLECTIVES=0``: collective timing stays off whatever ``init()`` says."""
+    hang_timeout_s: float = 60.0
+    """Floor of the hang timeout (``TRACEML_HANG_TIMEOUT_S``); 0 turns the hang watchdog off."""
+    hang_factor: float = 5.0
+    """``TRACEML_HANG_FACTOR``: the timeout is at least this many times the longest recent step."""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -291,6 +300,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
         launcher=launcher_name(env),
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
+        hang_timeout_s=float(_int(env, TRACEML_HANG_TIMEOUT_S, 60, minimum=0)),
+        hang_factor=float(_int(env, TRACEML_HANG_FACTOR, 5, minimum=1)),
     )
 
 

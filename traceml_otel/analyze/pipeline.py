@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from traceml_otel.analyze.diagnose import analyze_run
@@ -63,4 +64,18 @@ def analyze_path(
     notes = [*([manifest_read.problem] if manifest_read.problem else []), *exports.problems]
     preferred = manifest.run_id if manifest is not None and manifest.run_id else None
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
-    return analyze_source(source, window, manifest, exports.stats, notes)
+    analysis = analyze_source(source, window, manifest, exports.stats, notes)
+    return _with_hang_records(analysis, run_dir, manifest)
+
+
+def _with_hang_records(analysis: RunAnalysis, run_dir: Path | None, manifest: Manifest | None) -> RunAnalysis:
+    """Add the ``HANG`` finding when the run folder holds ranks' hang records still marked hung."""
+    if run_dir is None:
+        return analysis
+    from traceml_otel.analyze.hang import combine, read_hang_records, with_hang
+
+    records, _problems = read_hang_records(run_dir)
+    verdict = combine(records, manifest.world_size if manifest is not None else None)
+    if verdict is None:
+        return analysis
+    return replace(analysis, run_findings=with_hang(analysis.run_findings, verdict, records))

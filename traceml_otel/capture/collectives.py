@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from traceml_otel.capture.progress import DEFAULT_GROUP, CollectiveProgress, group_name
 from traceml_otel.capture.recorder import StepRecorder
 
 Warn = Callable[[str], None]
@@ -85,8 +86,15 @@ class _Nesting:
 
 def _finished(recorder: StepRecorder, token: Any, future: Any) -> Any:
     """``then`` callback: mark the collective's completion and pass its value (or error) through."""
-    recorder.collective_end(token)
+    if token is not None:
+        recorder.collective_end(token)
     return future.value()
+
+
+def _left(progress: CollectiveProgress, entry: list[Any], then: Callable[[Any], Any], future: Any) -> Any:
+    """``then`` callback: the bucket's collective is no longer in flight; then the timing callback."""
+    progress.leave(entry)
+    return then(future)
 
 
 def _completed(recorder: StepRecorder, token: Any, future: Any) -> None:
@@ -98,7 +106,8 @@ def _reduced(future: Any) -> Any:
 
 
 def _finished_reduced(recorder: StepRecorder, token: Any, future: Any) -> Any:
-    recorder.collective_end(token)
+    if token is not None:
+        recorder.collective_end(token)
     return future.value()[0]
 
 
@@ -106,8 +115,11 @@ class _GradientHookState:
     """The state DDP hands our communication hook: the hook it wraps and that hook's state."""
 
     def __init__(self, recorder: StepRecorder, nesting: _Nesting, hook: Callable[..., Any], state: Any,
-                 kind: str) -> None:
+                 kind: str, progress: CollectiveProgress | None = None, group: str = DEFAULT_GROUP) -> None:
         self.recorder = recorder
+        self.progress = progress
+        """Counts each bucket's collective on ``group`` for the hang watchdog."""
+        self.group = group
         self.nesting = nesting
         self.hook = hook
         self.state = state
@@ -120,23 +132,27 @@ class _GradientHookState:
         tensor = bucket.buffer()
         nbytes = tensor.numel() * tensor.element_size()
         token = recorder.collective_begin(self.kind, SOURCE_DDP, nbytes, False)
+        progress = self.progress
+        entry = progress.enter(self.kind, self.group, SOURCE_DDP) if progress is not None else None
         group = self.default_group
         if group is not None and not tensor.is_complex():
             # DDP's default (allreduce_hook: average, then all-reduce), straight on the process group:
             # the torch.distributed wrapper and a second ``then`` cost ~30 us per bucket here.
             tensor.div_(group.size())
             future = group.allreduce([tensor]).get_future()
-            if token is None:
-                return future.then(_reduced)
-            return future.then(functools.partial(_finished_reduced, recorder, token))
-        self.nesting.depth += 1
-        try:
-            future = self.hook(self.state, bucket)
-        finally:
-            self.nesting.depth -= 1
-        if token is None:
-            return future
-        return future.then(functools.partial(_finished, recorder, token))
+            then = _reduced if token is None else functools.partial(_finished_reduced, recorder, token)
+        else:
+            self.nesting.depth += 1
+            try:
+                future = self.hook(self.state, bucket)
+            finally:
+                self.nesting.depth -= 1
+            if token is None and entry is None:
+                return future
+            then = functools.partial(_finished, recorder, token)
+        if entry is not None:
+            then = functools.partial(_left, progress, entry, then)
+        return future.then(then)
 
 
 def timed_gradient_hook(state, bucket):
@@ -155,10 +171,12 @@ class DdpGradientTiming:
     (on a model built before ``init()``) cannot be wrapped, and its buckets are not timed (reported once).
     """
 
-    def __init__(self, recorder: StepRecorder, nesting: _Nesting, warn: Warn) -> None:
+    def __init__(self, recorder: StepRecorder, nesting: _Nesting, warn: Warn,
+                 progress: CollectiveProgress | None = None) -> None:
         self._recorder = recorder
         self._nesting = nesting
         self._warn = warn
+        self._progress = progress
         self._seen: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._warned: set[str] = set()
 
@@ -182,7 +200,8 @@ class DdpGradientTiming:
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
             group = model.process_group
-            state = _GradientHookState(self._recorder, self._nesting, allreduce_hook, group, "all_reduce")
+            state = _GradientHookState(self._recorder, self._nesting, allreduce_hook, group, "all_reduce",
+                                       self._progress, group_name(group))
             if callable(getattr(group, "allreduce", None)) and callable(getattr(group, "size", None)):
                 state.default_group = group
             model.register_comm_hook(state, timed_gradient_hook)
@@ -219,51 +238,66 @@ class DdpGradientTiming:
 class CollectiveCallPatch:
     """Times the collectives of the ``torch.distributed`` namespace called inside a step."""
 
-    def __init__(self, recorder: StepRecorder, nesting: _Nesting) -> None:
+    def __init__(self, recorder: StepRecorder, nesting: _Nesting,
+                 progress: CollectiveProgress | None = None) -> None:
         self._recorder = recorder
         self._nesting = nesting
+        self._progress = progress or CollectiveProgress()
         self._originals: dict[str, Any] = {}
 
     def _timed(self, original: Callable[..., Any], kind: str, payload: int | None, keyword: str) -> Any:
-        recorder, nesting = self._recorder, self._nesting
-        try:
-            async_index: int | None = list(inspect.signature(original).parameters).index("async_op")
-        except ValueError:
-            async_index = None
+        nesting, progress = self._nesting, self._progress
+        parameters = list(inspect.signature(original).parameters)
+        async_index = parameters.index("async_op") if "async_op" in parameters else None
+        group_index = parameters.index("group") if "group" in parameters else None
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not recorder.in_step or nesting.depth:
+            if nesting.depth:
                 return original(*args, **kwargs)
-            asynchronous = bool(kwargs.get("async_op", async_index is not None and len(args) > async_index
-                                           and args[async_index]))
-            nbytes = 0
-            if payload is not None:
-                nbytes = payload_bytes(args[payload] if len(args) > payload else kwargs.get(keyword))
-            # A blocking call on a side stream (FSDP's) overlaps compute on the device: not known exposed.
-            blocking = not asynchronous and recorder.clock.on_default_stream()
-            token = recorder.collective_begin(kind, SOURCE_API, nbytes, blocking)
-            if token is None:
-                return original(*args, **kwargs)
-            nesting.depth += 1
+            positional = group_index is not None and len(args) > group_index
+            group = kwargs.get("group", args[group_index] if positional else None)  # type: ignore[index]
+            entry = progress.enter(kind, DEFAULT_GROUP if group is None else group_name(group), SOURCE_API)
             try:
-                result = original(*args, **kwargs)
-            except BaseException:
-                recorder.collective_end(token)
-                raise
-            finally:
-                nesting.depth -= 1
-            if asynchronous and result is not None:
-                try:
-                    result.get_future().then(functools.partial(_completed, recorder, token))
-                except Exception:  # a backend without futures: the completion stays unknown
-                    pass
-            else:
-                recorder.collective_end(token)
-            return result
+                return self._call(original, kind, payload, keyword, async_index, args, kwargs)
+            finally:  # an async call's completion is not followed: its wait() is the program's
+                progress.leave(entry)
 
         timed.__traceml_original__ = original  # type: ignore[attr-defined]
         return timed
+
+    def _call(self, original: Callable[..., Any], kind: str, payload: int | None, keyword: str,
+              async_index: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run the collective, timed when inside a step."""
+        recorder, nesting = self._recorder, self._nesting
+        if not recorder.in_step:
+            return original(*args, **kwargs)
+        asynchronous = bool(kwargs.get("async_op", async_index is not None and len(args) > async_index
+                                       and args[async_index]))
+        nbytes = 0
+        if payload is not None:
+            nbytes = payload_bytes(args[payload] if len(args) > payload else kwargs.get(keyword))
+        # A blocking call on a side stream (FSDP's) overlaps compute on the device: not known exposed.
+        blocking = not asynchronous and recorder.clock.on_default_stream()
+        token = recorder.collective_begin(kind, SOURCE_API, nbytes, blocking)
+        if token is None:
+            return original(*args, **kwargs)
+        nesting.depth += 1
+        try:
+            result = original(*args, **kwargs)
+        except BaseException:
+            recorder.collective_end(token)
+            raise
+        finally:
+            nesting.depth -= 1
+        if asynchronous and result is not None:
+            try:
+                result.get_future().then(functools.partial(_completed, recorder, token))
+            except Exception:  # a backend without futures: the completion stays unknown
+                pass
+        else:
+            recorder.collective_end(token)
+        return result
 
     def install(self) -> None:
         import torch.distributed as dist
@@ -295,8 +329,10 @@ class CollectiveTiming:
 
     def __init__(self, recorder: StepRecorder, warn: Warn) -> None:
         nesting = _Nesting()
-        self.calls = CollectiveCallPatch(recorder, nesting)
-        self.ddp = DdpGradientTiming(recorder, nesting, warn)
+        self.progress = CollectiveProgress()
+        """Collectives entered per process group, and those in flight (read by the hang watchdog)."""
+        self.calls = CollectiveCallPatch(recorder, nesting, self.progress)
+        self.ddp = DdpGradientTiming(recorder, nesting, warn, self.progress)
         self._warn = warn
         self._ddp_init: Any = None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
+from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.single import run_single_process, single_process_command
 from traceml_otel.sanitize import redact_argv
@@ -49,6 +50,8 @@ class LaunchOptions:
     run_name: str | None = None
     run_id: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    hang_action: str = "report"
+    """What to do when the ranks hang: ``report`` (a line on stderr) or ``terminate`` (end the job)."""
 
 
 def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
@@ -172,17 +175,23 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
                           *options.extra_env)}
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
                        **options.extra_env, TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
+    monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
+    monitor.start()
     try:
         if single:
             code = run_single_process(options.script, options.script_args, os.environ, run_id)
         else:
             code = run_torchrun(arguments)
+        if monitor.terminated:
+            code = EXIT_HANG
     finally:
+        monitor.stop()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    ended = replace(manifest, end_time=time.time(), exit_code=code, end_status=end_status_of(code))
+    status = "hung: ended by --hang-action terminate" if monitor.terminated else end_status_of(code)
+    ended = replace(manifest, end_time=time.time(), exit_code=code, end_status=status)
     save_manifest(run_dir, ended)
     return code, run_dir

@@ -1,0 +1,191 @@
+"""Hangs named while they happen and after the job is killed: real `traceml run` jobs, 2-rank gloo.
+
+One module fixture launches every scenario at once (a 3 s hang-timeout floor) and, for each, waits
+for the launcher's live ``traceml: HANG:`` line, then ends the job the way a scheduler does: SIGTERM
+(then SIGKILL after a short grace, as Slurm or Kubernetes do, since a rank blocked inside a gloo
+collective cannot run its SIGTERM handler) or SIGKILL straight away. ``traceml analyze`` must then name
+the culprit rank and its ``file:line``. Two more jobs slow down or sit in a long ``outside_step``
+block and must finish with no hang reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "hang_train.py"
+SOURCE = SCRIPT.read_text().splitlines()
+LIVE_DEADLINE_S = 120.0  # generous: 2 shared cores start a dozen torch processes at once
+GRACE_S = 6.0
+
+
+def marker_line(marker: str) -> int:
+    """The line of ``hang_train.py`` carrying ``# MARKER``."""
+    return next(number for number, text in enumerate(SOURCE, 1) if f"# {marker}" in text)
+
+
+@dataclass
+class Scenario:
+    name: str
+    nproc: int
+    kill: str  # "term" or "kill"
+    culprit: int
+    marker: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    stderr: str = ""
+    live_line: str = ""
+    live_after_s: float | None = None
+    runs: Path | None = None
+
+
+SCENARIOS = [
+    Scenario("sleep", 2, "term", 1, "HANG-SLEEP"),
+    Scenario("broadcast", 2, "kill", 1, "HANG-BROADCAST"),
+    Scenario("spin", 2, "kill", 1, "HANG-SPIN"),
+    Scenario("cread", 2, "term", 1, "HANG-CREAD"),
+    Scenario("loader", 1, "term", 0, "HANG-WORKER"),
+    Scenario("generator", 1, "kill", 0, "HANG-GENERATOR"),
+]
+HEALTHY = [
+    Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
+    Scenario("evaluation", 1, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
+]
+
+
+def _env(runs: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(runs), PYTHONUNBUFFERED="1", TRACEML_HANG_TIMEOUT_S="3",
+               TRACEML_SHUTDOWN_TIMEOUT_S="3", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _start(scenario: Scenario, root: Path) -> None:
+    scenario.runs = root / scenario.name
+    command = [sys.executable, "-m", "traceml_otel.cli", "run", "--nproc-per-node", str(scenario.nproc),
+               "--no-report", str(SCRIPT), scenario.name]
+    scenario.process = subprocess.Popen(
+        command, env=_env(scenario.runs, scenario.extra_env), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    os.set_blocking(scenario.process.stderr.fileno(), False)
+
+
+def _read_stderr(scenario: Scenario) -> None:
+    try:
+        chunk = scenario.process.stderr.read()
+    except (OSError, TypeError):
+        chunk = None
+    if chunk:
+        scenario.stderr += chunk
+
+
+def _end(scenario: Scenario) -> None:
+    group = scenario.process.pid
+    if scenario.kill == "term":
+        os.killpg(group, signal.SIGTERM)
+        try:
+            scenario.process.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    scenario.process.wait(timeout=30)
+    _read_stderr(scenario)
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
+    root = tmp_path_factory.mktemp("hangs")
+    for scenario in [*SCENARIOS, *HEALTHY]:
+        _start(scenario, root)
+    started = time.monotonic()
+    pending = list(SCENARIOS)
+    try:
+        while pending and time.monotonic() - started < LIVE_DEADLINE_S:
+            time.sleep(0.5)
+            for scenario in list(pending):
+                _read_stderr(scenario)
+                found = re.search(r"^traceml: HANG: .*$", scenario.stderr, re.MULTILINE)
+                if found or scenario.process.poll() is not None:
+                    scenario.live_line = found.group(0) if found else ""
+                    scenario.live_after_s = time.monotonic() - started
+                    pending.remove(scenario)
+                    _end(scenario)
+        for scenario in HEALTHY:
+            scenario.process.wait(timeout=max(1.0, LIVE_DEADLINE_S - (time.monotonic() - started)))
+            _read_stderr(scenario)
+    finally:
+        for scenario in [*SCENARIOS, *HEALTHY]:
+            if scenario.process.poll() is None:
+                os.killpg(scenario.process.pid, signal.SIGKILL)
+                scenario.process.wait()
+    return {scenario.name: scenario for scenario in [*SCENARIOS, *HEALTHY]}
+
+
+def _analyze(runs: Path, fmt: str) -> str:
+    (run_dir,) = runs.iterdir()
+    command = [sys.executable, "-m", "traceml_otel.cli", "analyze", str(run_dir), "--format", fmt]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode in (0, 1, 3), result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
+def test_the_launcher_names_the_culprit_and_its_line_while_the_job_hangs(jobs, name) -> None:
+    scenario = jobs[name]
+    where = f"hang_train.py:{marker_line(scenario.marker)}"
+    assert scenario.live_line, f"no live HANG line; stderr:\n{scenario.stderr[-3000:]}"
+    live = scenario.live_line
+    assert f"rank {scenario.culprit} " in live and where in live, live
+    if scenario.nproc == 2 and name != "broadcast":
+        assert "rank 0 waits in all_reduce #" in live and "(DDP gradient sync)" in live, live
+
+
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
+def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
+    scenario = jobs[name]
+    where = f"hang_train.py:{marker_line(scenario.marker)}"
+    report = json.loads(_analyze(scenario.runs, "json"))
+    hang = next(f for f in report["run_findings"] if f["kind"] == "HANG")
+    evidence = {e["name"]: e["value"] for e in hang["evidence"]}
+    if name == "broadcast":  # a mismatch of two ranks: neither side is the majority, both are named
+        assert evidence["culprit_ranks"] == "[0, 1]" and where in hang["why"], hang
+    else:
+        assert evidence["culprit_rank"] == scenario.culprit and evidence["location"] == where, hang
+    if scenario.nproc == 2 and name != "broadcast":
+        assert evidence["waiting_ranks"] == "[0]", hang
+    failed = [f for f in report["run_findings"] if f["kind"] == "RUN_FAILED"]
+    for finding in failed:  # never blames the rank that only waited
+        blamed = {e["name"]: e["value"] for e in finding["evidence"]}.get("failed_rank")
+        assert blamed in (None, scenario.culprit), finding
+    text = _analyze(scenario.runs, "text")
+    assert "HANG" in text and where in text
+
+
+def test_a_mismatch_names_both_calls_and_html_shows_the_hang(jobs) -> None:
+    scenario = jobs["broadcast"]
+    assert "collective mismatch" in scenario.live_line
+    assert f"hang_train.py:{marker_line('HANG-ALLREDUCE')}" in scenario.live_line  # rank 0's side of it
+    html = _analyze(scenario.runs, "html")
+    assert "HANG" in html and f"hang_train.py:{marker_line('HANG-BROADCAST')}" in html
+
+
+@pytest.mark.parametrize("name", [s.name for s in HEALTHY])
+def test_slow_but_moving_steps_and_long_outside_step_work_are_no_hang(jobs, name) -> None:
+    scenario = jobs[name]
+    assert scenario.process.returncode == 0, scenario.stderr[-3000:]
+    assert "HANG" not in scenario.stderr and "no progress" not in scenario.stderr
+    (run_dir,) = scenario.runs.iterdir()
+    assert not list(run_dir.glob("rank-*.hang.json"))
