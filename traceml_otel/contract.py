@@ -24,6 +24,13 @@ PHASE_SPAN_NAMES = {phase: f"traceml.{phase}" for phase in PHASES}
 SPAN_NAME_TO_PHASE = {name: phase for phase, name in PHASE_SPAN_NAMES.items()}
 
 SPAN_COLLECTIVE = "traceml.collective"
+SPAN_HANG = "traceml.hang"
+"""One rank's hang, once per hang, in the trace of the step it hung in (see ``docs/hangs.md``)."""
+ATTR_HANG_LOCATION = "traceml.hang.location"
+ATTR_HANG_CODE = "traceml.hang.code"
+ATTR_HANG_COLLECTIVE = "traceml.hang.collective"
+ATTR_HANG_STALLED = "traceml.hang.stalled"
+ATTR_HANG_STACKS = "traceml.hang.stacks"
 """Collectives of one step, one span per (source, kind): a bounded number per step, never one per call."""
 
 # --- attributes on every traceml span ---------------------------------------
@@ -122,6 +129,9 @@ METRIC_LAST_STEP_TIMESTAMP = "traceml.step.last_timestamp"
 """Unix time at which the last step ended (run liveness)."""
 METRIC_RUN_ENDED = "traceml.run.ended"
 """0 while the rank runs, 1 once it ended cleanly (the clean-end marker)."""
+METRIC_PROGRESS_STALLED = "traceml.progress.stalled"
+"""Seconds this rank has made no progress, once its hang watchdog saw a hang (0 otherwise); its
+``traceml.phase.name`` attribute says where it is: ``collective`` (waiting for others) or another phase."""
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
 METRIC_SAMPLES = "traceml.samples"

@@ -88,6 +88,8 @@ class LiveState:
         self.ended = 0
         self.cuda_device: str = ""
         self.gpu_uuid: str = ""
+        self.stalled: Callable[[], tuple[float, str]] = lambda: (0.0, "none")
+        """Seconds without progress and the phase, from the rank's hang record (emit/hang_events.py)."""
 
     def info_labels(self) -> dict[str, str]:
         """Label values of the info series (Prometheus names, without run id and rank)."""
@@ -192,6 +194,10 @@ class StepMetrics:
         meter.create_observable_gauge(
             c.METRIC_RANK_INFO, [self._observe_info], description="Always 1; labels describe the rank",
         )
+        meter.create_observable_gauge(
+            c.METRIC_PROGRESS_STALLED, [self._observe_stalled], unit="s",
+            description="Seconds without progress once a hang was seen (0 otherwise), with the phase",
+        )
 
     def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
@@ -285,6 +291,10 @@ class StepMetrics:
 
     def _observe_ended(self, options: CallbackOptions) -> Iterable[Observation]:
         return self._one(self.state.ended)
+
+    def _observe_stalled(self, options: CallbackOptions) -> Iterable[Observation]:
+        seconds, phase = self.state.stalled()
+        return [Observation(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase})]
 
     def _observe_info(self, options: CallbackOptions) -> Iterable[Observation]:
         info = {
@@ -414,6 +424,12 @@ class PrometheusStepMetrics:
         gauge("traceml_step_last_timestamp_seconds", "Unix time at which the last step ended",
               state.last_step_end_s)
         gauge("traceml_run_ended", "1 once this rank ended cleanly, else 0", state.ended)
+        seconds, phase = state.stalled()
+        stalled = GaugeMetricFamily("traceml_progress_stalled_seconds",
+                                    "Seconds without progress once a hang was seen (0 otherwise)",
+                                    labels=[*keys, "traceml_phase_name"])
+        stalled.add_metric([*values, phase], seconds)
+        families.append(stalled)
         info_labels = state.info_labels()
         info = GaugeMetricFamily("traceml_rank_info", "Always 1; labels describe the rank",
                                  labels=[*keys, *info_labels])

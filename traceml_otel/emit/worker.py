@@ -35,6 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.hang_events import HangRecordWatch
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
 from traceml_otel.emit.span_export import (
@@ -138,6 +139,10 @@ class Emitter:
             except Exception as error:
                 self.disable("OTLP span export", f"the exporter could not start ({_describe(error)})")
         self.metrics: StepMetrics | None = self._start_metrics(hello, resource, rank)
+        run_dir = Path(hello.run_dir) if hello.run_dir else None
+        self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
+        if self.hang_watch is not None and self.metrics is not None:
+            self.metrics.state.stalled = self.hang_watch.state.stalled
         self.write_stats()
 
     def _start_metrics(self, hello: Hello, resource: Resource, rank: RankInfo) -> StepMetrics | None:
@@ -166,6 +171,22 @@ class Emitter:
         with self._counts_lock:  # counts move between shipper, skipped and stats: never twice, never lost
             live = self.shipper.counts.dropped if self.shipper is not None else 0
             return self.stats.otlp_dropped + live + sum(self._export_skipped.values())
+
+    def poll_hang(self) -> None:
+        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP)."""
+        span = self.hang_watch.poll() if self.hang_watch is not None else None
+        if span is None:
+            return
+        if self.local is not None:
+            try:
+                self.local.write([span])
+            except OSError as error:
+                self._local_failed(error)
+        if self.shipper is not None:
+            try:
+                self.shipper.offer([span])
+            except Exception as error:
+                self.warn(f"the hang span could not be offered to OTLP ({_describe(error)})")
 
     def handle_device(self, frame: dict[str, Any]) -> None:
         """The trainer reported its CUDA device (index, UUID) for the info series."""
@@ -472,6 +493,8 @@ class PipeSession:
                 self._end("trainer exited without shutdown (killed?)", 0, False, None)
                 return
             idle = not select.select([self.fd], [], [], 0)[0]
+            if idle:
+                emitter.poll_hang()
             if idle and emitter.has_export_work and (stop is None or not stop.is_set()):
                 emitter.export_next()
                 continue

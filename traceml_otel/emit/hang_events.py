@@ -1,0 +1,97 @@
+"""The emitter's side of a hang: the rank's hang record becomes a span and a live metric.
+
+The training process's watchdog (:mod:`traceml_otel.capture.watchdog`) writes ``rank-R.hang.json``
+into the run folder. The emitter looks at that file at most once a second while it is idle (one
+``stat``), and when it changes:
+
+- a first ``hung`` record becomes one ``traceml.hang`` span (in the trace of the step it hung in,
+  with the phase, ``file:line``, the collective waited in and the training thread's stack), written
+  to the local copy and offered to OTLP like the step spans;
+- ``traceml.progress.stalled`` reports the seconds without progress and the phase, and drops back
+  to 0 when the record says ``resolved``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from traceml_otel import contract as c
+from traceml_otel.emit.spans import SpanData
+from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord, read_hang_record
+
+POLL_S = 1.0
+MAX_STACKS_CHARS = 16_000
+
+
+class HangState:
+    """What the live metric reads: progress time lost and the phase, or 0 when not hung."""
+
+    def __init__(self) -> None:
+        self.record: HangRecord | None = None
+
+    def stalled(self) -> tuple[float, str]:
+        """(seconds without progress, phase) now; ``(0.0, "none")`` when this rank is not hung."""
+        record = self.record
+        if record is None or record.state != STATE_HUNG:
+            return 0.0, "none"
+        return max(0.0, time.time() - record.written_at + record.stalled_s), record.phase
+
+
+def hang_span(record: HangRecord, run_id: str) -> SpanData:
+    """The ``traceml.hang`` span of a record: from the last progress to when the hang was written."""
+    end_ns = int(record.written_at * 1e9)
+    start_ns = end_ns - int(record.stalled_s * 1e9)
+    main = next((t for t in record.threads if t.main), None)
+    stack = "\n".join(f"{f.file}:{f.line} in {f.function}: {f.code}" for f in (main.frames if main else ()))
+    call = record.collective
+    attributes: dict[str, object] = {
+        c.ATTR_RUN_ID: run_id, c.ATTR_RANK: record.rank, c.ATTR_STEP: record.step,
+        c.ATTR_PHASE_NAME: record.phase, c.ATTR_HANG_STALLED: round(record.stalled_s, 3),
+        c.ATTR_HANG_STACKS: stack[-MAX_STACKS_CHARS:],
+    }
+    if record.location is not None:
+        attributes[c.ATTR_HANG_LOCATION] = f"{record.location.file}:{record.location.line}"
+        attributes[c.ATTR_HANG_CODE] = record.location.code
+    if call is not None:
+        attributes[c.ATTR_HANG_COLLECTIVE] = f"{call.kind} #{call.seq} group {call.group} ({call.source})"
+    trace_id = c.step_trace_id(run_id, record.step)
+    span_id = (trace_id ^ (0x48414E47 << 32) ^ record.rank) & ((1 << 64) - 1) or 1
+    return SpanData(c.SPAN_HANG, trace_id, span_id, None, start_ns, end_ns, attributes, error="hang")
+
+
+class HangRecordWatch:
+    """Watches one rank's ``rank-R.hang.json``; :meth:`poll` returns a span for a new hang."""
+
+    def __init__(self, run_dir: Path, rank: int, run_id: str) -> None:
+        self.path = Path(run_dir) / c.hang_file_name(rank)
+        self.run_id = run_id
+        self.state = HangState()
+        self._seen: tuple[int, int] | None = None
+        self._spanned: float | None = None
+        self._next = 0.0
+
+    def poll(self) -> SpanData | None:
+        """Re-read the record when it changed (at most every :data:`POLL_S`); a span for each new hang."""
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + POLL_S
+        try:
+            stat = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        key = (stat.st_mtime_ns, stat.st_size)
+        if key == self._seen:
+            return None
+        self._seen = key
+        try:
+            record = read_hang_record(self.path)
+        except ValueError:
+            return None
+        self.state.record = record
+        if record.state == STATE_HUNG and record.detected_at != self._spanned:
+            self._spanned = record.detected_at
+            return hang_span(record, self.run_id)
+        return None
