@@ -78,8 +78,8 @@ def test_selector_reaches_every_metric_selector_in_rules_and_dashboard() -> None
     assert '{job="otelcol",__name__=~' in collector["expr"]
     # the query inside the stall alert's description is scoped too
     (stalled,) = [r for r in rules_of(files) if r.get("alert") == "TraceMLTrainingStalled"]
-    assert 'traceml_step_last_timestamp_seconds{namespace="ml-prod",cluster=~"eu-.*",traceml_run_id=%q}' in (
-        stalled["annotations"]["description"])
+    assert ('traceml_progress_stalled_seconds{namespace="ml-prod",cluster=~"eu-.*",traceml_run_id=%q,'
+            'traceml_phase_name!~"collective|none"}') in stalled["annotations"]["description"]
 
 
 def test_default_selector_leaves_no_empty_matchers() -> None:
