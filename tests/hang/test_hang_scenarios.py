@@ -37,15 +37,20 @@ def marker_line(marker: str) -> int:
 class Scenario:
     name: str
     nproc: int
-    kill: str  # "term" or "kill"
+    kill: str  # "term", "kill", or "wait" (the job ends itself: --hang-action terminate)
     culprit: int
     marker: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
     stderr: str = ""
     live_line: str = ""
     live_after_s: float | None = None
     runs: Path | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.nproc}"
 
 
 SCENARIOS = [
@@ -55,6 +60,8 @@ SCENARIOS = [
     Scenario("cread", 2, "term", 1, "HANG-CREAD"),
     Scenario("loader", 1, "term", 0, "HANG-WORKER"),
     Scenario("generator", 1, "kill", 0, "HANG-GENERATOR"),
+    Scenario("cspin", 1, "kill", 0, "HANG-CSPIN"),  # C code holding the GIL: faulthandler's dump
+    Scenario("cread", 1, "wait", 0, "HANG-CREAD", args=("--hang-action", "terminate")),
 ]
 HEALTHY = [
     Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
@@ -70,9 +77,9 @@ def _env(runs: Path, extra: dict[str, str]) -> dict[str, str]:
 
 
 def _start(scenario: Scenario, root: Path) -> None:
-    scenario.runs = root / scenario.name
+    scenario.runs = root / scenario.key
     command = [sys.executable, "-m", "traceml_otel.cli", "run", "--nproc-per-node", str(scenario.nproc),
-               "--no-report", str(SCRIPT), scenario.name]
+               "--no-report", *scenario.args, str(SCRIPT), scenario.name]
     scenario.process = subprocess.Popen(
         command, env=_env(scenario.runs, scenario.extra_env), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -91,6 +98,11 @@ def _read_stderr(scenario: Scenario) -> None:
 
 def _end(scenario: Scenario) -> None:
     group = scenario.process.pid
+    if scenario.kill == "wait":
+        try:
+            scenario.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
     if scenario.kill == "term":
         os.killpg(group, signal.SIGTERM)
         try:
@@ -131,7 +143,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
             if scenario.process.poll() is None:
                 os.killpg(scenario.process.pid, signal.SIGKILL)
                 scenario.process.wait()
-    return {scenario.name: scenario for scenario in [*SCENARIOS, *HEALTHY]}
+    return {scenario.key: scenario for scenario in [*SCENARIOS, *HEALTHY]}
+
 
 
 def _analyze(runs: Path, fmt: str) -> str:
@@ -142,29 +155,29 @@ def _analyze(runs: Path, fmt: str) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
+@pytest.mark.parametrize("name", [s.key for s in SCENARIOS])
 def test_the_launcher_names_the_culprit_and_its_line_while_the_job_hangs(jobs, name) -> None:
     scenario = jobs[name]
     where = f"hang_train.py:{marker_line(scenario.marker)}"
     assert scenario.live_line, f"no live HANG line; stderr:\n{scenario.stderr[-3000:]}"
     live = scenario.live_line
     assert f"rank {scenario.culprit} " in live and where in live, live
-    if scenario.nproc == 2 and name != "broadcast":
+    if scenario.nproc == 2 and scenario.name != "broadcast":
         assert "rank 0 waits in all_reduce #" in live and "(DDP gradient sync)" in live, live
 
 
-@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
+@pytest.mark.parametrize("name", [s.key for s in SCENARIOS])
 def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
     scenario = jobs[name]
     where = f"hang_train.py:{marker_line(scenario.marker)}"
     report = json.loads(_analyze(scenario.runs, "json"))
     hang = next(f for f in report["run_findings"] if f["kind"] == "HANG")
     evidence = {e["name"]: e["value"] for e in hang["evidence"]}
-    if name == "broadcast":  # a mismatch of two ranks: neither side is the majority, both are named
+    if scenario.name == "broadcast":  # a mismatch of two ranks: neither side is the majority, both are named
         assert evidence["culprit_ranks"] == "[0, 1]" and where in hang["why"], hang
     else:
         assert evidence["culprit_rank"] == scenario.culprit and evidence["location"] == where, hang
-    if scenario.nproc == 2 and name != "broadcast":
+    if scenario.nproc == 2 and scenario.name != "broadcast":
         assert evidence["waiting_ranks"] == "[0]", hang
     failed = [f for f in report["run_findings"] if f["kind"] == "RUN_FAILED"]
     for finding in failed:  # never blames the rank that only waited
@@ -175,17 +188,34 @@ def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
 
 
 def test_a_mismatch_names_both_calls_and_html_shows_the_hang(jobs) -> None:
-    scenario = jobs["broadcast"]
+    scenario = jobs["broadcast-2"]
     assert "collective mismatch" in scenario.live_line
     assert f"hang_train.py:{marker_line('HANG-ALLREDUCE')}" in scenario.live_line  # rank 0's side of it
     html = _analyze(scenario.runs, "html")
     assert "HANG" in html and f"hang_train.py:{marker_line('HANG-BROADCAST')}" in html
 
 
-@pytest.mark.parametrize("name", [s.name for s in HEALTHY])
+@pytest.mark.parametrize("name", [s.key for s in HEALTHY])
 def test_slow_but_moving_steps_and_long_outside_step_work_are_no_hang(jobs, name) -> None:
     scenario = jobs[name]
     assert scenario.process.returncode == 0, scenario.stderr[-3000:]
     assert "HANG" not in scenario.stderr and "no progress" not in scenario.stderr
     (run_dir,) = scenario.runs.iterdir()
     assert not list(run_dir.glob("rank-*.hang.json"))
+
+
+def test_hang_action_terminate_ends_the_job_with_its_exit_code_once_the_record_is_written(jobs) -> None:
+    scenario = jobs["cread-1"]
+    assert scenario.process.returncode == 75, scenario.stderr[-3000:]
+    assert "--hang-action terminate: ending the job (exit code 75)" in scenario.stderr
+    (run_dir,) = scenario.runs.iterdir()
+    record = json.loads((run_dir / "rank-0.hang.json").read_text())
+    assert record["state"] == "hung" and record["location"]["line"] == marker_line("HANG-CREAD")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 75 and "hang-action terminate" in manifest["end_status"]
+
+
+def test_a_c_loop_holding_the_gil_is_named_from_faulthandlers_dump(jobs) -> None:
+    (run_dir,) = jobs["cspin-1"].runs.iterdir()
+    assert not (run_dir / "rank-0.hang.json").exists()  # the watchdog thread never ran
+    assert "Timeout (" in (run_dir / "rank-0.hang-traceback.txt").read_text()

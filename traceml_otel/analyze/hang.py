@@ -13,6 +13,7 @@ finding), which also keeps ``RUN_FAILED`` from blaming a rank that was only wait
 
 from __future__ import annotations
 
+import linecache
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -20,10 +21,16 @@ from pathlib import Path
 
 from traceml_otel.analyze.findings import Evidence, Finding
 from traceml_otel.analyze.kinds import RunKind, Severity
-from traceml_otel.contract import hang_file_name, rank_of_file
+from traceml_otel.contract import hang_file_name, hang_traceback_file_name, rank_of_file
 from traceml_otel.sanitize import strip_control
 from traceml_otel.wire._json import RecordError
-from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord, read_hang_record
+from traceml_otel.wire.hang_record import (
+    SOURCE_FAULTHANDLER,
+    STATE_HUNG,
+    HangRecord,
+    parse_faulthandler,
+    read_hang_record,
+)
 
 MAX_RECORDS = 4096
 """Hang records read from one run folder (more are counted, not read)."""
@@ -31,6 +38,8 @@ MAX_NAMED = 8
 """Culprit and waiting ranks named in a sentence; more are counted."""
 
 HANG_KIND = "HANG"
+MAX_TRACEBACK_BYTES = 256 * 1024
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/traceml_otel/", "<frozen")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,31 +56,76 @@ class HangVerdict:
     """Ranks of the world that wrote no record at all."""
 
 
+def hang_file_names(run_dir: Path) -> list[str]:
+    """Names of the hang records and faulthandler dumps in ``run_dir`` (bounded)."""
+    names = sorted(entry.name for entry in os.scandir(run_dir)
+                   if entry.name.endswith((".hang.json", ".hang-traceback.txt")))
+    return names[:2 * MAX_RECORDS]
+
+
 def read_hang_records(run_dir: Path) -> tuple[list[HangRecord], list[str]]:
-    """Every ``rank-R.hang.json`` in ``run_dir`` (bounded); problems are returned, never raised."""
-    records: list[HangRecord] = []
+    """Every rank's hang record in ``run_dir`` (bounded); problems are returned, never raised.
+
+    A rank whose watchdog thread could not run (C code holding the GIL) has no ``rank-R.hang.json``
+    but a ``rank-R.hang-traceback.txt`` from ``faulthandler``; it is read as a record with phase
+    ``unknown``.
+    """
+    records: dict[int, HangRecord] = {}
     problems: list[str] = []
     try:
-        names = sorted(entry.name for entry in os.scandir(run_dir) if entry.name.endswith(".hang.json"))
+        names = hang_file_names(run_dir)
     except OSError as error:
         return [], [f"{run_dir}: cannot list hang records ({type(error).__name__})"]
-    for name in names[:MAX_RECORDS]:
-        if rank_of_file(name, hang_file_name) is None:
+    for name in names:
+        rank = rank_of_file(name, hang_file_name)
+        if rank is None:
             continue
         try:
-            records.append(read_hang_record(Path(run_dir) / name))
+            records[rank] = read_hang_record(Path(run_dir) / name)
         except (RecordError, ValueError) as error:
             problems.append(f"{name}: {error}")
-    if len(names) > MAX_RECORDS:
-        problems.append(f"{len(names) - MAX_RECORDS} more hang records were not read")
-    return records, problems
+    for name in names:
+        rank = rank_of_file(name, hang_traceback_file_name)
+        if rank is None or rank in records:
+            continue
+        record = _faulthandler_record(Path(run_dir) / name, rank)
+        if record is not None:
+            records[rank] = record
+    return [records[rank] for rank in sorted(records)], problems
+
+
+def _faulthandler_record(path: Path, rank: int) -> HangRecord | None:
+    """A hang record from a ``faulthandler`` dump (read bounded; ``None`` when empty or unreadable)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - MAX_TRACEBACK_BYTES))
+            text = handle.read(MAX_TRACEBACK_BYTES).decode("utf-8", "replace")
+            modified = os.fstat(handle.fileno()).st_mtime
+    except OSError:
+        return None
+    threads = parse_faulthandler(text)
+    main = next((t for t in threads if t.main), threads[0] if threads else None)
+    if main is None:
+        return None
+    own = [f for f in main.frames if not any(part in f.file for part in _LIBRARY_PARTS)]
+    location = own[-1] if own else main.frames[-1] if main.frames else None
+    return HangRecord(
+        rank=rank, world_size=1, run_id="", state=STATE_HUNG, stalled_s=0.0, timeout_s=0.0, step=0,
+        in_step=False, phase="unknown", location=location, threads=threads, written_at=modified,
+        source=SOURCE_FAULTHANDLER, note="holding the GIL (its watchdog thread could not run)",
+    )
 
 
 def _code(record: HangRecord) -> str:
     frame = record.location
     if frame is None:
         return ""
-    shown = frame.code.split("  #", 1)[0].strip() or f"{frame.function}()"
+    code = frame.code
+    if not code and record.source == SOURCE_FAULTHANDLER and frame.file.endswith(".py"):
+        code = linecache.getline(frame.file, frame.line)  # a faulthandler dump has no source lines
+    shown = code.split("  #", 1)[0].strip() or f"{frame.function}()"
     return strip_control(shown)[:80]
 
 
@@ -93,6 +147,8 @@ def _doing(record: HangRecord) -> str:
         return f"in step {step}" if record.in_step else f"after step {step - 1}"
     if record.phase == "between steps":
         return f"between steps {step - 1} and {step}" if step > 0 else "before its first step"
+    if record.source == SOURCE_FAULTHANDLER:
+        return "(step unknown: faulthandler dump)"
     return f"at step {step}"
 
 
@@ -115,7 +171,7 @@ def describe_culprit(record: HangRecord) -> str:
     if record.collective is not None:
         what = _collective_text(record)
         return f"rank {record.rank} entered {what} at {_where(record)}{code_text} {_doing(record)}"
-    inside = f" {strip_control(record.note)[:60]}" if record.note else ""
+    inside = f" {strip_control(record.note)[:80]}" if record.note else ""
     return f"rank {record.rank} is stuck in user code at {_where(record)}{code_text}{inside} {_doing(record)}"
 
 

@@ -208,6 +208,7 @@ class HangWatchdog:
                     beat, last_ns = current, now_ns
                     if self.hang is not None:
                         self._resolve()
+                    self._clear_fallback_dump()
                     self._arm_fallback()
                     continue
                 self._arm_fallback()
@@ -223,6 +224,13 @@ class HangWatchdog:
             except Exception as error:  # the watchdog must never take training down
                 self._warn(f"rank {self.rank}: hang watchdog stopped: {type(error).__name__}: {error}")
                 return
+
+    def _clear_fallback_dump(self) -> None:
+        """Steps move again: a faulthandler dump of an earlier GIL hold is no hang any more."""
+        handle = self._traceback_file
+        if handle is not None and handle.tell() > 0:
+            handle.seek(0)
+            handle.truncate()
 
     def _arm_fallback(self) -> None:
         if self._traceback_file is not None and not self._stop.is_set():

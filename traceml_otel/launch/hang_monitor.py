@@ -18,11 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from traceml_otel.analyze.hang import HangVerdict, combine
-from traceml_otel.contract import hang_file_name, rank_of_file
+from traceml_otel.analyze.hang import HangVerdict, combine, hang_file_names, read_hang_records
 from traceml_otel.sanitize import strip_control
-from traceml_otel.wire._json import RecordError
-from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord, read_hang_record
+from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord
 
 HANG_ACTIONS = ("report", "terminate")
 EXIT_HANG = 75
@@ -68,26 +66,23 @@ class HangMonitor:
                 return
 
     def _read(self) -> None:
+        """Re-read the records when a hang file appeared or changed (one listing and a stat each)."""
         try:
-            entries = list(os.scandir(self.run_dir))
+            names = hang_file_names(self.run_dir)
         except OSError:
             return
-        for entry in entries:
-            rank = rank_of_file(entry.name, hang_file_name)
-            if rank is None:
-                continue
+        seen: dict[str, tuple[int, int]] = {}
+        for name in names:
             try:
-                stat = entry.stat(follow_symlinks=False)
+                stat = os.stat(self.run_dir / name, follow_symlinks=False)
             except OSError:
                 continue
-            key = (stat.st_mtime_ns, stat.st_size)
-            if self._seen.get(entry.name) == key:
-                continue
-            self._seen[entry.name] = key
-            try:
-                self._records[rank] = read_hang_record(Path(entry.path))
-            except (RecordError, ValueError):
-                continue
+            seen[name] = (stat.st_mtime_ns, stat.st_size)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        records, _problems = read_hang_records(self.run_dir)
+        self._records = {record.rank: record for record in records}
 
     def poll(self) -> None:
         """Read new records and print what changed (called once a second by the thread)."""

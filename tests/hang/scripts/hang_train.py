@@ -2,7 +2,8 @@
 
 Scenarios (rank 1 misbehaves in 2-rank jobs; rank 0 in a single process):
 ``sleep`` (user code, time.sleep, before the forward), ``spin`` (pure-Python loop holding the GIL),
-``cread`` (a C call that released the GIL: a read on a pipe nobody writes), ``extra`` (one extra
+``cread`` (a C call that released the GIL: a read on a pipe nobody writes), ``cspin`` (a C loop
+that never releases the GIL: ``sum(range(...))``), ``extra`` (one extra
 all_reduce), ``broadcast`` (a broadcast where the other rank calls all_reduce), ``loader`` (a
 DataLoader worker blocks, num_workers=2), ``generator`` (the batch generator blocks), ``slowing``
 (steps slow down, never hang), ``evaluation`` (a long outside_step block, never a hang).
@@ -33,6 +34,10 @@ def spin_holding_the_gil():
     total = 0
     while True:  # HANG-SPIN
         total += 1
+
+
+def c_loop_holding_the_gil():
+    return sum(range(10**14))  # HANG-CSPIN
 
 
 def blocked_in_c_call():
@@ -84,6 +89,8 @@ def main():
                     stuck_in_user_code()
                 elif SCENARIO == "spin":
                     spin_holding_the_gil()
+                elif SCENARIO == "cspin":
+                    c_loop_holding_the_gil()
                 elif SCENARIO == "cread":
                     blocked_in_c_call()
                 elif SCENARIO == "extra":
