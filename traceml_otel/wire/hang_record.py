@@ -6,7 +6,8 @@ lasts, and marks it ``resolved`` when steps move again. The launcher's hang moni
 analyzer read it (:mod:`traceml_otel.analyze.hang` combines the ranks' records into one verdict).
 
 Every field is bounded: at most :data:`MAX_THREADS` threads of :data:`MAX_FRAMES` frames each, and
-strings cut at :data:`MAX_TEXT` characters, so a record stays well under the 1 MiB read limit.
+strings cut at :data:`MAX_TEXT` characters (function names at 100), so a record stays under the
+1 MiB read limit (about 700 KB at worst; a few KiB usually).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from traceml_otel.wire._json import as_float, as_int, as_str, as_version, read_j
 HANG_RECORD_VERSION = 1
 MAX_THREADS = 32
 MAX_FRAMES = 40
-MAX_TEXT = 300
+MAX_TEXT = 200
 MAX_GROUPS = 16
 
 STATE_HUNG = "hung"
@@ -114,7 +115,7 @@ def _text(value: str) -> str:
 def _frame_json(frame: StackFrame | None) -> dict[str, Any] | None:
     if frame is None:
         return None
-    return {"file": _text(frame.file), "line": frame.line, "function": _text(frame.function),
+    return {"file": _text(frame.file), "line": frame.line, "function": frame.function[:100],
             "code": _text(frame.code)}
 
 

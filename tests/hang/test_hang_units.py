@@ -1,0 +1,160 @@
+"""The pieces of hang detection in one process: records, the verdict, the watchdog, the monitor."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.capture.list_sink import ListSink
+from traceml_otel.analyze.hang import combine, read_hang_records
+from traceml_otel.capture.progress import CollectiveProgress
+from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.capture.watchdog import HangWatchdog
+from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
+from traceml_otel.wire.hang_record import (
+    MAX_FRAMES,
+    STATE_RESOLVED,
+    HangRecord,
+    OpenCollective,
+    StackFrame,
+    ThreadStack,
+    decode_hang_record,
+    encode_hang_record,
+    parse_faulthandler,
+    write_hang_record,
+)
+
+
+def record(rank: int, *, collective: OpenCollective | None = None, entered: int = 0, line: int = 10,
+           phase: str = "step", world: int = 2) -> HangRecord:
+    return HangRecord(
+        rank=rank, world_size=world, run_id="r", state="hung", stalled_s=62.0, timeout_s=60.0, step=40,
+        in_step=True, phase="collective" if collective else phase, collective=collective,
+        entered={"default": entered}, location=StackFrame("/home/u/train.py", line, "main", "time.sleep(9)"),
+    )
+
+
+def waits(seq: int, kind: str = "all_reduce", source: str = "ddp") -> OpenCollective:
+    return OpenCollective(kind, "default", seq, source, 62.0)
+
+
+def test_the_rank_that_never_entered_the_collective_is_the_culprit() -> None:
+    verdict = combine([record(0, collective=waits(81), entered=81), record(1, entered=80, line=23)])
+    assert verdict is not None and verdict.culprits == (1,) and verdict.waiting == (0,)
+    assert verdict.sentence == ("rank 1 is stuck in user code at train.py:23 (time.sleep(9)) in step 40 "
+                                "before its forward; "
+                                "rank 0 waits in all_reduce #81 (DDP gradient sync) for 62 s")
+
+
+def test_a_minority_in_another_collective_is_the_culprit_of_a_mismatch() -> None:
+    records = [record(r, collective=waits(7), entered=7) for r in (0, 1, 3)]
+    records.append(record(2, collective=waits(7, "broadcast", "api"), entered=7, line=88))
+    verdict = combine(records)
+    assert verdict.mismatch and verdict.culprits == (2,) and verdict.waiting == (0, 1, 3)
+    assert "rank 2 entered broadcast #7 at train.py:88" in verdict.sentence
+
+
+def test_ranks_without_a_record_are_named_when_the_others_wait() -> None:
+    verdict = combine([record(0, collective=waits(5), entered=5, world=4)])
+    assert verdict.culprits == () and verdict.missing == (1, 2, 3)
+    assert "ranks 1, 2, 3 wrote no hang record" in verdict.sentence
+
+
+def test_resolved_records_give_no_verdict() -> None:
+    from dataclasses import replace
+
+    assert combine([replace(record(0), state=STATE_RESOLVED)]) is None
+
+
+def test_a_record_survives_the_round_trip_and_stays_bounded(tmp_path: Path) -> None:
+    frames = tuple(StackFrame("/" + "d" * 999, i, "f" * 999, "c" * 999) for i in range(100))
+    big = HangRecord(rank=3, world_size=4, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0, step=1,
+                     in_step=False, phase="input",
+                     threads=tuple(ThreadStack(f"t{i}", i == 0, frames) for i in range(100)))
+    path = write_hang_record(tmp_path, big)
+    assert path.name == "rank-3.hang.json" and path.stat().st_size < 1 << 20  # the read limit
+    back = decode_hang_record(json.loads(path.read_text()))
+    assert len(back.threads) == 32 and len(back.threads[0].frames) == MAX_FRAMES
+    assert back.threads[0].frames[-1].line == 99  # the innermost frames are the ones kept
+    assert decode_hang_record(json.loads(encode_hang_record(record(1)))) == record(1)
+
+
+def test_faulthandler_dumps_are_parsed_last_dump_first(tmp_path: Path) -> None:
+    text = ('Timeout (0:00:04)!\nThread 0x1 (most recent call first):\n  File "/a.py", line 4 in f\n\n'
+            'Timeout (0:00:04)!\nThread 0x2 (most recent call first):\n  File "/b.py", line 9 in spin\n'
+            '  File "/b.py", line 20 in <module>\n')
+    (thread,) = parse_faulthandler(text)
+    assert thread.main and [f.line for f in thread.frames] == [20, 9]
+    (tmp_path / "rank-1.hang-traceback.txt").write_text(text)
+    (loaded,) = read_hang_records(tmp_path)[0]
+    assert loaded.rank == 1 and loaded.location.line == 9 and loaded.source == "faulthandler"
+
+
+def _watchdog(recorder: StepRecorder, run_dir: Path, floor_s: float = 0.4) -> HangWatchdog:
+    return HangWatchdog(recorder, CollectiveProgress(), rank=0, world_size=1, run_id="r", host="h",
+                        run_dir=run_dir, floor_s=floor_s, factor=3, announce=False, warn=lambda m: None)
+
+
+def test_the_watchdog_writes_a_record_for_a_stall_and_resolves_it(tmp_path: Path) -> None:
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path)
+    watchdog.start()
+    try:
+        for _ in range(3):
+            recorder.begin_step()
+            recorder.end_step()
+            time.sleep(0.05)
+        recorder.begin_step()
+        deadline = time.monotonic() + 10
+        while watchdog.hang is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the "training thread" sits in its step: a stall
+        saved = json.loads((tmp_path / "rank-0.hang.json").read_text())
+        assert saved["state"] == "hung" and saved["step"] == 3 and saved["in_step"]
+        assert saved["location"]["file"] == __file__  # this test's own line, not the library's
+        recorder.end_step()
+        deadline = time.monotonic() + 10
+        while watchdog.hang is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads((tmp_path / "rank-0.hang.json").read_text())["state"] == "resolved"
+    finally:
+        watchdog.stop()
+    assert not (tmp_path / "rank-0.hang-traceback.txt").exists()  # empty fallback dump removed
+
+
+def test_outside_step_work_and_slower_steps_are_no_hang(tmp_path: Path) -> None:
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path, floor_s=0.3)
+    watchdog.start()
+    try:
+        recorder.begin_step()
+        recorder.end_step()
+        recorder.enter_outside("evaluation")
+        time.sleep(1.2)  # four times the floor, inside outside_step
+        recorder.exit_outside()
+        for duration in (0.1, 0.2, 0.4, 0.8):  # each step slower, under 3x the longest before it
+            recorder.begin_step()
+            time.sleep(duration)
+            recorder.end_step()
+        assert watchdog.timeout_s() >= 3 * 0.4
+    finally:
+        watchdog.stop()
+    assert watchdog.records_written == 0 and not (tmp_path / "rank-0.hang.json").exists()
+
+
+def test_the_monitor_reports_once_and_terminates_when_asked(tmp_path: Path, capsys) -> None:
+    ended = []
+    monitor = HangMonitor(tmp_path, world_size=2, action="terminate", terminate=lambda: ended.append(1))
+    write_hang_record(tmp_path, record(0, collective=waits(81), entered=81))
+    write_hang_record(tmp_path, record(1, entered=80, line=23))
+    monitor.poll()
+    monitor.poll()
+    err = capsys.readouterr().err
+    assert err.count("traceml: HANG: rank 1 is stuck in user code at train.py:23") == 1
+    assert ended == [1] and f"exit code {EXIT_HANG}" in err
+    from dataclasses import replace
+
+    for rank in (0, 1):
+        write_hang_record(tmp_path, replace(record(rank), state=STATE_RESOLVED, stalled_s=1.5))
+    monitor.poll()
+    assert "traceml: hang resolved" in capsys.readouterr().err
