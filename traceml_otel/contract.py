@@ -173,6 +173,11 @@ def hang_traceback_file_name(rank: int) -> str:
     return f"rank-{rank}.hang-traceback.txt"
 
 
+def flight_recorder_file_name(rank: int) -> str:
+    """Name of one rank's PyTorch flight recorder dump (JSON), written on a hang when it is enabled."""
+    return f"rank-{rank}.flight-recorder.json"
+
+
 def rank_of_file(name: str, file_name: Callable[[int], str]) -> int | None:
     """The rank ``name`` belongs to when it is ``file_name(rank)`` for some rank (e.g. with
     :func:`export_stats_file_name`), else ``None``."""

@@ -158,3 +158,21 @@ def test_the_monitor_reports_once_and_terminates_when_asked(tmp_path: Path, caps
         write_hang_record(tmp_path, replace(record(rank), state=STATE_RESOLVED, stalled_s=1.5))
     monitor.poll()
     assert "traceml: hang resolved" in capsys.readouterr().err
+
+
+def test_the_flight_recorder_is_dumped_only_when_enabled_and_failures_are_said(tmp_path: Path) -> None:
+    from traceml_otel.capture.flight_recorder import dump_flight_recorder
+
+    on = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    assert dump_flight_recorder(tmp_path, 0, lambda: b'{"entries": []}', env={}) == ""
+    assert not (tmp_path / "rank-0.flight-recorder.json").exists()
+    said = dump_flight_recorder(tmp_path, 0, lambda: b'{"entries": []}', env=on)
+    assert said == "flight recorder in rank-0.flight-recorder.json"
+    assert json.loads((tmp_path / "rank-0.flight-recorder.json").read_text()) == {"entries": []}
+
+    def broken() -> bytes:
+        raise RuntimeError("no NCCL")
+
+    assert dump_flight_recorder(tmp_path, 1, broken, env=on).startswith("flight recorder dump failed")
+    other = {"TORCH_FR_BUFFER_SIZE": "8"}
+    assert "nothing to dump" in dump_flight_recorder(tmp_path, 1, lambda: None, env=other)

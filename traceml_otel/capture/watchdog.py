@@ -153,6 +153,7 @@ class HangWatchdog:
         self.intervals: collections.deque[float] = collections.deque(maxlen=INTERVALS_KEPT)
         self.hang: HangRecord | None = None
         self.records_written = 0
+        self.flight_recorder_note = ""
         self.write_failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-hang-watchdog", daemon=True)
@@ -302,6 +303,14 @@ class HangWatchdog:
     def _report(self, stalled_s: float, timeout_s: float) -> None:
         first = self.hang is None
         record = self.snapshot(stalled_s, timeout_s)
+        if first and self.run_dir is not None:
+            from traceml_otel.capture.flight_recorder import dump_flight_recorder
+
+            said = dump_flight_recorder(self.run_dir, self.rank)
+            if said:
+                self.flight_recorder_note = said
+        if self.flight_recorder_note:
+            record = replace(record, flight_recorder=self.flight_recorder_note)
         self.hang = record
         self._write(record)
         if first and self.announce:

@@ -105,6 +105,9 @@ class HangRecord:
     written_at: float = 0.0
     source: str = SOURCE_WATCHDOG
     note: str = ""
+    """Where the culprit frame is when not on the training thread (``in DataLoader worker pid N``)."""
+    flight_recorder: str = ""
+    """What became of PyTorch's flight recorder dump (``flight recorder in rank-R.flight-recorder.json``)."""
     version: int = HANG_RECORD_VERSION
 
 
@@ -139,7 +142,7 @@ def encode_hang_record(record: HangRecord) -> str:
         ],
         "host": _text(record.host), "pid": record.pid, "detected_at": record.detected_at,
         "resolved_at": record.resolved_at, "written_at": record.written_at, "source": record.source,
-        "note": _text(record.note),
+        "note": _text(record.note), "flight_recorder": _text(record.flight_recorder),
     }
     return json.dumps(value, separators=(",", ":"))
 
@@ -205,6 +208,7 @@ def decode_hang_record(value: dict[str, Any]) -> HangRecord:
         written_at=as_float(value.get("written_at")) or 0.0,
         source=as_str(value.get("source"), 20) or SOURCE_WATCHDOG,
         note=as_str(value.get("note"), MAX_TEXT) or "",
+        flight_recorder=as_str(value.get("flight_recorder"), MAX_TEXT) or "",
         version=as_version(value.get("version")) or 1,
     )
 
