@@ -254,6 +254,40 @@ def microbenchmarks() -> dict[str, float]:
     return results
 
 
+_FLIGHT_RECORDER_CHILD = """
+import json, os, sys, torch, torch.distributed as dist
+from pathlib import Path
+from traceml_otel.capture.flight_recorder import dump_flight_recorder
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+dist.init_process_group(backend, rank=0, world_size=1)
+device = "cuda" if backend == "nccl" else "cpu"
+dist.all_reduce(torch.ones(1024, device=device))
+if device == "cuda":
+    torch.cuda.synchronize()
+said = dump_flight_recorder(Path(sys.argv[1]), 0)
+dump = json.loads((Path(sys.argv[1]) / "rank-0.flight-recorder.json").read_text())
+print(json.dumps({"said": said, "backend": backend,
+                  "ops": [e.get("profiling_name") for e in dump.get("entries", [])]}))
+"""
+
+
+def check_flight_recorder(out: Path) -> tuple[str, bool, str]:
+    """PyTorch's flight recorder, dumped as the hang watchdog does (NCCL on a GPU, gloo in a dry run)."""
+    from traceml_otel.launch.single import free_port
+
+    env = {**os.environ, "TORCH_NCCL_TRACE_BUFFER_SIZE": "64", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    result = subprocess.run([sys.executable, "-c", _FLIGHT_RECORDER_CHILD, str(out)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    try:
+        seen = json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return ("flight recorder dumped on request", False, result.stderr[-500:])
+    ok = any("all_reduce" in (op or "") for op in seen["ops"])
+    detail = f"{seen['backend']}: {seen['said']}; ops {seen['ops'][:3]}"
+    return ("flight recorder dumped on request", ok, detail)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-check-out"))
@@ -278,6 +312,7 @@ def main() -> int:
     bare_syncs = _child(False, STEPS, out / "bare-syncs.json", env)["sync_calls_during_training"]
     results.append(("no synchronize added during training", sum(syncs.values()) <= sum(bare_syncs.values()),
                     f"traced {syncs}, bare {bare_syncs}"))
+    results.append(check_flight_recorder(out))
     for name, ok, detail in results:
         print(f"{'PASS' if ok else 'FAIL'}  {name}  {detail}")
     overhead = []
