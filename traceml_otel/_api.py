@@ -19,6 +19,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
@@ -219,8 +220,10 @@ class _Telemetry(_NoopTelemetry):
             # The scrape endpoint may stay up until a scrape saw the end marker (prometheus_linger_s).
             finished = self.channel.close(
                 self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status,
-                traced=self.recorder.step,
+                traced=self.recorder.step, stall_s=self.settings.emitter_stall_s,
             )
+            if self.channel.local_report is None:
+                self._record_handoff(status)
             if self.manifest is not None:
                 self.manifest.finish(status)
         except Exception as error:
@@ -236,24 +239,45 @@ class _Telemetry(_NoopTelemetry):
             _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
         handed = self.channel.steps_offered - self.channel.dropped_steps
         local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir,
-                                    handed)
+                                    handed, self.channel.emitter_fate())
         if local:
             _warn(local)
-        if not finished:
+        if not finished and self.channel.local_report is not None:
             _warn("the emitter was still exporting over OTLP at the shutdown deadline; it finishes in the "
                   "background")
 
 
+    def _record_handoff(self, status: str) -> None:
+        """The emitter did not report back: write what was handed to it, for the account and diagnosis."""
+        run_dir = self.settings.run_dir
+        if run_dir is None:
+            return
+        from traceml_otel.wire.handoff import Handoff, write_handoff
+
+        channel = self.channel
+        handoff = Handoff(
+            run_id=self.settings.run_id, rank=self.settings.identity.rank, steps_traced=self.recorder.step,
+            steps_handed=channel.steps_handed, steps_dropped=channel.dropped_steps,
+            emitter=channel.emitter_fate(), end_status=status,
+        )
+        try:
+            write_handoff(Path(run_dir), handoff)
+        except OSError as error:
+            _warn(f"cannot record the handoff in {run_dir}: {error.strerror or error}")
+
+
 def local_copy_sentence(
-    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None
+    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None,
+    fate: str = "exited",
 ) -> str | None:
     """What the trainer says about the local copy at exit, from the emitter's own count only."""
     if run_dir is None:
         return None
     if report is None:
         handed_text = "" if handed is None else f"; {handed} of them were handed to it"
-        return (f"the emitter exited without reporting on the local copy, so it may be missing any of the "
-                f"{traced} traced steps{handed_text} (see rank-R.export.json for what it received)")
+        return (f"the telemetry process {fate} before reporting on the local copy, so it may be missing any "
+                f"of the {traced} traced steps{handed_text} (the account and rank-R.export.json say how many "
+                "it wrote)")
     if not report.get("enabled"):
         return (f"the local copy was turned off ({report.get('disabled')}); it holds {report.get('steps')} "
                 f"of {traced} steps")

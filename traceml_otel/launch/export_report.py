@@ -28,7 +28,7 @@ def wait_for_final_exports(run_dir: Path, timeout_s: float, poll_s: float = 0.1)
     deadline = time.monotonic() + timeout_s
     while True:
         exports = read_rank_exports(run_dir)
-        if all(e.final for e in exports) or time.monotonic() >= deadline:
+        if all(e.final or e.emitter_lost for e in exports) or time.monotonic() >= deadline:
             return exports
         time.sleep(poll_s)
 
@@ -59,7 +59,9 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
     lines.extend(_metric_export_lines(exports))
     for export in exports:
         prefix = f"  rank {export.rank}:"
-        if not export.final:
+        if export.emitter_lost:
+            lines.append(f"{prefix} {export.emitter_lost}")
+        elif not export.final:
             lines.append(f"{prefix} the emitter had not written its final counts when this account was made; "
                          "OTLP numbers may still change")
         for output, reason in export.outputs_disabled.items():
@@ -68,7 +70,7 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
             lines.append(f"{prefix} {problem}")
         if export.capture_dropped_steps:
             lines.append(f"{prefix} {export.capture_dropped_steps} steps lost before the emitter")
-        if not export.clean_shutdown:
+        if not export.clean_shutdown and not export.emitter_lost:
             lines.append(f"{prefix} {export.end_status}; steps after the last hand-off may be missing")
     return strip_control("\n".join(lines))  # problem texts quote paths and exception messages
 
