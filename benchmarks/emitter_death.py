@@ -44,8 +44,8 @@ def run(action: str, steps: int, at: int, stop_s: float) -> None:
     env["TRACEML_RUNS_DIR"] = str(scratch / "runs")
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", str(SCRIPT), "--", "--steps", str(steps),
-         "--at", str(at), "--action", action, "--stop-s", str(stop_s)],
+        [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", str(SCRIPT), "--",
+         "--steps", str(steps), "--at", str(at), "--action", action, "--stop-s", str(stop_s)],
         env=env, capture_output=True, text=True, timeout=3600,
     )
     elapsed = time.monotonic() - started

@@ -50,7 +50,8 @@ for step in range(args.steps):
                 os.kill(pid, signal.SIGKILL)
             else:
                 os.kill(pid, signal.SIGSTOP)
-                subprocess.Popen(["sh", "-c", f"sleep {args.stop_s}; kill -CONT {pid}"], start_new_session=True)
+                resume = f"sleep {args.stop_s}; kill -CONT {pid}"
+                subprocess.Popen(["sh", "-c", resume], start_new_session=True)
             print(f"emitter {pid} {args.action} at step {step}", flush=True)
     with traceml.trace_step(model):
         begin = time.perf_counter_ns()
