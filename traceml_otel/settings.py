@@ -45,6 +45,9 @@ TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
 TRACEML_EMITTER_STALL_S = "TRACEML_EMITTER_STALL_S"
 """At exit, give the local copy up when the emitter took nothing for this long (default 30 s): a dead,
 stopped or hung emitter; the trainer then records what it handed over in ``rank-R.handoff.json``."""
+TRACEML_DIAGNOSIS_MEMORY_MB = "TRACEML_DIAGNOSIS_MEMORY_MB"
+"""Address-space budget of ``traceml run``'s end-of-run diagnosis (default: a quarter of physical memory,
+at least 2048); beyond it the diagnosis is skipped with one line and the script's exit code survives."""
 TRACEML_TRACE_URL = "TRACEML_TRACE_URL"
 """Link template for trace ids in reports, with ``{trace_id}``: e.g. ``http://grafana:3000/explore?...``,
 ``http://jaeger:16686/trace/{trace_id}`` or ``http://tempo:3200/api/traces/{trace_id}``."""

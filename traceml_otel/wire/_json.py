@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from traceml_otel.wire.bounded_file import RefusedFile, read_bounded
+
 MAX_RECORD_BYTES = 1 << 20
 """A record file larger than this is not read (they are a few KiB)."""
 
@@ -18,17 +20,9 @@ class RecordError(ValueError):
 def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:
     """The JSON object in ``path``; raises :class:`RecordError` (never anything else) when it is not one."""
     try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags)
-        try:
-            data = os.read(fd, max_bytes + 1)
-        finally:
-            os.close(fd)
-    except OSError as error:
-        reason = f"{type(error).__name__}: {error.strerror or error}"
-        raise RecordError(f"{path}: cannot read it ({reason})") from None
-    if len(data) > max_bytes:
-        raise RecordError(f"{path}: larger than {max_bytes} bytes; not read")
+        data = read_bounded(path, max_bytes, follow_links=False)
+    except RefusedFile as error:
+        raise RecordError(str(error)) from None
     try:
         value = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
