@@ -214,6 +214,8 @@ def with_handoff(stats: ExportStats | None, handoff: Handoff) -> ExportStats:
             stats.local_copy_complete = stats.steps_local >= stats.steps_traced
         stats.problems.append(f"at the trainer's exit its telemetry process {handoff.emitter}; it finished "
                               "later on its own")
+        if not stats.clean_shutdown:  # the goodbye never reached it: the trainer's own word on the end
+            stats.end_status = f"the trainer ended ({handoff.end_status}) after giving its emitter up"
         return stats
     missing = max(0, handoff.steps_traced - stats.steps_local)
     stats.local_copy_complete = missing == 0
