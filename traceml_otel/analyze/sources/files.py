@@ -22,7 +22,7 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.otlp_decode import ForeignDocument, resource_spans
+from traceml_otel.analyze.otlp_decode import MAX_SECONDS, ForeignDocument, resource_spans
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
 from traceml_otel.wire.bounded_file import RefusedFile, bounded_lines, file_kind, open_regular, read_bounded
@@ -223,10 +223,14 @@ class FileSpanSource(SpanSource):
         except RecursionError:
             self.log.warn(f"{where}: skipped a line nested too deeply to be OTLP traces")
             return
+        out_of_range = assembler.out_of_range_values
         try:
             feed_resource_spans(resources, assembler, service=self.service)
         except MALFORMED as exc:
             self.log.warn(f"{where}: skipped malformed OTLP spans ({type(exc).__name__}: {exc})")
+        if assembler.out_of_range_values > out_of_range:
+            self.log.warn(f"{where}: {assembler.out_of_range_values - out_of_range} duration value(s) out of "
+                          f"range (negative, or beyond {MAX_SECONDS:g} s) treated as bad data (not measured)")
 
 
 def _child_result(pid: int, out: Path) -> tuple[StepAssembler, list[str]] | None:
