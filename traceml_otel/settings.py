@@ -279,7 +279,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         run_name=run_name,
         identity=rank_identity(env),
         service_name=None if _service_name_is_set(env) else f"traceml-{run_name}",
-        run_dir=(runs_dir / run_id).resolve() if local_copy else None,
+        run_dir=runs_dir.resolve() / run_id if local_copy else None,  # a link at the run folder: refused
         traces=_signal_export(
             env, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
         ),

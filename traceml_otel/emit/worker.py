@@ -121,7 +121,8 @@ class Emitter:
         self.local: LocalCopyWriter | None = None
         if hello.run_dir:
             run_dir = Path(hello.run_dir)
-            self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
+            if not run_dir.is_symlink():  # a link planted at the run folder: nothing written through it
+                self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
             try:
                 self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
             except OSError as error:

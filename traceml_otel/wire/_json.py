@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -32,12 +33,32 @@ def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str,
     return value
 
 
+def refuse_link(path: Path) -> None:
+    """Raise ``OSError`` (ELOOP) when a symbolic link sits at ``path`` (planted?): never followed."""
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link; not followed (planted?)")
+
+
+def ensure_run_dir(run_dir: Path) -> None:
+    """Create the run folder (and its parents); a symbolic link planted at the folder itself is refused.
+
+    Raises:
+        OSError: it cannot be created, or is a link or not a directory.
+    """
+    refuse_link(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(run_dir)  # planted between the check and mkdir
+    if not run_dir.is_dir():
+        raise OSError(errno.ENOTDIR, f"{run_dir} is not a directory")
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` through a temporary file; never follows a link planted there.
 
     Raises:
-        OSError: the folder is read-only or full, or a link sits at the temporary path.
+        OSError: the folder is read-only or full, or a link sits at ``path`` or the temporary path.
     """
+    refuse_link(path)
     temporary = path.with_name(path.name + ".tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
