@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -160,9 +161,17 @@ class _Telemetry(_NoopTelemetry):
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not self._model:
             self._first_step_with(model)
-        if self.recorder.begin_step(samples, tokens):
+        recorder = self.recorder
+        other_threads = recorder.other_thread_steps
+        if recorder.begin_step(samples, tokens):
             return True
-        if self.recorder.nested_steps == 1:
+        if recorder.other_thread_steps != other_threads:
+            if other_threads == 0:
+                _warn(f"trace_step() was called on a second thread ({threading.current_thread().name}); "
+                      "telemetry traces one training thread per process (the first to call it), so this "
+                      "thread's steps and phases are ignored, never merged (counted at exit; warned once)")
+            return False
+        if recorder.nested_steps == 1:
             _warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
                   "not counted; warned once)")
         return False
@@ -237,6 +246,10 @@ class _Telemetry(_NoopTelemetry):
                   f"missing from telemetry ({reason})")
         if self.internal_errors:
             _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
+        if self.recorder.other_thread_steps:
+            _warn(f"{self.recorder.other_thread_steps} trace_step() block(s) and "
+                  f"{self.recorder.other_thread_phases} phase call(s) on threads other than the training "
+                  "thread were ignored (one training thread per process)")
         handed = self.channel.steps_offered - self.channel.dropped_steps
         local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir,
                                     handed, self.channel.emitter_fate())
@@ -418,8 +431,8 @@ def init(
 
 def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureConfig, bool]) -> str:
     """``mode: 'auto' then 'manual'; disabled: False then True`` for the fields that differ."""
-    fields = ("mode", "dataloader", "forward", "backward", "optimizer", "h2d")
-    names = {name: name if name == "mode" else f"patch_{name}" for name in fields}
+    fields = tuple(field.name for field in dataclasses.fields(CaptureConfig))  # every field, none forgotten
+    names = {name: name if name in ("mode", "collectives") else f"patch_{name}" for name in fields}
     parts = [
         f"{names[name]}: {getattr(before[0], name)!r} then {getattr(now[0], name)!r}"
         for name in fields
@@ -427,7 +440,7 @@ def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureCon
     ]
     if before[1] != now[1]:
         parts.append(f"disabled: {before[1]!r} then {now[1]!r}")
-    return "; ".join(parts)
+    return "; ".join(parts) or "the same settings spelled differently"
 
 
 class _StepContext:
