@@ -325,7 +325,9 @@ class Emitter:
         self._export_backlog_spans = 0
         if self.shipper is not None:
             shipper = self.shipper
-            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic())))
+            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget.
+            grace = max(0.0, started + self.drain_s - max(deadline, time.monotonic()))
+            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic()), grace))
         stats = self.stats
         with self._counts_lock:
             for reason, spans in self._export_skipped.items():
