@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
@@ -160,9 +162,17 @@ class _Telemetry(_NoopTelemetry):
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         if model is not self._model:
             self._first_step_with(model)
-        if self.recorder.begin_step(samples, tokens):
+        recorder = self.recorder
+        other_threads = recorder.other_thread_steps
+        if recorder.begin_step(samples, tokens):
             return True
-        if self.recorder.nested_steps == 1:
+        if recorder.other_thread_steps != other_threads:
+            if other_threads == 0:
+                _warn(f"trace_step() was called on a second thread ({threading.current_thread().name}); "
+                      "telemetry traces one training thread per process (the first to call it), so this "
+                      "thread's steps and phases are ignored, never merged (counted at exit; warned once)")
+            return False
+        if recorder.nested_steps == 1:
             _warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
                   "not counted; warned once)")
         return False
@@ -222,8 +232,10 @@ class _Telemetry(_NoopTelemetry):
             # The scrape endpoint may stay up until a scrape saw the end marker (prometheus_linger_s).
             finished = self.channel.close(
                 self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status,
-                traced=self.recorder.step,
+                traced=self.recorder.step, stall_s=self.settings.emitter_stall_s,
             )
+            if self.channel.local_report is None:
+                self._record_handoff(status)
             if self.manifest is not None:
                 self.manifest.finish(status)
         except Exception as error:
@@ -237,26 +249,51 @@ class _Telemetry(_NoopTelemetry):
                   f"missing from telemetry ({reason})")
         if self.internal_errors:
             _warn(f"{self.internal_errors} internal instrumentation error(s) were ignored")
+        if self.recorder.other_thread_steps:
+            _warn(f"{self.recorder.other_thread_steps} trace_step() block(s) and "
+                  f"{self.recorder.other_thread_phases} phase call(s) on threads other than the training "
+                  "thread were ignored (one training thread per process)")
         handed = self.channel.steps_offered - self.channel.dropped_steps
         local = local_copy_sentence(self.channel.local_report, self.recorder.step, self.settings.run_dir,
-                                    handed)
+                                    handed, self.channel.emitter_fate())
         if local:
             _warn(local)
-        if not finished:
+        if not finished and self.channel.local_report is not None:
             _warn("the emitter was still exporting over OTLP at the shutdown deadline; it finishes in the "
                   "background")
 
 
+    def _record_handoff(self, status: str) -> None:
+        """The emitter did not report back: write what was handed to it, for the account and diagnosis."""
+        run_dir = self.settings.run_dir
+        if run_dir is None:
+            return
+        from traceml_otel.wire.handoff import Handoff, write_handoff
+
+        channel = self.channel
+        handoff = Handoff(
+            run_id=self.settings.run_id, rank=self.settings.identity.rank, steps_traced=self.recorder.step,
+            steps_handed=channel.steps_handed, steps_dropped=channel.dropped_steps,
+            emitter=channel.emitter_fate(), end_status=status,
+        )
+        try:
+            write_handoff(Path(run_dir), handoff)
+        except OSError as error:
+            _warn(f"cannot record the handoff in {run_dir}: {error.strerror or error}")
+
+
 def local_copy_sentence(
-    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None
+    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None,
+    fate: str = "exited",
 ) -> str | None:
     """What the trainer says about the local copy at exit, from the emitter's own count only."""
     if run_dir is None:
         return None
     if report is None:
         handed_text = "" if handed is None else f"; {handed} of them were handed to it"
-        return (f"the emitter exited without reporting on the local copy, so it may be missing any of the "
-                f"{traced} traced steps{handed_text} (see rank-R.export.json for what it received)")
+        return (f"the telemetry process {fate} before reporting on the local copy, so it may be missing any "
+                f"of the {traced} traced steps{handed_text} (the account and rank-R.export.json say how many "
+                "it wrote)")
     if not report.get("enabled"):
         return (f"the local copy was turned off ({report.get('disabled')}); it holds {report.get('steps')} "
                 f"of {traced} steps")
@@ -418,8 +455,8 @@ def init(
 
 def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureConfig, bool]) -> str:
     """``mode: 'auto' then 'manual'; disabled: False then True`` for the fields that differ."""
-    fields = ("mode", "dataloader", "forward", "backward", "optimizer", "h2d")
-    names = {name: name if name == "mode" else f"patch_{name}" for name in fields}
+    fields = tuple(field.name for field in dataclasses.fields(CaptureConfig))  # every field, none forgotten
+    names = {name: name if name in ("mode", "collectives") else f"patch_{name}" for name in fields}
     parts = [
         f"{names[name]}: {getattr(before[0], name)!r} then {getattr(now[0], name)!r}"
         for name in fields
@@ -427,7 +464,7 @@ def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureCon
     ]
     if before[1] != now[1]:
         parts.append(f"disabled: {before[1]!r} then {now[1]!r}")
-    return "; ".join(parts)
+    return "; ".join(parts) or "the same settings spelled differently"
 
 
 class _StepContext:

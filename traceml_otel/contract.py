@@ -178,6 +178,11 @@ def flight_recorder_file_name(rank: int) -> str:
     return f"rank-{rank}.flight-recorder.json"
 
 
+def handoff_file_name(rank: int) -> str:
+    """Name of the trainer's record of what it handed a rank's emitter that did not report back."""
+    return f"rank-{rank}.handoff.json"
+
+
 def rank_of_file(name: str, file_name: Callable[[int], str]) -> int | None:
     """The rank ``name`` belongs to when it is ``file_name(rank)`` for some rank (e.g. with
     :func:`export_stats_file_name`), else ``None``."""

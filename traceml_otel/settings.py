@@ -42,6 +42,12 @@ TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
 """... or when this many milliseconds passed since the last hand-off (default 250)."""
 TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
 """How long exit waits for the emitter to finish OTLP export (default 10 s)."""
+TRACEML_EMITTER_STALL_S = "TRACEML_EMITTER_STALL_S"
+"""At exit, give the local copy up when the emitter took nothing for this long (default 30 s): a dead,
+stopped or hung emitter; the trainer then records what it handed over in ``rank-R.handoff.json``."""
+TRACEML_DIAGNOSIS_MEMORY_MB = "TRACEML_DIAGNOSIS_MEMORY_MB"
+"""Address-space budget of ``traceml run``'s end-of-run diagnosis (default: a quarter of physical memory,
+at least 2048); beyond it the diagnosis is skipped with one line and the script's exit code survives."""
 TRACEML_TRACE_URL = "TRACEML_TRACE_URL"
 """Link template for trace ids in reports, with ``{trace_id}``: e.g. ``http://grafana:3000/explore?...``,
 ``http://jaeger:16686/trace/{trace_id}`` or ``http://tempo:3200/api/traces/{trace_id}``."""
@@ -126,6 +132,8 @@ class Settings:
     prometheus_linger_s: float = 0.0
     launcher: str = "python"
     """``traceml run`` (it writes the manifest), ``torchrun``, ``accelerate launch`` or ``python``."""
+    emitter_stall_s: float = 30.0
+    """How long exit waits for an emitter that takes nothing (``TRACEML_EMITTER_STALL_S``)."""
     collectives: bool = True
     """False when ``TRACEML_COLLECTIVES=0``: collective timing stays off whatever ``init()`` says."""
     hang_timeout_s: float = 60.0
@@ -280,7 +288,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         run_name=run_name,
         identity=rank_identity(env),
         service_name=None if _service_name_is_set(env) else f"traceml-{run_name}",
-        run_dir=(runs_dir / run_id).resolve() if local_copy else None,
+        run_dir=runs_dir.resolve() / run_id if local_copy else None,  # a link at the run folder: refused
         traces=_signal_export(
             env, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
         ),
@@ -299,6 +307,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_addr=_bind_address(env),
         prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
         launcher=launcher_name(env),
+        emitter_stall_s=float(_int(env, TRACEML_EMITTER_STALL_S, 30, minimum=1)),
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
         hang_timeout_s=float(_int(env, TRACEML_HANG_TIMEOUT_S, 60, minimum=0)),
         hang_factor=float(_int(env, TRACEML_HANG_FACTOR, 5, minimum=1)),

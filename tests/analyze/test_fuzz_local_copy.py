@@ -10,9 +10,15 @@ Bounded: FUZZ_CASES cases or FUZZ_BUDGET_S seconds, whichever comes first.
 from __future__ import annotations
 
 import json
+import os
 import random
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.emit.test_emitter_faults import _hello
 from traceml_otel.analyze.pipeline import analyze_path
@@ -25,7 +31,8 @@ FUZZ_CASES = 3000
 FUZZ_BUDGET_S = 25.0
 _PLACEHOLDER = "__traceml_fuzz__"
 _HOSTILE_TEXT = [
-    "1e400", "-1e400", "1" + "0" * 400, "-1", "0", "18446744073709551616", "NaN", "Infinity", "null", "true",
+    "1e400", "-1e400", "1e308", "-1.7976931348623157e308", "1" + "0" * 400, "-1", "0",
+    "18446744073709551616", "NaN", "Infinity", "null", "true",
     '"x"', '""', "[]", "{}", '"\\u0000\\u001b[31m"', "[" * 3000 + "]" * 3000,
     '{"a":' * 3000 + "1" + "}" * 3000,
     '[{"key":"traceml.step.number","value":{"intValue":"1e400"}}]', '{"intValue":"99999999999999999999999"}',
@@ -154,3 +161,70 @@ def test_1e400_and_deep_nesting_lines_are_skipped_with_file_and_line(tmp_path: P
     assert "Traceback" not in err
     assert analysis.step.primary.kind.name != "NO_DATA"
     render(analysis, "text")
+
+
+def _analyze_limited(*paths: Path) -> subprocess.CompletedProcess:
+    """``traceml analyze`` in a child under a 2 GB address-space limit (as a small container would be)."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run([sys.executable, "-m", "traceml_otel.cli", "analyze", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+
+
+def test_special_files_in_a_run_folder_are_skipped_with_one_line_each(tmp_path: Path) -> None:
+    """A FIFO, a 10 GB sparse file, a /dev/zero link and a valid file with a NUL tail, as rank files:
+    the valid rank is analysed, each other file is one warning, under a 2 GB address-space limit."""
+    lines = _valid_lines(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "rank-1.traces.jsonl")
+    with (run / "rank-2.traces.jsonl").open("wb") as handle:
+        handle.truncate(10 << 30)
+    (run / "rank-3.traces.jsonl").symlink_to("/dev/zero")
+    os.mkfifo(run / "manifest.json")
+    os.mkfifo(run / "rank-0.export.json")
+    rank0 = lines[:3]  # rank 0's first three batches
+    (run / "rank-0.traces.jsonl").write_bytes(("\n".join(rank0) + "\n").encode() + b"\0" * 100_000)
+    result = _analyze_limited(run)
+    assert "Traceback" not in result.stderr, result.stderr
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank-1.traces.jsonl: is a FIFO (named pipe), not a regular file; not read; skipped" in text
+    assert "rank-2.traces.jsonl:1: 10,737,418,240 NUL bytes of a sparse file's hole skipped at byte 0" in text
+    assert "rank-3.traces.jsonl: is a character device, not a regular file; not read; skipped" in text
+    assert "rank-0.traces.jsonl:4: 100,000 NUL bytes skipped" in text
+    assert "manifest.json: is a FIFO" in text and "rank-0.export.json: is a FIFO" in text
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse", "zero"])
+def test_a_special_file_named_directly_is_one_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "spans.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        with path.open("wb") as handle:
+            handle.truncate(10 << 30)
+    result = _analyze_limited(path)
+    assert "Traceback" not in result.stderr and result.returncode in (1, 2), result.stderr
+    if kind == "sparse":
+        assert "10,737,418,240 NUL bytes of a sparse file's hole skipped" in " ".join(
+            (result.stdout + result.stderr).split())
+    else:
+        assert len(result.stderr.strip().splitlines()) == 1 and "not a regular file" in result.stderr
+
+
+def test_1e308_durations_are_bad_data_with_file_and_line(tmp_path: Path, capsys) -> None:
+    lines = _valid_lines(tmp_path)
+    huge = lines[1].replace('"doubleValue":', '"doubleValue":1e308,"x":', 2)
+    assert huge != lines[1]
+    path = tmp_path / "huge.jsonl"
+    path.write_text("\n".join([lines[0], huge, *lines[2:]]) + "\n")
+    analysis = analyze_path([path])
+    err = capsys.readouterr().err
+    assert f"{path}:2: 2 duration value(s) out of range" in err, err
+    json.loads(render(analysis, "json"))  # no ValueError: every number is finite
+    render(analysis, "text")
+    render(analysis, "html")

@@ -44,6 +44,8 @@ def test_read_only_runs_folder_keeps_training_and_otlp(tmp_path: Path) -> None:
         assert re.search(r"^traceml: rank 0: local copy turned off: ", result.stderr, re.M), result.stderr
         assert "the local copy was turned off" in result.stderr  # the trainer's own count
         assert _step_spans(receiver) == set(range(20))  # OTLP export unaffected
+        assert "is not writable (read-only runs folder?)" in result.stdout, result.stdout  # not "init()?"
+        assert "did the script call traceml.init()" not in result.stdout
 
 
 def test_full_disk_keeps_training_and_otlp_and_says_what_the_local_copy_holds(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.otlp_decode import (
+    MAX_SECONDS,
     as_float,
     as_int,
+    as_seconds,
     as_str,
     is_error_status,
     span_field,
@@ -154,6 +156,7 @@ class StepAssembler:
         self.spans = 0
         self.foreign_spans = 0
         self.duplicate_steps = 0
+        self.out_of_range_values = 0
         self._services: dict[str, set[str]] = {}
 
     def add_span(
@@ -197,11 +200,11 @@ class StepAssembler:
         if index == COLLECTIVE_SPAN:
             return True
         cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
-        if cpu.__class__ is not float or cpu - cpu != 0.0:  # x - x != 0: infinite or NaN (1e400)
-            cpu = as_float(cpu)
+        if cpu.__class__ is not float or not 0.0 <= cpu <= MAX_SECONDS:  # NaN, 1e400 and 1e308 too
+            cpu = self._seconds(cpu)
         gpu = attrs.get(c.ATTR_PHASE_GPU_DURATION)
-        if gpu is not None and (gpu.__class__ is not float or gpu - gpu != 0.0):
-            gpu = as_float(gpu)
+        if gpu is not None and (gpu.__class__ is not float or not 0.0 <= gpu <= MAX_SECONDS):
+            gpu = self._seconds(gpu)
         if cpu is None and gpu is None:
             cpu = _span_seconds(
                 span_field(span, "startTimeUnixNano", "start_time_unix_nano"),
@@ -213,9 +216,17 @@ class StepAssembler:
         total = acc.gpu[index]
         acc.gpu[index] = None if total is None or gpu is None else total + gpu  # type: ignore[operator]
         if c.ATTR_PHASE_COMM_EXPOSED_CPU in attrs or c.ATTR_PHASE_COMM_EXPOSED_GPU in attrs:
-            acc.comm_cpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_CPU)) or 0.0
-            acc.comm_gpu[index] += as_float(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_GPU)) or 0.0
+            acc.comm_cpu[index] += self._seconds(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_CPU)) or 0.0
+            acc.comm_gpu[index] += self._seconds(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_GPU)) or 0.0
         return True
+
+    def _seconds(self, raw: object) -> float | None:
+        """A duration attribute, or ``None``; a number out of range (negative, beyond
+        :data:`MAX_SECONDS`, infinite) is bad data and counted in ``out_of_range_values``."""
+        seconds = as_seconds(raw)
+        if seconds is None and raw is not None and as_float(raw) is not None:
+            self.out_of_range_values += 1
+        return seconds
 
     def _add_step(
         self, acc: _StepAccumulator, attrs: Mapping[str, object], span: Mapping[str, object]
@@ -229,13 +240,13 @@ class StepAssembler:
         acc.start = as_int(start_ns) or 0
         acc.parallelism = as_str(attrs.get(c.ATTR_PARALLELISM)) or "none"
         acc.world_size = as_int(attrs.get(c.ATTR_WORLD_SIZE))
-        acc.traced_cpu = as_float(attrs.get(c.ATTR_STEP_CPU_DURATION))
-        acc.traced_gpu = as_float(attrs.get(c.ATTR_STEP_GPU_DURATION))
+        acc.traced_cpu = self._seconds(attrs.get(c.ATTR_STEP_CPU_DURATION))
+        acc.traced_gpu = self._seconds(attrs.get(c.ATTR_STEP_GPU_DURATION))
         if acc.traced_cpu is None and acc.traced_gpu is None:
             acc.traced_cpu = _span_seconds(start_ns, end_ns)
-        acc.wait_cpu = as_float(attrs.get(c.ATTR_INPUT_WAIT_CPU))
-        acc.wait_gpu = as_float(attrs.get(c.ATTR_INPUT_WAIT_GPU))
-        acc.prefetch = as_float(attrs.get(c.ATTR_PREFETCH_H2D_CPU))
+        acc.wait_cpu = self._seconds(attrs.get(c.ATTR_INPUT_WAIT_CPU))
+        acc.wait_gpu = self._seconds(attrs.get(c.ATTR_INPUT_WAIT_GPU))
+        acc.prefetch = self._seconds(attrs.get(c.ATTR_PREFETCH_H2D_CPU))
         acc.optimizer_steps = as_int(attrs.get(c.ATTR_OPTIMIZER_STEPS))
         acc.peak_alloc = as_int(attrs.get(c.ATTR_MEM_PEAK_ALLOCATED))
         acc.peak_res = as_int(attrs.get(c.ATTR_MEM_PEAK_RESERVED))
@@ -252,10 +263,10 @@ class StepAssembler:
             acc.comm = (
                 calls,
                 as_int(attrs.get(c.ATTR_COMM_BYTES)),
-                as_float(attrs.get(c.ATTR_COMM_CPU)),
-                as_float(attrs.get(c.ATTR_COMM_GPU)),
-                as_float(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
-                as_float(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
+                self._seconds(attrs.get(c.ATTR_COMM_CPU)),
+                self._seconds(attrs.get(c.ATTR_COMM_GPU)),
+                self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
+                self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
             )
 
     def note_service(self, run_id: str, service: str) -> None:
@@ -273,6 +284,7 @@ class StepAssembler:
         self.spans += other.spans
         self.foreign_spans += other.foreign_spans
         self.duplicate_steps += other.duplicate_steps
+        self.out_of_range_values += other.out_of_range_values
         for run_id, theirs in other._runs.items():
             mine = self._runs.get(run_id)
             if mine is None:
@@ -353,9 +365,10 @@ def _span_seconds(start_ns: object, end_ns: object) -> float | None:
     if start is None or end is None or end < start:
         return None
     try:
-        return (end - start) / 1e9
+        seconds = (end - start) / 1e9
     except OverflowError:  # integers beyond any float: not a real span
         return None
+    return seconds if seconds <= MAX_SECONDS else None
 
 
 def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTiming:

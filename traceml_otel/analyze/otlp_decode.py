@@ -98,6 +98,16 @@ def as_float(raw: object) -> float | None:
     return number if number == number and abs(number) != float("inf") else None
 
 
+MAX_SECONDS = 1e7
+"""Longest duration (about 116 days) read as real; beyond it, or negative, a value is bad data."""
+
+
+def as_seconds(raw: object) -> float | None:
+    """An OTLP double that is a plausible duration in seconds (0 to :data:`MAX_SECONDS`), or ``None``."""
+    number = as_float(raw)
+    return number if number is not None and 0.0 <= number <= MAX_SECONDS else None
+
+
 def as_str(raw: object) -> str | None:
     """An OTLP string value, or ``None``."""
     return raw if isinstance(raw, str) else None

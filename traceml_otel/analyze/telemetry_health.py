@@ -6,6 +6,10 @@ per rank every output that was turned off and why (a read-only or full local cop
 Prometheus port, a failing exporter), an incomplete local copy, steps lost before the emitter,
 spans and metric exports OTLP did not deliver, and a shutdown that was not clean.
 
+A rank whose emitter died or stopped before its final counts is named from the trainer's handoff
+record (``rank-R.handoff.json``, folded in by the reader): the steps traced that never reached the
+local copy.
+
 Severity: ``warning`` when an output was turned off, a local copy is incomplete or steps were lost
 before the emitter (the diagnosis, or the dashboards and alerts, miss data); ``info`` when only OTLP
 delivery failed (the local copy has the spans). An incomplete local copy also caps the step-time
@@ -39,7 +43,11 @@ def _rank_details(stats: ExportStats) -> tuple[list[str], list[Evidence], bool]:
         said.append(f"rank {rank}: {output} turned off ({reason})")
         evidence.append(Evidence(f"rank_{rank}_disabled_{_key(output)}", reason))
         serious = True
-    if stats.local_copy_incomplete:
+    if stats.emitter_lost:
+        said.append(f"rank {rank}: {stats.emitter_lost}, so this diagnosis lacks them")
+        evidence.append(Evidence(f"rank_{rank}_emitter_lost", stats.emitter_lost))
+        serious = True
+    elif stats.local_copy_incomplete:
         traced = "?" if stats.steps_traced is None else str(stats.steps_traced)
         said.append(f"rank {rank}: the local copy holds {stats.steps_local} of {traced} traced steps, "
                     "so this diagnosis lacks the rest")

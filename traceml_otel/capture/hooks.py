@@ -58,11 +58,15 @@ class ForwardHooks:
         ]
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        if self._recorder.foreign_thread():
+            return
         self._depth += 1
         if self._depth == 1:
             self._token = self._recorder.phase_begin()
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._recorder.foreign_thread(ending=True):
+            return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self._token is not None:
             self._recorder.phase_end("forward", self._token)
@@ -89,6 +93,8 @@ class BackwardPatch:
     def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._recorder.foreign_thread(ending=True):
+                return original(*args, **kwargs)
             self._depth += 1
             token = self._recorder.phase_begin() if self._depth == 1 else None
             try:
@@ -191,6 +197,8 @@ class OptimizerHooks:
         return lambda: setattr(cls, "step", original)
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._recorder.foreign_thread():
+            return
         self._depth += 1
         if self._depth == 1:
             self._token = self._recorder.phase_begin()
@@ -203,6 +211,8 @@ class OptimizerHooks:
             self._token = self._recorder.phase_begin()
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._recorder.foreign_thread(ending=True):
+            return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self._recorder.on_nested_phase = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
 
@@ -85,6 +86,12 @@ class StepRecorder:
         self._loader_seen: Any = None
         self._loader_pending: list[Any] | None = None
         self.nested_steps = 0
+        self.owner: int | None = None
+        """The training thread (``threading.get_ident``): the first to open a step. One per process."""
+        self.other_thread_steps = 0
+        """``trace_step`` blocks opened on another thread: ignored, never merged into the owner's steps."""
+        self.other_thread_phases = 0
+        """Phase calls on another thread while a step was open: ignored for the same reason."""
         self.outside: list[str] = []
         """What runs between steps now (``outside_step`` blocks, innermost last): evaluation, a checkpoint.
         Fetches made inside are no step's input wait."""
@@ -110,6 +117,10 @@ class StepRecorder:
         """
         end = perf_counter_ns()
         end_mark = self.clock.mark()
+        if self.owner is not None and get_ident() != self.owner:  # another thread's loader: no step's wait
+            self.clock.release(token[1])
+            self.clock.release(end_mark)
+            return
         if self.in_step or self.outside:
             self.clock.release(token[1])
             self.clock.release(end_mark)
@@ -164,6 +175,16 @@ class StepRecorder:
         self._samples = None
 
     # --- phases ----------------------------------------------------------------
+    def foreign_thread(self, ending: bool = False) -> bool:
+        """True on a thread other than the training thread (the hooks then leave the call untimed and
+        their depth counters untouched); ``ending``: count it as an ignored phase when a step is open."""
+        owner = self.owner
+        if owner is None or get_ident() == owner:
+            return False
+        if ending and self.in_step:
+            self.other_thread_phases += 1
+        return True
+
     def phase_begin(self) -> tuple[int, Any]:
         """Mark the start of a phase call."""
         return perf_counter_ns(), (self.clock.mark() if self.in_step else None)
@@ -171,7 +192,7 @@ class StepRecorder:
     def phase_end(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
         """Record one call of ``phase`` that began at ``token``."""
         end = perf_counter_ns()
-        if not self.in_step:
+        if not self.in_step or self.foreign_thread(ending=True):
             self.clock.release(token[1])
             return
         state = self._state
@@ -186,7 +207,7 @@ class StepRecorder:
 
     def optimizer_stepped(self) -> None:
         """Count an optimizer update inside the current step."""
-        if self.in_step:
+        if self.in_step and get_ident() == self.owner:
             self._state.optimizer_steps += 1
 
     # --- collectives -------------------------------------------------------------
@@ -219,8 +240,15 @@ class StepRecorder:
         """Open a step; ``samples``/``tokens`` are the work the caller declared for it.
 
         A ``trace_step`` inside an open one is not a step: it is counted in ``nested_steps``, and
-        False is returned (its ``end_step`` must then be skipped).
+        False is returned (its ``end_step`` must then be skipped). One thread trains: a block opened
+        on another thread than the first one's is counted in ``other_thread_steps`` and refused too.
         """
+        thread = get_ident()
+        if self.owner is None:
+            self.owner = thread
+        elif thread != self.owner:
+            self.other_thread_steps += 1
+            return False
         if self.in_step:
             self.nested_steps += 1
             return False

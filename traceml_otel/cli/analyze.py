@@ -7,6 +7,7 @@ set the exit code (see ``common`` for the codes).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from traceml_otel.cli.common import (
 )
 from traceml_otel.report import FORMATS, render
 from traceml_otel.settings import trace_url_template
+from traceml_otel.wire._json import write_atomically
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -142,6 +144,8 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
     Returns the text report to print at the end of ``traceml run``.
     """
     run_dir = Path(run_dir)
+    if run_dir.is_symlink():
+        return f"traceml: no diagnosis: {run_dir} is a symbolic link; not followed (planted?)\n"
     try:
         analysis = analyze_path([run_dir])
     except SourceError as error:
@@ -154,8 +158,9 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
     lines = []
     for name, fmt in ((REPORT_JSON, "json"), *(((REPORT_HTML, "html"),) if html else ())):
         try:  # a read-only or full disk costs the report file, not the diagnosis
-            (run_dir / name).write_text(render(analysis, fmt, trace_url=trace_url), encoding="utf-8")
+            write_atomically(run_dir / name, render(analysis, fmt, trace_url=trace_url))
             lines.append(f"Report: {run_dir / name}\n")
         except OSError as error:
-            lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {error})\n")
+            reason = error.strerror if error.errno == errno.ELOOP and error.strerror else error
+            lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {reason})\n")
     return render(analysis, "text", trace_url=trace_url) + "".join(lines)

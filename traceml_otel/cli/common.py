@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from traceml_otel.analyze.run_model import WindowSpec
+from traceml_otel.sanitize import strip_control
 
 EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_REGRESSION = EXIT_NO_DATA
@@ -21,8 +22,10 @@ EXIT_REGRESSION = EXIT_NO_DATA
 
 
 def fail(command: str, message: str) -> int:
-    """Print ``traceml COMMAND: error: MESSAGE`` to stderr; returns ``EXIT_ERROR``."""
-    print(f"traceml {command}: error: {message}", file=sys.stderr)
+    """Print ``traceml COMMAND: error: MESSAGE`` to stderr, as one line without control characters
+    (messages quote what servers and files hold); returns ``EXIT_ERROR``."""
+    line = " ".join(strip_control(message).split())
+    print(f"traceml {command}: error: {line}", file=sys.stderr)
     return EXIT_ERROR
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from traceml_otel.cli.analyze import diagnose_run_directory
 from traceml_otel.cli.common import EXIT_ERROR
+from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,10 +69,65 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def _diagnosis(run_dir: Path, html: bool) -> str:
+    """The end-of-run diagnosis, made in a child process under an address-space budget
+    (``TRACEML_DIAGNOSIS_MEMORY_MB``): whatever the run folder holds, the launcher survives and
+    returns the script's exit code."""
+    budget_mb = diagnosis_memory_mb()
+    command = [sys.executable, "-c", _CHILD, "--diagnose", str(run_dir), str(budget_mb)]
     try:
-        return diagnose_run_directory(run_dir, html=html)
-    except Exception as error:
+        child = subprocess.run(command + (["--html"] if html else []), stdout=subprocess.PIPE, timeout=None)
+    except (OSError, subprocess.SubprocessError) as error:
         return f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
+    text = child.stdout[:_MAX_REPORT_BYTES].decode("utf-8", "replace")
+    if child.returncode == _OUT_OF_BUDGET:
+        return (f"traceml: no diagnosis: it needed more than its memory budget of {budget_mb} MiB "
+                f"({TRACEML_DIAGNOSIS_MEMORY_MB}); run `traceml analyze {run_dir}` for it")
+    if child.returncode != 0:
+        return text + (f"traceml: could not diagnose {run_dir}: the diagnosis process ended with code "
+                       f"{child.returncode}; run `traceml analyze {run_dir}` for it")
+    return text
+
+
+_OUT_OF_BUDGET = 3
+_CHILD = "import sys; from traceml_otel.cli.run import diagnose_child; sys.exit(diagnose_child(sys.argv[1:]))"
+_MAX_REPORT_BYTES = 16 << 20
+
+
+def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
+    """The end-of-run diagnosis' address-space budget: ``TRACEML_DIAGNOSIS_MEMORY_MB``, else a quarter
+    of physical memory (at least 2 GiB)."""
+    raw = (os.environ if env is None else env).get(TRACEML_DIAGNOSIS_MEMORY_MB, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 8 << 30
+    return max(2048, physical // 4 >> 20)
+
+
+def diagnose_child(argv: list[str]) -> int:
+    """The diagnosis process (``--diagnose RUN_DIR BUDGET_MB [--html]``): the report on stdout."""
+    run_dir, budget_mb, html = Path(argv[1]), int(argv[2]), "--html" in argv[3:]
+    try:
+        import resource
+
+        limit = budget_mb << 20
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard),
+                                                hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    try:
+        text = diagnose_run_directory(run_dir, html=html)
+    except MemoryError:
+        return _OUT_OF_BUDGET
+    except Exception as error:
+        text = f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return 0
+
 
 
 def _run_parser() -> argparse.ArgumentParser:

@@ -67,6 +67,8 @@ class EmitterChannel:
         self._backlog: collections.deque[tuple[memoryview, int]] = collections.deque()
         self._backlog_bytes = 0
         self.steps_offered = 0
+        self.steps_handed = 0
+        """Steps written whole into the pipe (the emitter may not have read them all)."""
         self.dropped_steps = 0
         self.broken: str | None = None
         self.local_report: dict[str, Any] | None = None
@@ -86,15 +88,18 @@ class EmitterChannel:
         if self.broken is None and self._fd is not None:
             self._enqueue(encode_frame({"t": "device", "index": index, "uuid": uuid}), steps=0)
 
-    def close(self, timeout_s: float, status: str = "ok", traced: int | None = None) -> bool:
+    def close(
+        self, timeout_s: float, status: str = "ok", traced: int | None = None, stall_s: float = MIN_STALL_S
+    ) -> bool:
         """Send the goodbye, hand over the whole backlog, and wait for the emitter.
 
         ``traced`` is the number of steps the trainer closed; the emitter compares it with what
         it wrote. Returns False when the emitter was still busy (OTLP export) ``timeout_s`` after
         the local copy was done; it then finishes on its own. ``local_report`` holds what the
-        emitter said about the local copy (None when it said nothing).
+        emitter said about the local copy (None when it said nothing; :meth:`emitter_fate` then
+        says why). ``stall_s``: how long an emitter may take nothing before it is given up.
         """
-        stall_s = max(timeout_s, MIN_STALL_S)
+        stall_s = max(timeout_s, stall_s)
         self._hurry()
         if self._fd is not None and self.broken is None:
             bye = {"t": "bye", "status": status, "dropped": self.dropped_steps, "traced": traced}
@@ -113,6 +118,19 @@ class EmitterChannel:
         finally:
             self._read_reports(0.0)
         return True
+
+    def emitter_fate(self) -> str:
+        """How the emitter ended, in words (for a rank whose emitter did not report back)."""
+        code = self._process.poll()
+        if code is None:
+            return "stopped responding (took nothing at shutdown; stopped or hung?)"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"died (killed by {name})"
+        return f"exited with code {code}" if code else "exited"
 
     def detach(self) -> None:
         """Close our ends of the pipes (after fork in a child, or at shutdown)."""
@@ -213,6 +231,7 @@ class EmitterChannel:
             self._backlog_bytes -= written
             if written == len(chunk):
                 self._backlog.popleft()
+                self.steps_handed += steps
             else:
                 self._backlog[0] = (chunk[written:], steps)
 

@@ -22,6 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.wire._json import ensure_run_dir
 
 _SPAN_FLAGS_HAS_IS_REMOTE = 0x100  # a local parent (or none): "is remote" known and false
 _SPAN_KIND_INTERNAL = 1
@@ -101,7 +102,7 @@ class LocalCopyWriter:
     """
 
     def __init__(self, path: Path, resource: Resource, scope: InstrumentationScope) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_run_dir(path.parent)
         self.path = path
         self._prefix = traces_data_prefix(resource, scope)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)

@@ -98,7 +98,10 @@ class OtlpSpanShipper:
         self._on_first_failure = on_first_failure or _warn_stderr
         self._queue: queue.Queue[list[ReadableSpan] | None] = queue.Queue()
         self._queued = 0
+        self._in_flight = 0
+        """Spans of the batch the exporter is sending now (counted by its outcome, even after close)."""
         self._closed = False
+        self._finished = False
         self._lock = threading.Lock()
         self.counts = ExportCounts()
         self.last_export_failed = False
@@ -127,14 +130,24 @@ class OtlpSpanShipper:
         self._queue.put(converted)
         return True
 
-    def close(self, timeout_s: float) -> ExportCounts:
-        """Send what is queued until ``timeout_s``; count the rest as not sent."""
+    def close(self, timeout_s: float, in_flight_grace_s: float = 0.0) -> ExportCounts:
+        """Send what is queued until ``timeout_s``; count the rest as not sent.
+
+        A batch already handed to the exporter at the deadline is waited for up to
+        ``in_flight_grace_s`` more: the collector may accept it (then it is delivered, not lost).
+        """
         self._queue.put(None)
         self._thread.join(timeout_s)
-        with self._lock:  # whatever is still queued or in flight now counts as not sent, once
+        with self._lock:  # what never left the queue counts as not sent, once
             self._closed = True
+            self.counts.not_sent_at_shutdown += self._queued - self._in_flight
+            self._queued = self._in_flight
+        if self._in_flight:
+            self._thread.join(in_flight_grace_s)
+        with self._lock:  # a batch still in flight after the grace: not sent (its late answer is ignored)
             self.counts.not_sent_at_shutdown += self._queued
-            self._queued = 0
+            self._queued = self._in_flight = 0
+            self._finished = True
         try:
             self._exporter.shutdown()
         except Exception:
@@ -159,8 +172,10 @@ class OtlpSpanShipper:
                 deadline = time.monotonic() + BATCH_DELAY_S
 
     def _send(self, batch: list[ReadableSpan]) -> None:
-        if not batch or self._closed:
-            return
+        with self._lock:
+            if not batch or self._closed:
+                return
+            self._in_flight = len(batch)
         logs = install_log_recorder()
         logs.take()  # forget what earlier batches logged
         try:
@@ -170,8 +185,9 @@ class OtlpSpanShipper:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         with self._lock:
-            if self._closed:  # close() already counted this batch as not sent
+            if self._finished:  # close() already counted this batch as not sent
                 return
+            self._in_flight = 0
             self._queued -= len(batch)
             self.last_export_failed = error is not None
             if error is None:

@@ -66,6 +66,9 @@ EXPORT_TURNED_OFF = "OTLP export turned off after an error"
 METRIC_EXPORT_UNFINISHED = "a metric export was still running at the shutdown deadline"
 _READ_CHUNK = 1 << 20
 STATS_RESERVED_BYTES = 8192
+STATS_INTERVAL_S = 1.0
+"""``rank-R.export.json`` is rewritten at most this often while steps arrive (one 8 KiB write), so a
+dead or stopped emitter leaves counts at most this old."""
 
 
 def build_resource(hello: Hello) -> Resource:
@@ -113,11 +116,14 @@ class Emitter:
         self._export_skipped: dict[str, int] = {}
         self._counts_lock = threading.Lock()
         self._stats_failed = False
+        self._stats_written = 0.0
+        self._stats_dirty = False
         self.stats_path: Path | None = None
         self.local: LocalCopyWriter | None = None
         if hello.run_dir:
             run_dir = Path(hello.run_dir)
-            self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
+            if not run_dir.is_symlink():  # a link planted at the run folder: nothing written through it
+                self.stats_path = run_dir / c.export_stats_file_name(rank.rank)
             try:
                 self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
             except OSError as error:
@@ -220,12 +226,20 @@ class Emitter:
                 self._local_failed(error)
             self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
             self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+        self._stats_dirty = True
+        self.refresh_stats()
         spans = sum(len(step.phases) + 1 for step in built)
         if self._export_backlog_spans + spans > MAX_EXPORT_BACKLOG_SPANS:
             self._skip_export(EMITTER_BEHIND, records, built)
             return
         self._export_backlog.append((records, built))
         self._export_backlog_spans += spans
+
+    def refresh_stats(self) -> None:
+        """Rewrite the statistics when steps arrived since the last write, at most every
+        ``STATS_INTERVAL_S`` (bounded cost; a dead or stopped emitter leaves counts that recent)."""
+        if self._stats_dirty and time.monotonic() - self._stats_written >= STATS_INTERVAL_S:
+            self.write_stats()
 
     def _local_failed(self, error: OSError) -> None:
         local, self.local = self.local, None
@@ -332,7 +346,9 @@ class Emitter:
         self._export_backlog_spans = 0
         if self.shipper is not None:
             shipper = self.shipper
-            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic())))
+            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget.
+            grace = max(0.0, started + self.drain_s - max(deadline, time.monotonic()))
+            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic()), grace))
         stats = self.stats
         with self._counts_lock:
             for reason, spans in self._export_skipped.items():
@@ -388,6 +404,7 @@ class Emitter:
         """
         if self.stats_path is None or self._stats_failed:
             return
+        self._stats_written, self._stats_dirty = time.monotonic(), False
         text = encode_export_stats(self.stats)
         text += " " * max(0, STATS_RESERVED_BYTES - len(text))
         temporary = self.stats_path.with_suffix(".tmp")
@@ -499,6 +516,7 @@ class PipeSession:
                 emitter.export_next()
                 continue
             if idle and not select.select([self.fd], [], [], 0.25)[0]:
+                emitter.refresh_stats()
                 continue
             data = os.read(self.fd, _READ_CHUNK)
             if data:

@@ -8,6 +8,7 @@ statistics (OTLP export may still be draining when the ranks have exited).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def wait_for_final_exports(run_dir: Path, timeout_s: float, poll_s: float = 0.1)
     deadline = time.monotonic() + timeout_s
     while True:
         exports = read_rank_exports(run_dir)
-        if all(e.final for e in exports) or time.monotonic() >= deadline:
+        if all(e.final or e.emitter_lost for e in exports) or time.monotonic() >= deadline:
             return exports
         time.sleep(poll_s)
 
@@ -38,7 +39,7 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
     if exports is None:
         exports = read_rank_exports(run_dir)
     if not exports:
-        return f"telemetry: no export statistics in {run_dir} (did the script call traceml.init()?)"
+        return strip_control(_no_statistics(run_dir))
     steps = sum(e.steps_received for e in exports)
     spans = sum(e.spans_local for e in exports)
     lines = [f"telemetry: {steps} steps, {spans} spans from {len(exports)} rank(s) in {run_dir}"]
@@ -59,7 +60,9 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
     lines.extend(_metric_export_lines(exports))
     for export in exports:
         prefix = f"  rank {export.rank}:"
-        if not export.final:
+        if export.emitter_lost:
+            lines.append(f"{prefix} {export.emitter_lost}")
+        elif not export.final:
             lines.append(f"{prefix} the emitter had not written its final counts when this account was made; "
                          "OTLP numbers may still change")
         for output, reason in export.outputs_disabled.items():
@@ -68,9 +71,22 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
             lines.append(f"{prefix} {problem}")
         if export.capture_dropped_steps:
             lines.append(f"{prefix} {export.capture_dropped_steps} steps lost before the emitter")
-        if not export.clean_shutdown:
+        if not export.clean_shutdown and not export.emitter_lost:
             lines.append(f"{prefix} {export.end_status}; steps after the last hand-off may be missing")
     return strip_control("\n".join(lines))  # problem texts quote paths and exception messages
+
+
+def _no_statistics(run_dir: Path) -> str:
+    """Why a run folder holds no export statistics, as far as the launcher can tell."""
+    if run_dir.is_symlink():
+        return (f"telemetry: {run_dir} is a symbolic link (planted?); nothing was written or read through it "
+                "(OTLP export went on: see the ranks' stderr)")
+    folder = run_dir if run_dir.is_dir() else run_dir.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return (f"telemetry: no export statistics: {folder} is not writable (read-only runs folder?), so "
+                "no local copy or statistics were written; OTLP export went on without them (the ranks' "
+                "stderr says what each output did)")
+    return f"telemetry: no export statistics in {run_dir} (did the script call traceml.init()?)"
 
 
 def _local_copy_lines(exports: list[ExportStats]) -> list[str]:

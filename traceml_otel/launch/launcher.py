@@ -154,7 +154,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     env = {**os.environ, **options.extra_env}
     run_id = resolve_run_id(options, env)
     run_name = options.run_name or Path(options.script).stem
-    run_dir = (Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT) / run_id).resolve()
+    run_dir = Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT).resolve() / run_id  # no link followed
     arguments = torchrun_arguments(options)
     single = options.nproc_per_node == 1 and options.nnodes == 1  # no elastic agent needed
     launcher = single_process_command(options.script, options.script_args) if single else [

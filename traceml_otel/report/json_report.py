@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict
 
@@ -173,4 +174,19 @@ class JsonReporter:
         self.trace_url = trace_url
 
     def render(self, analysis: RunAnalysis) -> str:
-        return json.dumps(report_json(analysis, trace_url=self.trace_url), indent=2, allow_nan=False) + "\n"
+        document = report_json(analysis, trace_url=self.trace_url)
+        try:
+            return json.dumps(document, indent=2, allow_nan=False) + "\n"
+        except ValueError:  # a derived number overflowed (huge finite inputs): never a crash, null instead
+            return json.dumps(_finite(document), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value: object) -> object:
+    """``value`` with every infinite or NaN float replaced by ``None`` (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from traceml_otel.wire.bounded_file import RefusedFile, read_bounded
 
 MAX_RECORD_BYTES = 1 << 20
 """A record file larger than this is not read (they are a few KiB)."""
@@ -18,17 +21,9 @@ class RecordError(ValueError):
 def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:
     """The JSON object in ``path``; raises :class:`RecordError` (never anything else) when it is not one."""
     try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(path, flags)
-        try:
-            data = os.read(fd, max_bytes + 1)
-        finally:
-            os.close(fd)
-    except OSError as error:
-        reason = f"{type(error).__name__}: {error.strerror or error}"
-        raise RecordError(f"{path}: cannot read it ({reason})") from None
-    if len(data) > max_bytes:
-        raise RecordError(f"{path}: larger than {max_bytes} bytes; not read")
+        data = read_bounded(path, max_bytes, follow_links=False)
+    except RefusedFile as error:
+        raise RecordError(str(error)) from None
     try:
         value = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
@@ -38,12 +33,32 @@ def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str,
     return value
 
 
+def refuse_link(path: Path) -> None:
+    """Raise ``OSError`` (ELOOP) when a symbolic link sits at ``path`` (planted?): never followed."""
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link; not followed (planted?)")
+
+
+def ensure_run_dir(run_dir: Path) -> None:
+    """Create the run folder (and its parents); a symbolic link planted at the folder itself is refused.
+
+    Raises:
+        OSError: it cannot be created, or is a link or not a directory.
+    """
+    refuse_link(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    refuse_link(run_dir)  # planted between the check and mkdir
+    if not run_dir.is_dir():
+        raise OSError(errno.ENOTDIR, f"{run_dir} is not a directory")
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` through a temporary file; never follows a link planted there.
 
     Raises:
-        OSError: the folder is read-only or full, or a link sits at the temporary path.
+        OSError: the folder is read-only or full, or a link sits at ``path`` or the temporary path.
     """
+    refuse_link(path)
     temporary = path.with_name(path.name + ".tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from traceml_otel.contract import export_stats_file_name, rank_of_file
+from traceml_otel.contract import export_stats_file_name, handoff_file_name, rank_of_file
 from traceml_otel.wire._json import RecordError, as_float, as_int, as_str, as_version, read_json_object
+from traceml_otel.wire.handoff import Handoff, read_handoff
 
 EXPORT_STATS_VERSION = 1
 """The version this code writes and fully reads."""
@@ -65,6 +67,11 @@ class ExportStats:
     end_status: str = "running"
     problems: list[str] = field(default_factory=list)
     final: bool = False
+    steps_handed: int | None = None
+    """Steps the trainer wrote into the emitter's pipe (from ``rank-R.handoff.json``; else ``None``)."""
+    emitter_lost: str | None = None
+    """The trainer's word that the emitter died or stopped before its final counts, with the steps
+    that never reached the local copy (from ``rank-R.handoff.json``); ``None`` otherwise."""
     version: int = EXPORT_STATS_VERSION
 
     @property
@@ -153,6 +160,8 @@ def decode_export_stats(data: dict[str, object]) -> ExportStats:
         end_status=as_str(data.get("end_status"), 500) or "",
         problems=[str(p)[:2000] for p in problems[:_MAX_ENTRIES]] if isinstance(problems, list) else [],
         final=data.get("final", True) is True,  # files from before the field was added were final
+        steps_handed=_optional_count(data, "steps_handed"),
+        emitter_lost=as_str(data.get("emitter_lost"), 2000),
         version=as_version(data.get("export_stats_version")) or 1,
     )
 
@@ -166,13 +175,13 @@ def read_export_stats_file(path: Path) -> ExportStats:
         raise RecordError(message if message.startswith(str(path)) else f"{path}: {message}") from None
 
 
-def export_stats_paths(run_dir: Path) -> list[tuple[int, Path]]:
-    """(rank, path) of every ``rank-R.export.json`` in ``run_dir``, by rank (bounded)."""
+def rank_file_paths(run_dir: Path, file_name: Callable[[int], str]) -> list[tuple[int, Path]]:
+    """(rank, path) of every per-rank file named by ``file_name`` in ``run_dir``, by rank (bounded)."""
     found: list[tuple[int, Path]] = []
     try:
         with os.scandir(run_dir) as entries:
             for entry in entries:
-                rank = rank_of_file(entry.name, export_stats_file_name)
+                rank = rank_of_file(entry.name, file_name)
                 if rank is not None:
                     found.append((rank, Path(entry.path)))
                     if len(found) >= MAX_RANK_FILES:
@@ -182,9 +191,44 @@ def export_stats_paths(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def export_stats_paths(run_dir: Path) -> list[tuple[int, Path]]:
+    """(rank, path) of every ``rank-R.export.json`` in ``run_dir``, by rank (bounded)."""
+    return rank_file_paths(run_dir, export_stats_file_name)
+
+
+def with_handoff(stats: ExportStats | None, handoff: Handoff) -> ExportStats:
+    """Fold the trainer's handoff record into the rank's statistics (a new record when it had none).
+
+    Statistics the emitter finished (``final``) keep their counts: it only gains the trainer's
+    traced count when it lacked one, and a note. Stale ones (the emitter died or was stopped)
+    gain ``emitter_lost``, naming the steps that never reached the local copy.
+    """
+    if stats is None:
+        stats = ExportStats(run_id=handoff.run_id, rank=handoff.rank, end_status=handoff.end_status)
+    if stats.steps_traced is None:
+        stats.steps_traced = handoff.steps_traced
+    stats.steps_handed = handoff.steps_handed
+    stats.capture_dropped_steps = max(stats.capture_dropped_steps, handoff.steps_dropped)
+    if stats.final:
+        if stats.local_copy_complete is None:
+            stats.local_copy_complete = stats.steps_local >= stats.steps_traced
+        stats.problems.append(f"at the trainer's exit its telemetry process {handoff.emitter}; it finished "
+                              "later on its own")
+        if not stats.clean_shutdown:  # the goodbye never reached it: the trainer's own word on the end
+            stats.end_status = f"the trainer ended ({handoff.end_status}) after giving its emitter up"
+        return stats
+    missing = max(0, handoff.steps_traced - stats.steps_local)
+    stats.local_copy_complete = missing == 0
+    stats.end_status = handoff.end_status or stats.end_status
+    stats.emitter_lost = (f"telemetry process {handoff.emitter} at step ~{stats.steps_local:,}; {missing:,} "
+                          f"of {handoff.steps_traced:,} traced steps not written to the local copy")
+    return stats
+
+
 def read_export_stats(run_dir: Path) -> ExportStatsRead:
-    """Every rank's statistics in ``run_dir``; unreadable or corrupt files are skipped and named."""
-    stats: list[ExportStats] = []
+    """Every rank's statistics in ``run_dir`` with the trainers' handoff records folded in;
+    unreadable or corrupt files are skipped and named."""
+    by_rank: dict[int, ExportStats] = {}
     problems: list[str] = []
     for _, path in export_stats_paths(run_dir):
         try:
@@ -195,5 +239,13 @@ def read_export_stats(run_dir: Path) -> ExportStatsRead:
         if record.version > EXPORT_STATS_VERSION:
             problems.append(f"{path}: export statistics version {record.version} is newer than this "
                             f"traceml-otel reads ({EXPORT_STATS_VERSION}); fields it added are ignored")
-        stats.append(record)
-    return ExportStatsRead(tuple(sorted(stats, key=lambda s: s.rank)), tuple(problems))
+        by_rank[record.rank] = record
+    for rank, _ in rank_file_paths(run_dir, handoff_file_name):
+        try:
+            handoff = read_handoff(run_dir, rank)
+        except RecordError as error:
+            problems.append(f"trainer handoff record skipped: {error}")
+            continue
+        if handoff is not None:
+            by_rank[rank] = with_handoff(by_rank.get(rank), handoff)
+    return ExportStatsRead(tuple(by_rank[r] for r in sorted(by_rank)), tuple(problems))

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceml_otel.contract import MANIFEST_FILE
-from traceml_otel.wire._json import RecordError, as_float, as_int, as_str, as_version, read_json_object
+from traceml_otel.wire._json import (
+    RecordError,
+    as_float,
+    as_int,
+    as_str,
+    as_version,
+    ensure_run_dir,
+    read_json_object,
+)
 from traceml_otel.wire._json import write_atomically as _write_atomically
 
 MANIFEST_VERSION = 1
@@ -116,7 +124,7 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> None:
     Raises:
         OSError: the folder is read-only or full; callers that must not fail say so and go on.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
+    ensure_run_dir(run_dir)
     _write_atomically(run_dir / MANIFEST_FILE, encode_manifest(manifest))
 
 

@@ -22,14 +22,15 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.otlp_decode import ForeignDocument, resource_spans
+from traceml_otel.analyze.otlp_decode import MAX_SECONDS, ForeignDocument, resource_spans
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
+from traceml_otel.wire.bounded_file import RefusedFile, bounded_lines, file_kind, open_regular, read_bounded
 
 TRACE_FILES = c.traces_file_name(0).replace("0", "<R>", 1)
 """How the per-rank span files are named (for messages; the names come from the contract)."""
-WHOLE_FILE_LIMIT = 256 * 1024 * 1024
-"""Largest file (bytes) read whole when it is not JSON Lines."""
+WHOLE_FILE_LIMIT = 64 * 1024 * 1024
+"""Largest file (bytes) read whole when it is not JSON Lines (decoded, it takes about ten times that)."""
 PARALLEL_MIN_BYTES = 48 * 1024 * 1024
 """Inputs smaller than this are read in this process (a pool costs about a second to start)."""
 _PROGRESS_LINES = 16
@@ -47,6 +48,8 @@ def trace_files(paths: Sequence[Path]) -> list[Path]:
             files.extend(found)
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise SourceError(f"{path}: is {file_kind(path.stat().st_mode)}, not a regular file; not read")
         else:
             raise SourceError(f"{path}: no such file or directory")
     return files
@@ -64,7 +67,7 @@ def rank_trace_files(directory: Path) -> list[Path]:
 
 def _workers(files: Sequence[Path]) -> int:
     """How many processes should read ``files`` (1 = this one alone)."""
-    if len(files) < 2 or sum(f.stat().st_size for f in files) < PARALLEL_MIN_BYTES:
+    if len(files) < 2 or sum(_size(f) for f in files) < PARALLEL_MIN_BYTES:
         return 1
     if not hasattr(os, "fork") or threading.active_count() > 1:
         return 1
@@ -72,14 +75,25 @@ def _workers(files: Sequence[Path]) -> int:
     return max(1, min(len(files), cpus))
 
 
+def _size(path: Path) -> int:
+    """Bytes of data in a regular file (0 for anything else: it is skipped when read)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return 0
+    if file_kind(info.st_mode) is not None:
+        return 0
+    return min(info.st_size, info.st_blocks * 512) if hasattr(info, "st_blocks") else info.st_size
+
+
 def balanced_groups(files: Sequence[Path], count: int) -> list[list[Path]]:
     """Split ``files`` into ``count`` groups of similar total size (largest first, to the lightest)."""
     groups: list[list[Path]] = [[] for _ in range(count)]
     loads = [0] * count
-    for path in sorted(files, key=lambda f: -f.stat().st_size):
+    for path in sorted(files, key=lambda f: -_size(f)):
         lightest = loads.index(min(loads))
         groups[lightest].append(path)
-        loads[lightest] += path.stat().st_size
+        loads[lightest] += _size(path)
     return [group for group in groups if group]
 
 
@@ -155,33 +169,47 @@ class FileSpanSource(SpanSource):
             os._exit(status)
 
     def feed_file(self, path: Path, assembler: StepAssembler) -> None:
-        """Stream one file's spans into ``assembler``, warning about every line it skips."""
-        size = max(1, path.stat().st_size)
-        with path.open("rb") as handle:
-            for lineno, line in enumerate(handle, 1):
-                if not line.strip():
+        """Stream one file's spans into ``assembler``, warning about every line it skips.
+
+        Only a regular file is read (a FIFO, socket or device is skipped with one warning, without
+        blocking); each line is bounded (:data:`~traceml_otel.wire.bounded_file.MAX_LINE_BYTES`), and
+        NUL runs and sparse-file holes are skipped unread.
+        """
+        try:
+            fd = open_regular(path)
+        except RefusedFile as error:
+            self.log.warn(f"{error}; skipped")
+            return
+        try:
+            size = max(1, os.fstat(fd).st_size)
+            for line in bounded_lines(fd):
+                if line.data is None:
+                    self.log.warn(f"{path}:{line.number}: {line.skipped}")
                     continue
                 try:
-                    document = json.loads(line)
+                    document = json.loads(line.data)
                 except (ValueError, RecursionError) as exc:
-                    if lineno == 1 and not isinstance(exc, RecursionError) and self._feed_whole_file(
+                    if line.number == 1 and not isinstance(exc, RecursionError) and self._feed_whole_file(
                         path, assembler
                     ):
                         return
-                    self.log.warn(f"{path}:{lineno}: skipped a corrupt or truncated line ({_reason(exc)})")
+                    where = f"{path}:{line.number}"
+                    self.log.warn(f"{where}: skipped a corrupt or truncated line ({_reason(exc)})")
                     continue
-                self._feed_document(document, assembler, f"{path}:{lineno}")
-                if lineno % _PROGRESS_LINES == 0:
+                self._feed_document(document, assembler, f"{path}:{line.number}")
+                if line.number % _PROGRESS_LINES == 0:
                     self.log.progress(
-                        f"reading {path.name}: {handle.tell() / size:.0%}, {assembler.spans:,} spans"
+                        f"reading {path.name}: {line.offset / size:.0%}, {assembler.spans:,} spans"
                     )
+        except OSError as error:
+            self.log.warn(f"{path}: reading stopped ({error.strerror or error}); the lines before were used")
+        finally:
+            os.close(fd)
 
     def _feed_whole_file(self, path: Path, assembler: StepAssembler) -> bool:
-        if path.stat().st_size > WHOLE_FILE_LIMIT:
-            return False
         try:
-            document = json.loads(path.read_bytes())
-        except (ValueError, RecursionError):
+            document = json.loads(read_bounded(path, WHOLE_FILE_LIMIT))
+        except (RefusedFile, ValueError, RecursionError):
             return False
         self._feed_document(document, assembler, str(path))
         return True
@@ -195,10 +223,14 @@ class FileSpanSource(SpanSource):
         except RecursionError:
             self.log.warn(f"{where}: skipped a line nested too deeply to be OTLP traces")
             return
+        out_of_range = assembler.out_of_range_values
         try:
             feed_resource_spans(resources, assembler, service=self.service)
         except MALFORMED as exc:
             self.log.warn(f"{where}: skipped malformed OTLP spans ({type(exc).__name__}: {exc})")
+        if assembler.out_of_range_values > out_of_range:
+            self.log.warn(f"{where}: {assembler.out_of_range_values - out_of_range} duration value(s) out of "
+                          f"range (negative, or beyond {MAX_SECONDS:g} s) treated as bad data (not measured)")
 
 
 def _child_result(pid: int, out: Path) -> tuple[StepAssembler, list[str]] | None:

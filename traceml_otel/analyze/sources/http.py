@@ -8,6 +8,7 @@ off with a :class:`SourceError` that names the bound and the option that sets it
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from traceml_otel.analyze.sources.base import SourceError
+from traceml_otel.sanitize import strip_control
 
 DEFAULT_TOTAL_S = 600.0
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -119,6 +121,9 @@ def _fetch(
                     raise _Cancelled
                 chunk = response.read1(_CHUNK)
                 if not chunk:
+                    if declared and declared.isdigit() and size < int(declared):
+                        raise SourceError(f"{what} at {base_url} cut its answer short ({size} of {declared} "
+                                          "bytes); try again")
                     return b"".join(chunks)
                 size += len(chunk)
                 if size > limits.max_bytes:
@@ -127,16 +132,28 @@ def _fetch(
     except urllib.error.HTTPError as error:
         if missing_ok and error.code == 404:
             return b"[]"
-        detail = error.read(300)[:300].decode("utf-8", "replace").strip()
+        try:
+            detail = error.read(300)[:300].decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException):
+            detail = ""
         raise SourceError(
-            f"{what} at {base_url} answered HTTP {error.code} to {path}: {detail or error.reason}"
+            f"{what} at {base_url} answered HTTP {error.code} to {path}: {_printable(detail or error.reason)}"
         ) from None
     except urllib.error.URLError as error:
-        raise SourceError(f"cannot reach {what} at {base_url}: {error.reason}") from None
+        raise SourceError(f"cannot reach {what} at {base_url}: {_printable(error.reason)}") from None
+    except http.client.HTTPException as error:  # not HTTP, a bad status line, a body cut short
+        raise SourceError(f"{what} at {base_url} did not answer in HTTP ({type(error).__name__}: "
+                          f"{_printable(error)})") from None
     except TimeoutError:
         raise SourceError(f"{what} at {base_url} did not answer within {timeout:g} s (--timeout)") from None
     except (OSError, ValueError) as error:
-        raise SourceError(f"cannot query {what} at {base_url}: {error}") from None
+        raise SourceError(f"cannot query {what} at {base_url}: {_printable(error)}") from None
+
+
+def _printable(value: object, limit: int = 200) -> str:
+    """What a server sent, as one short line without control characters."""
+    text = " ".join(strip_control(str(value)).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _deadline_error(what: str, base_url: str, limits: ReadLimits) -> SourceError:
@@ -150,8 +167,28 @@ def _size_error(what: str, base_url: str, limits: ReadLimits) -> SourceError:
                        "limit")
 
 
+MAX_ANSWER_ITEMS = 4_000_000
+"""JSON values (objects, arrays, and array or object members) one answer may decode into. A decoded
+value takes 50 to 100 bytes, so this bounds an answer's memory near 400 MB whatever its byte size (a
+page of 500 steps of 8 ranks is about 1.5 million)."""
+
+
+def answer_items(body: bytes) -> int:
+    """An upper estimate of the JSON values ``body`` decodes into (counted without decoding it)."""
+    return body.count(b"{") + body.count(b"[") + body.count(b",")
+
+
 def _documents(body: bytes, what: str) -> list[object]:
-    """One JSON value, or several back to back (a streamed gRPC-gateway answer)."""
+    """One JSON value, or several back to back (a streamed gRPC-gateway answer).
+
+    Raises:
+        SourceError: the answer would decode into more than :data:`MAX_ANSWER_ITEMS` values, or is
+            not JSON.
+    """
+    items = answer_items(body)
+    if items > MAX_ANSWER_ITEMS:
+        raise SourceError(f"{what} answered about {items:,} JSON items, more than the {MAX_ANSWER_ITEMS:,} "
+                          "decoded at once (memory); ask for less with --page-size or --since/--until")
     text = body.decode("utf-8", "replace").strip()
     decoder = json.JSONDecoder()
     documents: list[object] = []

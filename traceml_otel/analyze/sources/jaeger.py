@@ -19,7 +19,7 @@ from traceml_otel.analyze.otlp_decode import (
 )
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents
-from traceml_otel.analyze.sources.otlp_json import feed_resource_spans
+from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
 from traceml_otel.analyze.timerange import TimeRange, rfc3339
 
 MIN_WINDOW_S = 0.001
@@ -75,7 +75,11 @@ class JaegerSpanSource(SpanSource):
                     f"Jaeger returned {traces} traces for {MIN_WINDOW_S} s of the run; some may be missing"
                 )
             _drop_seen(resources, seen)
-            feed_resource_spans(resources, assembler, service=self.service)
+            try:
+                feed_resource_spans(resources, assembler, service=self.service)
+            except MALFORMED as exc:
+                self.log.warn(f"Jaeger {self.url} page {self.pages}: skipped malformed spans "
+                              f"({type(exc).__name__}: {str(exc)[:80]})")
             self.log.progress(f"Jaeger: {self.pages} pages, {assembler.spans:,} spans")
 
     def _search(self, start: float, end: float) -> tuple[list[dict], int]:
@@ -94,7 +98,7 @@ class JaegerSpanSource(SpanSource):
         resources: list[dict] = []
         for document in documents:
             try:
-                resources += resource_spans(document)
+                resources += _only_span_objects(resource_spans(document))
             except ForeignDocument as error:
                 if isinstance(document, dict) and "error" in document:
                     raise SourceError(f"Jaeger answered an error: {document['error']}") from None
@@ -106,6 +110,15 @@ class JaegerSpanSource(SpanSource):
             for span in spans
         }
         return resources, len(traces)
+
+
+def _only_span_objects(resources: list[dict]) -> list[dict]:
+    """``resources`` with every span that is not a JSON object (``null``, a number) left out, in place."""
+    for resource in resources:
+        for spans in scope_spans(resource):
+            if not all(isinstance(span, dict) for span in spans):
+                spans[:] = [span for span in spans if isinstance(span, dict)]
+    return resources
 
 
 def _drop_seen(resources: list[dict], seen: set[tuple[str, str]]) -> None:

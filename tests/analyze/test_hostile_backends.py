@@ -1,0 +1,133 @@
+"""Hostile backends (issue 21): every protocol or shape error of a Tempo or Jaeger answer is one line
+with the bad-input exit code, nothing a server sends reaches the terminal with its control characters,
+and an answer that would decode into too many objects is refused before it is decoded."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from tests.analyze.test_analyze_backends import RUN, analyze_args
+from tests.analyze.test_bounded_reads import Quiet
+from traceml_otel.cli.analyze import run_analyze
+
+ESC = "\x1b"
+
+
+class _Reply:
+    """What the module's two servers answer now (set by each test)."""
+
+    raw = b""
+    status, body, content_type = 200, b"{}", "application/json"
+
+
+def _serve_raw(listener: socket.socket) -> None:
+    """Answer every connection with ``_Reply.raw`` (any bytes, HTTP or not) and close it."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        with connection:
+            try:
+                connection.recv(65536)
+                connection.sendall(_Reply.raw)
+            except OSError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def raw_url() -> Iterator[str]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    threading.Thread(target=_serve_raw, args=(listener,), daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+class _Answer(Quiet):
+    def do_GET(self) -> None:
+        self.send_response(_Reply.status)
+        self.send_header("Content-Type", _Reply.content_type)
+        self.send_header("Content-Length", str(len(_Reply.body)))
+        self.end_headers()
+        self.wfile.write(_Reply.body)
+
+
+@pytest.fixture(scope="module")
+def answer_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _answering(url: str, status: int, body: bytes, content_type: str = "application/json") -> str:
+    _Reply.status, _Reply.body, _Reply.content_type = status, body, content_type
+    return url
+
+
+def _args(flag: str, url: str):
+    return analyze_args(flag, url, "--run-id", RUN, "--service", "train", "--timeout", "5")
+
+
+def _one_line_error(capsys, code: int) -> str:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and ESC not in err, repr(err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--tempo", "--jaeger"])
+@pytest.mark.parametrize("reply", [
+    b"\x1b[2J\x1b[31mHELLO hostile\r\n\r\n",  # not HTTP at all
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n\x1b[2Jx",  # HTTP, body not JSON
+    b"HTTP/1.1 99999 \x1b[2J\r\n\r\n",  # a status line that is not one
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}",  # cut short
+])
+def test_a_protocol_error_is_one_line_without_the_servers_escapes(raw_url, capsys, flag, reply) -> None:
+    _Reply.raw = reply
+    url = raw_url
+    line = _one_line_error(capsys, run_analyze(_args(flag, url)))
+    assert line.startswith("traceml analyze: error:"), line
+
+
+@pytest.mark.parametrize("flag", ["--tempo", "--jaeger"])
+@pytest.mark.parametrize("body", [
+    b'{"traces": null}', b'{"traces": [null, 1, "x"]}', b'{"traces": {"a": 1}}',
+    b'{"resourceSpans": [{"scopeSpans": [{"spans": null}]}]}',
+    b'{"result": {"resourceSpans": [{"scopeSpans": null}]}}',
+    b'{"resourceSpans": [{"scopeSpans": [{"spans": [null, 1, {"name": null}]}]}]}',
+    b'{"data": null}', b"[]", b"null", b'"\x1b[2J"',
+])
+def test_a_shape_error_is_never_a_traceback(answer_url, capsys, flag, body) -> None:
+    url = _answering(answer_url, 200, body)
+    code = run_analyze(_args(flag, url))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and ESC not in captured.err + captured.out
+    assert code in (1, 2), captured.err  # no data, or bad input
+
+
+@pytest.mark.parametrize("flag", ["--tempo", "--jaeger"])
+def test_an_error_body_is_printed_without_control_characters(answer_url, capsys, flag) -> None:
+    url = _answering(answer_url, 500, b"\x1b[2J\x1b]0;owned\x07 internal error \x1b[31mred", "text/plain")
+    line = _one_line_error(capsys, run_analyze(_args(flag, url)))
+    assert "HTTP 500" in line and "internal error" in line and "\x07" not in line
+
+
+def test_an_answer_of_millions_of_empty_objects_is_refused_before_decoding(answer_url, capsys) -> None:
+    body = b'{"traces": [' + b"{}," * 5_000_000 + b"{}]}"  # 15 MiB of JSON, ~400 MiB once decoded
+    url = _answering(answer_url, 200, body)
+    code = run_analyze(analyze_args("--tempo", url, "--run-id", RUN, "--since", "1799999990",
+                                    "--until", "1799999991"))
+    line = _one_line_error(capsys, code)
+    assert "JSON items" in line, line

@@ -1,0 +1,59 @@
+"""A batch in flight at the shutdown deadline is counted by its outcome (issue 21): accepted by a slow
+collector within the rest of the budget is delivered, not "not sent"; one that never answers is not sent."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+from traceml_otel.emit.span_export import OtlpSpanShipper
+
+
+class SlowCollector(SpanExporter):
+    """Accepts every batch after ``delay_s`` (a collector under load)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.accepted = 0
+        self.started = threading.Event()
+
+    def export(self, spans) -> SpanExportResult:
+        self.started.set()
+        time.sleep(self.delay_s)
+        self.accepted += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _shipper(exporter: SpanExporter) -> OtlpSpanShipper:
+    shipper = OtlpSpanShipper(exporter, ALWAYS_ON, "http://collector", lambda span: span, protocol="grpc")
+    for step in range(100):  # 100 steps x 6 spans: one batch of 516 (86 steps) in flight, 84 queued
+        root = SimpleNamespace(trace_id=step + 1, name="traceml.step")
+        shipper.offer([root] * 6)
+    return shipper
+
+
+def test_a_batch_accepted_after_the_deadline_is_delivered_not_lost() -> None:
+    collector = SlowCollector(delay_s=1.5)
+    shipper = _shipper(collector)
+    assert collector.started.wait(10)
+    counts = shipper.close(0.1, in_flight_grace_s=10.0)
+    assert collector.accepted == 516
+    assert counts.exported == 516 and counts.not_sent_at_shutdown == 84  # only what never left the queue
+    assert counts.exported + counts.dropped == 600
+
+
+def test_a_batch_still_unanswered_after_the_grace_is_not_sent() -> None:
+    collector = SlowCollector(delay_s=3.0)
+    shipper = _shipper(collector)
+    assert collector.started.wait(10)
+    counts = shipper.close(0.1, in_flight_grace_s=0.2)
+    assert counts.exported == 0 and counts.not_sent_at_shutdown == 600
+    time.sleep(3.2)  # its late answer changes nothing: counted once
+    assert counts.exported == 0 and counts.not_sent_at_shutdown == 600

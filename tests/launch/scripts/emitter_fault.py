@@ -1,0 +1,63 @@
+"""Short steps; at ``--at`` the script kills (SIGKILL) or stops (SIGSTOP) its own emitter process.
+
+``--stop-s S``: a detached helper sends SIGCONT S seconds later, so a stop can last across the exit.
+Prints ``emitter <pid> <action> at step <n>``.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import traceml_otel as traceml
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=2000)
+parser.add_argument("--at", type=int, default=300)
+parser.add_argument("--action", choices=("kill", "stop"), default="kill")
+parser.add_argument("--stop-s", type=float, default=5.0)
+parser.add_argument("--step-ms", type=float, default=0.2)
+args = parser.parse_args()
+
+
+def emitter_pids() -> list[int]:
+    """Our child processes running the emitter (found in /proc, as an operator would)."""
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"traceml_otel.emit.worker" in cmdline:
+                pids.append(int(child))
+    return pids
+
+
+traceml.init(mode="auto")
+torch.set_num_threads(1)
+model = nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+step_ns = int(args.step_ms * 1e6)
+for step in range(args.steps):
+    if step == args.at:
+        time.sleep(1.5)  # the emitter catches up and writes its periodic counts, as in a long run
+        for pid in emitter_pids():
+            if args.action == "kill":
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGSTOP)
+                resume = f"sleep {args.stop_s}; kill -CONT {pid}"
+                subprocess.Popen(["sh", "-c", resume], start_new_session=True)
+            print(f"emitter {pid} {args.action} at step {step}", flush=True)
+    with traceml.trace_step(model):
+        begin = time.perf_counter_ns()
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+        while time.perf_counter_ns() - begin < step_ns:
+            pass
+print("loop_done", flush=True)
