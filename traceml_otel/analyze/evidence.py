@@ -142,8 +142,9 @@ def run_findings(
                  "(its export report).",
             evidence=tuple(Evidence(f"rank_{c.rank}_steps", c.steps) for c in short),
         ))
-    if failures or (exit_code not in (None, 0)):
-        findings.append(_failed(failures, failed_steps, exit_code, counts))
+    outside = raised_outside_steps(export_stats, failures)
+    if failures or outside or (exit_code not in (None, 0)):
+        findings.append(_failed(failures, failed_steps, exit_code, counts, outside))
     degraded = telemetry_finding(export_stats)
     if degraded is not None:
         findings.append(degraded)
@@ -151,14 +152,43 @@ def run_findings(
     return tuple(findings)
 
 
+def raised_outside_steps(
+    export_stats: Sequence[ExportStats], failures: Sequence[StepFailure]
+) -> tuple[tuple[int, str], ...]:
+    """(rank, exception type) of ranks whose process ended on an uncaught exception that no traced
+    step of theirs raised (a DataLoader error, set-up, evaluation), from ``rank-R.export.json``."""
+    in_step = {failure.rank for failure in failures}
+    found = []
+    for stats in export_stats:
+        kind = stats.end_status.removeprefix("exception ")
+        if kind != stats.end_status and kind and stats.rank not in in_step:
+            found.append((stats.rank, kind))
+    return tuple(sorted(found))
+
+
 def _failed(
-    failures: Sequence[StepFailure], failed_steps: int, exit_code: int | None, counts: Sequence[RankCount]
+    failures: Sequence[StepFailure], failed_steps: int, exit_code: int | None, counts: Sequence[RankCount],
+    outside: Sequence[tuple[int, str]] = (),
 ) -> Finding:
     code = "" if exit_code is None else f" The script exited with code {exit_code}."
     evidence: list[Evidence] = []
     if exit_code is not None:
         evidence.append(Evidence("exit_code", exit_code))
-    if failures:
+    if outside:  # the rank whose own process raised is named, not a rank that failed after it
+        rank, kind = outside[0]
+        last = next((c.last_step for c in counts if c.rank == rank), None)
+        after = f" after its step {last}" if last is not None else ""
+        then = ""
+        if failures:
+            first = failures[0]
+            then = (f"; rank {first.rank} then raised {first.exception_type} in step {first.step} "
+                    "(likely a consequence)")
+        others = f" (also ranks {', '.join(str(r) for r, _ in outside[1:9])})" if len(outside) > 1 else ""
+        why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or evaluation "
+               f"error; its rank-{rank}.export.json ends with it){others}{then}.{code}")
+        evidence += [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", kind)]
+        title = f"The run failed: rank {rank} raised {kind} outside a step"
+    elif failures:
         first = failures[0]
         others = failed_steps - 1
         more = f" ({others} other failed step{'s' if others != 1 else ''} on this run)" if others > 0 else ""

@@ -1,0 +1,42 @@
+"""The rank whose own process raised is the rank RUN_FAILED names (issue 21): a DataLoader error on
+rank 1 outside ``trace_step`` makes rank 0 fail in its next collective; rank 1 is named, not rank 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.synthetic_runs import SyntheticStep, write_run
+from traceml_otel import contract as c
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
+
+
+def _run(tmp_path: Path, *, rank1_status: str) -> Path:
+    steps = [SyntheticStep(rank=r, step=n, world_size=2) for r in (0, 1) for n in range(30)]
+    steps.append(SyntheticStep(rank=0, step=30, world_size=2, error="RuntimeError"))
+    run_dir = write_run(tmp_path / "run-x", "run-x", steps)
+    for rank, status in ((0, "exception RuntimeError"), (1, rank1_status)):
+        stats = ExportStats(run_id="run-x", rank=rank, steps_received=30, steps_local=30, final=True,
+                            steps_traced=31 - rank, local_copy_complete=True, end_status=status,
+                            clean_shutdown=True)
+        (run_dir / c.export_stats_file_name(rank)).write_text(encode_export_stats(stats))
+    return run_dir
+
+
+def _run_failed(run_dir: Path):
+    analysis = analyze_path([run_dir])
+    (finding,) = [f for f in analysis.run_findings if f.kind.name == "RUN_FAILED"]
+    return finding
+
+
+def test_a_rank_that_raised_outside_a_step_is_named_not_the_rank_that_failed_after(tmp_path: Path) -> None:
+    finding = _run_failed(_run(tmp_path, rank1_status="exception RuntimeError"))
+    assert finding.title == "The run failed: rank 1 raised RuntimeError outside a step"
+    assert finding.why.startswith("Rank 1 raised RuntimeError outside trace_step() after its step 29")
+    assert "rank 0 then raised RuntimeError in step 30 (likely a consequence)" in finding.why
+    assert {e.name: e.value for e in finding.evidence}["failed_rank"] == 1
+
+
+def test_without_an_outside_exception_the_failed_step_is_named(tmp_path: Path) -> None:
+    finding = _run_failed(_run(tmp_path, rank1_status="SIGTERM"))
+    assert finding.why.startswith("Rank 0 raised RuntimeError in step 30")
