@@ -34,11 +34,21 @@ def test_throughput_is_summed_over_ranks_and_shown_beside_step_time(tmp_path: Pa
     assert report["run"]["service"] == "traceml-synthetic"  # from the spans' resource
 
 
-def test_work_missing_on_some_steps_is_not_a_throughput(tmp_path: Path) -> None:
-    steps = [SyntheticStep(rank=0, step=n, samples=None if n == 7 else 16) for n in range(30)]
+def test_one_step_without_a_count_does_not_void_the_throughput(tmp_path: Path) -> None:
+    steps = [SyntheticStep(rank=0, step=n, samples=None if n == 29 else 16) for n in range(30)]
+    analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
+    assert analysis.throughput.samples_per_step == 16 and analysis.throughput.samples_per_s is not None
+    assert "samples counted on 29 of 30" in render(analysis, "text")
+
+
+def test_work_counted_on_few_steps_is_not_a_throughput_and_says_why(tmp_path: Path) -> None:
+    steps = [SyntheticStep(rank=0, step=n, samples=16 if n < 5 else None) for n in range(30)]
     analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
     assert analysis.throughput.samples_per_s is None
-    assert "no samples per step recorded" in render(analysis, "text")
+    assert "samples counted on only 5 of 30" in render(analysis, "text")
+    none = [SyntheticStep(rank=0, step=n) for n in range(30)]
+    text = render(analyze_path([write_run(tmp_path / "none", "r", none)]), "text")
+    assert "no DataLoader was seen" in text
 
 
 def _input_bound(tmp_path: Path, cpus: int, **loader: object) -> str:

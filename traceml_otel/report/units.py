@@ -143,6 +143,9 @@ def throughput_sentence(throughput: Throughput) -> str:
             f"{rate(throughput.samples_per_s, 'samples')} ({count(throughput.samples_per_step)} samples per "
             f"step; {seconds(throughput.time_per_sample_s)} per sample)"
         )
+        if throughput.counted_steps < throughput.steps:
+            parts[-1] += (f", samples counted on {throughput.counted_steps:,} of {throughput.steps:,} steps "
+                          "(the others did not carry a count)")
     if throughput.tokens_per_s is not None:
         parts.append(f"{rate(throughput.tokens_per_s, 'tokens')} ({count(throughput.tokens_per_step)} tokens "
                      "per step)")
@@ -150,6 +153,19 @@ def throughput_sentence(throughput: Throughput) -> str:
         return (f"samples per step recorded on {throughput.measured_ranks} of {throughput.observed_ranks} "
                 "ranks only")
     return "; ".join(parts)
+
+
+def throughput_gap(analysis: RunAnalysis) -> str:
+    """Why the run's throughput is not known, naming the real cause."""
+    work = analysis.throughput
+    if work.counted_steps and work.measured_ranks < work.observed_ranks:
+        return (f"samples counted on only {work.counted_steps:,} of {work.steps:,} steps (fewer than half on "
+                f"{plural(work.observed_ranks - work.measured_ranks, 'rank')}); pass trace_step(model, "
+                "samples=N) where the loader's batch is not what the step uses")
+    if any(host.has_loader for host in analysis.hosts):
+        return ("the DataLoader's batches have no tensor with a batch dimension to count (the first tensor "
+                "of a tuple, list or dict is read); pass trace_step(model, samples=N)")
+    return "no samples per step recorded (no DataLoader was seen; pass trace_step(model, samples=N))"
 
 
 def plural(number: int, word: str) -> str:
