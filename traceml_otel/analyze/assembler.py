@@ -14,6 +14,7 @@ from traceml_otel import contract as c
 from traceml_otel.analyze.otlp_decode import (
     as_float,
     as_int,
+    as_int_list,
     as_str,
     is_error_status,
     span_field,
@@ -42,6 +43,8 @@ LOADER_ATTRIBUTES = (
 WANTED_ATTRIBUTES = frozenset(
     {
         c.ATTR_RUN_ID,
+        c.ATTR_COMM_ENTRIES,
+        c.ATTR_COMM_WORK,
         c.ATTR_STEP,
         c.ATTR_RANK,
         c.ATTR_WORLD_SIZE,
@@ -87,7 +90,9 @@ class _StepAccumulator:
         "calls",
         "comm",
         "comm_cpu",
+        "comm_entries",
         "comm_gpu",
+        "comm_work",
         "cpu",
         "cpus",
         "error",
@@ -137,6 +142,8 @@ class _StepAccumulator:
         self.comm: tuple[object, ...] | None = None  # step-level totals: calls, bytes, cpu, gpu, exposed x2
         self.comm_cpu = [0.0] * _N
         self.comm_gpu = [0.0] * _N
+        self.comm_entries: tuple[int, ...] | None = None
+        self.comm_work: tuple[int, ...] | None = None
 
     def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -257,6 +264,8 @@ class StepAssembler:
                 as_float(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
                 as_float(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
             )
+            acc.comm_entries = as_int_list(attrs.get(c.ATTR_COMM_ENTRIES), c.MAX_COMM_ENTRIES)
+            acc.comm_work = as_int_list(attrs.get(c.ATTR_COMM_WORK), c.MAX_COMM_ENTRIES)
 
     def note_service(self, run_id: str, service: str) -> None:
         """A resource of ``run_id`` (``""`` when the resource names none) had this ``service.name``."""
@@ -396,4 +405,6 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         *(acc.comm or (None,) * 6),
         tuple(acc.comm_cpu),
         tuple(acc.comm_gpu),
+        acc.comm_entries,
+        acc.comm_work,
     )

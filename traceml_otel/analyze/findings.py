@@ -91,6 +91,17 @@ class RankMetrics:
     """Collective timing saw at least one collective on this rank."""
     work_steps: int = 0
     """Steps that recorded a sample count (``samples_per_step`` is their mean)."""
+    communication_calls: float | None = None
+    """Collective calls per step (mean), when collectives were timed."""
+    communication_waiting: float | None = None
+    """Of ``communication``: waiting for a later rank to arrive (``communication_split.py``); ``None``
+    unless two or more ranks measured exposed time on every step."""
+    communication_transfer: float | None = None
+    """Of ``communication``: the rest, the collectives themselves once every rank had arrived."""
+    waited_for: tuple[tuple[int, float], ...] = ()
+    """(rank, mean waiting per step for it), largest first, at most three."""
+    split_basis: str = ""
+    """How the split was made: ``entry times`` (every step), else ``least-waiting rank`` on some steps."""
 
     @property
     def samples_per_s(self) -> float | None:

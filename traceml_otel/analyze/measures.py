@@ -119,7 +119,7 @@ def rank_metrics(
     micro = 0
     samples_sum, tokens_sum = 0, 0
     samples_steps, tokens_steps = 0, 0
-    comm_sum, comm_total, comm_bytes = 0.0, 0.0, 0
+    comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
     comm_missing = total_missing = comm_seen = False
     for s in steps:
         if s.samples is not None:
@@ -137,6 +137,7 @@ def rank_metrics(
         if s.comm_calls is not None:
             comm_seen = True
             comm_bytes += s.comm_bytes or 0
+            comm_calls += s.comm_calls
             whole = s.comm_gpu if gpu else s.comm_cpu
             total_missing |= whole is None
             comm_total += whole or 0.0
@@ -203,6 +204,7 @@ def rank_metrics(
         communication=mean(comm_sum, comm_missing or not comm_seen),
         communication_total=mean(comm_total, total_missing or not comm_seen),
         communication_bytes=comm_bytes / n if comm_seen and n else None,
+        communication_calls=comm_calls / n if comm_seen and n else None,
         communication_measured=comm_seen,
     )
     return metrics, seconds
