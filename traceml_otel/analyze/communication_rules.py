@@ -107,11 +107,11 @@ def communication_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
     overlap = ""
     if total is not None and total > 0 and middle.communication is not None:
         overlap = f"; {1 - middle.communication / total:.0%} of all its collective time overlaps compute"
+    plural = "" if calls == 1 else "s"
     regime = (
-        f"{calls:g} collective{'' if calls == 1 else 's'} per step of {byte_size(per_call)} each ({_milliseconds(transfer / calls)} "
-        "per call): latency, not bytes, is the cost" if latency else
-        f"{byte_size(per_step)} per step in {calls:g} collective{'' if calls == 1 else 's'}: the bytes "
-        "cost (bandwidth)"
+        f"{calls:g} collective{plural} per step of {byte_size(per_call)} each "
+        f"({_milliseconds(transfer / calls)} per call): latency, not bytes, is the cost" if latency else
+        f"{byte_size(per_step)} per step in {calls:g} collective{plural}: the bytes cost (bandwidth)"
     )
     split = (
         f", after {_milliseconds(waiting)} waiting for other ranks to arrive" if len(ranks) > 1 else ""
