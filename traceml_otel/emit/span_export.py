@@ -102,6 +102,7 @@ class OtlpSpanShipper:
         self._lock = threading.Lock()
         self.counts = ExportCounts()
         self.last_export_failed = False
+        self._in_flight = False
         self._thread = threading.Thread(target=self._run, name="traceml-otlp", daemon=True)
         self._thread.start()
 
@@ -127,8 +128,24 @@ class OtlpSpanShipper:
         self._queue.put(converted)
         return True
 
+    @property
+    def protocol(self) -> str:
+        """``grpc`` or ``http/protobuf``."""
+        return self._protocol
+
+    def failing_cause(self) -> str | None:
+        """Why export is failing, when it is: the last attempt failed, or the one in flight has already
+        logged an error (the SDK retries it with back-off until its timeout, 10 s by default)."""
+        if self.last_export_failed:
+            return self.counts.last_error
+        ident = self._thread.ident
+        messages = install_log_recorder().peek(ident) if ident is not None and self._in_flight else []
+        return failure_cause(messages, self._protocol, self._endpoint) if messages else None
+
     def close(self, timeout_s: float) -> ExportCounts:
-        """Send what is queued until ``timeout_s``; count the rest as not sent."""
+        """Send what is queued until ``timeout_s``; count the rest as not sent.
+
+        The exporter is shut down after the wait, which also ends an export still retrying."""
         self._queue.put(None)
         self._thread.join(timeout_s)
         with self._lock:  # whatever is still queued or in flight now counts as not sent, once
@@ -163,12 +180,15 @@ class OtlpSpanShipper:
             return
         logs = install_log_recorder()
         logs.take()  # forget what earlier batches logged
+        self._in_flight = True
         try:
             result = self._exporter.export(batch)
             error = None if result == SpanExportResult.SUCCESS else failure_cause(logs.take(), self._protocol,
                                                                                      self._endpoint)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._in_flight = False
         with self._lock:
             if self._closed:  # close() already counted this batch as not sent
                 return
