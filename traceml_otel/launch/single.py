@@ -43,14 +43,16 @@ def single_process_env(env: Mapping[str, str], run_id: str) -> dict[str, str]:
     }
 
 
-def single_process_command(script: str, script_args: Sequence[str]) -> list[str]:
-    """``python -u script args``, as torchrun runs each rank."""
-    return [sys.executable, "-u", script, *script_args]
+def single_process_command(script: str, script_args: Sequence[str], module: bool = False) -> list[str]:
+    """``python -u script args`` (``python -u -m module args``), as torchrun runs each rank."""
+    return [sys.executable, "-u", *(["-m"] if module else []), script, *script_args]
 
 
-def run_single_process(script: str, script_args: Sequence[str], env: Mapping[str, str], run_id: str) -> int:
+def run_single_process(
+    script: str, script_args: Sequence[str], env: Mapping[str, str], run_id: str, module: bool = False
+) -> int:
     """Run the script as rank 0 of 1 and return a shell-style exit code."""
-    command = single_process_command(script, script_args)
+    command = single_process_command(script, script_args, module)
     received: list[int] = []
     started: list[subprocess.Popen[bytes]] = []
 
