@@ -67,7 +67,7 @@ def test_input_bound_advice_with_workers_on_every_cpu_does_not_ask_for_more(tmp_
 def test_input_bound_advice_for_a_loader_without_workers(tmp_path: Path) -> None:
     advice = _input_bound(tmp_path, num_workers=0, cpus=8)
     assert "num_workers=0 for 8 CPUs" in advice
-    assert "Load in worker processes: set num_workers (up to about 7 here)" in advice
+    assert "Load in worker processes: set num_workers to between 2 and 7 here" in advice
     assert "persistent_workers" not in advice  # no workers to keep
 
 
@@ -104,3 +104,8 @@ def test_loader_with_a_worker_per_cpu_gets_no_more_workers_advice(tmp_path: Path
     assert "more workers" not in advice and "set num_workers" not in advice, advice
     assert f"num_workers={cpus} for {cpus} CPU" in advice
     assert report["throughput"]["samples_per_step"] == 8
+
+
+def test_worker_advice_on_a_two_cpu_machine_names_one_worker(tmp_path: Path) -> None:
+    advice = _input_bound(tmp_path, num_workers=0, cpus=2)
+    assert "set num_workers=1 (one CPU loads, the other trains)" in advice and "up to about" not in advice

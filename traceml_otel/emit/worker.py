@@ -399,18 +399,19 @@ class Emitter:
                 stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + n
 
     def write_stats(self) -> None:
-        """Replace ``rank-R.export.json``; a failure is said once and never stops the emitter.
+        """Replace ``rank-R.export.json`` atomically (a new file renamed over it); a failure is said
+        once and never stops the emitter.
 
-        The file is padded to ``STATS_RESERVED_BYTES`` so that, when a full disk refuses a new
-        file, the final counts can still overwrite the old one in place.
+        Each new file reserves ``STATS_RESERVED_BYTES`` of disk beyond its end without growing
+        (``fallocate`` with ``KEEP_SIZE``, Linux), so that when a full disk refuses a new file the
+        final counts can still overwrite the old one in place; the file itself holds only its JSON.
         """
         if self.stats_path is None or self._stats_failed:
             return
         text = encode_export_stats(self.stats)
-        text += " " * max(0, STATS_RESERVED_BYTES - len(text))
         temporary = self.stats_path.with_suffix(".tmp")
         try:
-            _write_new_file(temporary, text.encode())
+            _write_new_file(temporary, text.encode(), reserve=STATS_RESERVED_BYTES)
             os.replace(temporary, self.stats_path)
         except OSError as error:
             try:
@@ -433,28 +434,53 @@ class Emitter:
         except OSError:
             return False
         try:
-            size = os.fstat(fd).st_size
+            status = os.fstat(fd)
             data = text.encode()
-            if len(data) > size:
+            if len(data) > max(status.st_size, status.st_blocks * 512):  # only blocks already held
                 return False
-            data += b" " * (size - len(data))
-            return os.pwrite(fd, data, 0) == len(data)
+            if os.pwrite(fd, data, 0) != len(data):
+                return False
+            os.ftruncate(fd, len(data))
+            return True
         except OSError:
             return False
         finally:
             os.close(fd)
 
 
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Write ``path`` from scratch, refusing to follow a symbolic link planted there."""
+def _write_new_file(path: Path, data: bytes, reserve: int = 0) -> None:
+    """Write ``path`` from scratch, refusing to follow a symbolic link planted there; ``reserve``
+    bytes of disk are held beyond its end where the system allows (its size stays ``len(data)``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if reserve > len(data):
+            _reserve_beyond_end(fd, reserve)
     finally:
         os.close(fd)
+
+
+def _reserve_beyond_end(fd: int, length: int) -> bool:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length)``: disk held for later writes, size unchanged."""
+    global _fallocate
+    if _fallocate is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fallocate
+            function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            _fallocate = function
+        except (OSError, AttributeError):
+            _fallocate = False
+    return bool(_fallocate) and _fallocate(fd, 1, 0, length) == 0  # 1: FALLOC_FL_KEEP_SIZE
+
+
+_fallocate: Any = None
+"""libc's ``fallocate`` once looked up (``False`` where there is none)."""
 
 
 def _endpoint_level(cause: str) -> bool:

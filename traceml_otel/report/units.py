@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
-from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
+from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
 
 PHASE_LABELS = {
     "input_wait": "input wait",
@@ -97,14 +97,21 @@ def kind_label(kind: str) -> str:
 
 
 def drift_sentence(drift: DriftAnalysis) -> str:
-    """``slowing: recent 18.9 ms vs early 14.9 ms (+26.8%), from step 301``."""
+    """``slowing: typical step 18.9 ms recently vs 14.9 ms early (+26.8%), from step 301``.
+
+    The levels are medians of normal steps (spikes left out), not the table's means: said so. A
+    large change that is not drift (within the bands' noise, or not held) is not called stable
+    without saying why.
+    """
     if drift.kind is DriftKind.NOT_ENOUGH_STEPS:
         return (f"not judged: fewer than {DRIFT_MIN_STEPS} aligned steps to compare early and recent "
                 "step times")
-    text = (
-        f"{drift.kind.lower().replace('_', ' ')}: recent {seconds(drift.recent_s)} vs early "
-        f"{seconds(drift.baseline_s)} ({signed_percent(drift.change)})"
-    )
+    levels = (f"typical step {seconds(drift.recent_s)} recently vs {seconds(drift.baseline_s)} early "
+              f"({signed_percent(drift.change)}; medians without spikes, not the means above)")
+    if drift.kind is DriftKind.STABLE and drift.change is not None and abs(drift.change) >= DRIFT_CHANGE:
+        return (f"no sustained drift: {levels}; the change is within the step-to-step noise or not held "
+                "through the recent steps")
+    text = f"{drift.kind.lower().replace('_', ' ')}: {levels}"
     return text + (f", from step {drift.since_step}" if drift.since_step is not None else "")
 
 
