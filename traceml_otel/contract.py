@@ -84,6 +84,16 @@ ATTR_COMM_GPU = "traceml.communication.gpu_duration"
 ATTR_COMM_EXPOSED_CPU = "traceml.communication.exposed.cpu_duration"
 """The part of the collectives' time the step waited for; absent when it could not be measured."""
 ATTR_COMM_EXPOSED_GPU = "traceml.communication.exposed.gpu_duration"
+ATTR_COMM_ENTRIES = "traceml.communication.entries"
+"""Int array: when this rank began each wait its step could have in collectives (Unix ns, the spans'
+clock): a blocking call's start, DDP's last gradient bucket hand-over of each backward call. In call
+order, at most ``MAX_COMM_ENTRIES``; absent beyond that or when none could be timed. The analyzer
+lines up every rank's entries of one step to split waiting for the last rank from the transfer."""
+ATTR_COMM_WORK = "traceml.communication.work"
+"""Int array beside ``traceml.communication.entries``: ns the rank worked before each entry, since it
+left its previous collective (of this step or an earlier one; before the first collective of a
+run: since it asked the loader for the step's batch)."""
+MAX_COMM_ENTRIES = 64
 
 # --- attributes of the per-rank info metric (traceml.rank.info) -------------------
 ATTR_CUDA_DEVICE = "traceml.cuda.device"

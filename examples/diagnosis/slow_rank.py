@@ -1,9 +1,13 @@
 """One slow rank of two: a straggler under DDP, INDEPENDENT_RANKS without a gradient sync.
 
-Rank 1 computes slower (forward and backward each take ~3 ms more). Under DDP (``--ddp``, gloo)
-rank 0 waits for it in the gradient all-reduce, and the analyzer names rank 1 a straggler. Without
-a process group the two processes train separately: nobody waits, so there is no straggler to
-name; the analyzer compares the ranks instead (INDEPENDENT_RANKS, rank 1 slower).
+Rank 1 computes slower (its forward takes ~10 ms more). Under DDP (``--ddp``, gloo) rank 0 waits
+for it in the gradient all-reduce: the analyzer attributes that waiting to rank 1 and names it a
+straggler. The model is small (36 KiB of gradients), so the all-reduce itself costs little and the
+waiting is what the step loses. (With 400 KiB of gradients, the transfer alone took ~8 ms per step
+on a loaded 2-core machine, as much as the delay: then the run is communication-bound as well, and
+which finding comes first was a coin toss.) Without a process group the two processes train
+separately: nobody waits, so there is no straggler to name; the analyzer compares the ranks
+instead (INDEPENDENT_RANKS, rank 1 slower).
 
     traceml run examples/diagnosis/slow_rank.py --nproc-per-node 2 -- --steps 40 --ddp
     traceml run examples/diagnosis/slow_rank.py --nproc-per-node 2 -- --steps 40
@@ -23,11 +27,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 import traceml_otel as traceml
 
-DELAY_S = 0.003
+DELAY_S = 0.010
 
 
 class Slow(torch.autograd.Function):
-    """Identity whose forward and backward each sleep ``DELAY_S`` (stands for a slower device)."""
+    """Identity whose forward sleeps ``DELAY_S`` (stands for a slower device)."""
 
     @staticmethod
     def forward(ctx, x):  # type: ignore[override]
@@ -36,14 +40,13 @@ class Slow(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        time.sleep(DELAY_S)
         return grad
 
 
 class Model(nn.Module):
     def __init__(self, slow: bool) -> None:
         super().__init__()
-        self.body = mlp()
+        self.body = mlp(hidden=64, layers=1)
         self.slow = slow
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -115,6 +115,13 @@ def test_large_gradients_on_two_ranks_are_communication_bound(tmp_path: Path) ->
         tmp_path, "communication_bound.py", "--nproc-per-node", "2", steps=25
     )
     assert primary(report) == "COMMUNICATION_BOUND", report["primary_diagnosis"]["why"]
+    evidence = {e["name"]: e["value"] for e in report["primary_diagnosis"]["evidence"]}
+    assert evidence["regime"] == "bandwidth" and "compress gradients" in report["primary_diagnosis"]["next"]
+    assert "MiB per step" in report["primary_diagnosis"]["why"]
+    for rank in report["ranks"]:  # the split adds up to the exposed time
+        assert rank["communication_split_basis"] == "entry times"
+        total = rank["communication_waiting_s"] + rank["communication_transfer_s"]
+        assert abs(total - rank["communication_s"]) < 1e-9
     (line,) = [line for line in stdout.splitlines() if "gradient bytes" in line]
     gradient_bytes = int(line.split(" gradient bytes")[0].rsplit(" ", 1)[1])
     collectives = _collective_spans(run_dir)
@@ -151,15 +158,24 @@ def test_one_rank_computing_more_is_named_from_measured_waits(tmp_path: Path) ->
 
 
 def test_one_slow_rank_is_a_straggler_under_ddp_and_never_without_a_gradient_sync(tmp_path: Path) -> None:
-    """The same slow rank 1: DDP makes rank 0 wait in the all-reduce; independent processes do not wait."""
+    """The same slow rank 1: DDP makes rank 0 wait in the all-reduce; independent processes do not wait.
+
+    Checks the split, not a race between two rules: rank 0's exposed time is mostly waiting, and that
+    waiting is attributed to rank 1, whose forward sleeps 10 ms more; rank 1 waits for nobody.
+    """
     two = ("--nproc-per-node", "2")
     for name in ("ddp", "alone"):
         (tmp_path / name).mkdir()
     ddp = traceml_run(tmp_path / "ddp", "slow_rank.py", *two, steps=30, script_args=("--ddp",))
     assert ddp["run"]["parallelism"] == "ddp"
-    assert primary(ddp) in {"STRAGGLER", "COMPUTE_STRAGGLER"}
+    ranks = {r["rank"]: r for r in ddp["ranks"]}
+    assert [w["rank"] for w in ranks[0]["communication_waited_for"]][:1] == [1]
+    assert ranks[0]["communication_waiting_s"] >= 0.005  # most of the 10 ms delay, measured as waiting
+    assert ranks[0]["communication_waiting_s"] > ranks[0]["communication_transfer_s"]
+    assert ranks[1]["communication_waiting_s"] < ranks[0]["communication_waiting_s"] / 4
+    assert primary(ddp) == "COMPUTE_STRAGGLER", ddp["primary_diagnosis"]["why"]
     evidence = {e["name"]: e["value"] for e in ddp["primary_diagnosis"]["evidence"]}
-    assert evidence["culprit_rank"] == 1
+    assert evidence["culprit_rank"] == 1 and evidence["split_basis"] == "entry times"
 
     alone = traceml_run(tmp_path / "alone", "slow_rank.py", *two, steps=30)
     assert alone["run"]["parallelism"] == "independent" and alone["run"]["world_size"] == 2
@@ -168,3 +184,13 @@ def test_one_slow_rank_is_a_straggler_under_ddp_and_never_without_a_gradient_syn
     assert "collective" not in json.dumps(alone["issues"])
     (compared,) = [f for f in alone["issues"] if f["kind"] == "INDEPENDENT_RANKS"]
     assert {e["name"]: e["value"] for e in compared["evidence"]}["slowest_rank"] == 1
+
+
+def test_many_tiny_collectives_are_communication_bound_with_latency_advice(tmp_path: Path) -> None:
+    report = traceml_run(tmp_path, "tiny_collectives.py", "--nproc-per-node", "2", steps=25)
+    assert primary(report) == "COMMUNICATION_BOUND", report["primary_diagnosis"]["why"]
+    finding = report["primary_diagnosis"]
+    evidence = {e["name"]: e["value"] for e in finding["evidence"]}
+    assert evidence["regime"] == "latency" and evidence["communication_calls"] == 48
+    assert "fewer, larger collectives" in finding["next"] and "compress" not in finding["next"]
+    assert "4 B each" in finding["why"] and "0.0 MiB" not in finding["why"]

@@ -34,11 +34,21 @@ def test_throughput_is_summed_over_ranks_and_shown_beside_step_time(tmp_path: Pa
     assert report["run"]["service"] == "traceml-synthetic"  # from the spans' resource
 
 
-def test_work_missing_on_some_steps_is_not_a_throughput(tmp_path: Path) -> None:
-    steps = [SyntheticStep(rank=0, step=n, samples=None if n == 7 else 16) for n in range(30)]
+def test_one_step_without_a_count_does_not_void_the_throughput(tmp_path: Path) -> None:
+    steps = [SyntheticStep(rank=0, step=n, samples=None if n == 29 else 16) for n in range(30)]
+    analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
+    assert analysis.throughput.samples_per_step == 16 and analysis.throughput.samples_per_s is not None
+    assert "samples counted on 29 of 30" in render(analysis, "text")
+
+
+def test_work_counted_on_few_steps_is_not_a_throughput_and_says_why(tmp_path: Path) -> None:
+    steps = [SyntheticStep(rank=0, step=n, samples=16 if n < 5 else None) for n in range(30)]
     analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
     assert analysis.throughput.samples_per_s is None
-    assert "no samples per step recorded" in render(analysis, "text")
+    assert "samples counted on only 5 of 30" in render(analysis, "text")
+    none = [SyntheticStep(rank=0, step=n) for n in range(30)]
+    text = render(analyze_path([write_run(tmp_path / "none", "r", none)]), "text")
+    assert "no DataLoader was seen" in text
 
 
 def _input_bound(tmp_path: Path, cpus: int, **loader: object) -> str:
@@ -57,7 +67,7 @@ def test_input_bound_advice_with_workers_on_every_cpu_does_not_ask_for_more(tmp_
 def test_input_bound_advice_for_a_loader_without_workers(tmp_path: Path) -> None:
     advice = _input_bound(tmp_path, num_workers=0, cpus=8)
     assert "num_workers=0 for 8 CPUs" in advice
-    assert "Load in worker processes: set num_workers (up to about 7 here)" in advice
+    assert "Load in worker processes: set num_workers to between 2 and 7 here" in advice
     assert "persistent_workers" not in advice  # no workers to keep
 
 
@@ -94,3 +104,8 @@ def test_loader_with_a_worker_per_cpu_gets_no_more_workers_advice(tmp_path: Path
     assert "more workers" not in advice and "set num_workers" not in advice, advice
     assert f"num_workers={cpus} for {cpus} CPU" in advice
     assert report["throughput"]["samples_per_step"] == 8
+
+
+def test_worker_advice_on_a_two_cpu_machine_names_one_worker(tmp_path: Path) -> None:
+    advice = _input_bound(tmp_path, num_workers=0, cpus=2)
+    assert "set num_workers=1 (one CPU loads, the other trains)" in advice and "up to about" not in advice

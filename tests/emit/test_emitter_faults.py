@@ -137,3 +137,14 @@ def test_shutdown_hands_over_a_backlog_far_larger_than_the_deadline_allows(tmp_p
 
 def test_the_local_copy_thread_runs_below_the_trainer_until_shutdown() -> None:
     assert worker.nice_this_thread(0) is sys.platform.startswith("linux")
+
+
+def test_the_export_statistics_file_holds_only_its_json(tmp_path: Path) -> None:
+    """No padding a `cat` would show: the room for an in-place final write is reserved on disk instead."""
+    emitter = Emitter(_hello(tmp_path))
+    emitter.handle_steps(_rows(0, 3))
+    emitter.finish("ok", 0, True, steps_traced=3)
+    path = tmp_path / "rank-0.export.json"
+    text = path.read_text()
+    assert text == text.strip() or text == text.strip() + "\n"
+    assert json.loads(text)["final"] is True

@@ -37,3 +37,94 @@ def test_an_endpoint_that_never_answers_holds_shutdown_for_the_setting_only(
     assert took <= timeout_s + 2.0, f"OTLP export held shutdown {took:.1f} s past a {timeout_s} s deadline"
     stats = emitter.stats
     assert stats.final and stats.otlp_exported == 0 and stats.otlp_dropped == 100  # 50 steps x 2 spans
+
+
+def _dead_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_dead_endpoint_costs_no_drain_and_the_account_names_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    endpoint = f"http://127.0.0.1:{_dead_port()}"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    emitter = Emitter(_hello(tmp_path, shutdown_timeout_s=10, traces_endpoint=endpoint,
+                             traces_protocol=protocol, metrics_endpoint=endpoint, metrics_protocol=protocol))
+    emitter.handle_steps(_rows(0, 50))
+    while emitter.has_export_work:  # the first export is now retrying against the dead port
+        emitter.export_next()
+    emitter.finish_local("ok", 0, True, steps_traced=50)
+    started = time.monotonic()
+    emitter.finish_export()
+    took = time.monotonic() - started
+    assert took <= 2.0, f"a dead endpoint held shutdown {took:.1f} s (the drain is 10 s)"
+    stats = emitter.stats
+    assert stats.otlp_dropped == 100 and stats.otlp_exported == 0
+    assert set(stats.otlp_drop_reasons) <= {"not sent: connection refused (nothing listens at that address)",
+                                           "export failed"}
+    assert stats.otlp_last_error.startswith("connection refused")
+    assert stats.metric_last_error.startswith("connection refused")  # not "still running at the deadline"
+
+
+def test_the_wrong_protocol_is_named_for_spans_as_for_metrics(tmp_path: Path, monkeypatch) -> None:
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"  # an HTTP endpoint, spoken to in gRPC
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    try:
+        emitter = Emitter(_hello(tmp_path, shutdown_timeout_s=10, traces_endpoint=endpoint,
+                                 traces_protocol="grpc", metrics_endpoint=endpoint, metrics_protocol="grpc"))
+        emitter.handle_steps(_rows(0, 5))
+        while emitter.has_export_work:
+            emitter.export_next()
+        emitter.finish_local("ok", 0, True, steps_traced=5)
+        started = time.monotonic()
+        emitter.finish_export()
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    assert took <= 2.0
+    for cause in (emitter.stats.otlp_last_error, emitter.stats.metric_last_error):
+        assert cause.startswith("wrong protocol") and "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in cause
+
+
+def test_a_trainer_with_a_dead_grpc_endpoint_exits_without_the_drain(tmp_path: Path) -> None:
+    """Whole process: from the script's last line to its exit, a dead endpoint adds no 10 s drain."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    script = (
+        "import sys, time; sys.argv = ['quickstart', '--steps', '20']\n"
+        f"import runpy; runpy.run_path({str(repo / 'examples' / 'quickstart.py')!r}, run_name='__main__')\n"
+        "print('END', time.monotonic(), flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{_dead_port()}",
+               OTEL_EXPORTER_OTLP_PROTOCOL="grpc", TRACEML_RUNS_DIR=str(tmp_path / "runs"),
+               PYTHONPATH=str(repo))
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                            timeout=120)
+    exited = time.monotonic()
+    (end,) = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("END")]
+    assert result.returncode == 0, result.stderr
+    took = exited - end
+    assert took < 7.0, f"exit took {took:.1f} s past training (TRACEML_SHUTDOWN_TIMEOUT_S is 10)"
+    assert "not sent: connection refused" in result.stderr and "still exporting" not in result.stderr

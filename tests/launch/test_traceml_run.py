@@ -112,7 +112,10 @@ def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> Non
     warnings = [line for line in result.stderr.splitlines() if "is failing" in line]
     spans = [line for line in warnings if "OTLP span export" in line]
     metrics = [line for line in warnings if "OTLP metric export" in line]
-    assert len(spans) == 1 and len(metrics) <= 1 and len(warnings) == len(spans) + len(metrics), result.stderr
+    # At most one "is failing" per signal; an export still retrying at exit is cut short (the endpoint is
+    # checked at shutdown) and its spans are then counted with the cause instead.
+    assert len(spans) <= 1 and len(metrics) <= 1 and len(warnings) == len(spans) + len(metrics), result.stderr
+    assert "connection refused" in result.stderr
     assert "sekret-token" not in result.stderr + result.stdout
     stats = json.loads((run_dir / c.export_stats_file_name(0)).read_text())
     assert stats["otlp_exported"] == 0 and stats["otlp_dropped"] == 160  # 40 steps x 4 spans, all counted

@@ -104,3 +104,20 @@ def test_compare_against_garbage_is_inconclusive_and_fails_the_gate(tmp_path: Pa
         assert plain.returncode == 0 and json.loads(plain.stdout)["verdict"] == "INCONCLUSIVE"
     analyzed = _cli(tmp_path, "analyze", str(good))
     assert analyzed.returncode == 2 and "is a traceml report" in analyzed.stderr
+
+
+def test_accelerate_batch_16_against_64_is_an_improvement_per_sample(tmp_path: Path) -> None:
+    """Accelerate's prepared loader pre-fetches: its last step used to carry no count, which voided
+    the run's throughput and turned compare into a step-time 'regression'."""
+    example = REPO / "examples" / "integrations" / "accelerate_minimal.py"
+    runs = {}
+    for batch, steps in ((16, 96), (64, 24)):
+        result = _cli(tmp_path, "run", "--run-id", f"acc-{batch}", str(example), "--", "--steps", str(steps),
+                      "--batch-size", str(batch), "--grad-accum", "1")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"({batch} samples per step;" in result.stdout and "counted on" not in result.stdout
+        runs[batch] = tmp_path / "runs" / f"acc-{batch}"
+    result = _cli(tmp_path, "compare", str(runs[16]), str(runs[64]), "--fail-on-regression")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "IMPROVEMENT" in result.stdout and "(time per sample)" in result.stdout
+    assert "no GPU memory data on either side" in result.stdout

@@ -34,6 +34,18 @@ def _cpus_per_rank(host: RankHost, hosts: Sequence[RankHost]) -> int | None:
     return max(1, host.cpus // max(1, len(hosts)))
 
 
+def _first_workers(cpus: int | None) -> str:
+    """How many workers to start with, for the CPUs one rank has (one stays with the training loop)."""
+    if cpus is None:
+        return "load in worker processes: set num_workers"
+    if cpus <= 1:
+        return ("load in a worker process (num_workers=1), though with one CPU it shares that CPU with "
+                "training; better, make samples cheaper")
+    if cpus == 2:
+        return "load in a worker process: set num_workers=1 (one CPU loads, the other trains)"
+    return f"load in worker processes: set num_workers to between 2 and {cpus - 1} here"
+
+
 def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     """The Next line of INPUT_BOUND for the loader the run actually used."""
     host = _loader_of(hosts)
@@ -47,8 +59,7 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     tips: list[str] = []
     saturated = workers > 0 and cpus is not None and workers >= cpus - 1
     if workers == 0:
-        room = f" (up to about {max(1, cpus - 1)} here)" if cpus is not None else ""
-        tips.append(f"load in worker processes: set num_workers{room}")
+        tips.append(_first_workers(cpus))
     elif saturated:
         tips.append(f"its workers already take every CPU, so the CPUs are the limit: {CHEAPER_SAMPLES}")
     else:

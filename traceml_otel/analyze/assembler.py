@@ -15,6 +15,7 @@ from traceml_otel.analyze.otlp_decode import (
     MAX_SECONDS,
     as_float,
     as_int,
+    as_int_list,
     as_seconds,
     as_str,
     is_error_status,
@@ -44,6 +45,8 @@ LOADER_ATTRIBUTES = (
 WANTED_ATTRIBUTES = frozenset(
     {
         c.ATTR_RUN_ID,
+        c.ATTR_COMM_ENTRIES,
+        c.ATTR_COMM_WORK,
         c.ATTR_STEP,
         c.ATTR_RANK,
         c.ATTR_WORLD_SIZE,
@@ -89,7 +92,9 @@ class _StepAccumulator:
         "calls",
         "comm",
         "comm_cpu",
+        "comm_entries",
         "comm_gpu",
+        "comm_work",
         "cpu",
         "cpus",
         "error",
@@ -139,6 +144,8 @@ class _StepAccumulator:
         self.comm: tuple[object, ...] | None = None  # step-level totals: calls, bytes, cpu, gpu, exposed x2
         self.comm_cpu = [0.0] * _N
         self.comm_gpu = [0.0] * _N
+        self.comm_entries: tuple[int, ...] | None = None
+        self.comm_work: tuple[int, ...] | None = None
 
     def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -268,6 +275,8 @@ class StepAssembler:
                 self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
                 self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
             )
+            acc.comm_entries = as_int_list(attrs.get(c.ATTR_COMM_ENTRIES), c.MAX_COMM_ENTRIES)
+            acc.comm_work = as_int_list(attrs.get(c.ATTR_COMM_WORK), c.MAX_COMM_ENTRIES)
 
     def note_service(self, run_id: str, service: str) -> None:
         """A resource of ``run_id`` (``""`` when the resource names none) had this ``service.name``."""
@@ -409,4 +418,6 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         *(acc.comm or (None,) * 6),
         tuple(acc.comm_cpu),
         tuple(acc.comm_gpu),
+        acc.comm_entries,
+        acc.comm_work,
     )

@@ -205,7 +205,9 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
             "them, in the other they include them"
         )
     if memory.verdict == "not compared":
-        notes.append("peak memory not compared (no GPU memory data on one side)")
+        sides = [s.label for s in (a, b) if s.peak_memory is None]
+        where = "either side" if len(sides) == 2 else sides[0] if sides else "one side"
+        notes.append(f"peak memory not compared (no GPU memory data on {where})")
     if diagnosis == "not compared":
         notes.append("diagnosis not compared (one run has insufficient step-time data)")
     if not a.usable or not b.usable:

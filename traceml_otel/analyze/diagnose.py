@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
 from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
@@ -45,7 +46,11 @@ def analyze_run(
     measured = [
         rank_metrics(rank, steps, clock) for rank, steps in zip(window.ranks, window.per_rank, strict=True)
     ]
-    ranks = tuple(metrics for metrics, _ in measured)
+    ranks = with_split(
+        tuple(metrics for metrics, _ in measured),
+        split_communication(window.ranks, window.per_rank, clock),
+        window.steps,
+    )
     window_seconds = [seconds for _, seconds in measured]
     run_seconds = (
         window_seconds

@@ -9,6 +9,8 @@ drawn from one rank of two, or from a run that crashed, says so.
   rank that recorded most; only steps every rank completed are analysed.
 - ``RUN_FAILED``: a traced step raised (rank, step and exception type are named), or the
   manifest records a non-zero exit code.
+- ``RUN_INTERRUPTED`` instead, when the end was Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` in a
+  step, a step cut short by the signal, or exit code 130 or 143): a warning, the step still named.
 - ``TELEMETRY_DEGRADED``: the emitters' export statistics (``rank-R.export.json``, in a run
   directory) name an output turned off, an incomplete local copy, or data OTLP did not deliver
   (see :mod:`traceml_otel.analyze.telemetry_health`).
@@ -120,8 +122,9 @@ def run_findings(
             score=None,
             title=f"{_ranks_text(absent)}{more} sent no telemetry",
             why=(f"World size {world_size}, ranks seen {observed or '[]'}: {_ranks_text(absent)}{more} "
-                 "recorded no step, so the verdict is drawn from the other ranks only and cannot see a "
-                 "straggler among the missing."),
+                 + ("recorded no step, so the verdict is drawn from the other ranks only and cannot see a "
+                    "straggler among the missing." if observed else
+                    "recorded no step: no rank sent any, so there is no verdict on the steps.")),
             next=("Check that every rank calls traceml.init() and trace_step(), that its process did not "
                   "die early, and that its rank-<R>.traces.jsonl (or its spans in the backend) exist."),
             evidence=(Evidence("world_size", world_size), Evidence("ranks_seen", str(observed)),
@@ -144,7 +147,9 @@ def run_findings(
         ))
     outside = raised_outside_steps(export_stats, failures)
     if failures or outside or (exit_code not in (None, 0)):
-        findings.append(_failed(failures, failed_steps, exit_code, counts, outside))
+        interrupt = None if outside else _interrupt(failures, exit_code)
+        findings.append(_interrupted(interrupt, failures, exit_code, counts) if interrupt
+                        else _failed(failures, failed_steps, exit_code, counts, outside))
     degraded = telemetry_finding(export_stats)
     if degraded is not None:
         findings.append(degraded)
@@ -161,9 +166,55 @@ def raised_outside_steps(
     found = []
     for stats in export_stats:
         kind = stats.end_status.removeprefix("exception ")
-        if kind != stats.end_status and kind and stats.rank not in in_step:
+        raised = kind != stats.end_status and kind and kind not in INTERRUPT_EXCEPTIONS
+        if raised and stats.rank not in in_step:
             found.append((stats.rank, kind))
     return tuple(sorted(found))
+
+
+INTERRUPT_EXCEPTIONS = {"KeyboardInterrupt": "Ctrl-C", "Interrupted": "a signal"}
+"""Exception types of a step the stop cut short (``Interrupted``: the step was open at SIGTERM)."""
+INTERRUPT_EXIT_CODES = {130: "Ctrl-C (SIGINT)", 143: "SIGTERM", -2: "Ctrl-C (SIGINT)", -15: "SIGTERM"}
+
+
+def _interrupt(failures: Sequence[StepFailure], exit_code: int | None) -> str | None:
+    """How the run was stopped, when it was stopped rather than failed; ``None`` otherwise."""
+    if exit_code in INTERRUPT_EXIT_CODES:
+        if all(f.exception_type in INTERRUPT_EXCEPTIONS for f in failures):
+            return INTERRUPT_EXIT_CODES[exit_code]  # type: ignore[index]
+        return None
+    stopped = all(f.exception_type in INTERRUPT_EXCEPTIONS for f in failures)
+    if failures and stopped and exit_code in (None, 0):
+        return INTERRUPT_EXCEPTIONS[failures[0].exception_type]
+    return None
+
+
+def _interrupted(
+    how: str, failures: Sequence[StepFailure], exit_code: int | None, counts: Sequence[RankCount]
+) -> Finding:
+    evidence = [Evidence("stopped_by", how)]
+    if exit_code is not None:
+        evidence.append(Evidence("exit_code", exit_code))
+    if failures:
+        first = failures[0]
+        where = f"in step {first.step} on rank {first.rank}"
+        evidence += [Evidence("interrupted_rank", first.rank, "rank"),
+                     Evidence("interrupted_step", first.step)]
+        title = f"The run was interrupted at step {first.step} by {how}"
+    else:
+        last = max((c.last_step for c in counts), default=None)
+        where = f"after step {last}" if last is not None else "before its first step"
+        title = f"The run was interrupted {where} by {how}"
+    return Finding(
+        kind=RunKind.RUN_INTERRUPTED,
+        severity=Severity.WARNING,
+        score=None,
+        title=title,
+        why=(f"The run was stopped by {how} {where}; it did not fail. The step cut short is left out of "
+             "the analysis."),
+        next="The diagnosis covers the steps before the interrupt.",
+        evidence=tuple(evidence),
+    )
 
 
 def _failed(

@@ -79,7 +79,7 @@ class RankMetrics:
     optimizer_updates: int | None
     micro_steps: int
     samples_per_step: float | None = None
-    """Mean samples per step; ``None`` unless every step of the window recorded them."""
+    """Mean samples over the steps that recorded a count; ``None`` unless at least half of them did."""
     tokens_per_step: float | None = None
     communication: float | None = None
     """Exposed collective time per step (the part the step waited for); ``None`` when not measured.
@@ -89,6 +89,19 @@ class RankMetrics:
     communication_bytes: float | None = None
     communication_measured: bool = False
     """Collective timing saw at least one collective on this rank."""
+    work_steps: int = 0
+    """Steps that recorded a sample count (``samples_per_step`` is their mean)."""
+    communication_calls: float | None = None
+    """Collective calls per step (mean), when collectives were timed."""
+    communication_waiting: float | None = None
+    """Of ``communication``: waiting for a later rank to arrive (``communication_split.py``); ``None``
+    unless two or more ranks measured exposed time on every step."""
+    communication_transfer: float | None = None
+    """Of ``communication``: the rest, the collectives themselves once every rank had arrived."""
+    waited_for: tuple[tuple[int, float], ...] = ()
+    """(rank, mean waiting per step for it), largest first, at most three."""
+    split_basis: str = ""
+    """How the split was made: ``entry times`` (every step), else ``least-waiting rank`` on some steps."""
 
     @property
     def samples_per_s(self) -> float | None:
@@ -120,6 +133,10 @@ class Throughput:
     time_per_token_s: float | None = None
     measured_ranks: int = 0
     observed_ranks: int = 0
+    counted_steps: int = 0
+    """Steps, over all ranks, that recorded a sample count."""
+    steps: int = 0
+    """Steps over all ranks: more than ``counted_steps`` when some carried no count."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,18 +118,16 @@ def rank_metrics(
     updates: int | None = None
     micro = 0
     samples_sum, tokens_sum = 0, 0
-    samples_known, tokens_known = n > 0, n > 0
-    comm_sum, comm_total, comm_bytes = 0.0, 0.0, 0
+    samples_steps, tokens_steps = 0, 0
+    comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
     comm_missing = total_missing = comm_seen = False
     for s in steps:
-        if s.samples is None:
-            samples_known = False
-        else:
+        if s.samples is not None:
             samples_sum += s.samples
-        if s.tokens is None:
-            tokens_known = False
-        else:
+            samples_steps += 1
+        if s.tokens is not None:
             tokens_sum += s.tokens
+            tokens_steps += 1
         wait = s.input_wait_gpu if gpu else s.input_wait_cpu
         traced = s.traced_gpu if gpu else s.traced_cpu
         times = s.phase_gpu if gpu else s.phase_cpu
@@ -139,6 +137,7 @@ def rank_metrics(
         if s.comm_calls is not None:
             comm_seen = True
             comm_bytes += s.comm_bytes or 0
+            comm_calls += s.comm_calls
             whole = s.comm_gpu if gpu else s.comm_cpu
             total_missing |= whole is None
             comm_total += whole or 0.0
@@ -199,14 +198,27 @@ def rank_metrics(
         residual=mean(sums[7], no_compute or missing[1]),
         optimizer_updates=updates,
         micro_steps=micro,
-        samples_per_step=samples_sum / n if samples_known else None,
-        tokens_per_step=tokens_sum / n if tokens_known else None,
+        samples_per_step=_work_per_step(samples_sum, samples_steps, n),
+        tokens_per_step=_work_per_step(tokens_sum, tokens_steps, n),
+        work_steps=samples_steps,
         communication=mean(comm_sum, comm_missing or not comm_seen),
         communication_total=mean(comm_total, total_missing or not comm_seen),
         communication_bytes=comm_bytes / n if comm_seen and n else None,
+        communication_calls=comm_calls / n if comm_seen and n else None,
         communication_measured=comm_seen,
     )
     return metrics, seconds
+
+
+def _work_per_step(total: int, counted: int, steps: int) -> float | None:
+    """Mean work over the steps that recorded it, when most steps did (a missing count is not zero).
+
+    A pre-fetching loader (Accelerate's) or one step traced without a batch leaves a step without
+    a count; the others still say what a step does. Fewer than half the steps counted: unknown.
+    """
+    if not counted or counted * 2 < steps:
+        return None
+    return total / counted
 
 
 def component(metrics: RankMetrics, name: str) -> float | None:
@@ -265,4 +277,6 @@ def throughput(ranks: Sequence[RankMetrics]) -> Throughput:
         time_per_token_s=1.0 / tokens_rate if tokens_rate else None,
         measured_ranks=measured,
         observed_ranks=len(ranks),
+        counted_steps=sum(m.work_steps for m in ranks),
+        steps=sum(m.steps for m in ranks),
     )

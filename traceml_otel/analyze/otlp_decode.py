@@ -87,6 +87,23 @@ def as_int(raw: object) -> int | None:
         return int(number) if number.is_integer() else None
 
 
+def as_int_list(raw: object, limit: int) -> tuple[int, ...] | None:
+    """An OTLP array of integers (``{"values": [{"intValue": ...}, ...]}`` or a plain list), at most
+    ``limit`` long; ``None`` when absent, longer, or any item is not an integer."""
+    items = raw.get("values") if isinstance(raw, dict) else raw
+    if not isinstance(items, list) or not items or len(items) > limit:
+        return None
+    values = []
+    for item in items:
+        if isinstance(item, dict):
+            item = next(iter(item.values()), None)
+        number = as_int(item)
+        if number is None:
+            return None
+        values.append(number)
+    return tuple(values)
+
+
 def as_float(raw: object) -> float | None:
     """An OTLP double (number or string, ``"NaN"`` rejected) or ``None``."""
     if isinstance(raw, bool) or raw is None:

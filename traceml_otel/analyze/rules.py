@@ -78,7 +78,8 @@ def share_rule(
         severity=_severity(value),
         score=value,
         title=title,
-        why=why.format(share=value),
+        why=why.format(share=value) if len(ranks) > 1 else why.format(share=value).replace(
+            " (median over ranks)", ""),
         next=advice,
         evidence=(Evidence(f"{name}_share", value, "ratio"),),
     )

@@ -63,6 +63,11 @@ class StepTiming(NamedTuple):
     phase_comm_cpu: tuple[float, ...] = NO_PHASE_COMM
     """Exposed collective time inside each phase (summed over its calls; 0 where none was measured)."""
     phase_comm_gpu: tuple[float, ...] = NO_PHASE_COMM
+    comm_entries: tuple[int, ...] | None = None
+    """When the step began each wait it could have in collectives (Unix ns;
+    ``traceml.communication.entries``)."""
+    comm_work: tuple[int, ...] | None = None
+    """ns worked before each entry since leaving the previous collective (``traceml.communication.work``)."""
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""

@@ -9,8 +9,11 @@ SHARE_CRITICAL = 0.20
 COMPUTE_SHARE = 0.90
 """Compute share at or above this (with the others under SHARE_WARN) is COMPUTE_BOUND."""
 COMMUNICATION_WARN = 0.10
-"""Exposed communication share of the rank that waits least, at or above this: COMMUNICATION_BOUND."""
+"""Transfer share (exposed collective time less waiting for other ranks), median over ranks, at or
+above this: COMMUNICATION_BOUND."""
 COMMUNICATION_CRITICAL = 0.20
+COMMUNICATION_LATENCY_BYTES = 1 << 20
+"""Collectives under this many bytes each (on average) are latency-bound: advice is fewer, larger calls."""
 STRAGGLER_WARN = 0.10
 STRAGGLER_CRITICAL = 0.20
 STRAGGLER_COVERAGE = 0.80

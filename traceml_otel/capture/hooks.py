@@ -458,7 +458,7 @@ class DataLoaderPatch:
                 batch = original(iterator)
                 return batch
             finally:
-                recorder.fetch_end(token, None if batch is None else batch_samples(batch))
+                recorder.fetch_end(token, None if batch is None else batch_samples(batch), batch is None)
                 seen = current[0]
                 if seen is None or seen() is not iterator:
                     current[0] = weakref.ref(iterator)

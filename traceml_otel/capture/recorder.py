@@ -83,6 +83,8 @@ class StepRecorder:
         self._wait_marks: list[tuple[Any, Any]] = []
         self._prefetch_h2d_ns: int | None = None
         self._samples: int | None = None
+        self._fetched_samples: int | None = None
+        """The count of the last batch fetched outside a step (kept for a pre-fetching loader's last step)."""
         self._loader_seen: Any = None
         self._loader_pending: list[Any] | None = None
         self.nested_steps = 0
@@ -107,13 +109,15 @@ class StepRecorder:
         """Mark the start of a ``next()`` on the data loader."""
         return perf_counter_ns(), self.clock.mark()
 
-    def fetch_end(self, token: tuple[int, Any], samples: int | None = None) -> None:
+    def fetch_end(self, token: tuple[int, Any], samples: int | None = None, ended: bool = False) -> None:
         """A fetch outside a step is input wait of the next step; inside one it is ignored.
 
         ``samples`` (the batch dimension) counts toward the step: outside a step the last fetch
         before it (an evaluation loop or a second loader in between must not add up); inside a step
         every fetch (micro-batches). A fetch inside an ``outside_step`` block (evaluation) counts
-        toward no step.
+        toward no step. ``ended``: the fetch returned no batch (the loader raised, e.g. StopIteration).
+        A pre-fetching loader (Accelerate's) fetches batch k+1 before it yields batch k, so its last
+        step follows such a fetch: that step keeps the count of the last batch fetched.
         """
         end = perf_counter_ns()
         end_mark = self.clock.mark()
@@ -130,7 +134,9 @@ class StepRecorder:
                 state = self._state
                 state.samples = samples if state.samples is None else state.samples + samples
             return
-        self._samples = samples
+        if ended:
+            samples = self._fetched_samples
+        self._samples = self._fetched_samples = samples
         self._wait_ns = (self._wait_ns or 0) + end - token[0]
         self._fetches += 1
         self._wait_marks.append((token[1], end_mark))
@@ -172,7 +178,7 @@ class StepRecorder:
         self._fetches = 0
         self._wait_marks = []
         self._prefetch_h2d_ns = None
-        self._samples = None
+        self._samples = self._fetched_samples = None
 
     # --- phases ----------------------------------------------------------------
     def foreign_thread(self, ending: bool = False) -> bool:

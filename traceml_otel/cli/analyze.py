@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from traceml_otel.analyze.findings import RunAnalysis
@@ -22,12 +23,14 @@ from traceml_otel.analyze.timerange import time_range
 from traceml_otel.cli.common import (
     EXIT_NO_DATA,
     EXIT_OK,
+    add_format_aliases,
     add_window_arguments,
     fail,
     window_spec,
     write_output,
 )
 from traceml_otel.report import FORMATS, render
+from traceml_otel.sanitize import strip_control
 from traceml_otel.settings import trace_url_template
 from traceml_otel.wire._json import write_atomically
 
@@ -55,6 +58,7 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", metavar="T", help="backend search end (default: now)")
     add_window_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
+    add_format_aliases(parser, ("json", "html"))
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the report here, not stdout")
     parser.add_argument(
         "--trace-url", metavar="TEMPLATE",
@@ -101,6 +105,10 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
         return analyze_source(_backend(args), window)
     if not args.inputs:
         raise ValueError("nothing to analyse: give a run directory, OTLP JSON files, --tempo or --jaeger")
+    if len(args.inputs) == 1:
+        listing = runs_inside(args.inputs[0])
+        if listing:
+            raise ValueError(listing)
     for path in args.inputs:
         kind = _report_kind(path)
         if kind:
@@ -109,6 +117,38 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
                 "directory or span files, or compare reports with `traceml compare A.json B.json`"
             )
     return analyze_path(args.inputs, run_id=args.run_id, service=args.service, window=window)
+
+
+MAX_LISTED_RUNS = 20
+
+
+def runs_inside(folder: Path) -> str:
+    """For a folder of run directories (``traceml-runs``), the runs it holds, newest first, and how to
+    pick one; empty when ``folder`` is itself a run (or holds none)."""
+    if not folder.is_dir() or any(folder.glob("rank-*.traces.jsonl")) or (folder / "manifest.json").exists():
+        return ""
+    runs = []
+    for child in folder.iterdir():
+        if not child.is_dir() or child.is_symlink():
+            continue
+        traced = any(child.glob("rank-*.traces.jsonl"))
+        if traced or (child / "manifest.json").is_file():
+            try:
+                runs.append((child.stat().st_mtime, child, traced))
+            except OSError:
+                continue
+    if not runs:
+        return ""
+    runs.sort(key=lambda item: (-item[0], item[1].name))
+    lines = [f"{folder} holds {len(runs)} runs, not one run's spans; analyse one of them (newest first):"]
+    for when, run, traced in runs[:MAX_LISTED_RUNS]:
+        stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"  {stamp}  {strip_control(str(run))}{'' if traced else '  (no steps traced)'}")
+    if len(runs) > MAX_LISTED_RUNS:
+        lines.append(f"  ... and {len(runs) - MAX_LISTED_RUNS} older")
+    example = next((run for _, run, traced in runs if traced), runs[0][1])
+    lines.append(f"e.g. traceml analyze {strip_control(str(example))}")
+    return "\n".join(lines)
 
 
 def _report_kind(path: Path) -> str:

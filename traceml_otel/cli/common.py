@@ -39,6 +39,13 @@ def write_output(text: str, output: Path | None) -> None:
     print(f"traceml: wrote {output}", file=sys.stderr)
 
 
+def add_format_aliases(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+    """``--json``/``--html``: short for ``--format json``/``--format html`` (the same spelling everywhere)."""
+    for name in formats:
+        parser.add_argument(f"--{name}", dest="format", action="store_const", const=name,
+                            help=f"same as --format {name}")
+
+
 def _step_range(text: str) -> tuple[int | None, int | None]:
     low, sep, high = text.partition(":")
     if not sep:

@@ -15,6 +15,7 @@ from traceml_otel.cli.common import (
     EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_REGRESSION,
+    add_format_aliases,
     add_window_arguments,
     fail,
     window_spec,
@@ -32,6 +33,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", type=Path, help="the candidate, in the same forms")
     add_window_arguments(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    add_format_aliases(parser, ("json",))
     parser.add_argument("-o", "--output", type=Path, metavar="PATH", help="write the comparison here")
     parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses against A")
 

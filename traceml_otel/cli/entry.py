@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from traceml_otel._version import __version__
 from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
 from traceml_otel.cli.compare import add_compare_arguments, run_compare
-from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments
+from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments, unknown_launcher_option
 from traceml_otel.cli.stack import add_stack_arguments, run_stack
 
 
@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``traceml`` and ``traceml-otel``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        problem = unknown_launcher_option(argv)
+        if problem:
+            print(f"usage: traceml run [options] SCRIPT [script arguments]\ntraceml run: error: {problem}",
+                  file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return run_run(split_script_arguments(args, argv))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from traceml_otel.cli.analyze import diagnose_run_directory
@@ -15,23 +16,72 @@ from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB
 
 
+def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[low, high]``, with a plain error otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            span = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value}")
+        return value
+
+    return parse
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``traceml run``."""
-    parser.add_argument("script", help="training script to launch")
+    parser.add_argument("script", help="training script to launch (a module name with -m)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER,
                         help="arguments for the script: everything after its path (a leading -- is dropped)")
-    parser.add_argument("--nproc-per-node", type=int, default=1, help="processes (ranks) on this node")
-    parser.add_argument("--nnodes", type=int, default=1, help="number of nodes")
-    parser.add_argument("--node-rank", type=int, default=0, help="rank of this node")
+    parser.add_argument("-m", "--module", action="store_true",
+                        help="SCRIPT is a module, run as `python -m SCRIPT` (as torchrun's -m)")
+    parser.add_argument("--nproc-per-node", type=_at_least(1), default=1,
+                        help="processes (ranks) on this node")
+    parser.add_argument("--nnodes", type=_at_least(1), default=1, help="number of nodes")
+    parser.add_argument("--node-rank", type=_at_least(0), default=0, help="rank of this node")
     parser.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (multi-node)")
-    parser.add_argument("--master-port", type=int, default=29500, help="rendezvous port (multi-node)")
+    parser.add_argument("--master-port", type=_at_least(1, 65535), default=29500,
+                        help="rendezvous port (multi-node)")
     parser.add_argument("--run-name", help="name of the run (default: the script name)")
     parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
-    parser.add_argument("--html-report", action="store_true", help="also write report.html")
+    parser.add_argument("--html-report", "--html", action="store_true", help="also write report.html")
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
     parser.add_argument("--hang-action", choices=("report", "terminate"), default="report",
                         help="when ranks hang: report it on stderr (default), or also end the job "
                              "(exit code 75) once every rank's hang record is written")
+
+
+def unknown_launcher_option(argv: Sequence[str]) -> str | None:
+    """The error for an option before the script that ``traceml run`` does not know, with the closest
+    known one (``--nprocs-per-node``: did you mean ``--nproc-per-node``?); ``None`` when all are known."""
+    parser = _run_parser()
+    known = [o for action in parser._actions for o in action.option_strings]
+    takes_value = {o for action in parser._actions if action.nargs != 0 for o in action.option_strings}
+    index = 1  # argv[0] is "run"
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "--":
+        option = argv[index].partition("=")[0]
+        if option not in known:
+            long_options = [o for o in known if o.startswith("--")]
+            close = difflib.get_close_matches(option, long_options, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else f"; its options: {', '.join(sorted(known))}"
+            return f"unknown option {option}{hint}"
+        index += 2 if option in takes_value and "=" not in argv[index] else 1
+    return None
+
+
+def _near_miss_after_script(args: argparse.Namespace) -> None:
+    """A script argument that looks like a mistyped launcher option gets a hint (it is still passed)."""
+    known = [o for action in _run_parser()._actions for o in action.option_strings if o.startswith("--")]
+    first = args.script_args[0].partition("=")[0] if args.script_args else ""
+    if first.startswith("--") and first not in known:
+        close = difflib.get_close_matches(first, known, n=1, cutoff=0.85)
+        if close:
+            print(f"traceml run: note: {first} goes to the script; did you mean traceml run's {close[0]}?",
+                  file=sys.stderr)
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -48,24 +98,50 @@ def run_run(args: argparse.Namespace) -> int:
     from traceml_otel.launch.launcher import LaunchOptions, launch, shutdown_timeout_s
 
     script_args = list(args.script_args)
-    if not Path(args.script).is_file():
-        reason = "is a directory" if Path(args.script).is_dir() else "not found"
-        print(f"traceml run: error: script {args.script} {reason}", file=sys.stderr)
+    problem = _script_problem(args)
+    if problem:
+        print(f"traceml run: error: {problem}", file=sys.stderr)
         return EXIT_ERROR
+    _near_miss_after_script(args)
 
     options = LaunchOptions(
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-        master_port=args.master_port, run_name=args.run_name, run_id=args.run_id,
+        master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,
         hang_action=args.hang_action,
     )
     code, run_dir = launch(options)
     print()
     exports = wait_for_final_exports(run_dir, shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
+    if not exports and code != 0:
+        # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
+        print(f"traceml run: the script exited with code {code} before telemetry started (it never reached "
+              f"traceml.init()): see its error above. Nothing was traced; {run_dir} holds only the manifest.",
+              file=sys.stderr)
+        return code
     if not args.no_report and run_dir.exists():
         print(_diagnosis(run_dir, args.html_report))
     print(render_export_report(run_dir, exports))
     return code
+
+
+def _script_problem(args: argparse.Namespace) -> str | None:
+    """Why the script or module cannot be launched, checked before any process starts."""
+    if args.module:
+        if args.script.endswith(".py") or "/" in args.script:
+            return f"-m takes a module name (e.g. pkg.train), not a path: {args.script}"
+        sys.path.insert(0, str(Path.cwd()))  # `python -m` looks in the working directory first
+        try:
+            found = importlib.util.find_spec(args.script) is not None
+        except (ImportError, ValueError):
+            found = False
+        finally:
+            sys.path.pop(0)
+        return None if found else f"no module named {args.script} (from {Path.cwd()})"
+    if not Path(args.script).is_file():
+        reason = "is a directory" if Path(args.script).is_dir() else "not found"
+        return f"script {args.script} {reason}"
+    return None
 
 
 def _diagnosis(run_dir: Path, html: bool) -> str:
@@ -142,7 +218,7 @@ def _leading_launcher_options(rest: list[str], parser: argparse.ArgumentParser) 
         option: action.nargs != 0
         for action in parser._actions
         for option in action.option_strings
-        if option not in ("-h", "--help")
+        if option not in ("-h", "--help", "-m", "--module")  # after the script, -m is the script's
     }
     index = 0
     while index < len(rest):

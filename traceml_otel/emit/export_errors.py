@@ -38,6 +38,11 @@ class ExporterLogRecorder(logging.Handler):
             kept = self._messages.setdefault(record.thread or 0, collections.deque(maxlen=self._keep))
             kept.append(message)
 
+    def peek(self, thread: int) -> list[str]:
+        """The messages logged on ``thread`` since the last take, left in place."""
+        with self._lock_messages:
+            return list(self._messages.get(thread, ()))
+
     def take(self, thread: int | None = None) -> list[str]:
         """The messages logged on ``thread`` (default: this one) since the last take."""
         with self._lock_messages:
@@ -76,6 +81,46 @@ def probe_endpoint(endpoint: str, timeout_s: float = 1.0) -> str | None:
         return f"cannot connect ({error.strerror or type(error).__name__})"
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+WRONG_PROTOCOL_HTTP = (
+    "wrong protocol: the endpoint answered HTTP/1, not gRPC (OTLP over HTTP usually listens on 4318; "
+    "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)")
+WRONG_PROTOCOL_GRPC = (
+    "wrong protocol: the endpoint speaks HTTP/2 (gRPC), not HTTP/1 (OTLP over gRPC usually listens on 4317; "
+    "set OTEL_EXPORTER_OTLP_PROTOCOL=grpc)")
+
+
+def probe_protocol(endpoint: str, protocol: str, timeout_s: float = 1.0) -> str | None:
+    """Why OTLP over ``protocol`` cannot work at ``endpoint``, from one short exchange; ``None`` when it
+    connects and answers in that protocol (or the answer is not clear: nothing is claimed then).
+
+    A TCP connect (refused, timeout), then the start of the protocol: the HTTP/2 preface for gRPC
+    (a text reply means an HTTP/1 server), a ``HEAD`` request for HTTP (a binary HTTP/2 frame or no
+    reply at all means a gRPC server). Over TLS (``https``) only the connect is tried.
+    """
+    refused = probe_endpoint(endpoint, timeout_s)
+    if refused is not None or endpoint.startswith("https"):
+        return refused
+    parsed = urlparse(endpoint if "//" in endpoint else f"//{endpoint}")
+    port = parsed.port or (4318 if parsed.scheme == "http" and protocol != "grpc" else 4317)
+    host = parsed.hostname or "localhost"
+    grpc = protocol == "grpc"
+    head = f"HEAD / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+    request = _HTTP2_PREFACE if grpc else head
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            connection.settimeout(timeout_s)
+            connection.sendall(request)
+            reply = connection.recv(16)
+    except OSError:
+        return None  # a reset or a slow answer says nothing sure about the protocol
+    if grpc:  # an HTTP/2 frame starts with its 3-byte length (a 0 byte first); HTTP/1 with text
+        return WRONG_PROTOCOL_HTTP if reply and reply[0] >= 0x20 else None
+    if reply.startswith(b"HTTP/"):
+        return None
+    return WRONG_PROTOCOL_GRPC if not reply or (len(reply) >= 4 and reply[3] in (0x04, 0x07)) else None
+
+
 def failure_cause(messages: list[str], protocol: str, endpoint: str | None = None) -> str:
     """One phrase for why export failed, from the exporter's log messages.
 
@@ -87,8 +132,7 @@ def failure_cause(messages: list[str], protocol: str, endpoint: str | None = Non
     if status:
         return f"HTTP {status.group(1)} {status.group(2).strip()}".strip()
     if "Failed parsing HTTP/2" in text or "Expected SETTINGS frame" in text:
-        return ("wrong protocol: the endpoint answered HTTP/1, not gRPC (OTLP over HTTP usually listens on "
-                "4318; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)")
+        return WRONG_PROTOCOL_HTTP
     if any(mark in text for mark in ("RemoteDisconnected", "BadStatusLine", "Connection aborted",
                                      "Connection reset", "ProtocolError")):
         return ("wrong protocol? the endpoint closed the connection without an HTTP answer (OTLP over gRPC "

@@ -105,6 +105,57 @@ def step_exposures(record: StepRecord) -> list[CollectiveExposure]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class WaitEntries:
+    """A step's collective entries and the work before each (see :func:`wait_entries`)."""
+
+    entries: list[int]
+    work: list[int]
+    last_exit_ns: int
+    """When the rank left the step's last collective: the next step's work is counted from here."""
+
+
+def wait_entries(
+    record: StepRecord, exposures: Sequence[CollectiveExposure], limit: int, previous_exit_ns: int | None
+) -> WaitEntries | None:
+    """When the step could begin waiting in each collective, and how long it worked before.
+
+    Entries (spans' clock, in order): a blocking call's start; a backward call's DDP buckets at
+    their last hand-over (before it, backward still computes). ``async_op`` calls have no known wait:
+    no entry. The work before an entry is the time since the rank left its previous collective
+    (``previous_exit_ns`` for the step's first: the last one of an earlier step; without one, since
+    it asked the loader for this step's batch), so a rank that arrives late because it worked
+    longer (computing, loading, evaluating between steps) is told from one that only left the
+    previous collective late. ``None`` when there is no entry, more than ``limit``, or a call whose
+    end is unknown.
+    """
+    waits: list[tuple[int, int | None]] = []  # (entry, exit)
+    ddp: dict[int, list[CollectiveTiming]] = {}
+    for exposure in exposures:
+        timing = exposure.timing
+        if timing.source == "ddp":
+            ddp.setdefault(id(exposure.phase), []).append(timing)
+        elif timing.blocking:
+            waits.append((timing.start_ns, timing.end_ns))
+    for buckets in ddp.values():
+        ends = [b.end_ns for b in buckets]
+        waits.append((max(b.start_ns for b in buckets), None if None in ends else max(ends)))  # type: ignore[type-var]
+    if not waits or len(waits) > limit:
+        return None
+    waits.sort(key=lambda w: w[0])
+    entries, work = [], []
+    previous = previous_exit_ns
+    if previous is None:
+        previous = record.start_ns - (record.input_wait_ns or 0)
+    for entry, exit_ns in waits:
+        if exit_ns is None:
+            return None
+        entries.append(entry)
+        work.append(max(0, entry - previous))
+        previous = max(previous, exit_ns)
+    return WaitEntries(entries, work, previous)
+
+
 def total(values: Sequence[int | None]) -> int | None:
     """Sum, or ``None`` if any value is unknown (missing is not zero)."""
     if any(v is None for v in values):

@@ -46,6 +46,8 @@ class CountingMetricExporter(MetricExporter):
         self._on_first_failure = on_first_failure
         self._lock = threading.Lock()
         self._counts = MetricExportCounts()
+        self._given_up: str | None = None
+        self._last_failed = False
 
     @property
     def counts(self) -> MetricExportCounts:
@@ -54,9 +56,23 @@ class CountingMetricExporter(MetricExporter):
             counts = self._counts
             return MetricExportCounts(counts.exported, counts.failed, counts.last_error, counts.in_flight)
 
+    def give_up(self, cause: str) -> None:
+        """The endpoint is down (``cause``): end a retrying export now, fail later ones at once."""
+        with self._lock:
+            self._given_up = cause
+        try:
+            self._inner.shutdown(timeout_millis=0)
+        except Exception:  # shutting down a failing exporter must not fail the emitter's exit
+            pass
+
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
     ) -> MetricExportResult:
+        if self._given_up is not None:
+            with self._lock:
+                self._counts.failed += 1
+                self._counts.last_error = self._given_up
+            return MetricExportResult.FAILURE
         logs = install_log_recorder()
         logs.take()  # forget what earlier calls on this thread logged
         with self._lock:
@@ -69,6 +85,9 @@ class CountingMetricExporter(MetricExporter):
             result, error = MetricExportResult.FAILURE, f"{type(exc).__name__}: {exc}"
         with self._lock:
             self._counts.in_flight -= 1
+            if error is not None and self._given_up is not None:
+                error = self._given_up  # ended by give_up(): the endpoint's cause, not "shutdown"
+            self._last_failed = error is not None
             if error is None:
                 self._counts.exported += 1
                 return result
@@ -84,4 +103,11 @@ class CountingMetricExporter(MetricExporter):
         return self._inner.force_flush(timeout_millis=timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+        if self._given_up is None:
+            self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    @property
+    def failing_cause(self) -> str | None:
+        """The last export's failure cause while export is failing (``None`` once one succeeded)."""
+        with self._lock:
+            return self._counts.last_error if self._counts.failed and self._last_failed else None

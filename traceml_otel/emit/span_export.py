@@ -130,11 +130,26 @@ class OtlpSpanShipper:
         self._queue.put(converted)
         return True
 
+    @property
+    def protocol(self) -> str:
+        """``grpc`` or ``http/protobuf``."""
+        return self._protocol
+
+    def failing_cause(self) -> str | None:
+        """Why export is failing, when it is: the last attempt failed, or the one in flight has already
+        logged an error (the SDK retries it with back-off until its timeout, 10 s by default)."""
+        if self.last_export_failed:
+            return self.counts.last_error
+        ident = self._thread.ident
+        messages = install_log_recorder().peek(ident) if ident is not None and self._in_flight else []
+        return failure_cause(messages, self._protocol, self._endpoint) if messages else None
+
     def close(self, timeout_s: float, in_flight_grace_s: float = 0.0) -> ExportCounts:
         """Send what is queued until ``timeout_s``; count the rest as not sent.
 
         A batch already handed to the exporter at the deadline is waited for up to
         ``in_flight_grace_s`` more: the collector may accept it (then it is delivered, not lost).
+        The exporter is shut down after the wait, which also ends an export still retrying.
         """
         self._queue.put(None)
         self._thread.join(timeout_s)

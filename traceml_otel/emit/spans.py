@@ -19,7 +19,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from traceml_otel import contract as c
-from traceml_otel.emit.exposed_communication import CollectiveExposure, step_exposures, total
+from traceml_otel.emit.exposed_communication import CollectiveExposure, step_exposures, total, wait_entries
 from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -104,6 +104,8 @@ class StepSpanBuilder:
         self._random = random.Random()
         self._common = {c.ATTR_RUN_ID: rank.run_id, c.ATTR_RANK: rank.rank}
         self._first = True
+        self._last_exit_ns: int | None = None
+        """When this rank left its last collective (the work before the next one counts from here)."""
 
     def _span_id(self) -> int:
         return self._random.getrandbits(64) or 1
@@ -123,6 +125,11 @@ class StepSpanBuilder:
         attributes = self._step_attributes(record)
         if exposures:
             attributes.update(_communication_attributes(exposures))
+            waits = wait_entries(record, exposures, c.MAX_COMM_ENTRIES, self._last_exit_ns)
+            self._last_exit_ns = None if waits is None else waits.last_exit_ns
+            if waits is not None:
+                attributes[c.ATTR_COMM_ENTRIES] = waits.entries
+                attributes[c.ATTR_COMM_WORK] = waits.work
         step = SpanData(
             name=c.SPAN_STEP, trace_id=trace_id, span_id=step_id, parent_span_id=None,
             start_ns=record.start_ns, end_ns=end_ns, attributes=attributes,

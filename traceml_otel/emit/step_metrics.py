@@ -259,6 +259,16 @@ class StepMetrics:
         """The rank ended cleanly: the next export (the final one) and scrapes say so."""
         self.state.ended = 1
 
+    def give_up_export(self, cause: str) -> None:
+        """The OTLP metrics endpoint is down (``cause``): no retries; the final export fails at once."""
+        if self._counted is not None:
+            self._counted.give_up(cause)
+
+    @property
+    def export_failing(self) -> str | None:
+        """Why OTLP metric export is failing now, if it is."""
+        return self._counted.failing_cause if self._counted is not None else None
+
     def shutdown(self, timeout_s: float) -> None:
         """Final OTLP export (it carries the end marker and the final drop count)."""
         if self._provider is not None:

@@ -35,6 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.export_errors import probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.redact import Redactor, header_secrets, install_log_redaction
@@ -55,6 +56,8 @@ from traceml_otel.wire.step_row import decode_step
 SPAN_DRAIN_SHARE = 0.8
 """Share of the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S`` that span export gets at shutdown; metrics'
 final export gets the rest."""
+PROBE_S = 0.5
+"""At shutdown, how long one endpoint gets to show it listens and speaks the protocol."""
 DEAD_ENDPOINT_DRAIN_S = 1.0
 """Span drain at shutdown when the last export attempt failed (the endpoint is down), if shorter."""
 EMITTER_NICENESS = 10
@@ -153,6 +156,7 @@ class Emitter:
 
     def _start_metrics(self, hello: Hello, resource: Resource, rank: RankInfo) -> StepMetrics | None:
         protocol = hello.metrics_protocol
+        self.metrics_protocol = protocol
         self.stats.metrics_endpoint = hello.metrics_endpoint
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
                             version=__version__)
@@ -298,10 +302,11 @@ class Emitter:
         if shipper is not None:
             self._retire_shipper(shipper, shipper.close(0.0))
 
-    def _retire_shipper(self, shipper: OtlpSpanShipper, counts: Any) -> None:
+    def _retire_shipper(self, shipper: OtlpSpanShipper, counts: Any,
+                        not_sent: str = NOT_SENT_AT_SHUTDOWN) -> None:
         with self._counts_lock:
             self.shipper = None
-            self._take_counts(counts)
+            self._take_counts(counts, not_sent)
 
     # --- shutdown ---------------------------------------------------------------
     def finish_local(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None) -> dict:
@@ -331,24 +336,37 @@ class Emitter:
         """Offer what is left to OTLP within the deadline, shut export down, write the final stats.
 
         All of it fits in ``drain_s`` (the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``): spans get the
-        first ``SPAN_DRAIN_SHARE`` of it, metrics' final export the rest.
+        first ``SPAN_DRAIN_SHARE`` of it, metrics' final export the rest. An endpoint that is down or
+        speaks the other protocol (:func:`probe_protocol`, at most ``PROBE_S`` per endpoint) gets no
+        wait at all: what is left is counted as not sent, with that cause.
         """
         started = time.monotonic()
+        span_down, metric_down = self._endpoints_down()
         drain_s = self.drain_s * SPAN_DRAIN_SHARE
-        if self.shipper is not None and self.shipper.last_export_failed:
-            drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is down
+        if span_down is not None:
+            drain_s = 0.0
+        elif self.shipper is not None and self.shipper.last_export_failed:
+            drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is failing
         deadline = started + drain_s
+        not_sent = NOT_SENT_AT_SHUTDOWN if span_down is None else f"not sent: {span_down}"
         while self._export_backlog and time.monotonic() < deadline:
             self.export_next()
         while self._export_backlog:
             records, built = self._export_backlog.popleft()
-            self._skip_export(NOT_SENT_AT_SHUTDOWN, records, built)
+            self._skip_export(not_sent, records, built)
         self._export_backlog_spans = 0
         if self.shipper is not None:
             shipper = self.shipper
-            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget.
-            grace = max(0.0, started + self.drain_s - max(deadline, time.monotonic()))
-            self._retire_shipper(shipper, shipper.close(max(0.0, deadline - time.monotonic()), grace))
+            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget,
+            # unless the endpoint is down (then nothing it holds can be delivered).
+            grace = 0.0 if span_down is not None else max(
+                0.0, started + self.drain_s - max(deadline, time.monotonic()))
+            counts = shipper.close(max(0.0, deadline - time.monotonic()), grace)
+            if span_down is not None:
+                counts.last_error = span_down
+            self._retire_shipper(shipper, counts, not_sent)
+        if metric_down is not None and self.metrics is not None:
+            self.metrics.give_up_export(metric_down)
         stats = self.stats
         with self._counts_lock:
             for reason, spans in self._export_skipped.items():
@@ -357,7 +375,9 @@ class Emitter:
             self._export_skipped = {}
         if self.metrics is not None:
             try:
-                self.metrics.shutdown(timeout_s=max(0.0, started + self.drain_s - time.monotonic()))
+                left = max(0.0, started + self.drain_s - time.monotonic())
+                # Down: the final export fails at once; only an export already hung in a read is waited for.
+                self.metrics.shutdown(timeout_s=min(left, DEAD_ENDPOINT_DRAIN_S) if metric_down else left)
             except Exception as error:
                 stats.problems.append(f"metrics shutdown failed ({_describe(error)})")
         self._take_metric_counts()
@@ -385,31 +405,52 @@ class Emitter:
             error = counts.last_error or (METRIC_EXPORT_UNFINISHED if counts.in_flight else None)
             self.stats.metric_last_error = _REDACT(error) if error else None
 
-    def _take_counts(self, counts: Any) -> None:
+    def _endpoints_down(self) -> tuple[str | None, str | None]:
+        """Why OTLP span and metric export cannot work now (``None``: not known to fail)."""
+        probed: dict[tuple[str, str], str | None] = {}
+
+        def probe(endpoint: str | None, protocol: str | None) -> str | None:
+            if not endpoint or not protocol:
+                return None
+            if (endpoint, protocol) not in probed:
+                probed[endpoint, protocol] = probe_protocol(endpoint, protocol, PROBE_S)
+            return probed[endpoint, protocol]
+
+        spans = metrics = None
+        if self.shipper is not None:
+            spans = probe(self.stats.otlp_endpoint, self.shipper.protocol) or self.shipper.failing_cause()
+            if spans is not None and not _endpoint_level(spans):
+                spans = None  # failing for another reason (an HTTP status): the short drain applies
+        if self.metrics is not None and self.metrics.export_counts is not None:
+            metrics = probe(self.stats.metrics_endpoint, self.metrics_protocol)
+        return spans, metrics
+
+    def _take_counts(self, counts: Any, not_sent: str = NOT_SENT_AT_SHUTDOWN) -> None:
         stats = self.stats
         stats.otlp_exported += counts.exported
         stats.otlp_sampled_out += counts.sampled_out
         stats.otlp_dropped += counts.dropped
         stats.otlp_last_error = _REDACT(counts.last_error) if counts.last_error else stats.otlp_last_error
         for reason, n in (("export failed", counts.failed), ("queue full", counts.queue_full),
-                          (NOT_SENT_AT_SHUTDOWN, counts.not_sent_at_shutdown)):
+                          (not_sent, counts.not_sent_at_shutdown)):
             if n:
                 stats.otlp_drop_reasons[reason] = stats.otlp_drop_reasons.get(reason, 0) + n
 
     def write_stats(self) -> None:
-        """Replace ``rank-R.export.json``; a failure is said once and never stops the emitter.
+        """Replace ``rank-R.export.json`` atomically (a new file renamed over it); a failure is said
+        once and never stops the emitter.
 
-        The file is padded to ``STATS_RESERVED_BYTES`` so that, when a full disk refuses a new
-        file, the final counts can still overwrite the old one in place.
+        Each new file reserves ``STATS_RESERVED_BYTES`` of disk beyond its end without growing
+        (``fallocate`` with ``KEEP_SIZE``, Linux), so that when a full disk refuses a new file the
+        final counts can still overwrite the old one in place; the file itself holds only its JSON.
         """
         if self.stats_path is None or self._stats_failed:
             return
         self._stats_written, self._stats_dirty = time.monotonic(), False
         text = encode_export_stats(self.stats)
-        text += " " * max(0, STATS_RESERVED_BYTES - len(text))
         temporary = self.stats_path.with_suffix(".tmp")
         try:
-            _write_new_file(temporary, text.encode())
+            _write_new_file(temporary, text.encode(), reserve=STATS_RESERVED_BYTES)
             os.replace(temporary, self.stats_path)
         except OSError as error:
             try:
@@ -432,28 +473,59 @@ class Emitter:
         except OSError:
             return False
         try:
-            size = os.fstat(fd).st_size
+            status = os.fstat(fd)
             data = text.encode()
-            if len(data) > size:
+            if len(data) > max(status.st_size, status.st_blocks * 512):  # only blocks already held
                 return False
-            data += b" " * (size - len(data))
-            return os.pwrite(fd, data, 0) == len(data)
+            if os.pwrite(fd, data, 0) != len(data):
+                return False
+            os.ftruncate(fd, len(data))
+            return True
         except OSError:
             return False
         finally:
             os.close(fd)
 
 
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Write ``path`` from scratch, refusing to follow a symbolic link planted there."""
+def _write_new_file(path: Path, data: bytes, reserve: int = 0) -> None:
+    """Write ``path`` from scratch, refusing to follow a symbolic link planted there; ``reserve``
+    bytes of disk are held beyond its end where the system allows (its size stays ``len(data)``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if reserve > len(data):
+            _reserve_beyond_end(fd, reserve)
     finally:
         os.close(fd)
+
+
+def _reserve_beyond_end(fd: int, length: int) -> bool:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length)``: disk held for later writes, size unchanged."""
+    global _fallocate
+    if _fallocate is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fallocate
+            function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            _fallocate = function
+        except (OSError, AttributeError):
+            _fallocate = False
+    return bool(_fallocate) and _fallocate(fd, 1, 0, length) == 0  # 1: FALLOC_FL_KEEP_SIZE
+
+
+_fallocate: Any = None
+"""libc's ``fallocate`` once looked up (``False`` where there is none)."""
+
+
+def _endpoint_level(cause: str) -> bool:
+    """A cause about the endpoint itself (nothing listens, the other protocol, no answer)."""
+    return cause.startswith(
+        ("connection refused", "wrong protocol", "timeout", "cannot connect", "host name"))
 
 
 def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:

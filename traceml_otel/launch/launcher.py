@@ -52,6 +52,13 @@ class LaunchOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     hang_action: str = "report"
     """What to do when the ranks hang: ``report`` (a line on stderr) or ``terminate`` (end the job)."""
+    module: bool = False
+    """``script`` is a module name, run as ``python -m`` (torchrun's ``--module``)."""
+
+    @property
+    def default_name(self) -> str:
+        """The run name when none is given: the script's stem, or a module's last part."""
+        return self.script.rpartition(".")[2] if self.module else Path(self.script).stem
 
 
 def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
@@ -64,7 +71,7 @@ def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
         return options.run_id
     if env.get(TRACEML_RUN_ID):
         return env[TRACEML_RUN_ID]
-    name = options.run_name or Path(options.script).stem
+    name = options.run_name or options.default_name
     if options.nnodes > 1:
         seed = f"{name}:{options.master_addr}:{options.master_port}"
         run_id = f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
@@ -85,7 +92,7 @@ def torchrun_arguments(options: LaunchOptions) -> list[str]:
         ]
     else:  # one node: the rendezvous stays on the loopback interface (see launch/loopback.py)
         arguments += ["--standalone", f"--local-addr={LOOPBACK}"]
-    return [*arguments, options.script, *options.script_args]
+    return [*arguments, *(["--module"] if options.module else []), options.script, *options.script_args]
 
 
 def run_torchrun(arguments: list[str]) -> int:
@@ -153,16 +160,17 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     """Run the script under ``torch.distributed.run``; returns (exit code, run directory)."""
     env = {**os.environ, **options.extra_env}
     run_id = resolve_run_id(options, env)
-    run_name = options.run_name or Path(options.script).stem
+    run_name = options.run_name or options.default_name
     run_dir = Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT).resolve() / run_id  # no link followed
     arguments = torchrun_arguments(options)
     single = options.nproc_per_node == 1 and options.nnodes == 1  # no elastic agent needed
-    launcher = single_process_command(options.script, options.script_args) if single else [
+    launcher = single_process_command(options.script, options.script_args, options.module) if single else [
         "torch.distributed.run", *arguments]
     manifest = Manifest(
         run_id=run_id,
         run_name=run_name,
-        command=tuple(redact_argv([options.script, *options.script_args])),  # no tokens in readable files
+        command=tuple(redact_argv([*(["-m"] if options.module else []), options.script,
+                                   *options.script_args])),  # no tokens in readable files
         launcher=tuple(redact_argv(launcher)),
         world_size=options.nproc_per_node * options.nnodes,
         nnodes=options.nnodes,
@@ -179,7 +187,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     monitor.start()
     try:
         if single:
-            code = run_single_process(options.script, options.script_args, os.environ, run_id)
+            code = run_single_process(options.script, options.script_args, os.environ, run_id, options.module)
         else:
             code = run_torchrun(arguments)
         if monitor.terminated:

@@ -43,27 +43,42 @@ def single_process_env(env: Mapping[str, str], run_id: str) -> dict[str, str]:
     }
 
 
-def single_process_command(script: str, script_args: Sequence[str]) -> list[str]:
-    """``python -u script args``, as torchrun runs each rank."""
-    return [sys.executable, "-u", script, *script_args]
+def single_process_command(script: str, script_args: Sequence[str], module: bool = False) -> list[str]:
+    """``python -u script args`` (``python -u -m module args``), as torchrun runs each rank."""
+    return [sys.executable, "-u", *(["-m"] if module else []), script, *script_args]
 
 
-def run_single_process(script: str, script_args: Sequence[str], env: Mapping[str, str], run_id: str) -> int:
+def run_single_process(
+    script: str, script_args: Sequence[str], env: Mapping[str, str], run_id: str, module: bool = False
+) -> int:
     """Run the script as rank 0 of 1 and return a shell-style exit code."""
-    command = single_process_command(script, script_args)
-    child = subprocess.Popen(command, env=single_process_env(env, run_id), start_new_session=True)
+    command = single_process_command(script, script_args, module)
     received: list[int] = []
+    started: list[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, frame: object) -> None:
         received.append(signum)
         try:
-            child.send_signal(signum)
+            if started:
+                started[0].send_signal(signum)
         except ProcessLookupError:
             pass
 
+    # The handlers go in before the child starts: an ignored SIGINT (a launcher started in the
+    # background from a script) would be inherited, and the child's Python would install no Ctrl-C
+    # handler, so a forwarded SIGINT would do nothing. A handled signal is reset to the default at exec.
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        child = subprocess.Popen(command, env=single_process_env(env, run_id), start_new_session=True)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    started.append(child)
+    if received:  # a signal came while the child was starting
+        forward(received.pop(), None)
     try:
         deadline = None
         while True:

@@ -170,9 +170,10 @@ def _charts(analysis: RunAnalysis) -> str:
         if s.steps
     ]
     timeline = line_chart(lines, y_format=seconds, x_label="step", title="Step time per rank", marker=marker)
+    shown = [(name, color) for name, color in SEGMENTS if name in table_rows(analysis.ranks)]
     bars = stacked_bars(
-        [BarRow(f"rank {m.rank}", [getattr(m, name) for name, _ in SEGMENTS]) for m in analysis.ranks],
-        [(PHASE_LABELS[name], color) for name, color in SEGMENTS],
+        [BarRow(f"rank {m.rank}", [getattr(m, name) for name, _ in shown]) for m in analysis.ranks],
+        [(PHASE_LABELS[name], color) for name, color in shown],
         value_format=seconds,
         title="Phase breakdown per rank (mean per step)",
     )

@@ -70,6 +70,11 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "communication_total_s": m.communication_total,
         "communication_bytes": m.communication_bytes,
         "communication_measured": m.communication_measured,
+        "communication_calls": m.communication_calls,
+        "communication_waiting_s": m.communication_waiting,
+        "communication_transfer_s": m.communication_transfer,
+        "communication_waited_for": [{"rank": rank, "waiting_s": s} for rank, s in m.waited_for],
+        "communication_split_basis": m.split_basis or None,
     }
 
 

@@ -93,8 +93,10 @@ def line_chart(
     width: int = 1000,
     height: int = 280,
 ) -> str:
-    """Lines over a shared x axis, y from zero, with an optional labelled vertical marker."""
-    left, right, top, bottom = 72, 16, 28, 40
+    """Lines over a shared x axis, y from zero, with an optional labelled vertical marker.
+
+    The marker's label sits in a band of its own above the plot, so it never covers a line."""
+    left, right, top, bottom = 72, 16, 28 if marker is None else 46, 40
     xs = [x for line in lines for x in line.xs]
     ys = [y for line in lines for y in line.ys]
     if not xs:
@@ -159,12 +161,13 @@ def line_chart(
 
 
 def _marker(x: float, label: str, top: float, height: float, flip_after: float) -> str:
-    """A dashed vertical line with its label on a white halo, left of the line near the right edge."""
+    """A dashed vertical line from the label band above the plot down to the axis; the label beside
+    the line's top (left of it near the right edge), above every plotted line."""
     anchor, offset = ("end", -6) if x > flip_after else ("start", 6)
     return (
-        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + height}" stroke="#b45309" '
+        f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top - 14}" y2="{top + height}" stroke="#b45309" '
         'stroke-dasharray="5 4"/>'
-        f'<text x="{x + offset:.1f}" y="{top + height - 10:.1f}" {FONT} text-anchor="{anchor}" '
+        f'<text x="{x + offset:.1f}" y="{top - 6:.1f}" {FONT} text-anchor="{anchor}" '
         'fill="#92400e" '
         f'stroke="#ffffff" stroke-width="4" paint-order="stroke">{escape(label)}</text>'
     )

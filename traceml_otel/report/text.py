@@ -16,6 +16,7 @@ from traceml_otel.report.units import (
     seconds,
     size,
     table_rows,
+    throughput_gap,
     throughput_sentence,
     trace_link,
     updates_sentence,
@@ -98,7 +99,7 @@ def _table(analysis: RunAnalysis) -> list[str]:
 def _throughput(analysis: RunAnalysis) -> list[str]:
     text = throughput_sentence(analysis.throughput)
     if not text:
-        text = "not known: no samples per step recorded (use a DataLoader or trace_step(model, samples=N))"
+        text = f"not known: {throughput_gap(analysis)}"
     return _field("Throughput", text)
 
 

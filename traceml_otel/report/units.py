@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
-from traceml_otel.analyze.thresholds import DRIFT_MIN_STEPS
+from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
 
 PHASE_LABELS = {
     "input_wait": "input wait",
@@ -97,14 +97,21 @@ def kind_label(kind: str) -> str:
 
 
 def drift_sentence(drift: DriftAnalysis) -> str:
-    """``slowing: recent 18.9 ms vs early 14.9 ms (+26.8%), from step 301``."""
+    """``slowing: typical step 18.9 ms recently vs 14.9 ms early (+26.8%), from step 301``.
+
+    The levels are medians of normal steps (spikes left out), not the table's means: said so. A
+    large change that is not drift (within the bands' noise, or not held) is not called stable
+    without saying why.
+    """
     if drift.kind is DriftKind.NOT_ENOUGH_STEPS:
         return (f"not judged: fewer than {DRIFT_MIN_STEPS} aligned steps to compare early and recent "
                 "step times")
-    text = (
-        f"{drift.kind.lower().replace('_', ' ')}: recent {seconds(drift.recent_s)} vs early "
-        f"{seconds(drift.baseline_s)} ({signed_percent(drift.change)})"
-    )
+    levels = (f"typical step {seconds(drift.recent_s)} recently vs {seconds(drift.baseline_s)} early "
+              f"({signed_percent(drift.change)}; medians without spikes, not the means above)")
+    if drift.kind is DriftKind.STABLE and drift.change is not None and abs(drift.change) >= DRIFT_CHANGE:
+        return (f"no sustained drift: {levels}; the change is within the step-to-step noise or not held "
+                "through the recent steps")
+    text = f"{drift.kind.lower().replace('_', ' ')}: {levels}"
     return text + (f", from step {drift.since_step}" if drift.since_step is not None else "")
 
 
@@ -143,6 +150,9 @@ def throughput_sentence(throughput: Throughput) -> str:
             f"{rate(throughput.samples_per_s, 'samples')} ({count(throughput.samples_per_step)} samples per "
             f"step; {seconds(throughput.time_per_sample_s)} per sample)"
         )
+        if throughput.counted_steps < throughput.steps:
+            parts[-1] += (f", samples counted on {throughput.counted_steps:,} of {throughput.steps:,} steps "
+                          "(the others did not carry a count)")
     if throughput.tokens_per_s is not None:
         parts.append(f"{rate(throughput.tokens_per_s, 'tokens')} ({count(throughput.tokens_per_step)} tokens "
                      "per step)")
@@ -150,6 +160,19 @@ def throughput_sentence(throughput: Throughput) -> str:
         return (f"samples per step recorded on {throughput.measured_ranks} of {throughput.observed_ranks} "
                 "ranks only")
     return "; ".join(parts)
+
+
+def throughput_gap(analysis: RunAnalysis) -> str:
+    """Why the run's throughput is not known, naming the real cause."""
+    work = analysis.throughput
+    if work.counted_steps and work.measured_ranks < work.observed_ranks:
+        return (f"samples counted on only {work.counted_steps:,} of {work.steps:,} steps (fewer than half on "
+                f"{plural(work.observed_ranks - work.measured_ranks, 'rank')}); pass trace_step(model, "
+                "samples=N) where the loader's batch is not what the step uses")
+    if any(host.has_loader for host in analysis.hosts):
+        return ("the DataLoader's batches have no tensor with a batch dimension to count (the first tensor "
+                "of a tuple, list or dict is read); pass trace_step(model, samples=N)")
+    return "no samples per step recorded (no DataLoader was seen; pass trace_step(model, samples=N))"
 
 
 def plural(number: int, word: str) -> str:
