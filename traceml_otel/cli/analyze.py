@@ -21,6 +21,7 @@ from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import time_range
 from traceml_otel.cli.common import (
+    EXIT_ERROR,
     EXIT_NO_DATA,
     EXIT_OK,
     add_format_aliases,
@@ -108,7 +109,7 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
     if len(args.inputs) == 1:
         listing = runs_inside(args.inputs[0])
         if listing:
-            raise ValueError(listing)
+            raise RunsFolderGiven(listing)
     for path in args.inputs:
         kind = _report_kind(path)
         if kind:
@@ -167,11 +168,18 @@ def _report_kind(path: Path) -> str:
     return ""
 
 
+class RunsFolderGiven(ValueError):
+    """A folder of runs was named instead of one run; the message lists them, one per line."""
+
+
 def run_analyze(args: argparse.Namespace) -> int:
     """Run ``traceml analyze``; returns the exit code."""
     try:
         trace_url = trace_url_template(getattr(args, "trace_url", None))
         analysis = _analyze(args)
+    except RunsFolderGiven as listing:  # our own lines (paths already stripped of control characters)
+        print(f"traceml analyze: error: {listing}", file=sys.stderr)
+        return EXIT_ERROR
     except (SourceError, ValueError, OSError) as error:
         return fail("analyze", str(error))
     write_output(render(analysis, args.format, trace_url=trace_url), args.output)
