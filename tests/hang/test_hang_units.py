@@ -122,6 +122,20 @@ def test_the_watchdog_writes_a_record_for_a_stall_and_resolves_it(tmp_path: Path
     assert not (tmp_path / "rank-0.hang-traceback.txt").exists()  # empty fallback dump removed
 
 
+def test_a_hang_still_open_at_a_clean_exit_is_resolved_but_not_after_a_signal(tmp_path: Path) -> None:
+    for clean, state in ((True, "resolved"), (False, "hung")):
+        recorder = StepRecorder(ListSink())
+        watchdog = _watchdog(recorder, tmp_path, floor_s=0.2)
+        watchdog.start()
+        recorder.begin_step()
+        recorder.end_step()
+        deadline = time.monotonic() + 10
+        while watchdog.hang is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # unmarked work after the last step (a final save)
+        watchdog.stop(clean=clean)
+        assert json.loads((tmp_path / "rank-0.hang.json").read_text())["state"] == state
+
+
 def test_outside_step_work_and_slower_steps_are_no_hang(tmp_path: Path) -> None:
     recorder = StepRecorder(ListSink())
     watchdog = _watchdog(recorder, tmp_path, floor_s=0.3)

@@ -171,9 +171,18 @@ class HangWatchdog:
                 self._traceback_file = None
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop watching (shutdown): no record is written after this."""
+    def stop(self, clean: bool = False) -> None:
+        """Stop watching (shutdown): no record is written after this.
+
+        ``clean``: the program is ending normally, so a hang still open (long work after the last
+        step, not marked with ``outside_step``) ended with it and is marked ``resolved``; after a
+        signal or an exception the record stays ``hung``.
+        """
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)  # a report being written finishes first
+        if clean and self.hang is not None:
+            self._resolve()
         if self._traceback_file is not None:
             try:
                 faulthandler.cancel_dump_traceback_later()
