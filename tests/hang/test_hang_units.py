@@ -138,19 +138,19 @@ def test_a_hang_still_open_at_a_clean_exit_is_resolved_but_not_after_a_signal(tm
 
 def test_outside_step_work_and_slower_steps_are_no_hang(tmp_path: Path) -> None:
     recorder = StepRecorder(ListSink())
-    watchdog = _watchdog(recorder, tmp_path, floor_s=0.3)
+    watchdog = _watchdog(recorder, tmp_path, floor_s=0.6)  # 3x margins: these VMs are loaded
     watchdog.start()
     try:
         recorder.begin_step()
         recorder.end_step()
         recorder.enter_outside("evaluation")
-        time.sleep(1.2)  # four times the floor, inside outside_step
+        time.sleep(2.0)  # over three times the floor, inside outside_step
         recorder.exit_outside()
-        for duration in (0.1, 0.2, 0.4, 0.8):  # each step slower, under 3x the longest before it
+        for duration in (0.2, 0.4, 0.8, 1.6):  # each step twice as slow, under 3x the longest before it
             recorder.begin_step()
             time.sleep(duration)
             recorder.end_step()
-        assert watchdog.timeout_s() >= 3 * 0.4
+        assert watchdog.timeout_s() >= 3 * 0.8 * 0.9
     finally:
         watchdog.stop()
     assert watchdog.records_written == 0 and not (tmp_path / "rank-0.hang.json").exists()
