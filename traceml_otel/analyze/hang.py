@@ -88,13 +88,13 @@ def read_hang_records(run_dir: Path) -> tuple[list[HangRecord], list[str]]:
         rank = rank_of_file(name, hang_traceback_file_name)
         if rank is None or rank in records:
             continue
-        record = _faulthandler_record(Path(run_dir) / name, rank)
+        record = faulthandler_record(Path(run_dir) / name, rank)
         if record is not None:
             records[rank] = record
     return [records[rank] for rank in sorted(records)], problems
 
 
-def _faulthandler_record(path: Path, rank: int) -> HangRecord | None:
+def faulthandler_record(path: Path, rank: int) -> HangRecord | None:
     """A hang record from a ``faulthandler`` dump (read bounded; ``None`` when empty or unreadable)."""
     try:
         with open(path, "rb") as handle:

@@ -51,7 +51,8 @@ from traceml_otel.wire.hang_record import (
 
 INTERVALS_KEPT = 64
 REFRESH_S = 5.0
-"""While a hang lasts, the record is rewritten this often (its seconds and stacks stay current)."""
+"""While a hang lasts, the record is rewritten every max(this, half the timeout): its seconds and
+stacks stay current, and 1,024 hung ranks write about 30 files a second at the default timeout."""
 
 _LIBRARY_ROOTS: tuple[str, ...] = tuple(
     str(Path(p).resolve()) + os.sep
@@ -228,7 +229,7 @@ class HangWatchdog:
                 timeout = self.timeout_s()
                 if stalled < timeout:
                     continue
-                if self.hang is None or time.monotonic() - last_refresh >= REFRESH_S:
+                if self.hang is None or time.monotonic() - last_refresh >= max(REFRESH_S, timeout / 2):
                     last_refresh = time.monotonic()
                     self._report(stalled, timeout)
             except Exception as error:  # the watchdog must never take training down
