@@ -187,6 +187,17 @@ def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
     assert "HANG" in text and where in text
 
 
+def test_the_culprits_emitter_wrote_a_hang_span_into_the_local_copy(jobs) -> None:
+    from tests.local_copy_reader import read_run
+
+    (run_dir,) = jobs["sleep-2"].runs.iterdir()
+    hangs = [span for span in read_run(run_dir) if span.name == "traceml.hang"]
+    culprit = [span for span in hangs if span.attributes["traceml.rank"] == 1]
+    assert culprit and culprit[0].attributes["traceml.hang.location"].endswith(
+        f"hang_train.py:{marker_line('HANG-SLEEP')}")
+    assert any(span.attributes["traceml.phase.name"] == "collective" for span in hangs)  # rank 0 waits
+
+
 def test_the_flight_recorder_is_dumped_beside_the_hang_record_when_enabled(jobs) -> None:
     (run_dir,) = jobs["sleep-2"].runs.iterdir()  # TORCH_NCCL_TRACE_BUFFER_SIZE=64; gloo records too
     dump = json.loads((run_dir / "rank-0.flight-recorder.json").read_text())

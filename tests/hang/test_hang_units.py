@@ -190,3 +190,25 @@ def test_the_flight_recorder_is_dumped_only_when_enabled_and_failures_are_said(t
     assert dump_flight_recorder(tmp_path, 1, broken, env=on).startswith("flight recorder dump failed")
     other = {"TORCH_FR_BUFFER_SIZE": "8"}
     assert "nothing to dump" in dump_flight_recorder(tmp_path, 1, lambda: None, env=other)
+
+
+def test_the_emitter_turns_a_new_hang_record_into_one_span_and_the_stalled_gauge(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from traceml_otel import contract as c
+    from traceml_otel.emit.hang_events import HangRecordWatch
+
+    watch = HangRecordWatch(tmp_path, 1, "run")
+    assert watch.poll(force=True) is None and watch.state.stalled() == (0.0, "none")
+    hung = replace(record(1, line=23), written_at=time.time(), detected_at=time.time())
+    write_hang_record(tmp_path, hung)
+    span = watch.poll(force=True)
+    assert span is not None and span.name == c.SPAN_HANG and span.trace_id == c.step_trace_id("run", 40)
+    assert span.attributes[c.ATTR_HANG_LOCATION] == "/home/u/train.py:23"
+    assert span.attributes[c.ATTR_PHASE_NAME] == "step"
+    seconds, phase = watch.state.stalled()
+    assert seconds >= 62.0 and phase == "step"
+    write_hang_record(tmp_path, replace(hung, stalled_s=70.0, written_at=time.time() + 1))  # a refresh
+    assert watch.poll(force=True) is None  # one span per hang, not per rewrite
+    write_hang_record(tmp_path, replace(hung, state=STATE_RESOLVED, written_at=time.time() + 2))
+    assert watch.poll(force=True) is None and watch.state.stalled() == (0.0, "none")
