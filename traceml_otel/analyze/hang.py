@@ -37,7 +37,7 @@ MAX_RECORDS = 4096
 MAX_NAMED = 8
 """Culprit and waiting ranks named in a sentence; more are counted."""
 
-HANG_KIND = "HANG"
+HANG_KIND = RunKind.HANG
 MAX_TRACEBACK_BYTES = 256 * 1024
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/traceml_otel/", "<frozen")
 
