@@ -66,6 +66,7 @@ SCENARIOS = [
 HEALTHY = [
     Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
     Scenario("evaluation", 1, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
+    Scenario("checkpoint", 2, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
 ]
 
 
@@ -221,7 +222,7 @@ def test_slow_but_moving_steps_and_long_outside_step_work_are_no_hang(jobs, name
     assert scenario.process.returncode == 0, scenario.stderr[-3000:]
     assert "HANG" not in scenario.stderr and "no progress" not in scenario.stderr
     (run_dir,) = scenario.runs.iterdir()
-    assert not list(run_dir.glob("rank-*.hang.json"))
+    assert not list(run_dir.glob("rank-*.hang.json")) and not list(run_dir.glob("rank-*.outside.json"))
 
 
 def test_hang_action_terminate_ends_the_job_with_its_exit_code_once_the_record_is_written(jobs) -> None:

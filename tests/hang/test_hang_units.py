@@ -212,3 +212,29 @@ def test_the_emitter_turns_a_new_hang_record_into_one_span_and_the_stalled_gauge
     assert watch.poll(force=True) is None  # one span per hang, not per rewrite
     write_hang_record(tmp_path, replace(hung, state=STATE_RESOLVED, written_at=time.time() + 2))
     assert watch.poll(force=True) is None and watch.state.stalled() == (0.0, "none")
+
+
+def test_a_rank_waiting_for_a_peer_in_a_long_outside_step_block_reports_no_hang(tmp_path: Path) -> None:
+    peer = StepRecorder(ListSink())  # rank 1 of the same run folder, saving a checkpoint
+    peer_watchdog = HangWatchdog(peer, None, rank=1, world_size=2, run_id="r", host="h", run_dir=tmp_path,
+                                 floor_s=0.4, factor=3, announce=False, warn=lambda m: None)
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path, floor_s=0.4)
+    for started in (peer_watchdog, watchdog):
+        started.start()
+    try:
+        for each in (peer, recorder):
+            each.begin_step()
+            each.end_step()
+        peer.enter_outside("checkpoint")
+        recorder.begin_step()  # rank 0 waits for rank 1 inside its next step
+        time.sleep(2.0)
+        assert (tmp_path / "rank-1.outside.json").exists() and watchdog.hang is None
+        peer.exit_outside()  # the checkpoint is done, yet rank 0 still makes no progress: a hang
+        deadline = time.monotonic() + 10
+        while watchdog.hang is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watchdog.hang is not None and not (tmp_path / "rank-1.outside.json").exists()
+    finally:
+        watchdog.stop()
+        peer_watchdog.stop()
