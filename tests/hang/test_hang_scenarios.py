@@ -5,7 +5,8 @@ for the launcher's live ``traceml: HANG:`` line, then ends the job the way a sch
 (then SIGKILL after a short grace, as Slurm or Kubernetes do, since a rank blocked inside a gloo
 collective cannot run its SIGTERM handler) or SIGKILL straight away. ``traceml analyze`` must then name
 the culprit rank and its ``file:line``. Two more jobs slow down or sit in a long ``outside_step``
-block and must finish with no hang reported.
+block (rank 0 checkpointing while rank 1 waits for it in DDP's all-reduce) and must finish with no
+hang reported.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.report import render
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "hang_train.py"
 SOURCE = SCRIPT.read_text().splitlines()
 LIVE_DEADLINE_S = 120.0  # generous: 2 shared cores start a dozen torch processes at once
-GRACE_S = 6.0
+GRACE_S = 4.0
 
 
 def marker_line(marker: str) -> int:
@@ -65,7 +69,6 @@ SCENARIOS = [
 ]
 HEALTHY = [
     Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
-    Scenario("evaluation", 1, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
     Scenario("checkpoint", 2, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
 ]
 
@@ -97,6 +100,27 @@ def _read_stderr(scenario: Scenario) -> None:
         scenario.stderr += chunk
 
 
+def _kill_leftovers(runs: Path) -> None:
+    """SIGKILL every process of this job, wherever it sits: torchrun starts ranks in their own
+    sessions, DataLoader workers outlive a killed parent, and a rank that holds the GIL (or waits in a
+    collective) never runs its SIGTERM handler. They carry the job's TRACEML_RUNS_DIR."""
+    marker = f"TRACEML_RUNS_DIR={runs}".encode()
+    for _ in range(3):
+        found = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    found += 1
+            except (OSError, ProcessLookupError):
+                continue
+        if not found:
+            return
+        time.sleep(0.2)
+
+
 def _end(scenario: Scenario) -> None:
     group = scenario.process.pid
     if scenario.kill == "wait":
@@ -116,6 +140,7 @@ def _end(scenario: Scenario) -> None:
         pass
     scenario.process.wait(timeout=30)
     _read_stderr(scenario)
+    _kill_leftovers(scenario.runs)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +169,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
             if scenario.process.poll() is None:
                 os.killpg(scenario.process.pid, signal.SIGKILL)
                 scenario.process.wait()
+            _kill_leftovers(scenario.runs)
     return {scenario.key: scenario for scenario in [*SCENARIOS, *HEALTHY]}
 
 
@@ -184,7 +210,8 @@ def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
     for finding in failed:  # never blames the rank that only waited
         blamed = {e["name"]: e["value"] for e in finding["evidence"]}.get("failed_rank")
         assert blamed in (None, scenario.culprit), finding
-    text = _analyze(scenario.runs, "text")
+    (run_dir,) = scenario.runs.iterdir()
+    text = render(analyze_path([run_dir]), "text")  # in process: one CLI call per run is enough
     assert "HANG" in text and where in text
 
 
@@ -212,7 +239,8 @@ def test_a_mismatch_names_both_calls_and_html_shows_the_hang(jobs) -> None:
     scenario = jobs["broadcast-2"]
     assert "collective mismatch" in scenario.live_line
     assert f"hang_train.py:{marker_line('HANG-ALLREDUCE')}" in scenario.live_line  # rank 0's side of it
-    html = _analyze(scenario.runs, "html")
+    (run_dir,) = scenario.runs.iterdir()
+    html = render(analyze_path([run_dir]), "html")
     assert "HANG" in html and f"hang_train.py:{marker_line('HANG-BROADCAST')}" in html
 
 
