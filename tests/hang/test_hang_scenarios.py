@@ -191,6 +191,8 @@ def test_the_launcher_names_the_culprit_and_its_line_while_the_job_hangs(jobs, n
     assert f"rank {scenario.culprit} " in live and where in live, live
     if scenario.nproc == 2 and scenario.name != "broadcast":
         assert "rank 0 waits in all_reduce #" in live and "(DDP gradient sync)" in live, live
+        waited = int(re.search(r"waits in all_reduce #\d+ \(DDP gradient sync\) for (\d+) s", live).group(1))
+        assert waited <= 3 + 15, live  # named within the timeout (3 s floor here) plus 15 s, by its own clock
 
 
 @pytest.mark.parametrize("name", [s.key for s in SCENARIOS])
