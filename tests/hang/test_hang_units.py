@@ -238,3 +238,11 @@ def test_a_rank_waiting_for_a_peer_in_a_long_outside_step_block_reports_no_hang(
     finally:
         watchdog.stop()
         peer_watchdog.stop()
+
+
+def test_a_culprit_inside_an_installed_package_is_not_called_user_code() -> None:
+    from dataclasses import replace
+
+    frame = StackFrame("/venv/lib/python3.11/site-packages/transformers/trainer.py", 7, "train", "x()")
+    verdict = combine([replace(record(0), location=frame, world=1)])
+    assert verdict.sentence.startswith("rank 0 is stuck in transformers code at trainer.py:7 (x())")

@@ -164,6 +164,16 @@ def _collective_text(record: HangRecord) -> str:
     return what
 
 
+def _whose(record: HangRecord) -> str:
+    """``user``, or the installed package the frame belongs to (``transformers``)."""
+    file = record.location.file if record.location is not None else ""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in file:
+            package = file.split(marker, 1)[1].split("/", 1)[0]
+            return strip_control(package.removesuffix(".py"))[:40] or "library"
+    return "user"
+
+
 def describe_culprit(record: HangRecord) -> str:
     """``rank 1 is stuck in user code at train.py:23 (time.sleep(3600)) in step 40 before its forward``."""
     code = _code(record)
@@ -172,7 +182,8 @@ def describe_culprit(record: HangRecord) -> str:
         what = _collective_text(record)
         return f"rank {record.rank} entered {what} at {_where(record)}{code_text} {_doing(record)}"
     inside = f" {strip_control(record.note)[:80]}" if record.note else ""
-    return f"rank {record.rank} is stuck in user code at {_where(record)}{code_text}{inside} {_doing(record)}"
+    where = f"{_where(record)}{code_text}{inside}"
+    return f"rank {record.rank} is stuck in {_whose(record)} code at {where} {_doing(record)}"
 
 
 def describe_waiting(record: HangRecord) -> str:
