@@ -244,5 +244,5 @@ def test_a_culprit_inside_an_installed_package_is_not_called_user_code() -> None
     from dataclasses import replace
 
     frame = StackFrame("/venv/lib/python3.11/site-packages/transformers/trainer.py", 7, "train", "x()")
-    verdict = combine([replace(record(0), location=frame, world=1)])
+    verdict = combine([replace(record(0, world=1), location=frame)])
     assert verdict.sentence.startswith("rank 0 is stuck in transformers code at trainer.py:7 (x())")
