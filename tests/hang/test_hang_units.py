@@ -246,3 +246,17 @@ def test_a_culprit_inside_an_installed_package_is_not_called_user_code() -> None
     frame = StackFrame("/venv/lib/python3.11/site-packages/transformers/trainer.py", 7, "train", "x()")
     verdict = combine([replace(record(0, world=1), location=frame)])
     assert verdict.sentence.startswith("rank 0 is stuck in transformers code at trainer.py:7 (x())")
+
+
+def test_hang_settings_parse_and_refuse_bad_values() -> None:
+    import pytest
+
+    from traceml_otel.settings import SettingsError, load_settings
+
+    assert (load_settings({}).hang_timeout_s, load_settings({}).hang_factor) == (60.0, 5.0)
+    assert load_settings({"TRACEML_HANG_TIMEOUT_S": "0"}).hang_timeout_s == 0.0  # watchdog off
+    assert load_settings({"TRACEML_HANG_FACTOR": "8"}).hang_factor == 8.0
+    for name, value in (("TRACEML_HANG_TIMEOUT_S", "-1"), ("TRACEML_HANG_TIMEOUT_S", "soon"),
+                        ("TRACEML_HANG_FACTOR", "0")):
+        with pytest.raises(SettingsError):
+            load_settings({name: value})
