@@ -222,7 +222,7 @@ class _Telemetry(_NoopTelemetry):
             return
         self._closed = True
         if self.watchdog is not None:
-            self.watchdog.stop()
+            self.watchdog.stop(clean=status == "ok")
         try:
             if self.recorder.in_step:
                 self.recorder.end_step("Interrupted")

@@ -183,6 +183,11 @@ def hang_traceback_file_name(rank: int) -> str:
     return f"rank-{rank}.hang-traceback.txt"
 
 
+def outside_marker_file_name(rank: int) -> str:
+    """Name of the marker a rank keeps while in a long ``outside_step`` block (see ``docs/hangs.md``)."""
+    return f"rank-{rank}.outside.json"
+
+
 def flight_recorder_file_name(rank: int) -> str:
     """Name of one rank's PyTorch flight recorder dump (JSON), written on a hang when it is enabled."""
     return f"rank-{rank}.flight-recorder.json"

@@ -37,7 +37,7 @@ MAX_RECORDS = 4096
 MAX_NAMED = 8
 """Culprit and waiting ranks named in a sentence; more are counted."""
 
-HANG_KIND = "HANG"
+HANG_KIND = RunKind.HANG
 MAX_TRACEBACK_BYTES = 256 * 1024
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/traceml_otel/", "<frozen")
 
@@ -88,13 +88,13 @@ def read_hang_records(run_dir: Path) -> tuple[list[HangRecord], list[str]]:
         rank = rank_of_file(name, hang_traceback_file_name)
         if rank is None or rank in records:
             continue
-        record = _faulthandler_record(Path(run_dir) / name, rank)
+        record = faulthandler_record(Path(run_dir) / name, rank)
         if record is not None:
             records[rank] = record
     return [records[rank] for rank in sorted(records)], problems
 
 
-def _faulthandler_record(path: Path, rank: int) -> HangRecord | None:
+def faulthandler_record(path: Path, rank: int) -> HangRecord | None:
     """A hang record from a ``faulthandler`` dump (read bounded; ``None`` when empty or unreadable)."""
     try:
         with open(path, "rb") as handle:
@@ -164,6 +164,16 @@ def _collective_text(record: HangRecord) -> str:
     return what
 
 
+def _whose(record: HangRecord) -> str:
+    """``user``, or the installed package the frame belongs to (``transformers``)."""
+    file = record.location.file if record.location is not None else ""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in file:
+            package = file.split(marker, 1)[1].split("/", 1)[0]
+            return strip_control(package.removesuffix(".py"))[:40] or "library"
+    return "user"
+
+
 def describe_culprit(record: HangRecord) -> str:
     """``rank 1 is stuck in user code at train.py:23 (time.sleep(3600)) in step 40 before its forward``."""
     code = _code(record)
@@ -172,7 +182,8 @@ def describe_culprit(record: HangRecord) -> str:
         what = _collective_text(record)
         return f"rank {record.rank} entered {what} at {_where(record)}{code_text} {_doing(record)}"
     inside = f" {strip_control(record.note)[:80]}" if record.note else ""
-    return f"rank {record.rank} is stuck in user code at {_where(record)}{code_text}{inside} {_doing(record)}"
+    where = f"{_where(record)}{code_text}{inside}"
+    return f"rank {record.rank} is stuck in {_whose(record)} code at {where} {_doing(record)}"
 
 
 def describe_waiting(record: HangRecord) -> str:
@@ -293,6 +304,8 @@ def with_hang(
     for finding in findings:
         if finding.kind == RunKind.RUN_FAILED:
             finding = _not_blaming_waiters(finding, verdict)
+        elif finding.kind == RunKind.RUN_INTERRUPTED:
+            finding = _interrupted_while_hung(finding, verdict)
         out.append(finding)
     return tuple(out)
 
@@ -307,6 +320,21 @@ def _not_blaming_waiters(finding: Finding, verdict: HangVerdict) -> Finding:
     return replace(
         finding, title="The run was ended while hung",
         why=(f"The run was stopped during a hang; rank {failed} was only waiting when it was interrupted. "
+             f"The hang's cause: {culprit} (see the HANG finding)."),
+        evidence=evidence,
+    )
+
+
+def _interrupted_while_hung(finding: Finding, verdict: HangVerdict) -> Finding:
+    """A stop (Ctrl-C, SIGTERM) of a hung run: the rank it names was cut short while waiting."""
+    stopped = next((e.value for e in finding.evidence if e.name == "interrupted_rank"), None)
+    if stopped is None or stopped in verdict.culprits:
+        return finding
+    culprit = f"rank {verdict.culprits[0]}" if verdict.culprits else "no rank that reported"
+    evidence = tuple(e for e in finding.evidence if e.name not in ("interrupted_rank", "interrupted_step"))
+    return replace(
+        finding, title="The run was interrupted while hung",
+        why=(f"The run was stopped during a hang; rank {stopped} was only waiting when it was interrupted. "
              f"The hang's cause: {culprit} (see the HANG finding)."),
         evidence=evidence,
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import faulthandler
+import json
 import linecache
 import os
 import sys
@@ -35,7 +36,8 @@ from typing import Any
 
 from traceml_otel.capture.progress import CollectiveProgress
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.contract import hang_traceback_file_name
+from traceml_otel.contract import hang_traceback_file_name, outside_marker_file_name
+from traceml_otel.wire._json import write_atomically
 from traceml_otel.wire.hang_record import (
     MAX_FRAMES,
     MAX_THREADS,
@@ -51,7 +53,8 @@ from traceml_otel.wire.hang_record import (
 
 INTERVALS_KEPT = 64
 REFRESH_S = 5.0
-"""While a hang lasts, the record is rewritten this often (its seconds and stacks stay current)."""
+"""While a hang lasts, the record is rewritten every max(this, half the timeout): its seconds and
+stacks stay current, and 1,024 hung ranks write about 30 files a second at the default timeout."""
 
 _LIBRARY_ROOTS: tuple[str, ...] = tuple(
     str(Path(p).resolve()) + os.sep
@@ -154,6 +157,8 @@ class HangWatchdog:
         self.hang: HangRecord | None = None
         self.records_written = 0
         self.flight_recorder_note = ""
+        self._outside_since: float | None = None
+        self._outside_marked = False
         self.write_failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-hang-watchdog", daemon=True)
@@ -171,9 +176,19 @@ class HangWatchdog:
                 self._traceback_file = None
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop watching (shutdown): no record is written after this."""
+    def stop(self, clean: bool = False) -> None:
+        """Stop watching (shutdown): no record is written after this.
+
+        ``clean``: the program is ending normally, so a hang still open (long work after the last
+        step, not marked with ``outside_step``) ended with it and is marked ``resolved``; after a
+        signal or an exception the record stays ``hung``.
+        """
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)  # a report being written finishes first
+        self._mark_outside(False)
+        if clean and self.hang is not None:
+            self._resolve()
         if self._traceback_file is not None:
             try:
                 faulthandler.cancel_dump_traceback_later()
@@ -201,6 +216,7 @@ class HangWatchdog:
             try:
                 now_ns = perf_counter_ns()
                 current = (recorder.step, recorder.in_step)
+                self._mark_outside(bool(recorder.outside))
                 if recorder.outside or current != beat:
                     if current != beat and armed and not recorder.outside:
                         steps = max(1, current[0] - beat[0])
@@ -219,12 +235,47 @@ class HangWatchdog:
                 timeout = self.timeout_s()
                 if stalled < timeout:
                     continue
-                if self.hang is None or time.monotonic() - last_refresh >= REFRESH_S:
+                if self.hang is None and self._peer_outside():
+                    continue  # a peer's checkpoint or evaluation: the others wait for it, no hang
+                if self.hang is None or time.monotonic() - last_refresh >= max(REFRESH_S, timeout / 2):
                     last_refresh = time.monotonic()
                     self._report(stalled, timeout)
             except Exception as error:  # the watchdog must never take training down
                 self._warn(f"rank {self.rank}: hang watchdog stopped: {type(error).__name__}: {error}")
                 return
+
+    def _mark_outside(self, outside: bool) -> None:
+        """Keep ``rank-R.outside.json`` while this rank is in an ``outside_step`` block longer than half
+        the floor, so peers waiting for it in a collective do not report a hang."""
+        if self.run_dir is None:
+            return
+        if not outside:
+            self._outside_since = None
+            if self._outside_marked:
+                self._outside_marked = False
+                (self.run_dir / outside_marker_file_name(self.rank)).unlink(missing_ok=True)
+            return
+        now = time.monotonic()
+        if self._outside_since is None:
+            self._outside_since = now
+        if not self._outside_marked and now - self._outside_since >= self.floor_s / 2:
+            kind = self.recorder.outside[-1] if self.recorder.outside else "?"
+            text = json.dumps({"rank": self.rank, "kind": str(kind)[:80], "since": time.time()})
+            try:
+                write_atomically(self.run_dir / outside_marker_file_name(self.rank), text)
+                self._outside_marked = True
+            except OSError:
+                pass
+
+    def _peer_outside(self) -> bool:
+        """Whether another rank of the run keeps an ``outside_step`` marker (same run folder only)."""
+        if self.run_dir is None:
+            return False
+        own = outside_marker_file_name(self.rank)
+        try:
+            return any(name.endswith(".outside.json") and name != own for name in os.listdir(self.run_dir))
+        except OSError:
+            return False
 
     def _clear_fallback_dump(self) -> None:
         """Steps move again: a faulthandler dump of an earlier GIL hold is no hang any more."""

@@ -72,10 +72,11 @@ class HangRecordWatch:
         self._spanned: float | None = None
         self._next = 0.0
 
-    def poll(self) -> SpanData | None:
-        """Re-read the record when it changed (at most every :data:`POLL_S`); a span for each new hang."""
+    def poll(self, force: bool = False) -> SpanData | None:
+        """Re-read the record when it changed (at most every :data:`POLL_S` unless ``force``); a span
+        for each new hang."""
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next and not force:
             return None
         self._next = now + POLL_S
         try:

@@ -182,9 +182,9 @@ class Emitter:
             live = self.shipper.counts.dropped if self.shipper is not None else 0
             return self.stats.otlp_dropped + live + sum(self._export_skipped.values())
 
-    def poll_hang(self) -> None:
+    def poll_hang(self, force: bool = False) -> None:
         """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP)."""
-        span = self.hang_watch.poll() if self.hang_watch is not None else None
+        span = self.hang_watch.poll(force) if self.hang_watch is not None else None
         if span is None:
             return
         if self.local is not None:
@@ -610,6 +610,7 @@ class PipeSession:
 
     def _end(self, status: str, dropped: int, clean: bool, traced: int | None) -> None:
         assert self.emitter is not None
+        self.emitter.poll_hang(force=True)  # a hang recorded since the last idle poll still gets its span
         _report(self.emitter.finish_local(status, dropped, clean, traced))
         self.emitter.finish_export()
         self.done = True

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from traceml_otel.analyze.hang import HangVerdict, combine, hang_file_names, read_hang_records
+from traceml_otel.analyze.hang import HangVerdict, combine, faulthandler_record, hang_file_names
+from traceml_otel.contract import hang_file_name, hang_traceback_file_name, rank_of_file
 from traceml_otel.sanitize import strip_control
-from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord
+from traceml_otel.wire.hang_record import SOURCE_FAULTHANDLER, STATE_HUNG, HangRecord, read_hang_record
 
 HANG_ACTIONS = ("report", "terminate")
 EXIT_HANG = 75
@@ -66,23 +67,36 @@ class HangMonitor:
                 return
 
     def _read(self) -> None:
-        """Re-read the records when a hang file appeared or changed (one listing and a stat each)."""
+        """Read the hang files that appeared or changed since the last poll (one listing, a stat each).
+
+        A rank's ``rank-R.hang.json`` wins over its ``faulthandler`` dump.
+        """
         try:
             names = hang_file_names(self.run_dir)
         except OSError:
             return
-        seen: dict[str, tuple[int, int]] = {}
         for name in names:
             try:
                 stat = os.stat(self.run_dir / name, follow_symlinks=False)
             except OSError:
                 continue
-            seen[name] = (stat.st_mtime_ns, stat.st_size)
-        if seen == self._seen:
-            return
-        self._seen = seen
-        records, _problems = read_hang_records(self.run_dir)
-        self._records = {record.rank: record for record in records}
+            key = (stat.st_mtime_ns, stat.st_size)
+            if self._seen.get(name) == key:
+                continue
+            self._seen[name] = key
+            rank = rank_of_file(name, hang_file_name)
+            if rank is not None:
+                try:
+                    self._records[rank] = read_hang_record(self.run_dir / name)
+                except ValueError:  # RecordError included: a record being replaced is read next time
+                    self._seen.pop(name, None)
+                continue
+            rank = rank_of_file(name, hang_traceback_file_name)
+            known = self._records.get(rank) if rank is not None else None
+            if rank is not None and (known is None or known.source == SOURCE_FAULTHANDLER):
+                dumped = faulthandler_record(self.run_dir / name, rank)
+                if dumped is not None:
+                    self._records[rank] = dumped
 
     def poll(self) -> None:
         """Read new records and print what changed (called once a second by the thread)."""

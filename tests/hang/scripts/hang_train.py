@@ -6,7 +6,9 @@ Scenarios (rank 1 misbehaves in 2-rank jobs; rank 0 in a single process):
 that never releases the GIL: ``sum(range(...))``), ``extra`` (one extra
 all_reduce), ``broadcast`` (a broadcast where the other rank calls all_reduce), ``loader`` (a
 DataLoader worker blocks, num_workers=2), ``generator`` (the batch generator blocks), ``slowing``
-(steps slow down, never hang), ``evaluation`` (a long outside_step block, never a hang).
+(steps slow down, never hang), ``evaluation`` (a long outside_step block, never a hang),
+``checkpoint`` (rank 0 saves in a long outside_step block while rank 1 waits for it in DDP's
+all-reduce: never a hang).
 """
 
 import os
@@ -83,6 +85,9 @@ def main():
         if SCENARIO == "evaluation" and step == AT:
             with traceml.outside_step("evaluation"):
                 time.sleep(float(os.environ.get("HANG_TEST_EVAL_S", "8")))
+        if SCENARIO == "checkpoint" and step == AT and RANK == 0:  # the other ranks wait in their step
+            with traceml.outside_step("checkpoint"):
+                time.sleep(float(os.environ.get("HANG_TEST_EVAL_S", "8")))  # NO-HANG-CHECKPOINT
         with traceml.trace_step(model):
             if step == AT and RANK == CULPRIT:
                 if SCENARIO == "sleep":
