@@ -207,10 +207,10 @@ class StepAssembler:
         if index == COLLECTIVE_SPAN:
             return True
         cpu = attrs.get(c.ATTR_PHASE_CPU_DURATION)
-        if cpu.__class__ is not float or not 0.0 <= cpu <= MAX_SECONDS:  # NaN, 1e400 and 1e308 too
+        if cpu.__class__ is not float or not -MAX_SECONDS <= cpu <= MAX_SECONDS:  # NaN, 1e400, 1e308 too
             cpu = self._seconds(cpu)
         gpu = attrs.get(c.ATTR_PHASE_GPU_DURATION)
-        if gpu is not None and (gpu.__class__ is not float or not 0.0 <= gpu <= MAX_SECONDS):
+        if gpu is not None and (gpu.__class__ is not float or not -MAX_SECONDS <= gpu <= MAX_SECONDS):
             gpu = self._seconds(gpu)
         if cpu is None and gpu is None:
             cpu = _span_seconds(
@@ -228,8 +228,8 @@ class StepAssembler:
         return True
 
     def _seconds(self, raw: object) -> float | None:
-        """A duration attribute, or ``None``; a number out of range (negative, beyond
-        :data:`MAX_SECONDS`, infinite) is bad data and counted in ``out_of_range_values``."""
+        """A duration attribute, or ``None``; a number beyond :data:`MAX_SECONDS` either way (1e308,
+        infinite) is bad data and counted in ``out_of_range_values``."""
         seconds = as_seconds(raw)
         if seconds is None and raw is not None and as_float(raw) is not None:
             self.out_of_range_values += 1

@@ -116,13 +116,13 @@ def as_float(raw: object) -> float | None:
 
 
 MAX_SECONDS = 1e7
-"""Longest duration (about 116 days) read as real; beyond it, or negative, a value is bad data."""
+"""Largest duration (about 116 days, either sign) read as real; beyond it a value is bad data."""
 
 
 def as_seconds(raw: object) -> float | None:
-    """An OTLP double that is a plausible duration in seconds (0 to :data:`MAX_SECONDS`), or ``None``."""
+    """An OTLP double within :data:`MAX_SECONDS` of zero (a duration, or a difference of two), or ``None``."""
     number = as_float(raw)
-    return number if number is not None and 0.0 <= number <= MAX_SECONDS else None
+    return number if number is not None and -MAX_SECONDS <= number <= MAX_SECONDS else None
 
 
 def as_str(raw: object) -> str | None:

@@ -9,7 +9,12 @@ Files:
 - :mod:`traceml_otel.wire.manifest`: ``manifest.json``, the run
   (version :data:`~traceml_otel.wire.manifest.MANIFEST_VERSION`).
 - :mod:`traceml_otel.wire.export_stats`: ``rank-R.export.json``, what one rank's emitter did
-  (version :data:`~traceml_otel.wire.export_stats.EXPORT_STATS_VERSION`).
+  (version :data:`~traceml_otel.wire.export_stats.EXPORT_STATS_VERSION`); its reader folds in
+- :mod:`traceml_otel.wire.handoff`: ``rank-R.handoff.json``, the trainer's word on what it handed an
+  emitter that did not report back (died, stopped or hung).
+- :mod:`traceml_otel.wire.bounded_file`: how every file we did not write ourselves is read: regular
+  files only, never blocking (FIFOs, devices, sockets refused with one line), lines bounded, NUL runs
+  and sparse holes skipped. New per-run records (a hang record, say) should read through it.
 
 The trainer -> emitter stream (one pipe per rank; version :data:`~traceml_otel.wire.frames.WIRE_VERSION`,
 carried in the hello and checked by the emitter, which refuses another version and reports the

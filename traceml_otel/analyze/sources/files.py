@@ -230,7 +230,7 @@ class FileSpanSource(SpanSource):
             self.log.warn(f"{where}: skipped malformed OTLP spans ({type(exc).__name__}: {exc})")
         if assembler.out_of_range_values > out_of_range:
             self.log.warn(f"{where}: {assembler.out_of_range_values - out_of_range} duration value(s) out of "
-                          f"range (negative, or beyond {MAX_SECONDS:g} s) treated as bad data (not measured)")
+                          f"range (beyond {MAX_SECONDS:g} s) treated as bad data (not measured)")
 
 
 def _child_result(pid: int, out: Path) -> tuple[StepAssembler, list[str]] | None:

@@ -99,36 +99,33 @@ def get_documents(
         raise _deadline_error(what, base_url, limits)
     if isinstance(error, BaseException):
         raise error
-    body = outcome["body"]
-    assert isinstance(body, bytes)
-    return _documents(body, what)
+    assert isinstance(outcome.get("body"), bytes | bytearray)
+    return _documents(outcome.pop("body"), what)  # type: ignore[arg-type]  # no other reference kept
 
 
 def _fetch(
     url: str, base_url: str, path: str, what: str, timeout: float, missing_ok: bool, limits: ReadLimits,
     cancelled: threading.Event,
-) -> bytes:
+) -> bytes | bytearray:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             declared = response.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > limits.max_bytes:
                 raise _size_error(what, base_url, limits)
-            chunks: list[bytes] = []
-            size = 0
+            body = bytearray()  # grown in place: one copy of the answer, not a list and its join
             while True:
                 if cancelled.is_set():
                     raise _Cancelled
                 chunk = response.read1(_CHUNK)
                 if not chunk:
-                    if declared and declared.isdigit() and size < int(declared):
-                        raise SourceError(f"{what} at {base_url} cut its answer short ({size} of {declared} "
-                                          "bytes); try again")
-                    return b"".join(chunks)
-                size += len(chunk)
-                if size > limits.max_bytes:
+                    if declared and declared.isdigit() and len(body) < int(declared):
+                        raise SourceError(f"{what} at {base_url} cut its answer short ({len(body)} of "
+                                          f"{declared} bytes); try again")
+                    return body
+                if len(body) + len(chunk) > limits.max_bytes:
                     raise _size_error(what, base_url, limits)
-                chunks.append(chunk)
+                body += chunk
     except urllib.error.HTTPError as error:
         if missing_ok and error.code == 404:
             return b"[]"
@@ -169,16 +166,18 @@ def _size_error(what: str, base_url: str, limits: ReadLimits) -> SourceError:
 
 MAX_ANSWER_ITEMS = 4_000_000
 """JSON values (objects, arrays, and array or object members) one answer may decode into. A decoded
-value takes 50 to 100 bytes, so this bounds an answer's memory near 400 MB whatever its byte size (a
-page of 500 steps of 8 ranks is about 1.5 million)."""
+value takes 50 to 100 bytes, so this bounds an answer's decoded memory near 400 MB whatever its byte
+size (a page of 500 steps of 8 ranks is about 1.5 million). With the body (at most ``--max-response-mb``)
+and its text, one answer needs at most about 2 x max bytes + 400 MB; an answer refused by its count,
+about 1 x max bytes."""
 
 
-def answer_items(body: bytes) -> int:
+def answer_items(body: bytes | bytearray) -> int:
     """An upper estimate of the JSON values ``body`` decodes into (counted without decoding it)."""
     return body.count(b"{") + body.count(b"[") + body.count(b",")
 
 
-def _documents(body: bytes, what: str) -> list[object]:
+def _documents(body: bytes | bytearray, what: str) -> list[object]:
     """One JSON value, or several back to back (a streamed gRPC-gateway answer).
 
     Raises:
@@ -190,6 +189,7 @@ def _documents(body: bytes, what: str) -> list[object]:
         raise SourceError(f"{what} answered about {items:,} JSON items, more than the {MAX_ANSWER_ITEMS:,} "
                           "decoded at once (memory); ask for less with --page-size or --since/--until")
     text = body.decode("utf-8", "replace").strip()
+    del body  # the last reference: from here on, the text and the decoded values only
     decoder = json.JSONDecoder()
     documents: list[object] = []
     position = 0
