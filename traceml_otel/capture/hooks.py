@@ -360,8 +360,9 @@ def batch_samples(batch: Any) -> int | None:
 
 
 def loader_settings(iterator: Any) -> tuple[Any, ...]:
-    """``(num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size)`` of the loader
-    behind a DataLoader iterator (read from the iterator, which copies them from its loader)."""
+    """``(num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size, dataset)`` of the
+    loader behind a DataLoader iterator (read from the iterator, which copies them from its loader);
+    ``dataset`` is the dataset's class name (``TensorDataset``: already in memory)."""
     batch_size = None
     if getattr(iterator, "_auto_collation", False):
         batch_size = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
@@ -373,6 +374,7 @@ def loader_settings(iterator: Any) -> tuple[Any, ...]:
         bool(getattr(iterator, "_persistent_workers", False)),
         prefetch if isinstance(prefetch, int) else None,
         batch_size if isinstance(batch_size, int) else None,
+        type(getattr(iterator, "_dataset", None)).__name__[:64] if hasattr(iterator, "_dataset") else None,
     )
 
 
