@@ -93,6 +93,7 @@ class SyntheticStep:
     persistent_workers: bool = False
     prefetch_factor: int | None = None
     batch_size: int | None = None
+    dataset: str | None = None
     ddp_wait: float | None = None
 
     def traced_time(self) -> float:
@@ -128,7 +129,7 @@ class SyntheticStep:
             loader = LoaderSettings(
                 num_workers=self.num_workers, pin_memory=self.pin_memory,
                 persistent_workers=self.persistent_workers,
-                prefetch_factor=self.prefetch_factor, batch_size=self.batch_size,
+                prefetch_factor=self.prefetch_factor, batch_size=self.batch_size, dataset=self.dataset,
             )
         return StepRecord(
             step=self.step,

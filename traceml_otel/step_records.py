@@ -37,6 +37,8 @@ class LoaderSettings:
     persistent_workers: bool
     prefetch_factor: int | None
     batch_size: int | None
+    dataset: str | None = None
+    """The dataset's class name (``TensorDataset``, ``ImageFolder``, ...); ``None`` from older trainers."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,8 @@ def test_loader_with_a_worker_per_cpu_gets_no_more_workers_advice(tmp_path: Path
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["input_pipeline"] == [{"rank": 0, "cpus": cpus, "num_workers": cpus, "pin_memory": False,
-                                         "persistent_workers": True, "prefetch_factor": 4, "batch_size": 8}]
+                                         "persistent_workers": True, "prefetch_factor": 4, "batch_size": 8,
+                                         "dataset": "SlowDataset"}]
     assert report["primary_diagnosis"]["kind"] == "INPUT_BOUND", report["primary_diagnosis"]
     advice = report["primary_diagnosis"]["next"]
     assert "more workers" not in advice and "set num_workers" not in advice, advice
@@ -109,3 +110,11 @@ def test_loader_with_a_worker_per_cpu_gets_no_more_workers_advice(tmp_path: Path
 def test_worker_advice_on_a_two_cpu_machine_names_one_worker(tmp_path: Path) -> None:
     advice = _input_bound(tmp_path, num_workers=0, cpus=2)
     assert "set num_workers=1 (one CPU loads, the other trains)" in advice and "up to about" not in advice
+
+
+def test_input_bound_advice_for_data_already_in_memory_says_nothing_of_files(tmp_path: Path) -> None:
+    advice = _input_bound(tmp_path, num_workers=0, cpus=8, dataset="TensorDataset")
+    assert "already in memory (TensorDataset)" in advice and "fetch whole batches" in advice
+    assert "image library" not in advice and "storage" not in advice
+    files = _input_bound(tmp_path / "files", num_workers=0, cpus=8, dataset="ImageFolder")
+    assert "image library" in files

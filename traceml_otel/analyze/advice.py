@@ -20,6 +20,13 @@ CHEAPER_SAMPLES = (
     "make each sample cheaper (decode or augment once and cache, smaller files, a faster image "
     "library, augmentation on the GPU) and check the storage read speed"
 )
+IN_MEMORY_DATASETS = frozenset({"TensorDataset", "StackDataset", "list", "tuple"})
+"""Datasets whose samples are already in memory: nothing is read or decoded per sample."""
+CHEAPER_IN_MEMORY = (
+    "the samples are already in memory ({dataset}), so the time goes to indexing and collating them "
+    "one by one: fetch whole batches at once (index the tensors with a batch of indices, e.g. a "
+    "BatchSampler as the sampler with batch_size=None, or slice them yourself)"
+)
 
 
 def _loader_of(hosts: Sequence[RankHost]) -> RankHost | None:
@@ -57,11 +64,14 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     if cpus is not None:
         have += f" for {cpus} CPU{'s' if cpus != 1 else ''}" + (" per rank" if len(hosts) > 1 else "")
     tips: list[str] = []
+    cheaper = CHEAPER_SAMPLES
+    if host.dataset in IN_MEMORY_DATASETS:
+        cheaper = CHEAPER_IN_MEMORY.format(dataset=host.dataset)
     saturated = workers > 0 and cpus is not None and workers >= cpus - 1
     if workers == 0:
         tips.append(_first_workers(cpus))
     elif saturated:
-        tips.append(f"its workers already take every CPU, so the CPUs are the limit: {CHEAPER_SAMPLES}")
+        tips.append(f"its workers already take every CPU, so the CPUs are the limit: {cheaper}")
     else:
         more = f" (up to about {cpus - 1})" if cpus is not None else ""
         tips.append(f"try more workers{more}")
@@ -72,6 +82,6 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     if clock is Clock.GPU and not host.pin_memory:
         tips.append("pin_memory=True")
     if not saturated:
-        tips.append(CHEAPER_SAMPLES)
+        tips.append(cheaper)
     advice = "; ".join(tips)
     return f"{have}. {advice[0].upper()}{advice[1:]}."

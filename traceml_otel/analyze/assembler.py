@@ -39,6 +39,7 @@ LOADER_ATTRIBUTES = (
     c.ATTR_LOADER_PERSISTENT_WORKERS,
     c.ATTR_LOADER_PREFETCH_FACTOR,
     c.ATTR_LOADER_BATCH_SIZE,
+    c.ATTR_LOADER_DATASET,
 )
 """DataLoader settings, in :class:`~traceml_otel.analyze.run_model.RankHost` field order."""
 
@@ -327,13 +328,13 @@ class StepAssembler:
         for (rank, _step), acc in sorted(self._runs.get(run_id, {}).items()):
             if acc.cpus is None and acc.loader is None:
                 continue
-            entry = found.setdefault(rank, [None] * 6)
+            entry = found.setdefault(rank, [None] * 7)
             if acc.cpus is not None:
                 entry[0] = acc.cpus
             if acc.loader is not None:
-                workers, pin, persistent, prefetch, batch = acc.loader
+                workers, pin, persistent, prefetch, batch, dataset = acc.loader
                 entry[1:] = [as_int(workers), _as_bool(pin), _as_bool(persistent), as_int(prefetch),
-                             as_int(batch)]
+                             as_int(batch), as_str(dataset)]
         return tuple(RankHost(rank, *entry) for rank, entry in sorted(found.items()))  # type: ignore[arg-type]
 
     def steps(self, run_id: str) -> tuple[list[StepTiming], int]:

@@ -112,6 +112,7 @@ class RankHost:
     persistent_workers: bool | None = None
     prefetch_factor: int | None = None
     batch_size: int | None = None
+    dataset: str | None = None
 
     @property
     def has_loader(self) -> bool:

@@ -83,16 +83,19 @@ class ForwardHooks:
 
 
 class BackwardPatch:
-    """Times ``Tensor.backward`` and ``torch.autograd.backward`` (outermost call)."""
+    """Times ``torch.autograd.backward`` (outermost call), which ``Tensor.backward`` calls.
+
+    Only that one function is wrapped, so a user's traceback through ``loss.backward()`` shows one
+    traceml frame (``traceml_timed_backward``), not one per wrapped layer."""
 
     def __init__(self, recorder: StepRecorder) -> None:
         self._recorder = recorder
         self._depth = 0
-        self._originals: tuple[Any, Any] | None = None
+        self._original: Any = None
 
     def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
-        def timed(*args: Any, **kwargs: Any) -> Any:
+        def traceml_timed_backward(*args: Any, **kwargs: Any) -> Any:
             if self._recorder.foreign_thread(ending=True):
                 return original(*args, **kwargs)
             self._depth += 1
@@ -104,8 +107,8 @@ class BackwardPatch:
                 if token is not None:
                     self._recorder.phase_end("backward", token)
 
-        timed.__traceml_original__ = original  # type: ignore[attr-defined]
-        return timed
+        traceml_timed_backward.__traceml_original__ = original  # type: ignore[attr-defined]
+        return traceml_timed_backward
 
     def wrap_method(self, owner: type, name: str) -> Callable[[], None]:
         """Time ``owner.name`` as the outermost backward (e.g. ``Accelerator.backward``); returns an undo."""
@@ -114,16 +117,15 @@ class BackwardPatch:
         return lambda: setattr(owner, name, original)
 
     def install(self) -> None:
-        if self._originals is not None:
+        if self._original is not None:
             return
-        self._originals = (torch.Tensor.backward, torch.autograd.backward)
-        torch.Tensor.backward = self._timed(self._originals[0])  # type: ignore[method-assign]
-        torch.autograd.backward = self._timed(self._originals[1])
+        self._original = torch.autograd.backward
+        torch.autograd.backward = self._timed(self._original)
 
     def uninstall(self) -> None:
-        if self._originals is not None:
-            torch.Tensor.backward, torch.autograd.backward = self._originals  # type: ignore[method-assign]
-            self._originals = None
+        if self._original is not None:
+            torch.autograd.backward = self._original
+            self._original = None
 
 
 class OptimizerHooks:
@@ -154,7 +156,7 @@ class OptimizerHooks:
         self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
     ) -> Callable[..., Any]:
         @functools.wraps(step)
-        def timed(*args: Any, **kwargs: Any) -> Any:
+        def traceml_timed_optimizer_step(*args: Any, **kwargs: Any) -> Any:
             if untimed_if is not None and args and untimed_if(args[0]):
                 return step(*args, **kwargs)
             self.pre(None, args, kwargs)
@@ -163,9 +165,9 @@ class OptimizerHooks:
             finally:
                 self.post(None, args, kwargs)
 
-        timed.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped" marker
-        timed.__traceml_original__ = step  # type: ignore[attr-defined]
-        return timed
+        traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
+        traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]
+        return traceml_timed_optimizer_step
 
     def _wrap_optimizer_classes(self) -> None:
         from torch.optim import Optimizer
@@ -265,7 +267,7 @@ class HostToDevicePatch:
         is_h2d = self._is_h2d
 
         @functools.wraps(original)
-        def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        def traceml_timed_copy(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if not recorder.in_step or not tensor.is_cpu:  # only a CPU source can be a host-to-device copy
                 return original(tensor, *args, **kwargs)
             token = recorder.phase_begin()
@@ -276,8 +278,8 @@ class HostToDevicePatch:
                 recorder.clock.release(token[1])
             return result
 
-        timed.__traceml_original__ = original  # type: ignore[attr-defined]
-        return timed
+        traceml_timed_copy.__traceml_original__ = original  # type: ignore[attr-defined]
+        return traceml_timed_copy
 
     def install(self) -> None:
         if self._originals is None:
@@ -368,8 +370,9 @@ def batch_samples(batch: Any) -> int | None:
 
 
 def loader_settings(iterator: Any) -> tuple[Any, ...]:
-    """``(num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size)`` of the loader
-    behind a DataLoader iterator (read from the iterator, which copies them from its loader)."""
+    """``(num_workers, pin_memory, persistent_workers, prefetch_factor, batch_size, dataset)`` of the
+    loader behind a DataLoader iterator (read from the iterator, which copies them from its loader);
+    ``dataset`` is the dataset's class name (``TensorDataset``: already in memory)."""
     batch_size = None
     if getattr(iterator, "_auto_collation", False):
         batch_size = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
@@ -381,6 +384,7 @@ def loader_settings(iterator: Any) -> tuple[Any, ...]:
         bool(getattr(iterator, "_persistent_workers", False)),
         prefetch if isinstance(prefetch, int) else None,
         batch_size if isinstance(batch_size, int) else None,
+        type(getattr(iterator, "_dataset", None)).__name__[:64] if hasattr(iterator, "_dataset") else None,
     )
 
 
@@ -451,7 +455,7 @@ class DataLoaderPatch:
         current: list[Any] = [None]  # weak reference to the iterator whose settings were read
 
         @functools.wraps(original)
-        def timed_next(iterator: Any) -> Any:
+        def traceml_timed_next(iterator: Any) -> Any:
             token = recorder.fetch_begin()
             batch = None
             try:
@@ -464,7 +468,7 @@ class DataLoaderPatch:
                     current[0] = weakref.ref(iterator)
                     recorder.loader_seen(loader_settings(iterator))
 
-        _BaseDataLoaderIter.__next__ = timed_next  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = traceml_timed_next  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
         from torch.utils.data.dataloader import _BaseDataLoaderIter

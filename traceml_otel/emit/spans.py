@@ -211,6 +211,8 @@ class StepSpanBuilder:
                 attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
             if loader.batch_size is not None:
                 attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
+            if loader.dataset is not None:
+                attributes[c.ATTR_LOADER_DATASET] = loader.dataset
         if (self._first or loader is not None) and rank.cpus is not None:
             attributes[c.ATTR_HOST_CPUS] = rank.cpus
         self._first = False

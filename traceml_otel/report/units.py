@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from traceml_otel.analyze.communication_rules import byte_size
 from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
@@ -41,7 +42,7 @@ def communication_sentence(analysis: RunAnalysis) -> str:
         return ""
     middle = sorted(ranks, key=lambda m: (m.communication_total or 0.0, m.rank))[len(ranks) // 2]
     size = (
-        f", {middle.communication_bytes / (1 << 20):.1f} MiB per step"
+        f", {byte_size(middle.communication_bytes)} per step"
         if middle.communication_bytes is not None else ""
     )
     text = (
@@ -51,6 +52,13 @@ def communication_sentence(analysis: RunAnalysis) -> str:
     )
     if any(m.communication is None for m in ranks):
         text += "; the exposed part could not be measured on every rank (async collectives), so it is n/a"
+    split = [m for m in ranks if m.communication_waiting is not None and m.communication_transfer is not None]
+    if split:
+        most = max(split, key=lambda m: (m.communication_waiting or 0.0, -m.rank))
+        whom = f" (most for rank {most.waited_for[0][0]})" if most.waited_for else ""
+        waiting, transfer = seconds(most.communication_waiting), seconds(most.communication_transfer)
+        text += (f". Split on rank {most.rank}, the one that waited most: {waiting} waiting for later ranks "
+                 f"to arrive{whom}, {transfer} transfer")
     return text
 
 

@@ -100,7 +100,8 @@ class StepRow(list):  # type: ignore[type-arg]
     samples = _slot(16, "Appended: samples in the step.")
     tokens = _slot(17, "Appended: tokens in the step.")
     loader = _slot(18, "Appended: ``[num_workers, pin_memory, persistent_workers, "
-                                         "prefetch_factor, batch_size]`` of a newly seen DataLoader.")
+                                         "prefetch_factor, batch_size, dataset]`` of a newly seen DataLoader "
+                                         "(``dataset``, the class name, appended last).")
 
     @classmethod
     def of(
@@ -173,5 +174,5 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
         parallelism=row.parallelism, peak_allocated_bytes=row.peak_allocated_bytes,
         peak_reserved_bytes=row.peak_reserved_bytes, device_total_bytes=row.device_total_bytes,
         exception_type=row.exception_type, collectives=collectives, samples=row.samples,
-        tokens=row.tokens, loader=LoaderSettings(*row.loader) if row.loader else None,
+        tokens=row.tokens, loader=LoaderSettings(*row.loader[:6]) if row.loader else None,
     )

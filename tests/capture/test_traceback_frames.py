@@ -1,0 +1,46 @@
+"""A user's traceback through backward, the optimizer or the DataLoader shows one traceml frame, named
+for what it times (docs/architecture.md, "Our frames in your tracebacks")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = """
+import sys, torch, traceml_otel as traceml
+traceml.init(mode="auto")
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+class Broken(torch.utils.data.Dataset):
+    def __len__(self): return 4
+    def __getitem__(self, index): raise KeyError("user bug in the dataset")
+where = sys.argv[1]
+with traceml.trace_step(model):
+    loss = model(torch.ones(3, 2)).sum()
+    loss.backward()
+    if where == "backward":
+        loss.backward()  # through a freed graph
+    if where == "optimizer":
+        optimizer.step(lambda: 1 / 0)
+if where == "loader":
+    next(iter(torch.utils.data.DataLoader(Broken(), batch_size=2)))
+"""
+
+
+def test_each_failure_shows_one_clearly_named_traceml_frame(tmp_path: Path) -> None:
+    script = tmp_path / "user.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO))
+    expected = {"backward": "traceml_timed_backward", "optimizer": "traceml_timed_optimizer_step",
+                "loader": "traceml_timed_next"}
+    for where, name in expected.items():
+        result = subprocess.run([sys.executable, str(script), where], env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 1
+        ours = [line for line in result.stderr.splitlines() if line.strip().startswith("File") and
+                "traceml_otel" in line]
+        assert len(ours) == 1 and ours[0].endswith(f"in {name}"), result.stderr
