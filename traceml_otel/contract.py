@@ -28,6 +28,9 @@ SPAN_COLLECTIVE = "traceml.collective"
 
 # --- attributes on every traceml span ---------------------------------------
 ATTR_RUN_ID = "traceml.run.id"
+ATTR_JOB = "traceml.job"
+"""The job across restarts: every attempt (run id) of one job carries the same value (on every metric
+point and the resource; docs/telemetry.md, "Job identity")."""
 ATTR_STEP = "traceml.step.number"
 ATTR_RANK = "traceml.rank"
 
@@ -122,6 +125,13 @@ METRIC_LAST_STEP_TIMESTAMP = "traceml.step.last_timestamp"
 """Unix time at which the last step ended (run liveness)."""
 METRIC_RUN_ENDED = "traceml.run.ended"
 """0 while the rank runs, 1 once it ended cleanly (the clean-end marker)."""
+METRIC_RUN_EXIT = "traceml.run.exit"
+"""Always 1, present once the rank ended and said how: ``traceml.exit.status`` and ``traceml.exit.reason``."""
+ATTR_EXIT_STATUS = "traceml.exit.status"
+EXIT_STATUSES = ("clean", "exception", "signal")
+"""``clean`` (the script returned), ``exception`` (an uncaught exception: the reason is its type),
+``signal`` (SIGTERM or SIGINT: the reason names it). A rank killed outright (SIGKILL) says nothing."""
+ATTR_EXIT_REASON = "traceml.exit.reason"
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
 METRIC_SAMPLES = "traceml.samples"
