@@ -28,7 +28,7 @@ TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 """Human name of the run, used in the generated run id and the default service name."""
 TRACEML_JOB = "TRACEML_JOB"
 """The job's identity across restarts (the ``traceml_job`` label); ``traceml run --run-name`` sets it.
-Else ``TORCHELASTIC_RUN_ID``, then ``SLURM_JOB_NAME``/``SLURM_JOB_ID``; without any, the run id."""
+Else ``SLURM_JOB_NAME``/``SLURM_JOB_ID``, then ``TORCHELASTIC_RUN_ID``; without any, the run id."""
 TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
 """Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
@@ -198,23 +198,24 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
 MAX_JOB_CHARS = 128
 
 
-def job_identity(env: Mapping[str, str], run_id: str) -> str:
+def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
     """The label that stays the same when a job restarts under a new run id.
 
-    ``TRACEML_JOB`` (``traceml run --run-name`` sets it), else torchrun's rendezvous id
-    (``TORCHELASTIC_RUN_ID``, the same for every elastic restart), else the Slurm job
-    (``SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else the run id itself: without
-    an identity each attempt is a job of its own (docs/observability-stack.md, "Job identity").
+    ``TRACEML_JOB`` (``traceml run --run-name`` sets it), else the Slurm job
+    (``SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else torchrun's rendezvous id
+    (``TORCHELASTIC_RUN_ID``, the same for every elastic restart; not under ``traceml run``, whose
+    standalone rendezvous id is new each launch), else the run id itself: without an identity each
+    attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
     """
     explicit = env.get(TRACEML_JOB, "").strip()
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     slurm_id, slurm_name = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_JOB_NAME", "").strip()
     if explicit:
         job = explicit
-    elif elastic and elastic != "none":
-        job = elastic
     elif slurm_id:
         job = f"{slurm_name}-{slurm_id}" if slurm_name else slurm_id
+    elif elastic and elastic != "none" and not env.get(TRACEML_LAUNCHER):
+        job = readable_run_id(run_name, elastic)
     else:
         job = run_id
     job = "".join(ch for ch in job if ch.isprintable())[:MAX_JOB_CHARS]
@@ -304,7 +305,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     run_name = env.get(TRACEML_RUN_NAME, "").strip() or _script_name()
     run_id = _run_id(env, run_name)
-    job = job_identity(env, run_id)
+    job = job_identity(env, run_id, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
     runs_dir = Path(env.get(TRACEML_RUNS_DIR, "").strip() or RUNS_DIR_DEFAULT)
     port = _int(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)

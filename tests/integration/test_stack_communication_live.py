@@ -102,7 +102,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
             prometheus.log,
         )
         run = CommunicationRun(prometheus, started=time.time())
-        baseline = f'run:traceml_step_time_seconds:baseline{{traceml_run_id="{RUN_ID}"}}'
+        baseline = f'job:traceml_step_time_seconds:baseline{{traceml_job="{RUN_ID}"}}'
         share = f'run_rank:traceml_communication_share:ratio{{traceml_run_id="{RUN_ID}"}}'
         launcher = subprocess.Popen(
             [

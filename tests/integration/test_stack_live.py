@@ -314,7 +314,7 @@ def test_drift_goes_pending_then_firing_after_the_slowdown_and_never_before(live
     assert min(firing) > min(pending)
     # The alert could have fired before: the baseline existed well before the slowdown.
     baseline = p.series_times(
-        'run:traceml_step_time_seconds:baseline{traceml_run_id="drift"}', live.started, live.slowdown
+        'job:traceml_step_time_seconds:baseline{traceml_job="drift"}', live.started, live.slowdown
     )
     assert baseline and min(baseline) < live.slowdown - 5
     # the input-bound run never drifts (its pace is constant)

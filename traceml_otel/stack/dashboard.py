@@ -261,20 +261,21 @@ def _communication_panels(y: int) -> list[dict[str, Any]]:
 
 def _panels() -> list[dict[str, Any]]:
     panels: list[dict[str, Any]] = [_row("Run", 0)]
-    mean_run = 'run:traceml_step_time_seconds:mean{traceml_run_id="$run_id"}'
-    baseline = 'run:traceml_step_time_seconds:baseline{traceml_run_id="$run_id"}'
+    attempts = 'run:traceml_step_time_seconds:mean{traceml_job="$job"}'
+    baseline = 'job:traceml_step_time_seconds:baseline{traceml_job="$job"}'
     panels.append(
         _timeseries(
-            "Step time against the run's baseline (drift)",
-            "Step time per step (input wait + traced step, all ranks, 5 m means) and the run's baseline: its "
-            "best "
-            "sustained pace (10th percentile of its own means). TraceMLStepTimeDrift fires above 1.2 x "
-            "baseline "
-            "for 10 m. Needs the recording rules (prometheus/recording.yml).",
+            "Step time of each attempt against the job's baseline (drift)",
+            "Step time per step (input wait + traced step, all ranks, 5 m means) of every attempt (run id) "
+            "of the selected run's job, side by side, and the job's baseline: its best sustained pace "
+            "(10th percentile of its own means, across attempts, so a restart is compared with the "
+            "attempts before it). TraceMLStepTimeDrift fires above 1.2 x baseline for 10 m. Without a job "
+            "identity (TRACEML_JOB, torchrun's rendezvous id, Slurm) each run is its own job. Needs the "
+            "recording rules (prometheus/recording.yml).",
             (0, 1, 12, 8),
             "s",
             [
-                _target("A", mean_run, "step time"),
+                _target("A", attempts, "attempt {{traceml_run_id}}"),
                 _target("B", baseline, "baseline"),
                 _target("C", f"1.2 * {baseline}", "alert threshold (1.2 x baseline)"),
             ],
@@ -667,6 +668,14 @@ def build_dashboard() -> dict[str, Any]:
                     "Run",
                     "label_values(traceml_steps_total{<sel>}, traceml_run_id)",
                     sort=2,
+                    includeAll=False,
+                    multi=False,
+                ),
+                _variable_query(
+                    "job",
+                    "Job",
+                    f"label_values(traceml_steps_total{{{RUN}}}, traceml_job)",
+                    sort=1,
                     includeAll=False,
                     multi=False,
                 ),
