@@ -146,7 +146,12 @@ METRIC_COLLECTIVE_EXPOSED = "traceml.collective.exposed"
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-"""Explicit histogram boundaries in seconds, for step and phase durations."""
+"""Explicit histogram boundaries in seconds, for the step duration (the histogram quantiles and
+exemplars read them)."""
+SUM_ONLY_HISTOGRAMS = (METRIC_PHASE_DURATION, METRIC_STEP_INPUT_WAIT, METRIC_COLLECTIVE_DURATION,
+                       METRIC_COLLECTIVE_EXPOSED)
+"""Histograms exported with no boundary (one ``+Inf`` bucket, ``_sum`` and ``_count``): rules and panels
+read only their sum and count, and 17 buckets per series would be most of a rank's series."""
 
 # --- local copy layout -------------------------------------------------------------
 RUNS_DIR_DEFAULT = "traceml-runs"

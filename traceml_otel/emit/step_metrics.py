@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan
 
@@ -149,7 +150,9 @@ class StepMetrics:
             self._counted = CountingMetricExporter(
                 _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
         reader = metric_reader or PeriodicExportingMetricReader(self._counted)
-        self._provider = MeterProvider(resource=resource, metric_readers=[reader])
+        sum_only = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(boundaries=()))
+                    for name in c.SUM_ONLY_HISTOGRAMS]
+        self._provider = MeterProvider(resource=resource, metric_readers=[reader], views=sum_only)
         meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = meter.create_histogram(
@@ -369,7 +372,7 @@ class PrometheusStepMetrics:
     def __init__(self, endpoint: PrometheusEndpoint | None, state: LiveState) -> None:
         """``endpoint`` None builds the registry without serving it (the scale benchmark reads it)."""
         import prometheus_client
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
 
         # Nothing reads the OpenMetrics `_created` series (one per counter and histogram series):
         # they would add ~10 series per rank. The emitter is its own process, so this global is ours.
@@ -387,16 +390,18 @@ class PrometheusStepMetrics:
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
                                buckets=buckets, registry=registry)
-        self._phase = Histogram("traceml_phase_duration_seconds", "Phase call duration",
-                                [*labels, "traceml_phase_name"], buckets=buckets, registry=registry)
-        self._wait = Histogram("traceml_step_input_wait_seconds", "Input wait before each step", labels,
-                               buckets=buckets, registry=registry)
+        # c.SUM_ONLY_HISTOGRAMS: only _sum and _count are read, so a summary without quantiles
+        # (prometheus-client's needs two buckets for a histogram; OTLP sends one +Inf bucket).
+        self._phase = Summary("traceml_phase_duration_seconds", "Phase call duration",
+                              [*labels, "traceml_phase_name"], registry=registry)
+        self._wait = Summary("traceml_step_input_wait_seconds", "Input wait before each step", labels,
+                             registry=registry)
         collective_labels = [*labels, "traceml_collective_source", "traceml_collective_kind"]
-        self._collective = Histogram("traceml_collective_duration_seconds", "Collective time per step",
-                                     collective_labels, buckets=buckets, registry=registry)
-        self._collective_exposed = Histogram(
+        self._collective = Summary("traceml_collective_duration_seconds", "Collective time per step",
+                                   collective_labels, registry=registry)
+        self._collective_exposed = Summary(
             "traceml_collective_exposed_seconds", "Exposed collective time per step", collective_labels,
-            buckets=buckets, registry=registry,
+            registry=registry,
         )
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
         self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
@@ -416,7 +421,7 @@ class PrometheusStepMetrics:
         for phase, seconds in phases:
             self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
         if wait_s is not None:
-            self._wait.labels(**labels).observe(wait_s, exemplar=exemplar)
+            self._wait.labels(**labels).observe(wait_s)
         self._steps.labels(**labels).inc()
         if memory is not None:
             self._allocated.update(memory[0])
