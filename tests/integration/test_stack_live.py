@@ -409,5 +409,5 @@ def test_exemplars_point_at_this_runs_step_traces(live: LiveRun) -> None:
 
 def test_rules_load_and_evaluate_healthy(live: LiveRun) -> None:
     loaded = [r for g in live.prometheus.api("rules")["groups"] for r in g["rules"]]
-    assert len(loaded) == 38
+    assert len(loaded) == 46
     assert [r["name"] for r in loaded if r["health"] != "ok"] == []
