@@ -128,6 +128,7 @@ def substitute_grafana_vars(
     """The PromQL Grafana would send for one run (of ``job``, default: the run id) and all ranks."""
     return (
         expr.replace("$__rate_interval", rate_interval)
+        .replace("$__range", "5m")
         .replace("${job}", job or run_id)
         .replace("$job", job or run_id)
         .replace("${run_id}", run_id)

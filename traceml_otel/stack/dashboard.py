@@ -25,6 +25,14 @@ RANK_WAIT = f"run_rank:traceml_input_wait_seconds:per_step{{{REC}}}"
 """Selector of the recorded series of the selected run (the recording rules already applied <sel>)."""
 
 
+def _ranked(kind: str, series: str) -> str:
+    """The ``WORST_K`` ranks ``kind`` (topk / bottomk) ranks over the whole time range, as lines: the
+    set is chosen once (``@ end()``), so a panel draws ``WORST_K`` lines, not every rank that was in
+    the top at some moment."""
+    return (f"{series} and on (traceml_rank) "
+            f"{kind}({WORST_K}, avg_over_time({series}[$__range] @ end()))")
+
+
 def _spread(series: str, unit_legend: str) -> list[dict[str, Any]]:
     """min / median / p95 / max across the run's ranks of a per-rank recorded series: 4 lines at any
     world size (docs/observability-stack.md, "At 1,024 ranks")."""
@@ -338,14 +346,14 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(
         _timeseries(
             f"Slowest and fastest {WORST_K} ranks by mean traced step time",
-            f"The {WORST_K} slowest (topk) and {WORST_K} fastest (bottomk) ranks at each moment, from the "
-            "recorded per-rank means: a straggler is a top line far above the others. Pick a rank in the "
-            "Rank variable to drill into it.",
+            f"The {WORST_K} slowest (topk) and {WORST_K} fastest (bottomk) ranks over the time range "
+            "(by their mean over it), from the recorded per-rank means: a straggler is a top line far "
+            "above the others. Pick a rank in the Rank variable to drill into it.",
             (12, 10, 12, 9),
             "s",
             [
-                _target("A", f"topk({WORST_K}, {RANK_MEAN})", "slow rank {{traceml_rank}}"),
-                _target("B", f"bottomk({WORST_K}, {RANK_MEAN})", "fast rank {{traceml_rank}}"),
+                _target("A", _ranked("topk", RANK_MEAN), "slow rank {{traceml_rank}}"),
+                _target("B", _ranked("bottomk", RANK_MEAN), "fast rank {{traceml_rank}}"),
             ],
         )
     )
@@ -432,7 +440,7 @@ def _panels() -> list[dict[str, Any]]:
             f"LOWEST line (bottomk {WORST_K}). Alert TraceMLSyncStraggler.",
             (12, 37, 12, 8),
             "s",
-            [_target("A", f"bottomk({WORST_K}, {backward})", "rank {{traceml_rank}}")],
+            [_target("A", _ranked("bottomk", backward), "rank {{traceml_rank}}")],
         )
     )
 
