@@ -49,6 +49,7 @@ POINTS = 240
 """A 1 h view at a 15 s step."""
 BUDGET_SAMPLES = 2_000_000
 BUDGET_LINES = 20
+ROUND_S = 2.0
 PHASES = (("forward", 0.30), ("backward", 0.45), ("optimizer", 0.10), ("h2d", 0.02))
 
 
@@ -110,12 +111,22 @@ class _Ranks:
 
 
 def _serve(ranks: range, world: int, port: int, seed: int, ready: Any) -> None:
-    """One worker process: its ranks, a step every simulated interval, one endpoint."""
+    """One worker process: its ranks, two steps each per round, one endpoint.
+
+    prometheus-client formats a few hundred ranks' registries in about a second, more than a 1 s
+    scrape may take, so each round's exposition is cached and every scrape serves the latest one: a
+    round's counters show up at the next scrape, and Prometheus ingests one sample per series per
+    scrape either way (the samples every query reads are the same)."""
     group = _Ranks(ranks, world, seed)
+    latest = [b""]
+
+    def refresh() -> None:
+        group.step_all(2)
+        latest[0] = group.exposition()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = group.exposition()
+            body = latest[0]
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -125,13 +136,14 @@ def _serve(ranks: range, world: int, port: int, seed: int, ready: Any) -> None:
         def log_message(self, *args: Any) -> None:
             pass
 
+    refresh()
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ready.set()
-    while True:  # 2 steps per simulated 15 s (0.5 s steps would be 30; the shape, not the count, matters)
+    while True:  # a round at most every 2 s: the shape of the values, not their count, matters here
         started = time.monotonic()
-        group.step_all(2)
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        refresh()
+        time.sleep(max(0.0, ROUND_S - (time.monotonic() - started)))
 
 
 @dataclass
