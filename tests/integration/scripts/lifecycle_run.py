@@ -6,6 +6,7 @@ once the first step is done.
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -17,6 +18,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--seconds", type=float, required=True, help="how long to step")
 parser.add_argument("--step", type=float, default=0.05, help="traced seconds per step")
 parser.add_argument("--raise-oom", action="store_true", help="end with torch.cuda.OutOfMemoryError")
+parser.add_argument("--stop-file", default="", help="end early once this file exists")
 args = parser.parse_args()
 
 traceml.init(mode="auto")
@@ -25,7 +27,7 @@ model = nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 start = time.monotonic()
 first = True
-while time.monotonic() - start < args.seconds:
+while time.monotonic() - start < args.seconds and not (args.stop_file and os.path.exists(args.stop_file)):
     with traceml.trace_step(model):
         optimizer.zero_grad()
         model(torch.ones(4, 8)).sum().backward()
