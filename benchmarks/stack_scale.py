@@ -164,7 +164,8 @@ def _api(url: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
-def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(panel [refId], PromQL as Grafana sends it for a 1 h view, instant?) of every Prometheus target."""
     queries = []
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
@@ -172,7 +173,7 @@ def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
                 expr = (target["expr"].replace("$__rate_interval", "4s").replace("$__range", "240s")
                         .replace("$run_id", RUN_ID)
                         .replace("$job", JOB).replace("$rank", "0"))
-                queries.append((f"{panel['title']} [{target['refId']}]", expr))
+                queries.append((f"{panel['title']} [{target['refId']}]", expr, bool(target.get("instant"))))
     return queries
 
 
@@ -214,16 +215,24 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
         series = int(float(counted[0]["value"][1]))
         groups = _api(url, "rules")["groups"]
         evaluation = {g["name"]: g["evaluationTime"] for g in groups}
+        steps_rate = f'run:traceml_steps:rate{{traceml_run_id="{RUN_ID}"}}'
+        recorded = _api(url, "query", query=f"count_over_time({steps_rate}[{POINTS}s])")["result"]
+        evaluations = int(float(recorded[0]["value"][1])) if recorded else 0
+        failed = _api(url, "query", query=f"sum(count_over_time((up == 0)[{POINTS}s:1s]))")["result"]
         scrape = _api(url, "query", query="max(scrape_duration_seconds)")["result"]
         costs = []
-        for panel, expr in _dashboard_queries(dashboard):
+        for panel, expr, instant in _dashboard_queries(dashboard):
             began = time.monotonic()
-            data = _api(url, "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1",
-                        stats="all")
+            if instant:  # bar gauges: one evaluation at the end of the range
+                data = _api(url, "query", query=expr, time=f"{end:.3f}", stats="all")
+            else:
+                data = _api(url, "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1",
+                            stats="all")
             wall = time.monotonic() - began
             samples = int(data.get("stats", {}).get("samples", {}).get("totalQueryableSamples", -1))
             costs.append(QueryCost(panel, expr, samples, wall, len(data["result"])))
-        return {"ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
+        return {"evaluations": evaluations, "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
+                "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
                 "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs}
     finally:
         server.terminate()
@@ -235,12 +244,13 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
 
 def _table(results: list[dict[str, Any]]) -> str:
     sizes = [r["ranks"] for r in results]
-    lines = ["| ranks | series (traceml_*) | per rank | rule groups' evaluation (s) | slowest scrape (s) |",
-             "|---|---|---|---|---|"]
+    lines = ["| ranks | series (traceml_*) | per rank | rule groups' last evaluation (s) | evaluations in "
+             f"{POINTS} s | slowest scrape (s) | failed scrapes |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
         evaluation = ", ".join(f"{name} {t:.3f}" for name, t in r["evaluation"].items())
         lines.append(f"| {r['ranks']} | {r['series']} | {r['series_per_rank']:.1f} | {evaluation} | "
-                     f"{r['scrape_s']:.2f} |")
+                     f"{r['evaluations']} | {r['scrape_s']:.2f} | {r['failed_scrapes']:.0f} |")
     lines += ["", "| panel [query] | " + " | ".join(f"samples @{n} | lines @{n} | wall s @{n}" for n in sizes)
               + " | within budget |",
               "|---|" + "---|---|---|" * len(sizes) + "---|"]

@@ -26,11 +26,10 @@ RANK_WAIT = f"run_rank:traceml_input_wait_seconds:per_step{{{REC}}}"
 
 
 def _ranked(kind: str, series: str) -> str:
-    """The ``WORST_K`` ranks ``kind`` (topk / bottomk) ranks over the whole time range, as lines: the
-    set is chosen once (``@ end()``), so a panel draws ``WORST_K`` lines, not every rank that was in
-    the top at some moment."""
-    return (f"{series} and on (traceml_rank) "
-            f"{kind}({WORST_K}, avg_over_time({series}[$__range] @ end()))")
+    """The ``WORST_K`` ranks by ``kind`` (topk / bottomk) of their mean over the dashboard's time range:
+    one instant query (a bar each), reading each rank's series once; a range query would read the
+    whole range again at every step, and a per-step topk draws every rank that was ever in it."""
+    return f"{kind}({WORST_K}, avg_over_time({series}[$__range]))"
 
 
 def _spread(series: str, unit_legend: str) -> list[dict[str, Any]]:
@@ -63,15 +62,17 @@ DCGM_NOTE = (
 NODE_NOTE = "No data: no node-exporter series (node_uname_info) for the hosts of this run."
 
 
-def _target(ref: str, expr: str, legend: str, exemplar: bool = False) -> dict[str, Any]:
+def _target(
+    ref: str, expr: str, legend: str, exemplar: bool = False, instant: bool = False
+) -> dict[str, Any]:
     target = {
         "refId": ref,
         "datasource": PROM,
         "editorMode": "code",
         "expr": expr,
         "legendFormat": legend,
-        "range": True,
-        "instant": False,
+        "range": not instant,
+        "instant": instant,
     }
     if exemplar:
         target["exemplar"] = True
@@ -129,6 +130,28 @@ def _timeseries(
                 "calcs": ["mean", "max"],
             },
             "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": targets,
+    }
+
+
+def _bars(
+    title: str, description: str, grid: tuple[int, int, int, int], unit: str, targets: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A bar gauge of instant queries (one bar per series): the ranked-ranks panels."""
+    x, y, w, h = grid
+    return {
+        "type": "bargauge",
+        "title": title,
+        "description": description,
+        "datasource": PROM,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit, "min": 0}, "overrides": []},
+        "options": {
+            "orientation": "horizontal",
+            "displayMode": "basic",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "showUnfilled": True,
         },
         "targets": targets,
     }
@@ -344,16 +367,16 @@ def _panels() -> list[dict[str, Any]]:
         )
     )
     panels.append(
-        _timeseries(
+        _bars(
             f"Slowest and fastest {WORST_K} ranks by mean traced step time",
-            f"The {WORST_K} slowest (topk) and {WORST_K} fastest (bottomk) ranks over the time range "
-            "(by their mean over it), from the recorded per-rank means: a straggler is a top line far "
-            "above the others. Pick a rank in the Rank variable to drill into it.",
+            f"The {WORST_K} slowest (topk) and {WORST_K} fastest (bottomk) ranks by their mean traced step "
+            "time over the time range, from the recorded per-rank means: a straggler is a bar far above "
+            "the others. Pick a rank in the Rank variable to drill into it.",
             (12, 10, 12, 9),
             "s",
             [
-                _target("A", _ranked("topk", RANK_MEAN), "slow rank {{traceml_rank}}"),
-                _target("B", _ranked("bottomk", RANK_MEAN), "fast rank {{traceml_rank}}"),
+                _target("A", _ranked("topk", RANK_MEAN), "slow rank {{traceml_rank}}", instant=True),
+                _target("B", _ranked("bottomk", RANK_MEAN), "fast rank {{traceml_rank}}", instant=True),
             ],
         )
     )
@@ -433,14 +456,14 @@ def _panels() -> list[dict[str, Any]]:
     )
     backward = f"run_rank:traceml_backward_seconds_per_step:mean{{{REC}}}"
     panels.append(
-        _timeseries(
+        _bars(
             f"Backward time per step, {WORST_K} lowest ranks",
             "Under DDP the rank that reaches the gradient all-reduce last waits least, so the straggler has "
-            "the "
-            f"LOWEST line (bottomk {WORST_K}). Alert TraceMLSyncStraggler.",
+            f"the LOWEST bar (bottomk {WORST_K} of the mean over the time range). Alert "
+            "TraceMLSyncStraggler.",
             (12, 37, 12, 8),
             "s",
-            [_target("A", _ranked("bottomk", backward), "rank {{traceml_rank}}")],
+            [_target("A", _ranked("bottomk", backward), "rank {{traceml_rank}}", instant=True)],
         )
     )
 
