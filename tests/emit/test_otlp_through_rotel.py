@@ -71,7 +71,7 @@ def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
     assert max(point.count for point in points) == steps
     for point in points:
         attributes = {kv.key for kv in point.attributes}
-        assert attributes == {c.ATTR_RUN_ID, c.ATTR_RANK}  # never the step number
+        assert attributes == {c.ATTR_JOB, c.ATTR_RUN_ID, c.ATTR_RANK}  # never the step number
         assert list(point.explicit_bounds) == list(c.DURATION_BUCKETS_S)
     exemplar_traces = {e.trace_id.hex() for point in points for e in point.exemplars}
     assert exemplar_traces and exemplar_traces <= step_trace_ids  # exemplars open the step's trace
