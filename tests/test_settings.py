@@ -90,3 +90,21 @@ def test_collectives_switch() -> None:
     assert load_settings({"TRACEML_COLLECTIVES": "1"}).collectives
     for off in ("0", "false", "OFF", " no "):
         assert not load_settings({"TRACEML_COLLECTIVES": off}).collectives
+
+
+def test_job_identity_survives_a_restart_under_a_new_run_id() -> None:
+    from traceml_otel.settings import job_identity
+
+    assert job_identity({"TRACEML_JOB": "llama-ft"}, "r-1") == "llama-ft"
+    assert job_identity({"TRACEML_JOB": "x", "SLURM_JOB_ID": "4242"}, "r-1") == "x"  # explicit first
+    assert job_identity({"TORCHELASTIC_RUN_ID": "rdzv-7"}, "r-1", "train") == "train-rdzv-7"
+    assert job_identity({"TORCHELASTIC_RUN_ID": "rdzv-7", "SLURM_JOB_ID": "4242"}, "r-1") == "4242"
+    assert job_identity({"TORCHELASTIC_RUN_ID": "none"}, "r-1") == "r-1"
+    # traceml run's standalone rendezvous id is new each launch: not an identity
+    assert job_identity({"TORCHELASTIC_RUN_ID": "9f2c", "TRACEML_LAUNCHER": "traceml-run"}, "r-1") == "r-1"
+    assert job_identity({"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "pretrain"}, "r-1") == "pretrain-4242"
+    assert job_identity({}, "r-1") == "r-1"  # no identity: each attempt is a job of its own
+    assert job_identity({"TRACEML_JOB": "a\x1bb" + "c" * 300}, "r-1") == "ab" + "c" * 126
+    first = load_settings({"TRACEML_JOB": "nightly", "TRACEML_RUN_ID": "attempt-1"})
+    second = load_settings({"TRACEML_JOB": "nightly", "TRACEML_RUN_ID": "attempt-2"})
+    assert first.job == second.job == "nightly" and first.run_id != second.run_id

@@ -27,7 +27,7 @@ from typing import Any
 
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.sanitize import strip_control
-from traceml_otel.settings import Settings, load_settings, strict_requested
+from traceml_otel.settings import Settings, linger_budget_s, load_settings, strict_requested
 from traceml_otel.wire.hello import Hello
 
 MODES = ("auto", "manual", "selective")
@@ -229,9 +229,9 @@ class _Telemetry(_NoopTelemetry):
             self.recorder.flush(wait_s=2.0)
             lost = self.recorder.unresolved_steps
             self.channel.dropped_steps += lost
-            # The scrape endpoint may stay up until a scrape saw the end marker (prometheus_linger_s).
+            # The scrape endpoint stays up after the end until every scraper saw the end marker.
             finished = self.channel.close(
-                self.settings.shutdown_timeout_s + self.settings.prometheus_linger_s, status,
+                self.settings.shutdown_timeout_s + linger_budget_s(self.settings.prometheus_linger_s), status,
                 traced=self.recorder.step, stall_s=self.settings.emitter_stall_s,
             )
             if self.channel.local_report is None:
@@ -370,7 +370,7 @@ def _hello(settings: Settings) -> Hello:
         sampler=settings.sampler, sampler_arg=settings.sampler_arg,
         prometheus_port=settings.prometheus_port, prometheus_addr=settings.prometheus_addr,
         prometheus_linger_s=settings.prometheus_linger_s, cpus=_usable_cpus(),
-        user_resource=user_resource_attributes(),
+        user_resource=user_resource_attributes(), job=settings.job,
     )
 
 

@@ -35,6 +35,9 @@ ATTR_HANG_STACKS = "traceml.hang.stacks"
 
 # --- attributes on every traceml span ---------------------------------------
 ATTR_RUN_ID = "traceml.run.id"
+ATTR_JOB = "traceml.job"
+"""The job across restarts: every attempt (run id) of one job carries the same value (on every metric
+point and the resource; docs/telemetry.md, "Job identity")."""
 ATTR_STEP = "traceml.step.number"
 ATTR_RANK = "traceml.rank"
 
@@ -143,6 +146,13 @@ METRIC_RUN_ENDED = "traceml.run.ended"
 METRIC_PROGRESS_STALLED = "traceml.progress.stalled"
 """Seconds this rank has made no progress, once its hang watchdog saw a hang (0 otherwise); its
 ``traceml.phase.name`` attribute says where it is: ``collective`` (waiting for others) or another phase."""
+METRIC_RUN_EXIT = "traceml.run.exit"
+"""Always 1, present once the rank ended and said how: ``traceml.exit.status`` and ``traceml.exit.reason``."""
+ATTR_EXIT_STATUS = "traceml.exit.status"
+EXIT_STATUSES = ("clean", "exception", "signal")
+"""``clean`` (the script returned), ``exception`` (an uncaught exception: the reason is its type),
+``signal`` (SIGTERM or SIGINT: the reason names it). A rank killed outright (SIGKILL) says nothing."""
+ATTR_EXIT_REASON = "traceml.exit.reason"
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
 METRIC_SAMPLES = "traceml.samples"
@@ -157,7 +167,12 @@ METRIC_COLLECTIVE_EXPOSED = "traceml.collective.exposed"
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )
-"""Explicit histogram boundaries in seconds, for step and phase durations."""
+"""Explicit histogram boundaries in seconds, for the step duration (the histogram quantiles and
+exemplars read them)."""
+SUM_ONLY_HISTOGRAMS = (METRIC_PHASE_DURATION, METRIC_STEP_INPUT_WAIT, METRIC_COLLECTIVE_DURATION,
+                       METRIC_COLLECTIVE_EXPOSED)
+"""Histograms exported with no boundary (one ``+Inf`` bucket, ``_sum`` and ``_count``): rules and panels
+read only their sum and count, and 17 buckets per series would be most of a rank's series."""
 
 # --- local copy layout -------------------------------------------------------------
 RUNS_DIR_DEFAULT = "traceml-runs"

@@ -26,6 +26,9 @@ TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
 TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 """Human name of the run, used in the generated run id and the default service name."""
+TRACEML_JOB = "TRACEML_JOB"
+"""The job's identity across restarts (the ``traceml_job`` label); ``traceml run --run-name`` sets it.
+Else ``SLURM_JOB_NAME``/``SLURM_JOB_ID``, then ``TORCHELASTIC_RUN_ID``; without any, the run id."""
 TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
 """Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
@@ -57,8 +60,8 @@ TRACEML_PROMETHEUS_ADDR = "TRACEML_PROMETHEUS_ADDR"
 """Address the scrape endpoint binds: default 127.0.0.1; ``0.0.0.0`` or the pod IP lets a central
 Prometheus (or a Kubernetes PodMonitor) scrape it."""
 TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
-"""After a clean end, keep the scrape endpoint up until one scrape saw the end marker, at most this long
-(default 20 s; 0 turns it off)."""
+"""After the end, keep the scrape endpoint up at least this long (default 20 s; 0 turns it off), and longer
+when a scraper was seen scraping less often (every replica must scrape the end marker once)."""
 TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
 """``0`` turns collective timing (DDP gradient all-reduce, ``torch.distributed`` calls) off."""
 TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
@@ -66,6 +69,16 @@ TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
 """How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
+
+PROMETHEUS_LINGER_MAX_S = 120.0
+"""The longest the endpoint's linger grows to cover a scraper seen scraping less often (intervals up
+to ~115 s); a ``TRACEML_PROMETHEUS_LINGER_S`` above it is used as given."""
+
+
+def linger_budget_s(configured_s: float) -> float:
+    """The most the endpoint may linger after the end (what exit waits for, at worst)."""
+    return 0.0 if configured_s <= 0 else max(configured_s, PROMETHEUS_LINGER_MAX_S)
+
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -114,6 +127,8 @@ class Settings:
     run_id: str
     run_name: str
     identity: RankIdentity
+    job: str
+    """The job identity shared by every attempt (restart) of a job: see :func:`job_identity`."""
     service_name: str | None
     """Our default service name, or None when OTEL_SERVICE_NAME/OTEL_RESOURCE_ATTRIBUTES set one."""
     run_dir: Path | None
@@ -195,6 +210,33 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
         seed = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}:{os.getppid()}"
         return f"{run_name}-torchrun-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
     return new_run_id(run_name)
+
+
+MAX_JOB_CHARS = 128
+
+
+def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
+    """The label that stays the same when a job restarts under a new run id.
+
+    ``TRACEML_JOB`` (``traceml run --run-name`` sets it), else the Slurm job
+    (``SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else torchrun's rendezvous id
+    (``TORCHELASTIC_RUN_ID``, the same for every elastic restart; not under ``traceml run``, whose
+    standalone rendezvous id is new each launch), else the run id itself: without an identity each
+    attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
+    """
+    explicit = env.get(TRACEML_JOB, "").strip()
+    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    slurm_id, slurm_name = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_JOB_NAME", "").strip()
+    if explicit:
+        job = explicit
+    elif slurm_id:
+        job = f"{slurm_name}-{slurm_id}" if slurm_name else slurm_id
+    elif elastic and elastic != "none" and not env.get(TRACEML_LAUNCHER):
+        job = readable_run_id(run_name, elastic)
+    else:
+        job = run_id
+    job = "".join(ch for ch in job if ch.isprintable())[:MAX_JOB_CHARS]
+    return job or run_id
 
 
 def launcher_name(env: Mapping[str, str]) -> str:
@@ -280,6 +322,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     run_name = env.get(TRACEML_RUN_NAME, "").strip() or _script_name()
     run_id = _run_id(env, run_name)
+    job = job_identity(env, run_id, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
     runs_dir = Path(env.get(TRACEML_RUNS_DIR, "").strip() or RUNS_DIR_DEFAULT)
     port = _int(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
@@ -287,6 +330,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         run_id=run_id,
         run_name=run_name,
         identity=rank_identity(env),
+        job=job,
         service_name=None if _service_name_is_set(env) else f"traceml-{run_name}",
         run_dir=runs_dir.resolve() / run_id if local_copy else None,  # a link at the run folder: refused
         traces=_signal_export(

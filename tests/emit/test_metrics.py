@@ -14,11 +14,12 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from traceml_otel import contract as c
+from traceml_otel.emit.run_end import ScrapeLog, exit_of, linger_seconds
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.step_metrics import IntervalPeak, PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.step_records import StepRecord
 
-LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9")
+LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9", job="nightly")
 BUILDER = StepSpanBuilder(
     RankInfo(run_id="r1", rank=3, local_rank=1, world_size=4, node_rank=0, host="node-a")
 )
@@ -74,7 +75,8 @@ def test_otlp_metric_set() -> None:
     (info,) = first[c.METRIC_RANK_INFO]
     assert info.value == 1
     assert dict(info.attributes) == {
-        c.ATTR_RUN_ID: "r1", c.ATTR_RANK: 3, c.ATTR_HOST: "node-a", c.ATTR_LOCAL_RANK: 1,
+        c.ATTR_JOB: "nightly", c.ATTR_RUN_ID: "r1", c.ATTR_RANK: 3, c.ATTR_HOST: "node-a",
+        c.ATTR_LOCAL_RANK: 1,
         c.ATTR_CUDA_DEVICE: "", c.ATTR_GPU_UUID: "", c.ATTR_VERSION: "9.9.9",
     }
     assert c.METRIC_LAST_STEP_TIMESTAMP not in first  # no step yet: absent
@@ -104,8 +106,15 @@ def test_otlp_metric_set() -> None:
     record, spans = step(3, memory=(100, 600))
     metrics.record(record, spans)
     assert [p.value for p in otlp_points(reader)[c.METRIC_MEM_PEAK_RESERVED]] == [600]  # a new interval
-    metrics.mark_ended()
-    assert [p.value for p in otlp_points(reader)[c.METRIC_RUN_ENDED]] == [1]
+    assert c.METRIC_RUN_EXIT not in otlp_points(reader)  # running: no exit status yet
+    metrics.mark_ended("exception OutOfMemoryError")
+    final = otlp_points(reader)
+    assert [p.value for p in final[c.METRIC_RUN_ENDED]] == [1]
+    (exit_point,) = final[c.METRIC_RUN_EXIT]
+    assert exit_point.value == 1 and dict(exit_point.attributes) == {
+        c.ATTR_JOB: "nightly", c.ATTR_RUN_ID: "r1", c.ATTR_RANK: 3,
+        c.ATTR_EXIT_STATUS: "exception", c.ATTR_EXIT_REASON: "OutOfMemoryError",
+    }
     metrics.shutdown(1.0)
 
 
@@ -131,7 +140,8 @@ def test_direct_scrape_metric_set() -> None:
         assert families["traceml_run_ended"].samples[0].value == 0
         (info,) = families["traceml_rank_info"].samples
         assert info.labels == {
-            "traceml_run_id": "r1", "traceml_rank": "3", "traceml_host": "node-a", "traceml_local_rank": "1",
+            "traceml_job": "nightly", "traceml_run_id": "r1", "traceml_rank": "3", "traceml_host": "node-a",
+            "traceml_local_rank": "1",
             "traceml_cuda_device": "", "traceml_gpu_uuid": "", "traceml_version": "9.9.9",
         }
         assert "traceml_step_last_timestamp_seconds" not in families
@@ -158,16 +168,27 @@ def test_direct_scrape_metric_set() -> None:
         _, families = scrape(port)
         assert families["traceml_cuda_memory_peak_reserved_bytes"].samples[0].value == 900  # no new step
 
-        metrics.mark_ended()
+        assert "traceml_run_exit" not in families  # still running
+        metrics.mark_ended("SIGTERM")
         done = threading.Event()
-        lingering = threading.Thread(target=lambda: (metrics.linger(10.0), done.set()))
+        lingering = threading.Thread(target=lambda: (metrics.linger(2.0), done.set()))
+        started = time.monotonic()
         lingering.start()
-        time.sleep(0.2)
-        assert not done.is_set()  # still serving: no scrape has seen the end yet
+        _, families = scrape(port)  # one replica of an HA pair scrapes the end ...
+        assert families["traceml_run_ended"].samples[0].value == 1
+        (exit_sample,) = families["traceml_run_exit"].samples
+        assert exit_sample.value == 1 and exit_sample.labels["traceml_exit_status"] == "signal"
+        assert exit_sample.labels["traceml_exit_reason"] == "SIGTERM"
+        assert exit_sample.labels["traceml_job"] == "nightly"
+        time.sleep(0.5)
+        assert not done.is_set()  # ... and the endpoint stays up for the other one
         _, families = scrape(port)
         assert families["traceml_run_ended"].samples[0].value == 1
-        lingering.join(5)
-        assert done.is_set()  # the scrape that saw the end released it
+        lingering.join(10)
+        assert done.is_set() and time.monotonic() - started >= 1.9  # the whole linger, then closed
+        with pytest.raises(OSError):
+            scrape(port)
+        assert not any(name.endswith("_created") for name in families)  # nothing reads them
     finally:
         metrics.linger(0)
 
@@ -184,3 +205,29 @@ def test_direct_scrape_binds_the_configured_address() -> None:
             assert b"traceml_rank_info" in response.read()
     finally:
         metrics.linger(0)
+
+
+def test_exit_status_of_each_goodbye() -> None:
+    assert exit_of("ok") == ("clean", "")
+    assert exit_of("exception OutOfMemoryError") == ("exception", "OutOfMemoryError")
+    assert exit_of("exception torch.distributed.DistBackendError") == (
+        "exception", "torch.distributed.DistBackendError")
+    assert exit_of("SIGTERM") == ("signal", "SIGTERM")
+    assert exit_of("SIGINT (Ctrl-C)") == ("signal", "SIGINT")
+    assert exit_of('exception E"vil{x}\n') == ("exception", "Evilx")  # a label value stays plain
+    assert {status for status, _ in map(exit_of, ("ok", "exception E", "SIGTERM"))} == set(c.EXIT_STATUSES)
+
+
+def test_linger_covers_the_longest_interval_any_scraper_was_seen_at() -> None:
+    log = ScrapeLog()
+    for t in (0.0, 60.0, 120.0):  # a single Prometheus at 60 s
+        log.scraped("10.0.0.7", now=t)
+    for t in (5.0, 20.0, 35.0, 50.0):  # another at 15 s
+        log.scraped("10.0.0.8", now=t)
+    assert log.longest_interval_s == 60.0
+    assert linger_seconds(20.0, log.longest_interval_s) == 65.0  # the 60 s scraper sees the end
+    assert linger_seconds(20.0, 10.0) == 20.0  # the configured minimum (an HA pair on one address)
+    assert linger_seconds(20.0, 0.0) == 20.0  # fewer than two scrapes: nothing learned
+    assert linger_seconds(20.0, 3600.0) == 120.0  # bounded: exit never waits longer
+    assert linger_seconds(300.0, 10.0) == 300.0  # a configured linger above the bound is used
+    assert linger_seconds(0.0, 60.0) == 0.0  # turned off

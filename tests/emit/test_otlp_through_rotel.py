@@ -71,7 +71,7 @@ def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
     assert max(point.count for point in points) == steps
     for point in points:
         attributes = {kv.key for kv in point.attributes}
-        assert attributes == {c.ATTR_RUN_ID, c.ATTR_RANK}  # never the step number
+        assert attributes == {c.ATTR_JOB, c.ATTR_RUN_ID, c.ATTR_RANK}  # never the step number
         assert list(point.explicit_bounds) == list(c.DURATION_BUCKETS_S)
     exemplar_traces = {e.trace_id.hex() for point in points for e in point.exemplars}
     assert exemplar_traces and exemplar_traces <= step_trace_ids  # exemplars open the step's trace
@@ -101,8 +101,9 @@ def test_prometheus_scrape_endpoint_serves_the_contract_names(tmp_path: Path) ->
     finally:
         process.kill()
         process.communicate(timeout=30)
-    assert 'traceml_steps_total{traceml_rank="0",traceml_run_id="' in body
-    for family in ("traceml_step_duration_seconds_bucket", "traceml_phase_duration_seconds_bucket",
+    (steps,) = [line for line in body.splitlines() if line.startswith("traceml_steps_total{")]
+    assert 'traceml_rank="0"' in steps and 'traceml_run_id="' in steps and 'traceml_job="' in steps
+    for family in ("traceml_step_duration_seconds_bucket", "traceml_phase_duration_seconds_sum",
                    "traceml_input_wait_duration_seconds"):
         assert family in body
     assert 'traceml_phase_name="forward"' in body

@@ -122,10 +122,15 @@ def prometheus_exprs(dashboard: dict[str, Any]) -> list[str]:
     return exprs
 
 
-def substitute_grafana_vars(expr: str, run_id: str, rate_interval: str = "15s") -> str:
-    """The PromQL Grafana would send for one run and all ranks."""
+def substitute_grafana_vars(
+    expr: str, run_id: str, rate_interval: str = "15s", job: str | None = None
+) -> str:
+    """The PromQL Grafana would send for one run (of ``job``, default: the run id) and all ranks."""
     return (
         expr.replace("$__rate_interval", rate_interval)
+        .replace("$__range", "5m")
+        .replace("${job}", job or run_id)
+        .replace("$job", job or run_id)
         .replace("${run_id}", run_id)
         .replace("$run_id", run_id)
         .replace("${rank}", ".*")

@@ -94,7 +94,7 @@ def test_urls_in_every_alert() -> None:
     config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
                          dashboard_url="https://grafana.example.com/d/traceml-training")
     alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
-    assert len({a["alert"] for a in alerts}) == 11
+    assert len({a["alert"] for a in alerts}) == 12
     for alert in alerts:
         annotations = alert["annotations"]
         assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"
@@ -110,7 +110,7 @@ def test_windows_and_for_durations_are_applied() -> None:
     drift = next(r for r in short if r.get("alert") == "TraceMLStepTimeDrift")
     assert drift["for"] == "6s"
     assert next(r for r in default if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "10m"
-    mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:mean")
+    mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:rate")
     assert "[20s]" in mean["expr"] and "[5m]" not in mean["expr"]
     stalled = next(r for r in short if r.get("alert") == "TraceMLTrainingStalled")
     assert "> 10" in stalled["expr"]
@@ -161,6 +161,10 @@ def test_rendered_rules_pass_promtool(tmp_path: Path, profile: str) -> None:
 @pytest.mark.parametrize("option", [
     ["--selector", "job=train"], ["--window", "rate=5 minutes"], ["--window", "bogus=1m"],
     ["--runbook-url", 'http://x/"y'], ["--selector", 'job="a`b"'], ["--label", "novalue"],
+    ["--namespace", "Monitoring"], ["--pod-namespace", "ml_training"], ["--label", "bad key=x"],
+    ["--pod-label", "app=" + "x" * 64], ["--dashboard-url", "https://g/d/x#panel"],
+    ["--scrape-interval", "60s"], ["--scrape-interval", "30s", "--linger", "30"],
+    ["--pod-namespace", "*", "--pod-namespace", "a"],
 ])
 def test_bad_options_are_refused(
     tmp_path: Path, option: list[str], capsys: pytest.CaptureFixture[str]
@@ -175,3 +179,85 @@ def test_selector_parsing() -> None:
     assert parse_selector("") == ()
     with pytest.raises(StackConfigError):
         parse_selector('job="a" ns="b"')
+
+
+def test_dashboard_url_with_a_query_string_is_joined_with_an_ampersand() -> None:
+    files = render_all(StackConfig(dashboard_url="https://g/d/x?orgId=1"))
+    links = [r["annotations"]["dashboard_url"] for r in rules_of(files) if "dashboard_url" in r.get(
+        "annotations", {})]
+    assert len(links) >= 10
+    assert all(link.startswith("https://g/d/x?orgId=1&var-run_id={{") for link in links)
+    assert all(link.count("?") == 1 for link in links)
+
+
+def test_scrape_interval_and_linger_pairs() -> None:
+    files = render_all(StackConfig(scrape_interval="60s", linger_s=65))
+    monitor = yaml.safe_load(files["kubernetes/podmonitor.yaml"])
+    assert monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "60s"
+    assert "TRACEML_PROMETHEUS_LINGER_S >= 65" in files["kubernetes/podmonitor.yaml"]
+    with pytest.raises(StackConfigError, match="TRACEML_PROMETHEUS_LINGER_S=65"):
+        render_all(StackConfig(scrape_interval="60s"))
+    render_all(StackConfig(scrape_interval="15s"))  # the default 20 s linger covers 15 s
+
+
+def test_import_copy_requires_the_grafana_its_schema_needs() -> None:
+    from traceml_otel.stack.render import GRAFANA_FOR_SCHEMA
+
+    imported = json.loads(render_all()["grafana/import/traceml-training.grafana-com.json"])
+    (grafana,) = [r for r in imported["__requires"] if r["id"] == "grafana"]
+    assert grafana["version"] == GRAFANA_FOR_SCHEMA[imported["schemaVersion"]]
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert compose["services"]["grafana"]["image"] == f"grafana/grafana:{grafana['version']}"
+
+
+def _selects(monitor: dict[str, Any], monitor_namespace: str, pod_namespace: str,
+             pod_labels: dict[str, str], pod_ports: list[str]) -> bool:
+    """Whether the prometheus-operator would scrape the pod: its namespaceSelector (absent: the
+    PodMonitor's own namespace only), matchLabels, and a named port an endpoint asks for."""
+    spec = monitor["spec"]
+    namespaces = spec.get("namespaceSelector")
+    if namespaces is None:
+        in_namespace = pod_namespace == monitor_namespace
+    elif namespaces.get("any"):
+        in_namespace = True
+    else:
+        in_namespace = pod_namespace in namespaces.get("matchNames", [])
+    labels = spec["selector"]["matchLabels"]
+    ports = {e["port"] for e in spec["podMetricsEndpoints"]}
+    return in_namespace and all(pod_labels.get(k) == v for k, v in labels.items()) and bool(ports & set(
+        pod_ports))
+
+
+def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path) -> None:
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Alerts and dashboard in your monitoring stack", 1)[1].split("```sh", 1)[1]
+    command = block.split("```", 1)[0]
+    command = "\n".join(line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+                        for line in command.splitlines())
+    render = command.split("traceml stack render", 1)[1].split("kubectl", 1)[0].replace("\\\n", " ")
+    argv = shlex.split(render)
+    argv[argv.index("-o") + 1] = str(tmp_path)
+    assert main(["stack", "render", *argv]) == 0
+    monitor = yaml.safe_load((tmp_path / "kubernetes" / "podmonitor.yaml").read_text())
+    own = monitor["metadata"]["namespace"]
+    assert own == "monitoring"
+    trainer = {"traceml.io/scrape": "true"}
+    assert _selects(monitor, own, "ml-training", trainer, ["traceml-0"])
+    assert not _selects(monitor, own, "other-team", trainer, ["traceml-0"])
+    assert not _selects(monitor, own, "ml-training", {}, ["traceml-0"])
+    rule = yaml.safe_load((tmp_path / "kubernetes" / "prometheusrule.yaml").read_text())
+    assert rule["metadata"]["namespace"] == "monitoring"
+    # without a namespaceSelector the operator looked only in its own namespace: the old bug
+    del monitor["spec"]["namespaceSelector"]
+    assert not _selects(monitor, own, "ml-training", trainer, ["traceml-0"])
+
+
+def test_pod_namespaces_option() -> None:
+    every = yaml.safe_load(render_all(StackConfig(pod_namespaces=("*",)))["kubernetes/podmonitor.yaml"])
+    assert every["spec"]["namespaceSelector"] == {"any": True}
+    two = yaml.safe_load(render_all(StackConfig(selector=parse_selector('namespace=~"team-a|team-b"')))[
+        "kubernetes/podmonitor.yaml"])
+    assert two["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert "namespaceSelector" not in yaml.safe_load(render_all()["kubernetes/podmonitor.yaml"])["spec"]

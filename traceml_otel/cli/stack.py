@@ -10,6 +10,7 @@ from pathlib import Path
 from traceml_otel.cli.common import EXIT_ERROR, EXIT_OK
 from traceml_otel.stack.config import (
     DEFAULT_DASHBOARD_URL,
+    DEFAULT_LINGER_S,
     DEFAULT_POD_LABELS,
     DEFAULT_RUNBOOK_URL,
     StackConfig,
@@ -53,7 +54,15 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the PodMonitor selects pods with these labels (default traceml.io/scrape=true)")
     render.add_argument("--ranks-per-pod", type=int, default=1,
                         help="scrape ports per pod, named traceml-0 ... (one per local rank)")
-    render.add_argument("--scrape-interval", default="15s", help="PodMonitor scrape interval")
+    render.add_argument("--scrape-interval", default="15s",
+                        help="PodMonitor scrape interval (at most --linger minus 5 s)")
+    render.add_argument("--linger", type=float, default=DEFAULT_LINGER_S, metavar="SECONDS",
+                        help="the TRACEML_PROMETHEUS_LINGER_S the training pods run with (default 20): "
+                             "render refuses a scrape interval a clean end could not be seen at")
+    render.add_argument("--pod-namespace", action="append", metavar="NAME",
+                        help="namespace the PodMonitor looks for training pods in (repeatable; '*' for "
+                             "every namespace); default: the --selector's namespace=\"...\", else the "
+                             "PodMonitor's own")
 
 
 def config_from_args(args: argparse.Namespace) -> StackConfig:
@@ -66,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> StackConfig:
         runbook_url=args.runbook_url, dashboard_url=args.dashboard_url, windows=windows,
         namespace=args.namespace, manifest_labels=parse_pairs(args.label, "--label"), pod_labels=pod_labels,
         ranks_per_pod=args.ranks_per_pod, scrape_interval=args.scrape_interval,
+        pod_namespaces=tuple(args.pod_namespace or ()), linger_s=args.linger,
     )
 
 

@@ -10,27 +10,31 @@ the clean-end marker) and the per-rank info series. The step number is never an 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.metric_export import CountingMetricExporter, MetricExportCounts
+from traceml_otel.emit.run_end import ScrapeLog, exit_of, linger_seconds
 from traceml_otel.emit.spans import SpanData, StepSpans, sampled_context
 from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _NS = 1e-9
 SCRAPE_REPLY_GRACE_S = 0.5
-"""After the scrape that saw the end marker, how long the endpoint stays up to finish replying."""
+"""After the linger, how long the endpoint stays up to finish a reply it is still sending."""
 
 
 def _make_metric_exporter(protocol: str):
@@ -50,6 +54,12 @@ class RankLabels:
     local_rank: int
     host: str
     version: str
+    job: str = ""
+    """The job identity across restarts (``traceml_job``); empty: the run id."""
+
+    @property
+    def job_label(self) -> str:
+        return self.job or self.run_id
 
 
 class IntervalPeak:
@@ -86,6 +96,10 @@ class LiveState:
         self.last_wait_s: float | None = None
         self.last_step_end_s: float | None = None
         self.ended = 0
+        self.ended_at: float | None = None
+        """Monotonic time of the end (the linger counts from it)."""
+        self.exit: tuple[str, str] | None = None
+        """(status, reason) once the rank ended and said how (``traceml.run.exit``)."""
         self.cuda_device: str = ""
         self.gpu_uuid: str = ""
         self.stalled: Callable[[], tuple[float, str]] = lambda: (0.0, "none")
@@ -122,7 +136,8 @@ class StepMetrics:
         ``on_export_failure`` is told once, at the first failed export to ``metrics_endpoint``.
         """
         self._counted: CountingMetricExporter | None = None
-        self._attributes = {c.ATTR_RUN_ID: labels.run_id, c.ATTR_RANK: labels.rank}
+        self._attributes = {c.ATTR_JOB: labels.job_label, c.ATTR_RUN_ID: labels.run_id,
+                            c.ATTR_RANK: labels.rank}
         self.state = LiveState(labels, dropped_spans)
         self._allocated = IntervalPeak()
         self._reserved = IntervalPeak()
@@ -137,7 +152,9 @@ class StepMetrics:
             self._counted = CountingMetricExporter(
                 _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
         reader = metric_reader or PeriodicExportingMetricReader(self._counted)
-        self._provider = MeterProvider(resource=resource, metric_readers=[reader])
+        sum_only = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(boundaries=()))
+                    for name in c.SUM_ONLY_HISTOGRAMS]
+        self._provider = MeterProvider(resource=resource, metric_readers=[reader], views=sum_only)
         meter = self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = meter.create_histogram(
@@ -190,6 +207,10 @@ class StepMetrics:
         )
         meter.create_observable_gauge(
             c.METRIC_RUN_ENDED, [self._observe_ended], description="1 once this rank ended cleanly, else 0",
+        )
+        meter.create_observable_gauge(
+            c.METRIC_RUN_EXIT, [self._observe_exit],
+            description="Always 1 once the rank ended; labels say how (clean, exception, signal)",
         )
         meter.create_observable_gauge(
             c.METRIC_RANK_INFO, [self._observe_info], description="Always 1; labels describe the rank",
@@ -255,8 +276,11 @@ class StepMetrics:
         self.state.cuda_device = str(index)
         self.state.gpu_uuid = uuid or ""
 
-    def mark_ended(self) -> None:
-        """The rank ended cleanly: the next export (the final one) and scrapes say so."""
+    def mark_ended(self, status: str = "ok") -> None:
+        """The rank ended and said goodbye with ``status`` (``ok``, ``exception X``, ``SIGTERM``): the
+        next export (the final one) and scrapes carry the end marker and the exit status."""
+        self.state.exit = exit_of(status)
+        self.state.ended_at = time.monotonic()
         self.state.ended = 1
 
     def give_up_export(self, cause: str) -> None:
@@ -274,12 +298,25 @@ class StepMetrics:
         if self._provider is not None:
             self._provider.shutdown(timeout_millis=timeout_s * 1000)
 
-    def linger(self, timeout_s: float) -> None:
-        """Keep the scrape endpoint up until it was scraped once after the end, or ``timeout_s``."""
-        if self._prometheus is not None:
-            if self._prometheus.wait_for_scrape(timeout_s):
-                time.sleep(SCRAPE_REPLY_GRACE_S)  # the scrape counted at collect(); let its reply go out
-            self._prometheus.close()
+    def linger(self, minimum_s: float) -> float:
+        """Keep the scrape endpoint up after the end so every scraper sees the end marker once.
+
+        It stays up ``minimum_s`` after the end, longer when a scraper was seen scraping less often
+        (:func:`~traceml_otel.emit.run_end.linger_seconds`), then closes. Not "until the first scrape":
+        the other replica of an HA pair scrapes at another moment. Returns the seconds it waited.
+        """
+        if self._prometheus is None:
+            return 0.0
+        prometheus = self._prometheus
+        started = time.monotonic()
+        linger_s = linger_seconds(minimum_s, prometheus.scrapes.longest_interval_s)
+        end = (self.state.ended_at or started) + linger_s
+        while linger_s > 0 and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        if time.monotonic() - prometheus.scrapes.latest < SCRAPE_REPLY_GRACE_S:
+            time.sleep(SCRAPE_REPLY_GRACE_S)  # a scrape is still being answered
+        prometheus.close()
+        return time.monotonic() - started
 
     def _one(self, value: float | int | None) -> list[Observation]:
         return [] if value is None else [Observation(value, self._attributes)]
@@ -305,6 +342,12 @@ class StepMetrics:
     def _observe_stalled(self, options: CallbackOptions) -> Iterable[Observation]:
         seconds, phase = self.state.stalled()
         return [Observation(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase})]
+
+    def _observe_exit(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.state.exit is None:
+            return []
+        status, reason = self.state.exit
+        return [Observation(1, {**self._attributes, c.ATTR_EXIT_STATUS: status, c.ATTR_EXIT_REASON: reason})]
 
     def _observe_info(self, options: CallbackOptions) -> Iterable[Observation]:
         info = {
@@ -346,36 +389,47 @@ class PrometheusStepMetrics:
     end marker and the info series are there from the first scrape.
     """
 
-    def __init__(self, endpoint: PrometheusEndpoint, state: LiveState) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+    def __init__(self, endpoint: PrometheusEndpoint | None, state: LiveState) -> None:
+        """``endpoint`` None builds the registry without serving it (the scale benchmark reads it)."""
+        import prometheus_client
+        from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
 
-        registry = CollectorRegistry()
-        labels = ["traceml_run_id", "traceml_rank"]
-        self._labels = {"traceml_run_id": state.labels.run_id, "traceml_rank": str(state.labels.rank)}
+        # Nothing reads the OpenMetrics `_created` series (one per counter and histogram series):
+        # they would add ~10 series per rank. The emitter is its own process, so this global is ours.
+        prometheus_client.disable_created_metrics()
+        self.registry = registry = CollectorRegistry()
+        labels = ["traceml_job", "traceml_run_id", "traceml_rank"]
+        self._labels = {"traceml_job": state.labels.job_label, "traceml_run_id": state.labels.run_id,
+                        "traceml_rank": str(state.labels.rank)}
         self._state = state
         self._allocated = IntervalPeak()
         self._reserved = IntervalPeak()
         self._scrapes = 0
         self._scraped = threading.Condition()
+        self.scrapes = ScrapeLog()
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
                                buckets=buckets, registry=registry)
-        self._phase = Histogram("traceml_phase_duration_seconds", "Phase call duration",
-                                [*labels, "traceml_phase_name"], buckets=buckets, registry=registry)
-        self._wait = Histogram("traceml_step_input_wait_seconds", "Input wait before each step", labels,
-                               buckets=buckets, registry=registry)
+        # c.SUM_ONLY_HISTOGRAMS: only _sum and _count are read, so a summary without quantiles
+        # (prometheus-client's needs two buckets for a histogram; OTLP sends one +Inf bucket).
+        self._phase = Summary("traceml_phase_duration_seconds", "Phase call duration",
+                              [*labels, "traceml_phase_name"], registry=registry)
+        self._wait = Summary("traceml_step_input_wait_seconds", "Input wait before each step", labels,
+                             registry=registry)
         collective_labels = [*labels, "traceml_collective_source", "traceml_collective_kind"]
-        self._collective = Histogram("traceml_collective_duration_seconds", "Collective time per step",
-                                     collective_labels, buckets=buckets, registry=registry)
-        self._collective_exposed = Histogram(
+        self._collective = Summary("traceml_collective_duration_seconds", "Collective time per step",
+                                   collective_labels, registry=registry)
+        self._collective_exposed = Summary(
             "traceml_collective_exposed_seconds", "Exposed collective time per step", collective_labels,
-            buckets=buckets, registry=registry,
+            registry=registry,
         )
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
         self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
         self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
         registry.register(_LiveCollector(self))
-        self.server, self.thread = start_http_server(endpoint.port, addr=endpoint.address, registry=registry)
+        self.server = None
+        if endpoint is not None:
+            self.server = serve_registry(registry, endpoint, self.scrapes)
 
     def record(
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
@@ -387,7 +441,7 @@ class PrometheusStepMetrics:
         for phase, seconds in phases:
             self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
         if wait_s is not None:
-            self._wait.labels(**labels).observe(wait_s, exemplar=exemplar)
+            self._wait.labels(**labels).observe(wait_s)
         self._steps.labels(**labels).inc()
         if memory is not None:
             self._allocated.update(memory[0])
@@ -433,13 +487,18 @@ class PrometheusStepMetrics:
               self._reserved.take())
         gauge("traceml_step_last_timestamp_seconds", "Unix time at which the last step ended",
               state.last_step_end_s)
-        gauge("traceml_run_ended", "1 once this rank ended cleanly, else 0", state.ended)
+        gauge("traceml_run_ended", "1 once this rank ended and said so, else 0", state.ended)
         seconds, phase = state.stalled()
         stalled = GaugeMetricFamily("traceml_progress_stalled_seconds",
                                     "Seconds without progress once a hang was seen (0 otherwise)",
                                     labels=[*keys, "traceml_phase_name"])
         stalled.add_metric([*values, phase], seconds)
         families.append(stalled)
+        if state.exit is not None:
+            end = GaugeMetricFamily("traceml_run_exit", "Always 1 once the rank ended; labels say how",
+                                    labels=[*keys, "traceml_exit_status", "traceml_exit_reason"])
+            end.add_metric([*values, *state.exit], 1)
+            families.append(end)
         info_labels = state.info_labels()
         info = GaugeMetricFamily("traceml_rank_info", "Always 1; labels describe the rank",
                                  labels=[*keys, *info_labels])
@@ -457,8 +516,9 @@ class PrometheusStepMetrics:
             return self._scraped.wait_for(lambda: self._scrapes > seen, timeout=max(0.0, timeout_s))
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 class _LiveCollector:
@@ -472,3 +532,29 @@ class _LiveCollector:
 
     def describe(self) -> list[object]:
         return []  # no up-front description: collect() must not run (or count) at registration
+
+
+def serve_registry(registry: object, endpoint: PrometheusEndpoint, scrapes: ScrapeLog) -> Any:
+    """Serve ``registry`` with prometheus-client's WSGI app on a daemon thread, noting each scrape's
+    address in ``scrapes`` (how often each scraper comes decides the linger at the end)."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # no access log on stderr
+            pass
+
+    app = make_wsgi_app(registry)  # type: ignore[arg-type]
+
+    def noting(environ: dict[str, Any], start_response: Any) -> Any:
+        scrapes.scraped(str(environ.get("REMOTE_ADDR", "")))
+        return app(environ, start_response)
+
+    server_class = ThreadingWSGIServer
+    if ":" in endpoint.address:
+        server_class = type("ThreadingWSGIServer6", (ThreadingWSGIServer,),
+                            {"address_family": socket.AF_INET6})
+    server = make_server(endpoint.address, endpoint.port, noting, server_class, handler_class=QuietHandler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="traceml-scrape").start()
+    return server

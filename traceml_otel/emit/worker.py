@@ -81,6 +81,7 @@ def build_resource(hello: Hello) -> Resource:
         "host.name": hello.host,
         "process.pid": hello.pid,
         c.ATTR_RUN_ID: hello.run_id,
+        c.ATTR_JOB: hello.job or hello.run_id,
     }
     if hello.service_name:
         attributes["service.name"] = hello.service_name
@@ -159,7 +160,7 @@ class Emitter:
         self.metrics_protocol = protocol
         self.stats.metrics_endpoint = hello.metrics_endpoint
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
-                            version=__version__)
+                            version=__version__, job=hello.job)
         self.linger_s = float(hello.prometheus_linger_s)
         endpoint = _prometheus_endpoint(hello)
         if endpoint is not None:
@@ -317,7 +318,7 @@ class Emitter:
         stats.end_status = status
         stats.steps_traced = steps_traced
         if clean and self.metrics is not None:
-            self.metrics.mark_ended()  # the final export and scrapes carry the clean-end marker
+            self.metrics.mark_ended(status)  # the final export and scrapes carry the end and its status
         if self.local is not None:
             try:
                 self.local.close()
@@ -388,7 +389,7 @@ class Emitter:
         stats.final = True
         self.write_stats()
         if stats.clean_shutdown and self.metrics is not None:
-            # A scrape sees the end marker, so the end is not mistaken for a dead rank.
+            # Every scraper sees the end marker, so the end is not mistaken for a dead rank.
             self.metrics.linger(self.linger_s)
 
     def finish(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None = None) -> None:

@@ -26,6 +26,7 @@ from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.single import run_single_process, single_process_command
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
+    TRACEML_JOB,
     TRACEML_LAUNCHER,
     TRACEML_RUN_ID,
     TRACEML_RUN_NAME,
@@ -180,9 +181,11 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     save_manifest(run_dir, manifest)
     saved = {name: os.environ.get(name)
              for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_LAUNCHER, TRACEML_LAUNCHER_PID,
-                          *options.extra_env)}
+                          TRACEML_JOB, *options.extra_env)}
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
                        **options.extra_env, TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
+    if options.run_name and not os.environ.get(TRACEML_JOB):
+        os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
     monitor.start()
     try:

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field, fields, replace
 _DURATION = re.compile(r"^(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?$")
 _UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*(?:,|$)')
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+DEFAULT_LINGER_S = 20.0
+"""The emitter's default TRACEML_PROMETHEUS_LINGER_S."""
+LINGER_MARGIN_S = 5.0
+"""A linger must exceed the scrape interval by this much (the scrape's own duration and reply)."""
 
 
 DEFAULT_RUNBOOK_URL = "docs/observability-stack.md"
@@ -70,6 +77,8 @@ class Windows:
     for_stall: str = "2m"
     for_memory: str = "15m"
     for_missing: str = "2m"
+    for_failed: str = "0s"
+    """A failed run pages at the first evaluation that sees its exit status."""
     for_dropping: str = "1m"
 
     @classmethod
@@ -80,7 +89,7 @@ class Windows:
             missing_lookback="5m",
             drop_window="20s", memory_window="2m", memory_recent="20s", memory_recent_offset="50s",
             for_drift="6s", for_straggler="6s", for_input="6s", for_stall="3s", for_memory="10s",
-            for_missing="3s", for_dropping="3s",
+            for_missing="3s", for_failed="0s", for_dropping="3s",
         )
 
     def with_overrides(self, overrides: dict[str, str]) -> Windows:
@@ -117,23 +126,68 @@ class StackConfig:
     ranks_per_pod: int = 1
     """Scrape ports per pod: traceml-0 ... traceml-(N-1), one per local rank."""
     scrape_interval: str = "15s"
+    pod_namespaces: tuple[str, ...] = ()
+    """Namespaces the PodMonitor looks for training pods in (``*``: every namespace); empty: the
+    selector's ``namespace="..."`` if it has one, else the PodMonitor's own namespace."""
+    linger_s: float = DEFAULT_LINGER_S
+    """The TRACEML_PROMETHEUS_LINGER_S the training pods run with (checked against the scrape interval)."""
+
+    @property
+    def min_linger_s(self) -> float:
+        """The shortest endpoint linger that lets every scraper at ``scrape_interval`` see the end."""
+        return max(DEFAULT_LINGER_S, duration_seconds(self.scrape_interval) + LINGER_MARGIN_S)
+
+    def monitored_namespaces(self) -> tuple[str, ...]:
+        """Where the PodMonitor looks: the explicit list, else the selector's namespace(s)."""
+        if self.pod_namespaces:
+            return self.pod_namespaces
+        for label, op, value in self.selector:
+            if label == "namespace" and op == "=":
+                return (value,)
+            if label == "namespace" and op == "=~" and all(_DNS_LABEL.match(v) for v in value.split("|")):
+                return tuple(value.split("|"))
+        return ()
 
     def validate(self) -> None:
         self.windows.validate()
         duration_seconds(self.scrape_interval)
         for text in (self.runbook_url, self.dashboard_url):
-            if not text or any(ch in text for ch in '<>"\n{}') or text != text.strip():
+            if not text or any(ch in text for ch in '<>"\n{} ') or text != text.strip():
                 raise StackConfigError(f"{text!r} is not a usable URL")
+        if "#" in self.dashboard_url or "#" in self.runbook_url:
+            raise StackConfigError("the dashboard and runbook URLs may not carry a #fragment "
+                                   "(the alert's anchor or ?var-run_id= is appended)")
+        interval = duration_seconds(self.scrape_interval)
+        if self.linger_s < interval + LINGER_MARGIN_S:
+            raise StackConfigError(
+                f"a {self.scrape_interval} scrape interval needs the training pods' endpoint to linger at "
+                f"least {interval + LINGER_MARGIN_S:g} s after the end, or a clean end pages as "
+                f"TraceMLTelemetryMissing: run them with TRACEML_PROMETHEUS_LINGER_S="
+                f"{interval + LINGER_MARGIN_S:g} and pass --linger {interval + LINGER_MARGIN_S:g}")
         for label, _, value in (*self.selector, *self.collector_selector):
             if any(ch in value for ch in "`%"):  # they would break the alert templates' queries
                 raise StackConfigError(f"the value of {label} may not contain ` or %")
         if self.ranks_per_pod < 1:
             raise StackConfigError("ranks_per_pod must be >= 1")
         for key, value in (*self.manifest_labels, *self.pod_labels):
-            if not key or not _LABEL_VALUE.match(value) or any(ch in key for ch in ' :"\n'):
-                raise StackConfigError(f"{key}={value!r} is not a usable Kubernetes label")
-        if self.namespace is not None and not _LABEL_VALUE.match(self.namespace):
-            raise StackConfigError(f"{self.namespace!r} is not a Kubernetes namespace name")
+            if not kubernetes_label_key(key) or not _LABEL_VALUE.match(value):
+                raise StackConfigError(
+                    f"{key}={value!r} is not a valid Kubernetes label (key: [prefix/]name; value: at most "
+                    "63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric)")
+        namespaces = [self.namespace] if self.namespace is not None else []
+        namespaces += [n for n in self.monitored_namespaces() if n != "*"]
+        for namespace in namespaces:
+            if not _DNS_LABEL.match(namespace):
+                raise StackConfigError(f"{namespace!r} is not a Kubernetes namespace name (at most 63 of "
+                                       "a-z 0-9 -, starting and ending alphanumeric)")
+        if "*" in self.pod_namespaces and len(self.pod_namespaces) > 1:
+            raise StackConfigError("--pod-namespace '*' (every namespace) cannot be combined with names")
+
+
+def kubernetes_label_key(key: str) -> bool:
+    """``[prefix/]name``: a DNS subdomain prefix and a name of at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    return bool(_LABEL_NAME.match(name)) and (not slash or bool(_DNS_SUBDOMAIN.match(prefix)))
 
 
 def parse_pairs(items: list[str] | None, what: str) -> tuple[tuple[str, str], ...]:

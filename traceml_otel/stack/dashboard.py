@@ -3,7 +3,9 @@
 Panels read the contract's Prometheus names (docs/telemetry.md), the recording rules'
 series (drift baseline), and, joined through ``traceml_rank_info``, NVIDIA DCGM exporter
 (``UUID`` label) and node-exporter (``node_uname_info``'s ``nodename``) series. Views stay
-readable at 64+ ranks: worst-k ranks and per-rank heatmaps beside the per-rank lines.
+readable at 1,024 ranks: panels show the distribution across ranks (min / median / p95 / max,
+slowest and fastest k) from recorded series, and per-rank lines only for the ranks picked in the
+Rank variable (one by default).
 """
 
 from __future__ import annotations
@@ -16,18 +18,29 @@ RUN = '<sel>traceml_run_id="$run_id"'
 RANKS = f'{RUN}, traceml_rank=~"$rank"'
 WINDOW = "$__rate_interval"
 WORST_K = 5
+REC = 'traceml_run_id="$run_id"'
+RUN_BUCKETS = f"run:traceml_step_duration_seconds_bucket:rate{{{REC}}}"
+RANK_MEAN = f"run_rank:traceml_step_duration_seconds:mean{{{REC}}}"
+RANK_WAIT = f"run_rank:traceml_input_wait_seconds:per_step{{{REC}}}"
+"""Selector of the recorded series of the selected run (the recording rules already applied <sel>)."""
 
-# Step counts and means, per rank (the selection of ranks in $rank).
-STEP_COUNT_BY_RANK = f"sum by (traceml_rank) (rate(traceml_step_duration_seconds_count{{{RANKS}}}[{WINDOW}]))"
-MEAN_STEP_BY_RANK = (
-    f"sum by (traceml_rank) (rate(traceml_step_duration_seconds_sum{{{RANKS}}}[{WINDOW}]))"
-    f" / {STEP_COUNT_BY_RANK}"
-)
-WAIT_PER_STEP_BY_RANK = (
-    f"sum by (traceml_rank) (rate(traceml_step_input_wait_seconds_sum{{{RANKS}}}[{WINDOW}]))"
-    f" / {STEP_COUNT_BY_RANK}"
-)
-STEP_COUNT = f"sum (rate(traceml_step_duration_seconds_count{{{RANKS}}}[{WINDOW}]))"
+
+def _ranked(kind: str, series: str) -> str:
+    """The ``WORST_K`` ranks by ``kind`` (topk / bottomk) of their mean over the dashboard's time range:
+    one instant query (a bar each), reading each rank's series once; a range query would read the
+    whole range again at every step, and a per-step topk draws every rank that was ever in it."""
+    return f"{kind}({WORST_K}, avg_over_time({series}[$__range]))"
+
+
+def _spread(series: str, unit_legend: str) -> list[dict[str, Any]]:
+    """min / median / p95 / max across the run's ranks of a per-rank recorded series: 4 lines at any
+    world size (docs/observability-stack.md, "At 1,024 ranks")."""
+    return [
+        _target("A", f"min ({series})", f"min {unit_legend}"),
+        _target("B", f"quantile (0.5, {series})", f"median {unit_legend}"),
+        _target("C", f"quantile (0.95, {series})", f"p95 {unit_legend}"),
+        _target("D", f"max ({series})", f"max {unit_legend}"),
+    ]
 
 # The info series of this run's ranks, with the label the other exporter uses.
 GPU_OF_RANK = (
@@ -49,15 +62,17 @@ DCGM_NOTE = (
 NODE_NOTE = "No data: no node-exporter series (node_uname_info) for the hosts of this run."
 
 
-def _target(ref: str, expr: str, legend: str, exemplar: bool = False) -> dict[str, Any]:
+def _target(
+    ref: str, expr: str, legend: str, exemplar: bool = False, instant: bool = False
+) -> dict[str, Any]:
     target = {
         "refId": ref,
         "datasource": PROM,
         "editorMode": "code",
         "expr": expr,
         "legendFormat": legend,
-        "range": True,
-        "instant": False,
+        "range": not instant,
+        "instant": instant,
     }
     if exemplar:
         target["exemplar"] = True
@@ -120,28 +135,25 @@ def _timeseries(
     }
 
 
-def _heatmap(
-    title: str, description: str, grid: tuple[int, int, int, int], unit: str, target: dict[str, Any]
+def _bars(
+    title: str, description: str, grid: tuple[int, int, int, int], unit: str, targets: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    """A bar gauge of instant queries (one bar per series): the ranked-ranks panels."""
     x, y, w, h = grid
     return {
-        "type": "heatmap",
+        "type": "bargauge",
         "title": title,
         "description": description,
         "datasource": PROM,
         "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "fieldConfig": {"defaults": {"unit": unit, "min": 0}, "overrides": []},
         "options": {
-            "calculate": False,
-            "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "exponent": 0.5},
-            "rowsFrame": {"layout": "auto"},
-            "yAxis": {"axisPlacement": "left"},
-            "legend": {"show": True},
-            "tooltip": {"mode": "single", "yHistogram": False},
-            "cellValues": {"unit": unit},
+            "orientation": "horizontal",
+            "displayMode": "basic",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "showUnfilled": True,
         },
-        "targets": [target],
+        "targets": targets,
     }
 
 
@@ -196,20 +208,17 @@ def _dcgm(title: str, metric: str, unit: str, grid: tuple[int, int, int, int]) -
 
 def _communication_panels(y: int) -> list[dict[str, Any]]:
     """The "Communication" row: exposed share per rank (the alert's series) and collective time by kind."""
+    shares = 'run_rank:traceml_communication_share:ratio{traceml_run_id="$run_id"}'
     share = 'run_rank:traceml_communication_share:ratio{traceml_run_id="$run_id", traceml_rank=~"$rank"}'
     least = 'run:traceml_communication_share:min{traceml_run_id="$run_id"}'
-    by_kind = "traceml_collective_source, traceml_collective_kind"
 
-    def per_step(metric: str) -> str:
-        return (
-            f"sum by ({by_kind}) (rate({metric}{{{RANKS}}}[{WINDOW}])) "
-            f"/ ignoring ({by_kind}) group_left {STEP_COUNT}"
-        )
+    def per_step(recorded: str) -> str:
+        return f"{recorded}{{{REC}}}"
 
     return [
         _row("Communication", y),
         _timeseries(
-            "Exposed communication share per rank",
+            "Exposed communication share across ranks, and the selected ranks",
             "Exposed collective time (the part of the collectives the step waited for, not overlapped "
             "with compute) / step time (input wait + traced step), per rank, and the rank that waits "
             "least. Alert TraceMLCommunicationBound: the least-waiting rank >= 10 % (warning), >= 20 % "
@@ -221,6 +230,8 @@ def _communication_panels(y: int) -> list[dict[str, Any]]:
             [
                 _target("A", share, "rank {{traceml_rank}}"),
                 _target("B", least, "least-waiting rank (alert)"),
+                _target("C", f"quantile (0.5, {shares})", "median rank"),
+                _target("D", f"max ({shares})", "max rank"),
             ],
             thresholds=(("orange", 0.1), ("red", 0.2)),
             no_value="No exposed collective time: no collectives timed, or their exposed part not measured.",
@@ -235,7 +246,7 @@ def _communication_panels(y: int) -> list[dict[str, Any]]:
             ],
         ),
         _timeseries(
-            "Collective time per step by kind (mean over ranks)",
+            "Collective time per step by kind (all ranks)",
             "Total collective time per step (calls' durations, overlap with compute included) and its "
             "exposed part, per source (ddp: gradient buckets, api: torch.distributed calls) and kind, "
             "from traceml_collective_duration_seconds and traceml_collective_exposed_seconds. Total minus "
@@ -245,36 +256,37 @@ def _communication_panels(y: int) -> list[dict[str, Any]]:
             [
                 _target(
                     "A",
-                    per_step("traceml_collective_duration_seconds_sum"),
+                    per_step("run:traceml_collective_seconds:per_step"),
                     "{{traceml_collective_source}} {{traceml_collective_kind}} total",
                 ),
                 _target(
                     "B",
-                    per_step("traceml_collective_exposed_seconds_sum"),
+                    per_step("run:traceml_collective_exposed_seconds:per_step"),
                     "{{traceml_collective_source}} {{traceml_collective_kind}} exposed",
                 ),
             ],
-            no_value="No collectives timed for the selected ranks.",
+            no_value="No collectives timed in this run.",
         ),
     ]
 
 
 def _panels() -> list[dict[str, Any]]:
     panels: list[dict[str, Any]] = [_row("Run", 0)]
-    mean_run = 'run:traceml_step_time_seconds:mean{traceml_run_id="$run_id"}'
-    baseline = 'run:traceml_step_time_seconds:baseline{traceml_run_id="$run_id"}'
+    attempts = 'run:traceml_step_time_seconds:mean{traceml_job="$job"}'
+    baseline = 'job:traceml_step_time_seconds:baseline{traceml_job="$job"}'
     panels.append(
         _timeseries(
-            "Step time against the run's baseline (drift)",
-            "Step time per step (input wait + traced step, all ranks, 5 m means) and the run's baseline: its "
-            "best "
-            "sustained pace (10th percentile of its own means). TraceMLStepTimeDrift fires above 1.2 x "
-            "baseline "
-            "for 10 m. Needs the recording rules (prometheus/recording.yml).",
+            "Step time of each attempt against the job's baseline (drift)",
+            "Step time per step (input wait + traced step, all ranks, 5 m means) of every attempt (run id) "
+            "of the selected run's job, side by side, and the job's baseline: its best sustained pace "
+            "(10th percentile of its own means, across attempts, so a restart is compared with the "
+            "attempts before it). TraceMLStepTimeDrift fires above 1.2 x baseline for 10 m. Without a job "
+            "identity (TRACEML_JOB, torchrun's rendezvous id, Slurm) each run is its own job. Needs the "
+            "recording rules (prometheus/recording.yml).",
             (0, 1, 12, 8),
             "s",
             [
-                _target("A", mean_run, "step time"),
+                _target("A", attempts, "attempt {{traceml_run_id}}"),
                 _target("B", baseline, "baseline"),
                 _target("C", f"1.2 * {baseline}", "alert threshold (1.2 x baseline)"),
             ],
@@ -296,15 +308,15 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(
         _timeseries(
             "Throughput (all ranks)",
-            "Samples per second over the selected ranks (rate of traceml_samples_total: the batch dimension "
+            "Samples per second over all ranks (rate of traceml_samples_total: the batch dimension "
             "the DataLoader returned, or trace_step(samples=)), and completed steps per second (rate of "
             "traceml_steps_total). A flat zero is a stall; samples/s is empty when no step recorded its "
             "work.",
             (12, 1, 6, 8),
             "ops",
             [
-                _target("A", f"sum (rate(traceml_samples_total{{{RANKS}}}[{WINDOW}]))", "samples/s"),
-                _target("B", f"sum (rate(traceml_steps_total{{{RANKS}}}[{WINDOW}]))", "steps/s"),
+                _target("A", f"run:traceml_samples:rate{{{REC}}}", "samples/s"),
+                _target("B", f"run:traceml_steps:rate{{{REC}}}", "steps/s"),
             ],
         )
     )
@@ -333,23 +345,18 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(_row("Step time and ranks", 9))
     panels.append(
         _timeseries(
-            "Traced step time p50 / p95 per rank",
-            "histogram_quantile over the traceml.step.duration buckets. Exemplar dots link a bucket to the "
-            "trace "
-            "of one step (hover a dot, then 'Open step trace').",
+            "Traced step time p50 / p95: all ranks, and the selected ranks",
+            "histogram_quantile over the traceml.step.duration buckets of every step of every rank (the "
+            "recorded run:traceml_step_duration_seconds_bucket:rate), and of the ranks picked in the Rank "
+            "variable (drill in; exemplar dots link a bucket to the trace of one step: hover a dot, then "
+            "'Open step trace').",
             (0, 10, 12, 9),
             "s",
             [
+                _target("A", f"histogram_quantile(0.5, {RUN_BUCKETS})", "p50 all ranks"),
+                _target("B", f"histogram_quantile(0.95, {RUN_BUCKETS})", "p95 all ranks"),
                 _target(
-                    "A",
-                    "histogram_quantile(0.5, sum by (traceml_rank, le) "
-                    "(rate(traceml_step_duration_seconds_bucket"
-                    f"{{{RANKS}}}[{WINDOW}])))",
-                    "p50 rank {{traceml_rank}}",
-                    exemplar=True,
-                ),
-                _target(
-                    "B",
+                    "C",
                     "histogram_quantile(0.95, sum by (traceml_rank, le) "
                     "(rate(traceml_step_duration_seconds_bucket"
                     f"{{{RANKS}}}[{WINDOW}])))",
@@ -360,43 +367,45 @@ def _panels() -> list[dict[str, Any]]:
         )
     )
     panels.append(
-        _timeseries(
-            f"Worst {WORST_K} ranks by mean traced step time",
-            f"The {WORST_K} slowest ranks at each moment (topk), for jobs with too many ranks for one line "
-            "each.",
+        _bars(
+            f"Slowest and fastest {WORST_K} ranks by mean traced step time",
+            f"The {WORST_K} slowest (topk) and {WORST_K} fastest (bottomk) ranks by their mean traced step "
+            "time over the time range, from the recorded per-rank means: a straggler is a bar far above "
+            "the others. Pick a rank in the Rank variable to drill into it.",
             (12, 10, 12, 9),
             "s",
-            [_target("A", f"topk({WORST_K}, {MEAN_STEP_BY_RANK})", "rank {{traceml_rank}}")],
+            [
+                _target("A", _ranked("topk", RANK_MEAN), "slow rank {{traceml_rank}}", instant=True),
+                _target("B", _ranked("bottomk", RANK_MEAN), "fast rank {{traceml_rank}}", instant=True),
+            ],
         )
     )
     panels.append(
-        _heatmap(
-            "Mean traced step time, every rank (heatmap)",
-            "One row per rank, colour = mean traced step time. A slow rank is a dark row; a slow period a "
-            "dark "
-            "column.",
+        _timeseries(
+            "Mean traced step time across ranks (min / median / p95 / max)",
+            "The distribution over every rank of the run of each rank's mean traced step time (recorded "
+            "run_rank:traceml_step_duration_seconds:mean): 4 lines at any world size. A max far above p95 "
+            "is one slow rank (see the slowest ranks); p95 far above the median, a slow group.",
             (0, 19, 12, 9),
             "s",
-            _target("A", MEAN_STEP_BY_RANK, "{{traceml_rank}}"),
+            _spread(RANK_MEAN, "rank"),
         )
     )
     panels.append(
-        _heatmap(
-            "Input wait per step, every rank (heatmap)",
-            "One row per rank, colour = input wait per step (traceml_step_input_wait_seconds).",
+        _timeseries(
+            "Input wait per step across ranks (min / median / p95 / max)",
+            "The distribution over every rank of each rank's input wait per step (recorded "
+            "run_rank:traceml_input_wait_seconds:per_step, from traceml_step_input_wait_seconds).",
             (12, 19, 12, 9),
             "s",
-            _target("A", WAIT_PER_STEP_BY_RANK, "{{traceml_rank}}"),
+            _spread(RANK_WAIT, "rank"),
         )
     )
-    phase = (
-        f"sum by (traceml_phase_name) (rate(traceml_phase_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) "
-        f"/ ignoring (traceml_phase_name) group_left {STEP_COUNT}"
-    )
-    wait = f"sum (rate(traceml_step_input_wait_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT}"
+    phase = f"run:traceml_phase_seconds:per_step{{{REC}}}"
+    wait = f"run:traceml_input_wait_seconds:per_step{{{REC}}}"
     residual = (
-        f"clamp_min(sum (rate(traceml_step_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT} - "
-        f"sum (rate(traceml_phase_duration_seconds_sum{{{RANKS}}}[{WINDOW}])) / {STEP_COUNT}, 0)"
+        f"clamp_min(run:traceml_traced_step_seconds:per_step{{{REC}}} "
+        f"- sum without (traceml_phase_name) ({phase}), 0)"
     )
     panels.append(
         _timeseries(
@@ -416,17 +425,19 @@ def _panels() -> list[dict[str, Any]]:
     )
     panels.append(
         _timeseries(
-            "Input-wait share per rank",
-            "input wait / (input wait + traced step time), exact from the input-wait histogram. Alert "
-            "TraceMLInputBound: median over ranks >= 10 % (warning), >= 20 % (critical).",
+            "Input-wait share across ranks, and the selected ranks",
+            "input wait / (input wait + traced step time) per rank, exact from the input-wait sums. Alert "
+            "TraceMLInputBound: the median over ranks (the line drawn bold) >= 10 % (warning), >= 20 % "
+            "(critical). Recorded run_rank:traceml_input_wait_share:ratio; the selected ranks (Rank "
+            "variable) are drawn too.",
             (12, 28, 12, 9),
             "percentunit",
             [
-                _target(
-                    "A",
-                    f"({WAIT_PER_STEP_BY_RANK}) / (({WAIT_PER_STEP_BY_RANK}) + ({MEAN_STEP_BY_RANK}))",
-                    "rank {{traceml_rank}}",
-                )
+                _target("A", f"run:traceml_input_wait_share:median{{{REC}}}", "median rank (alert)"),
+                _target("B", f"max (run_rank:traceml_input_wait_share:ratio{{{REC}}})", "max rank"),
+                _target("C", f"min (run_rank:traceml_input_wait_share:ratio{{{REC}}})", "min rank"),
+                _target("D", f'run_rank:traceml_input_wait_share:ratio{{{REC}, traceml_rank=~"$rank"}}',
+                        "rank {{traceml_rank}}"),
             ],
             thresholds=(("orange", 0.1), ("red", 0.2)),
         )
@@ -439,30 +450,20 @@ def _panels() -> list[dict[str, Any]]:
             "collectives (DDP) equalise step time; see the backward panel for stragglers they hide.",
             (0, 37, 12, 8),
             "percentunit",
-            [
-                _target(
-                    "A",
-                    f"(max ({MEAN_STEP_BY_RANK}) - quantile (0.5, {MEAN_STEP_BY_RANK})) / "
-                    f"quantile (0.5, {MEAN_STEP_BY_RANK})",
-                    "skew",
-                )
-            ],
+            [_target("A", f"max (run_rank:traceml_step_duration_seconds:skew{{{REC}}})", "skew")],
             thresholds=(("orange", 0.2), ("red", 0.5)),
         )
     )
-    backward = (
-        f"sum by (traceml_rank) (rate(traceml_phase_duration_seconds_sum{{{RANKS}, "
-        f'traceml_phase_name="backward"}}[{WINDOW}])) / {STEP_COUNT_BY_RANK}'
-    )
+    backward = f"run_rank:traceml_backward_seconds_per_step:mean{{{REC}}}"
     panels.append(
-        _timeseries(
+        _bars(
             f"Backward time per step, {WORST_K} lowest ranks",
             "Under DDP the rank that reaches the gradient all-reduce last waits least, so the straggler has "
-            "the "
-            f"LOWEST line (bottomk {WORST_K}). Alert TraceMLSyncStraggler.",
+            f"the LOWEST bar (bottomk {WORST_K} of the mean over the time range). Alert "
+            "TraceMLSyncStraggler.",
             (12, 37, 12, 8),
             "s",
-            [_target("A", f"bottomk({WORST_K}, {backward})", "rank {{traceml_rank}}")],
+            [_target("A", _ranked("bottomk", backward), "rank {{traceml_rank}}", instant=True)],
         )
     )
 
@@ -471,22 +472,22 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(_row("Memory, GPU and host", 54))
     panels.append(
         _timeseries(
-            "CUDA peak memory per rank",
+            "CUDA peak memory across ranks, and the selected ranks",
             "torch.cuda max_memory_reserved / max_memory_allocated, the maximum over each export interval. "
             "Alert "
             "TraceMLCudaMemoryCreep: reserved rising >= 1 GiB per hour. Empty on CPU runs.",
             (0, 55, 12, 8),
             "bytes",
             [
+                _target("A", f"max (traceml_cuda_memory_peak_reserved_bytes{{{RUN}}})", "reserved, max rank"),
+                _target("B", f"quantile (0.5, traceml_cuda_memory_peak_reserved_bytes{{{RUN}}})",
+                        "reserved, median rank"),
+                _target("C", f"max (traceml_cuda_memory_peak_allocated_bytes{{{RUN}}})",
+                        "allocated, max rank"),
                 _target(
-                    "A",
+                    "D",
                     f"max by (traceml_rank) (traceml_cuda_memory_peak_reserved_bytes{{{RANKS}}})",
                     "reserved rank {{traceml_rank}}",
-                ),
-                _target(
-                    "B",
-                    f"max by (traceml_rank) (traceml_cuda_memory_peak_allocated_bytes{{{RANKS}}})",
-                    "allocated rank {{traceml_rank}}",
                 ),
             ],
             no_value="No CUDA memory: a CPU run, or CUDA not initialised yet.",
@@ -506,11 +507,16 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(
         _timeseries(
             "Host CPU busy (node-exporter)",
-            "1 - idle share of all CPUs of each host of the run, from node-exporter, joined through "
+            "1 - idle share of all CPUs of each host of the run (busiest, median, least busy), from "
+            "node-exporter, joined through "
             f"node_uname_info's nodename = traceml_rank_info's traceml_host. {NODE_NOTE}",
             (0, 71, 12, 8),
             "percentunit",
-            [_target("A", cpu, "{{nodename}}")],
+            [
+                _target("A", f"max ({cpu})", "busiest host"),
+                _target("B", f"quantile (0.5, {cpu})", "median host"),
+                _target("C", f"min ({cpu})", "least busy host"),
+            ],
             no_value=NODE_NOTE,
         )
     )
@@ -519,17 +525,19 @@ def _panels() -> list[dict[str, Any]]:
     panels.append(
         _timeseries(
             "Spans dropped by OTLP export",
-            "Spans a rank could not deliver (exported from 0, live); their steps are incomplete in Tempo but "
+            "Spans the run's ranks could not deliver over the alert's window (exported from 0, live), and "
+            f"the {WORST_K} ranks that dropped most; their steps are incomplete in Tempo but "
             "complete in the local copy. Alert TraceMLTelemetryDroppingSpans.",
             (0, 80, 12, 8),
             "short",
             [
+                _target("A", f"run:traceml_export_dropped_spans:increase{{{REC}}}", "all ranks"),
                 _target(
-                    "A",
-                    "sum by (traceml_rank) "
-                    f"(increase(traceml_export_dropped_spans_total{{{RANKS}}}[{WINDOW}]))",
+                    "B",
+                    f"topk({WORST_K}, sum by (traceml_rank) "
+                    f"(increase(traceml_export_dropped_spans_total{{{RUN}}}[{WINDOW}])) > 0)",
                     "rank {{traceml_rank}}",
-                )
+                ),
             ],
         )
     )
@@ -544,7 +552,7 @@ def _panels() -> list[dict[str, Any]]:
                 _target(
                     "A",
                     f"topk({WORST_K}, time() - max by (traceml_rank) (traceml_step_last_timestamp_seconds"
-                    f"{{{RANKS}}}))",
+                    f"{{{RUN}}}))",
                     "rank {{traceml_rank}}",
                 )
             ],
@@ -671,13 +679,20 @@ def build_dashboard() -> dict[str, Any]:
                     multi=False,
                 ),
                 _variable_query(
+                    "job",
+                    "Job",
+                    f"label_values(traceml_steps_total{{{RUN}}}, traceml_job)",
+                    sort=1,
+                    includeAll=False,
+                    multi=False,
+                ),
+                _variable_query(
                     "rank",
                     "Rank",
                     f"label_values(traceml_steps_total{{{RUN}}}, traceml_rank)",
                     sort=3,
-                    includeAll=True,
+                    includeAll=False,
                     multi=True,
-                    allValue=".*",
                 ),
             ]
         },

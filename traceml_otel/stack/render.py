@@ -29,6 +29,9 @@ PROMETHEUS_RULE_FILE = "kubernetes/prometheusrule.yaml"
 POD_MONITOR_FILE = "kubernetes/podmonitor.yaml"
 
 _TOKEN = re.compile(r"<([a-z][a-z_]*)>")
+GRAFANA_FOR_SCHEMA = {42: "12.3.0"}
+"""Dashboard schemaVersion -> the Grafana release the import copy requires: the one it was built
+for (docker-compose.yml pins it; Grafana 12.3 writes schema 42)."""
 
 
 def _template(name: str) -> str:
@@ -44,6 +47,7 @@ def substitutions(config: StackConfig) -> dict[str, str]:
         "csel": format_selector(config.collector_selector),
         "runbook": config.runbook_url,
         "dashboard": config.dashboard_url,
+        "dashboard_query": config.dashboard_url + ("&" if "?" in config.dashboard_url else "?"),
         "stall_seconds": f"{stall:g}",
     }
     return values
@@ -96,7 +100,8 @@ def import_copy(dashboard: dict[str, Any]) -> dict[str, Any]:
          "type": "datasource", "pluginId": "tempo", "pluginName": "Tempo"},
     ]
     copy["__requires"] = [
-        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+        {"type": "grafana", "id": "grafana", "name": "Grafana",
+         "version": GRAFANA_FOR_SCHEMA[dashboard["schemaVersion"]]},
         {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
         {"type": "datasource", "id": "tempo", "name": "Tempo", "version": "1.0.0"},
     ]
@@ -140,6 +145,14 @@ def render_prometheus_rule(config: StackConfig, rules: dict[str, str]) -> str:
 def render_pod_monitor(config: StackConfig) -> str:
     """A ``PodMonitor`` scraping each rank's direct endpoint (one port per local rank)."""
     selector = "\n".join(f"      {key}: {_yaml_string(value)}" for key, value in config.pod_labels)
+    namespaces = config.monitored_namespaces()
+    if namespaces == ("*",):
+        namespace_selector = "  namespaceSelector:\n    any: true\n"
+    elif namespaces:
+        names = "\n".join(f"      - {name}" for name in namespaces)
+        namespace_selector = f"  namespaceSelector:\n    matchNames:\n{names}\n"
+    else:
+        namespace_selector = ""  # the operator then looks only in the PodMonitor's own namespace
     endpoints = "\n".join(
         f"    - port: traceml-{index}\n      interval: {config.scrape_interval}\n      scheme: http\n"
         "      path: /metrics"
@@ -148,10 +161,11 @@ def render_pod_monitor(config: StackConfig) -> str:
     return (
         "# Rendered by `traceml stack render`. Training pods run with TRACEML_PROMETHEUS_PORT=<P> and\n"
         "# TRACEML_PROMETHEUS_ADDR=0.0.0.0, and name their container ports traceml-0 (P),\n"
-        "# traceml-1 (P+1), ... one per local rank.\n"
+        "# traceml-1 (P+1), ... one per local rank. With this scrape interval they need\n"
+        f"# TRACEML_PROMETHEUS_LINGER_S >= {config.min_linger_s:g} (every replica must scrape a clean end).\n"
         "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\n"
         f"{_metadata(config, 'traceml-otel')}\n"
-        "spec:\n  selector:\n    matchLabels:\n"
+        f"spec:\n{namespace_selector}  selector:\n    matchLabels:\n"
         f"{selector}\n"
         "  podMetricsEndpoints:\n"
         f"{endpoints}\n"

@@ -63,6 +63,8 @@ class Hello:
     """CPUs the training process may run on (``traceml.host.cpus``)."""
     user_resource: Mapping[str, ResourceValue] = field(default_factory=dict)
     """Attributes of a ``TracerProvider`` the program set up itself; merged over ours."""
+    job: str = ""
+    """The job identity across restarts (``traceml_job``); empty: the run id."""
 
 
 class WireVersionError(WireError):
@@ -84,6 +86,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "metrics_endpoint": _TEXT, "metrics_protocol": _TEXT, "sampler": _TEXT, "sampler_arg": _TEXT,
     "prometheus_port": _INT,
     "prometheus_addr": _TEXT, "prometheus_linger_s": _NUMBER, "cpus": _INT, "user_resource": (dict,),
+    "job": _TEXT,
 }
 """What each field may hold on the wire (None as well, where the field's default is None)."""
 

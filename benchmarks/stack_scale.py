@@ -1,0 +1,281 @@
+"""Scale of the rendered stack at N ranks: series, rule evaluation time, and what every dashboard query reads.
+
+N simulated ranks serve the project's real exposition: each rank is the emitter's own
+``PrometheusStepMetrics`` registry (prometheus-client; the metric code the direct scrape endpoint
+runs), filled every simulated scrape interval with plausible steps (4 phases, input wait, one DDP
+all-reduce, CUDA memory; a few slow ranks). A handful of processes host all ranks, each serving its
+ranks' registries on one endpoint, so 1,024 ranks fit on 2 cores. A real Prometheus scrapes them
+and evaluates the rendered rules.
+
+Time is compressed 15x, so a run of a few minutes has the shape of an hour: Prometheus scrapes and
+evaluates every 1 s (a 15 s interval in production), the rules are the `--profile short` render
+(its 20 s rate window is production's 5 m / 15), and every dashboard query is run as Grafana would
+for a 1 h view at a 15 s step: a range of 240 points, 1 s apart, `$__rate_interval` = 4 s (4
+intervals). Samples read (`stats=all`, totalQueryableSamples), lines returned and points per line
+are the same as for the real hour; wall times are of this machine.
+
+    python benchmarks/stack_scale.py --ranks 256 --ranks 1024          # prints a Markdown table
+    python benchmarks/stack_scale.py --ranks 64 --seconds 60             # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traceml_otel.emit.step_metrics import LiveState, PrometheusStepMetrics, RankLabels
+from traceml_otel.stack import StackConfig, Windows, render_all, write_files
+
+RUN_ID, JOB = "sim-run", "sim-job"
+POINTS = 240
+"""A 1 h view at a 15 s step."""
+BUDGET_SAMPLES = 2_000_000
+BUDGET_LINES = 20
+ROUND_S = 2.0
+PHASES = (("forward", 0.30), ("backward", 0.45), ("optimizer", 0.10), ("h2d", 0.02))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class _Ranks:
+    """Some ranks' real registries, updated once per simulated interval, served on one endpoint."""
+
+    def __init__(self, ranks: range, world: int, seed: int) -> None:
+        self.metrics: list[PrometheusStepMetrics] = []
+        self.states: list[LiveState] = []
+        for rank in ranks:
+            labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB)
+            state = LiveState(labels, lambda: 0)
+            state.gpu_uuid, state.cuda_device = f"GPU-{rank:08x}", str(rank % 8)
+            self.states.append(state)
+            self.metrics.append(PrometheusStepMetrics(None, state))
+        self.random = random.Random(seed)
+        self.slow = {r for r in ranks if r % 97 == 13}  # a few stragglers
+        self.lock = threading.Lock()
+
+    def step_all(self, steps: int) -> None:
+        with self.lock:
+            for state, metrics in zip(self.states, self.metrics, strict=True):
+                base = 0.5 * (1.3 if state.labels.rank in self.slow else 1.0)
+                for _ in range(steps):
+                    step = base * self.random.uniform(0.95, 1.05)
+                    wait = 0.02 * self.random.uniform(0.5, 1.5)
+                    memory = (30 << 30, (34 << 30) + self.random.randint(0, 1 << 28))
+                    metrics.record(step, [(p, step * share) for p, share in PHASES], wait, memory)
+                    metrics.record_work(32, 32 * 2048)
+                    metrics.record_collectives([("ddp", "all_reduce", step * 0.3, step * 0.05)])
+                    state.last_step_end_s = time.time()
+                    state.last_wait_s = wait
+
+    def exposition(self) -> bytes:
+        """Every rank's families merged by name (one HELP/TYPE per family), in the text format."""
+        from prometheus_client.exposition import generate_latest
+
+        with self.lock:
+            merged: dict[str, Any] = {}
+            for metrics in self.metrics:
+                for family in metrics.registry.collect():
+                    if family.name in merged:
+                        merged[family.name].samples.extend(family.samples)
+                    else:
+                        merged[family.name] = family
+            families = list(merged.values())
+
+        class Merged:
+            def collect(self) -> list[Any]:
+                return families
+
+        return generate_latest(Merged())  # type: ignore[arg-type]
+
+
+def _serve(ranks: range, world: int, port: int, seed: int, ready: Any) -> None:
+    """One worker process: its ranks, two steps each per round, one endpoint.
+
+    prometheus-client formats a few hundred ranks' registries in about a second, more than a 1 s
+    scrape may take, so each round's exposition is cached and every scrape serves the latest one: a
+    round's counters show up at the next scrape, and Prometheus ingests one sample per series per
+    scrape either way (the samples every query reads are the same)."""
+    group = _Ranks(ranks, world, seed)
+    latest = [b""]
+
+    def refresh() -> None:
+        group.step_all(2)
+        latest[0] = group.exposition()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = latest[0]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    refresh()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ready.set()
+    while True:  # a round at most every 2 s: the shape of the values, not their count, matters here
+        started = time.monotonic()
+        refresh()
+        time.sleep(max(0.0, ROUND_S - (time.monotonic() - started)))
+
+
+@dataclass
+class QueryCost:
+    panel: str
+    expr: str
+    samples: int
+    wall_s: float
+    lines: int
+
+
+def _api(url: str, path: str, **params: str) -> Any:
+    query = urllib.parse.urlencode(params)
+    with urllib.request.urlopen(f"{url}/api/v1/{path}?{query}", timeout=120) as reply:
+        body = json.load(reply)
+    if body.get("status") != "success":
+        raise RuntimeError(body)
+    return body["data"]
+
+
+def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(panel [refId], PromQL as Grafana sends it for a 1 h view, instant?) of every Prometheus target."""
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            if "expr" in target:
+                expr = (target["expr"].replace("$__rate_interval", "4s").replace("$__range", "240s")
+                        .replace("$run_id", RUN_ID)
+                        .replace("$job", JOB).replace("$rank", "0"))
+                queries.append((f"{panel['title']} [{target['refId']}]", expr, bool(target.get("instant"))))
+    return queries
+
+
+def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        raise SystemExit("prometheus is not installed")
+    tmp = Path(tempfile.mkdtemp(prefix="stack-scale-"))
+    files = render_all(StackConfig(windows=Windows.short()))
+    write_files(files, tmp)
+    dashboard = json.loads(files["grafana/dashboards/traceml-training.json"])
+    ports = [_free_port() for _ in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    procs = []
+    per = -(-ranks // workers)
+    for index, port in enumerate(ports):
+        ready = context.Event()
+        proc = context.Process(target=_serve, args=(range(index * per, min(ranks, (index + 1) * per)), ranks,
+                                                    port, index, ready), daemon=True)
+        proc.start()
+        ready.wait(120)
+        procs.append(proc)
+    prom_port = _free_port()
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+              "rule_files": [str(tmp / "prometheus" / name) for name in ("recording.yml", "alerts.yml")],
+              "scrape_configs": [{"job_name": "traceml", "static_configs": [
+                  {"targets": [f"127.0.0.1:{p}" for p in ports]}]}]}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    server = subprocess.Popen([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
+                               f"--web.listen-address=127.0.0.1:{prom_port}",
+                               f"--storage.tsdb.path={tmp / 'data'}", "--query.max-samples=200000000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        time.sleep(seconds)
+        end = time.time()
+        start = end - POINTS
+        counted = _api(url, "query", query='count({__name__=~"traceml_.*"})')["result"]
+        series = int(float(counted[0]["value"][1]))
+        groups = _api(url, "rules")["groups"]
+        evaluation = {g["name"]: g["evaluationTime"] for g in groups}
+        steps_rate = f'run:traceml_steps:rate{{traceml_run_id="{RUN_ID}"}}'
+        recorded = _api(url, "query", query=f"count_over_time({steps_rate}[{POINTS}s])")["result"]
+        evaluations = int(float(recorded[0]["value"][1])) if recorded else 0
+        failed = _api(url, "query", query=f"sum(count_over_time((up == 0)[{POINTS}s:1s]))")["result"]
+        scrape = _api(url, "query", query="max(scrape_duration_seconds)")["result"]
+        costs = []
+        for panel, expr, instant in _dashboard_queries(dashboard):
+            began = time.monotonic()
+            if instant:  # bar gauges: one evaluation at the end of the range
+                data = _api(url, "query", query=expr, time=f"{end:.3f}", stats="all")
+            else:
+                data = _api(url, "query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1",
+                            stats="all")
+            wall = time.monotonic() - began
+            samples = int(data.get("stats", {}).get("samples", {}).get("totalQueryableSamples", -1))
+            costs.append(QueryCost(panel, expr, samples, wall, len(data["result"])))
+        return {"evaluations": evaluations, "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
+                "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
+                "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        for proc in procs:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    sizes = [r["ranks"] for r in results]
+    lines = ["| ranks | series (traceml_*) | per rank | rule groups' last evaluation (s) | evaluations in "
+             f"{POINTS} s | slowest scrape (s) | failed scrapes |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        evaluation = ", ".join(f"{name} {t:.3f}" for name, t in r["evaluation"].items())
+        lines.append(f"| {r['ranks']} | {r['series']} | {r['series_per_rank']:.1f} | {evaluation} | "
+                     f"{r['evaluations']} | {r['scrape_s']:.2f} | {r['failed_scrapes']:.0f} |")
+    lines += ["", "| panel [query] | " + " | ".join(f"samples @{n} | lines @{n} | wall s @{n}" for n in sizes)
+              + " | within budget |",
+              "|---|" + "---|---|---|" * len(sizes) + "---|"]
+    for index, cost in enumerate(results[0]["queries"]):
+        row = [cost.panel.replace("|", "/")]
+        inside = True
+        for r in results:
+            c = r["queries"][index]
+            row += [f"{c.samples:,}", str(c.lines), f"{c.wall_s:.2f}"]
+            inside = inside and c.samples <= BUDGET_SAMPLES and c.lines <= BUDGET_LINES
+        lines.append("| " + " | ".join(row) + f" | {'yes' if inside else '**no**'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, action="append", help="simulated ranks (repeatable; 256, 1024)")
+    parser.add_argument("--seconds", type=float, default=POINTS + 25, help="simulated run before measuring")
+    parser.add_argument("--workers", type=int, default=max(1, min(4, (os.cpu_count() or 2))),
+                        help="processes hosting the ranks")
+    args = parser.parse_args(argv)
+    results = [measure(n, args.seconds, args.workers) for n in (args.ranks or [256, 1024])]
+    print(_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
