@@ -23,6 +23,7 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -469,12 +470,14 @@ class Emitter:
         """Write over the existing file without allocating (a full disk); False when that fails too."""
         assert self.stats_path is not None
         try:
-            flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
+            flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # a FIFO there never blocks
             fd = os.open(self.stats_path, flags)
         except OSError:
             return False
         try:
             status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                return False
             data = text.encode()
             if len(data) > max(status.st_size, status.st_blocks * 512):  # only blocks already held
                 return False

@@ -1,6 +1,7 @@
 """Short steps; at ``--at`` the script kills (SIGKILL) or stops (SIGSTOP) its own emitter process.
 
-``--stop-s S``: a detached helper sends SIGCONT S seconds later, so a stop can last across the exit.
+``--stop-s S``: a detached helper sends SIGCONT S seconds later, so a stop can last across the exit
+(``0``: none does; the caller resumes the printed pid).
 Prints ``emitter <pid> <action> at step <n>``.
 """
 
@@ -50,8 +51,9 @@ for step in range(args.steps):
                 os.kill(pid, signal.SIGKILL)
             else:
                 os.kill(pid, signal.SIGSTOP)
-                resume = f"sleep {args.stop_s}; kill -CONT {pid}"
-                subprocess.Popen(["sh", "-c", resume], start_new_session=True)
+                if args.stop_s > 0:  # 0: whoever runs the script sends SIGCONT
+                    resume = f"sleep {args.stop_s}; kill -CONT {pid}"
+                    subprocess.Popen(["sh", "-c", resume], start_new_session=True)
             print(f"emitter {pid} {args.action} at step {step}", flush=True)
     with traceml.trace_step(model):
         begin = time.perf_counter_ns()
