@@ -172,10 +172,10 @@ def test_diagnosis_is_printed_when_its_report_file_cannot_be_written(tmp_path: P
     emitter.handle_steps(_rows(0, 30))
     emitter.finish("ok", 0, True, steps_traced=30)
 
-    def full(self: Path, *args: object, **kwargs: object) -> int:
+    def full(path: Path, text: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr("traceml_otel.cli.analyze.write_atomically", full)  # how report files are written
     text = diagnose_run_directory(run_dir, html=True)
     assert "traceml-otel diagnosis" in text
     assert "Report: not written to" in text and "No space left" in text
