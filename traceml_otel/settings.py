@@ -55,6 +55,15 @@ TRACEML_PROMETHEUS_LINGER_S = "TRACEML_PROMETHEUS_LINGER_S"
 (default 20 s; 0 turns it off)."""
 TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
 """``0`` turns collective timing (DDP gradient all-reduce, ``torch.distributed`` calls) off."""
+TRACEML_AUTO_ATTACH = "TRACEML_AUTO_ATTACH"
+"""Zero-code tracing of scripts that never import traceml (see README, "Launching"): ``traceml run``
+sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstrap.BOOTSTRAP_DIR`) on
+``PYTHONPATH``; ``0`` (or ``traceml run --no-auto-attach``) turns it off."""
+TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
+"""Under zero-code tracing, ``0`` turns step inference for plain loops off (the framework callbacks stay)."""
+TRACEML_BOOT_SCRIPT = "TRACEML_BOOT_SCRIPT"
+"""Set by ``traceml run``: the script each rank runs, so the start-up hook attaches in the ranks only
+(not in DataLoader workers, the emitter or other programs the script starts)."""
 
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
@@ -127,6 +136,15 @@ class Settings:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, bool]:
+    """(attach the framework callbacks, infer steps in plain loops) for a process that loaded the
+    start-up hook: on unless ``TRACEML_AUTO_ATTACH``/``TRACEML_INFER_STEPS`` say ``0``."""
+    env = os.environ if env is None else env
+    off = ("0", "false", "no", "off")
+    attach = env.get(TRACEML_AUTO_ATTACH, "1").strip().lower() not in off
+    return attach, attach and env.get(TRACEML_INFER_STEPS, "1").strip().lower() not in off
 
 
 def strict_requested(env: Mapping[str, str] | None = None) -> bool:

@@ -89,6 +89,9 @@ class RankMetrics:
     communication_bytes: float | None = None
     communication_measured: bool = False
     """Collective timing saw at least one collective on this rank."""
+    between_steps: float | None = None
+    """Mean time between the end of one step and the start of the next (input wait included, less
+    ``outside_step`` blocks), over the steps that recorded it; ``None`` when none did."""
 
     @property
     def samples_per_s(self) -> float | None:
@@ -244,6 +247,8 @@ class RunInfo:
     missing_ranks: tuple[int, ...] = ()
     rank_steps: tuple[RankCount, ...] = ()
     failures: tuple[StepFailure, ...] = ()
+    step_sources: tuple[str, ...] = ()
+    """How the steps were found (``traceml.step.source`` values seen, most steps first)."""
 
 
 @dataclass(frozen=True, slots=True)

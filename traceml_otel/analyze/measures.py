@@ -121,7 +121,11 @@ def rank_metrics(
     samples_known, tokens_known = n > 0, n > 0
     comm_sum, comm_total, comm_bytes = 0.0, 0.0, 0
     comm_missing = total_missing = comm_seen = False
+    between_sum, between_n = 0.0, 0
     for s in steps:
+        if s.between_cpu is not None:
+            between_sum += s.between_cpu
+            between_n += 1
         if s.samples is None:
             samples_known = False
         else:
@@ -205,6 +209,7 @@ def rank_metrics(
         communication_total=mean(comm_total, total_missing or not comm_seen),
         communication_bytes=comm_bytes / n if comm_seen and n else None,
         communication_measured=comm_seen,
+        between_steps=between_sum / between_n if between_n else None,
     )
     return metrics, seconds
 

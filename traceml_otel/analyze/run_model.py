@@ -63,6 +63,10 @@ class StepTiming(NamedTuple):
     phase_comm_cpu: tuple[float, ...] = NO_PHASE_COMM
     """Exposed collective time inside each phase (summed over its calls; 0 where none was measured)."""
     phase_comm_gpu: tuple[float, ...] = NO_PHASE_COMM
+    between_cpu: float | None = None
+    """Time since this rank's previous step ended (``traceml.between_steps.cpu_duration``)."""
+    source: str | None = None
+    """How the step was found (``traceml.step.source``): ``trace_step``, ``inferred``, ..."""
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""

@@ -26,6 +26,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
     parser.add_argument("--html-report", action="store_true", help="also write report.html")
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
+    parser.add_argument("--no-auto-attach", action="store_true",
+                        help="no zero-code tracing: do not attach to Trainer/Lightning or infer the steps of "
+                             "a loop without trace_step (same as TRACEML_AUTO_ATTACH=0)")
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -51,6 +54,7 @@ def run_run(args: argparse.Namespace) -> int:
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id,
+        auto_attach=not args.no_auto_attach,
     )
     code, run_dir = launch(options)
     print()

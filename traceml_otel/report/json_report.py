@@ -91,6 +91,7 @@ def report_json(
             "world_size": run.world_size,
             "ranks": list(run.ranks),
             "parallelism": run.parallelism,
+            "step_sources": list(run.step_sources),
             "command": run.command,
             "start_time": run.start_time,
             "end_time": run.end_time,
