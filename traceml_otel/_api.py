@@ -231,6 +231,8 @@ class _Telemetry(_NoopTelemetry):
             return
         self._closed = True
         try:
+            if self.inferred is not None:  # an inferred step still open at exit is no completed update
+                self.inferred.stop()
             if self.recorder.in_step:
                 self.recorder.end_step("Interrupted")
             self.recorder.flush(wait_s=2.0)

@@ -26,9 +26,9 @@ def clean_env(tmp: Path, env: dict | None = None) -> dict[str, str]:
     """The caller's environment without launcher or telemetry variables, runs under ``tmp``."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("OTEL_", "TRACEML_", "ACCELERATE_", "WORLD_SIZE", "RANK", "LOCAL_"))}
+    base.pop("PYTHONPATH", None)  # the script must not find the test package: it imports nothing of ours
     base.update(TRACEML_RUNS_DIR=str(tmp / "runs"), PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
                 HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **(env or {}))
-    base.pop("PYTHONPATH", None)  # the script must not find the test package: it imports nothing of ours
     return base
 
 

@@ -259,5 +259,68 @@ def start_inference() -> InferredSteps | None:
     inferred.start()
     if inferred.active:
         telemetry.inferred = inferred
-        _OPTIMIZERS.track()
     return inferred if inferred.active else None
+
+
+class _Arming:
+    """Waits, at almost no cost, for the loop's first batch fetch or module call, then starts.
+
+    Installed when torch is imported. Telemetry does not start then: the script may still call
+    ``traceml.init()`` with its own arguments (or ``disabled=True``), and a script that never trains
+    starts no emitter. At the first ``DataLoader`` ``next()`` or the first module call, after the
+    script's own setup, :func:`start_inference` runs (``init()`` only if the script has not called
+    it), and that first fetch or forward is already part of what it times.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._forward_handle: Any = None
+        self._original_next: Any = None
+
+    def arm(self) -> None:
+        from torch.nn.modules import module as module_hooks
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        _OPTIMIZERS.track()  # before the script builds its optimizers
+        self._forward_handle = module_hooks.register_module_forward_pre_hook(self._first_forward)
+        original = self._original_next = _BaseDataLoaderIter.__next__
+        arming = self
+
+        def armed_next(iterator: Any) -> Any:
+            if arming.fired:
+                return original(iterator)
+            outermost = _BaseDataLoaderIter.__next__ is armed_next
+            if outermost:  # no hook wraps us yet: step aside so init()'s fetch timing wraps the original
+                _BaseDataLoaderIter.__next__ = original  # type: ignore[method-assign]
+            arming.fire()
+            # outermost: the class's __next__ is now init()'s timed one; else a hook around us times it
+            return _BaseDataLoaderIter.__next__(iterator) if outermost else original(iterator)
+
+        _BaseDataLoaderIter.__next__ = armed_next  # type: ignore[method-assign]
+
+    def _first_forward(self, module: torch.nn.Module, args: Any) -> None:
+        inferred = self.fire()
+        if inferred is not None:  # the hooks it installed do not run for this call: run them here
+            inferred._global_pre(module, args)
+
+    def fire(self) -> InferredSteps | None:
+        if self.fired:
+            return None
+        self.fired = True
+        if self._forward_handle is not None:
+            self._forward_handle.remove()
+            self._forward_handle = None
+        try:
+            return start_inference()
+        except Exception as error:  # never a reason not to train
+            _warn(f"step inference is off: {type(error).__name__}: {error}")
+            return None
+
+
+_ARMING = _Arming()
+
+
+def arm_inference() -> None:
+    """Start telemetry and step inference at the loop's first fetch or forward (see :class:`_Arming`)."""
+    if not _ARMING.fired and _ARMING._original_next is None:
+        _ARMING.arm()

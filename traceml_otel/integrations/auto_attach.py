@@ -9,7 +9,8 @@ watched module has been executed, its action runs:
   :class:`~traceml_otel.integrations.hf_trainer.TraceMLCallback` unless the trainer already has one;
 - ``lightning.pytorch.trainer.trainer`` / ``pytorch_lightning.trainer.trainer``: ``Trainer.fit`` does
   the same with the Lightning callback of that package;
-- ``torch``: telemetry starts (``traceml.init()``) and steps of a plain loop are inferred
+- ``torch``: at the loop's first batch fetch or module call, telemetry starts (``traceml.init()``,
+  unless the script called it) and steps of a plain loop are inferred
   (:mod:`traceml_otel.capture.inferred_steps`) until the script calls ``trace_step`` or a framework
   callback takes over;
 - ``accelerate.accelerator``: Accelerate's calls are timed (``AcceleratedOptimizer.step``).
@@ -211,9 +212,9 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
 
 
 def _torch_imported(module: ModuleType) -> None:
-    from traceml_otel.capture.inferred_steps import start_inference
+    from traceml_otel.capture.inferred_steps import arm_inference
 
-    start_inference()
+    arm_inference()
 
 
 def _accelerate_imported(module: ModuleType) -> None:

@@ -69,6 +69,7 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "communication_total_s": m.communication_total,
         "communication_bytes": m.communication_bytes,
         "communication_measured": m.communication_measured,
+        "between_steps_s": m.between_steps,
     }
 
 

@@ -4,8 +4,9 @@ under zero-code tracing), then the same loop in ``trace_step`` blocks (test help
     loop_cases.py          # writes $WINDOWS_DIR/cases.json: [[case, version, start_ns, end_ns], ...]
 
 Cases: ``eval`` (a DataLoader, evaluation every 3 updates inside the loop), ``accumulation`` (3
-micro-batches per update from a generator, no DataLoader) and ``two_optimizers`` (a GAN-style
-generator and discriminator, one update each per iteration, batches sliced from tensors).
+micro-batches per update from a generator, no DataLoader), ``two_optimizers`` (a GAN-style
+generator and discriminator, one update each per iteration, batches sliced from tensors) and
+``accelerate`` (a prepared model, optimizer and loader, accumulation 2 through ``accumulate``).
 """
 
 import contextlib
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-UPDATES = 8
+UPDATES = 6
 ANCHOR = time.time_ns() - time.perf_counter_ns()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -28,7 +29,7 @@ def now():
 
 
 class Net(torch.nn.Module):
-    """A tiny MLP whose forward also sleeps 20 ms: step times that CPU load barely moves, so the two
+    """A tiny MLP whose forward also sleeps 50 ms: step times that CPU load barely moves, so the two
     versions' step durations compare where the step boundaries are, not how busy the machine was."""
 
     def __init__(self, width=16, out=1):
@@ -37,7 +38,7 @@ class Net(torch.nn.Module):
             torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, out))
 
     def forward(self, x):
-        time.sleep(0.020)
+        time.sleep(0.050)
         return self.layers(x)
 
 
@@ -109,7 +110,28 @@ def case_two_optimizers(traced):
     del g_opt, d_opt  # later cases have one optimizer alive again
 
 
-CASES = {"eval": case_eval, "accumulation": case_accumulation, "two_optimizers": case_two_optimizers}
+def case_accelerate(traced):
+    """Accelerate with gradient accumulation 2: ``optimizer.step()`` is a no-op on the first micro-batch."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = TensorDataset(torch.randn(16 * UPDATES, 64), torch.randn(16 * UPDATES, 1))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=8))
+    batches = iter(loader)
+    for _ in range(UPDATES):
+        with step_block(traced, model):
+            for _ in range(2):
+                x, y = next(batches)
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+
+CASES = {"eval": case_eval, "accumulation": case_accumulation, "two_optimizers": case_two_optimizers,
+         "accelerate": case_accelerate}
 
 if __name__ == "__main__":
     for case in CASES.values():  # warm-up (steps inferred, outside every window)

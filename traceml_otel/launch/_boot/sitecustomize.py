@@ -11,7 +11,23 @@ import os
 import sys
 
 
+def _may_attach() -> bool:
+    """A first filter on ``os`` and ``sys`` alone, so that processes that will not attach (DataLoader
+    workers, the emitter, programs the script starts) do not even import traceml_otel: the opt-out,
+    ``python -c``, and under ``traceml run`` a command line that does not name its script.
+    :func:`traceml_otel.integrations.auto_attach.is_training_process` decides exactly."""
+    if os.environ.get("TRACEML_AUTO_ATTACH", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    argv = getattr(sys, "orig_argv", None) or []
+    if "-c" in argv[1:3]:
+        return False
+    script = os.environ.get("TRACEML_BOOT_SCRIPT")
+    return not script or any(os.path.basename(arg) == os.path.basename(script) for arg in argv[1:])
+
+
 def _start() -> None:
+    if not _may_attach():
+        return
     try:
         from traceml_otel.integrations import auto_attach
 
