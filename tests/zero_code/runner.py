@@ -49,13 +49,34 @@ def read_run(run_dir: Path, nproc: int) -> dict[int, RankRun]:
 def traceml_run(tmp: Path, script: Path, *args: str, nproc: int = 1, env: dict | None = None,
                 launcher_args: tuple[str, ...] = ()) -> ZeroCodeRun:
     """``traceml run [launcher_args] script args`` with ``nproc`` ranks; fails the test if it fails."""
-    result = subprocess.run(
-        [sys.executable, "-m", "traceml_otel.cli", "run", *launcher_args, "--nproc-per-node", str(nproc),
-         str(script), *args],
-        env=clean_env(tmp, env), cwd=tmp, capture_output=True, text=True, timeout=240, check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
+    return traceml_runs_together([(tmp, script, args)], nproc=nproc, env=env, launcher_args=launcher_args)[0]
+
+
+def traceml_runs_together(
+    runs: list[tuple[Path, Path, tuple[str, ...]]], *, nproc: int = 1, env: dict | None = None,
+    launcher_args: tuple[str, ...] = (),
+) -> list[ZeroCodeRun]:
+    """Several ``traceml run`` launches at the same time (each in its own folder), so that they share
+    the machine's load; each must succeed."""
+    children = []
+    for tmp, script, args in runs:
+        with open(tmp / "launch-output.txt", "w") as log:  # a file, not a pipe: no child ever blocks on us
+            children.append((tmp, subprocess.Popen(
+                [sys.executable, "-m", "traceml_otel.cli", "run", *launcher_args, "--nproc-per-node",
+                 str(nproc), str(script), *args],
+                env=clean_env(tmp, env), cwd=tmp, stdout=log, stderr=subprocess.STDOUT, text=True,
+            )))
+    return [_finish(tmp, child, nproc) for tmp, child in children]
+
+
+def _finish(tmp: Path, child: subprocess.Popen, nproc: int) -> ZeroCodeRun:
+    try:
+        child.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    output = (tmp / "launch-output.txt").read_text()
+    assert child.returncode == 0, output[-6000:]
     (run_dir,) = (tmp / "runs").iterdir()
     report_file = run_dir / "report.json"
     report = json.loads(report_file.read_text()) if report_file.exists() else {}

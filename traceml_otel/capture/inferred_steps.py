@@ -131,14 +131,14 @@ class InferredSteps:
                 forward._post(module, args, output)
 
     def _root_pre(self, module: torch.nn.Module, args: Any) -> None:
-        self._outermost_call(module)
+        self._outermost_call(module, known=True)
 
-    def _outermost_call(self, module: torch.nn.Module) -> None:
+    def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
         if recorder.in_step:
             return
         if module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
-            if module not in self._roots:
+            if not known and module not in self._roots:
                 self._roots.add(module)
                 self._telemetry._first_step_with(module)  # forward hooks, parallelism, collectives
             start, self._pending_start = self._pending_start, None
@@ -167,12 +167,13 @@ class InferredSteps:
             self._hook_roots_only()
 
     def _iteration_done(self, stepped: int) -> bool:
-        live = _OPTIMIZERS.live_ids()
+        live = _OPTIMIZERS.ids
         if len(live) <= 1 or stepped not in live:
             return True
         if stepped in self._stepped:  # stepped twice while others did not: those are idle
             missing = live - self._stepped
             _OPTIMIZERS.forget(missing)
+            self._stepped.clear()
             _warn(f"{len(missing)} optimizer(s) that exist did not step while another stepped twice; "
                   "inferred steps no longer wait for them (one step may have held two updates; wrap the "
                   "loop body in traceml.trace_step() for exact steps)")
@@ -204,8 +205,9 @@ class _OptimizerRegistry:
     """The torch optimizers alive in the process (``Optimizer.__init__`` records each one)."""
 
     def __init__(self) -> None:
-        self._live: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        self._forgotten: set[int] = set()
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        self.ids: set[int] = set()
+        """Ids of the optimizers alive and waited for (read on every update: kept ready, not rebuilt)."""
         self._tracking = False
         self.on_new: Any = None
         """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
@@ -215,7 +217,6 @@ class _OptimizerRegistry:
             return
         self._tracking = True
         original = torch.optim.Optimizer.__init__
-        live = self._live
         registry = self
         depth = [0]  # an optimizer built inside another's __init__ (ZeroRedundancyOptimizer's) is its part
 
@@ -226,20 +227,27 @@ class _OptimizerRegistry:
             finally:
                 depth[0] -= 1
             if depth[0] == 0:
-                try:
-                    live.add(optimizer)
-                except TypeError:
-                    pass
+                registry.add(optimizer)
                 if registry.on_new is not None:
                     registry.on_new()
 
         torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
 
-    def live_ids(self) -> set[int]:
-        return {id(optimizer) for optimizer in self._live} - self._forgotten
+    def add(self, optimizer: Any) -> None:
+        key = id(optimizer)
+        try:
+            self._refs[key] = weakref.ref(optimizer, lambda _: self._gone(key))
+        except TypeError:
+            return
+        self.ids.add(key)
+
+    def _gone(self, key: int) -> None:
+        self._refs.pop(key, None)
+        self.ids.discard(key)
 
     def forget(self, ids: set[int]) -> None:
-        self._forgotten |= ids
+        """Stop waiting for these optimizers (they exist but do not step)."""
+        self.ids -= ids
 
 
 _OPTIMIZERS = _OptimizerRegistry()

@@ -1,7 +1,8 @@
-"""Three plain loops, each run twice in one process: first without ``trace_step`` (steps inferred
-under zero-code tracing), then the same loop in ``trace_step`` blocks (test helper).
+"""Plain loops run without ``trace_step`` (steps inferred under zero-code tracing) or in
+``trace_step`` blocks (test helper). The test runs both versions at the same time, in two processes,
+so that both see the same machine load.
 
-    loop_cases.py          # writes $WINDOWS_DIR/cases.json: [[case, version, start_ns, end_ns], ...]
+    loop_cases.py inferred|trace_step   # writes $WINDOWS_DIR/cases-<version>.json: [[case, start_ns, end_ns]]
 
 Cases: ``eval`` (a DataLoader, evaluation every 3 updates inside the loop), ``accumulation`` (3
 micro-batches per update from a generator, no DataLoader), ``two_optimizers`` (a GAN-style
@@ -12,13 +13,14 @@ generator and discriminator, one update each per iteration, batches sliced from 
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-UPDATES = 6
+UPDATES = 5
 ANCHOR = time.time_ns() - time.perf_counter_ns()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -29,7 +31,7 @@ def now():
 
 
 class Net(torch.nn.Module):
-    """A tiny MLP whose forward also sleeps 50 ms: step times that CPU load barely moves, so the two
+    """A tiny MLP whose forward also sleeps 150 ms: step times that CPU load barely moves, so the two
     versions' step durations compare where the step boundaries are, not how busy the machine was."""
 
     def __init__(self, width=16, out=1):
@@ -38,7 +40,7 @@ class Net(torch.nn.Module):
             torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, out))
 
     def forward(self, x):
-        time.sleep(0.050)
+        time.sleep(0.150)
         return self.layers(x)
 
 
@@ -82,9 +84,11 @@ def case_accumulation(traced):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     stream = batches()
     for _ in range(UPDATES):
+        x, y = next(stream)  # an inferred step starts after its first fetch: so does the block
         with step_block(traced, model):
-            for _ in range(3):
-                x, y = next(stream)
+            for micro in range(3):
+                if micro:
+                    x, y = next(stream)
                 (torch.nn.functional.mse_loss(model(x), y) / 3).backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -121,9 +125,11 @@ def case_accelerate(traced):
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=8))
     batches = iter(loader)
     for _ in range(UPDATES):
+        x, y = next(batches)
         with step_block(traced, model):
-            for _ in range(2):
-                x, y = next(batches)
+            for micro in range(2):
+                if micro:
+                    x, y = next(batches)
                 with accelerator.accumulate(model):
                     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
                     optimizer.step()
@@ -134,12 +140,11 @@ CASES = {"eval": case_eval, "accumulation": case_accumulation, "two_optimizers":
          "accelerate": case_accelerate}
 
 if __name__ == "__main__":
-    for case in CASES.values():  # warm-up (steps inferred, outside every window)
-        case(False)
+    version = sys.argv[1]
+    traced = version == "trace_step"
     windows = []
-    for traced in (False, True):  # inference first: the first trace_step ends it for the process
-        for name, case in CASES.items():
-            started = now()
-            case(traced)
-            windows.append([name, "trace_step" if traced else "inferred", started, now()])
-    Path(os.environ["WINDOWS_DIR"], "cases.json").write_text(json.dumps(windows))
+    for name, case in CASES.items():
+        started = now()
+        case(traced)
+        windows.append([name, started, now()])
+    Path(os.environ["WINDOWS_DIR"], f"cases-{version}.json").write_text(json.dumps(windows))
