@@ -58,10 +58,21 @@ def test_inferred_steps_match_trace_step(loop_runs: dict, case: str) -> None:
                                                                                   "optimizer"}
         else:
             assert Counter(one_rank.phases(one)) == Counter(other_rank.phases(other))
-    # the steps' own durations: the forward sleeps 150 ms, so CPU load moves them little
+    # Median step durations within 5 %. Where the step starts and ends is what inference decides; the
+    # work inside the phases is the same code in both versions, timed by the same hooks, but on a loaded
+    # machine (2 shared cores) CPU starvation stretches it differently in the two processes. So the 5 %
+    # is asserted on the durations less their phases' time (what a misplaced boundary would change),
+    # and the raw medians, load included, within 25 %.
+    def outside_phases(rank, step) -> float:
+        phases = sum(c.end_ns - c.start_ns for c in rank.children[step.span_id])
+        return (step.end_ns - step.start_ns - phases) / 1e6
+
     median = {name: statistics.median((s.end_ns - s.start_ns) / 1e6 for s in steps)
               for name, steps in (("inferred", inferred), ("traced", traced))}
-    assert abs(median["inferred"] - median["traced"]) <= 0.05 * median["traced"], median
+    outside = {name: statistics.median(outside_phases(rank, s) for s in steps)
+               for name, rank, steps in (("inferred", one_rank, inferred), ("traced", other_rank, traced))}
+    assert abs(outside["inferred"] - outside["traced"]) <= 0.05 * median["traced"], (outside, median)
+    assert abs(median["inferred"] - median["traced"]) <= 0.25 * median["traced"], median
 
 
 def test_evaluation_stays_outside_inferred_steps(loop_runs: dict) -> None:
