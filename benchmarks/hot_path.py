@@ -109,7 +109,9 @@ def main() -> None:
         recorder.end_step()
         recorder.begin_step()
         print(f"{name:<16} bare {bare:7.2f} us   hooked {hooked:7.2f} us   added {hooked - bare:+6.2f} us")
+    recorder.end_step()
     accelerate_case(recorder, model, x)
+    inferred_case()
 
 
 def accelerate_case(recorder: StepRecorder, model: nn.Module, x: torch.Tensor) -> None:
@@ -140,6 +142,58 @@ def accelerate_case(recorder: StepRecorder, model: nn.Module, x: torch.Tensor) -
         recorder.end_step()
         recorder.begin_step()
         print(f"{name:<16} bare {bare:7.2f} us   hooked {hooked:7.2f} us   added {hooked - bare:+6.2f} us")
+
+
+def inferred_case() -> None:
+    """A whole training iteration (forward, backward, optimizer step) with every hook on: in a
+    ``trace_step`` block, and with its step inferred instead (after the warm-up: hooks on the model
+    alone), against the bare iteration."""
+    from types import SimpleNamespace
+
+    from traceml_otel.capture.inferred_steps import WARM_UP_STEPS, InferredSteps
+
+    model = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def iteration() -> None:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+    bare = per_call_us(iteration, calls=5_000)
+    results = {}
+    for mode in ("trace_step", "inferred"):
+        recorder = StepRecorder(Discard(), flush_steps=64)
+        forward, backward, optimizer_hooks = (
+            hooks.ForwardHooks(recorder), hooks.BackwardPatch(recorder), hooks.OptimizerHooks(recorder))
+        backward.install()
+        optimizer_hooks.install()
+        forward.watch(model)
+        telemetry = SimpleNamespace(recorder=recorder, forward=forward, optimizer_hooks=optimizer_hooks,
+                                    config=SimpleNamespace(optimizer=True), inferred=None,
+                                    _first_step_with=forward.watch)
+        inferred = InferredSteps(telemetry)
+        if mode == "inferred":
+            inferred.start()
+            for _ in range(WARM_UP_STEPS):  # past the warm-up: hooks on the model only
+                iteration()
+
+            def step(recorder: StepRecorder = recorder) -> None:
+                iteration()
+        else:
+            def step(recorder: StepRecorder = recorder) -> None:
+                recorder.begin_step()
+                iteration()
+                recorder.end_step()
+        results[mode] = per_call_us(step, calls=5_000)
+        inferred.stop()
+        optimizer_hooks.uninstall()
+        backward.uninstall()
+        forward.uninstall()
+    print(f"iteration        bare {bare:7.2f} us   trace_step {results['trace_step']:7.2f} us   "
+          f"inferred {results['inferred']:7.2f} us   inferred - trace_step "
+          f"{results['inferred'] - results['trace_step']:+6.2f} us")
 
 
 if __name__ == "__main__":

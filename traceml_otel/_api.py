@@ -102,9 +102,7 @@ class _Telemetry(_NoopTelemetry):
     active = True
 
     def __init__(self, config: CaptureConfig, settings: Settings) -> None:
-        from traceml_otel.capture import hooks
         from traceml_otel.capture.device_clock import default_clock
-        from traceml_otel.capture.parallelism import WrapperRegistry
         from traceml_otel.emit.channel import EmitterChannel
 
         self.config = config
@@ -116,17 +114,30 @@ class _Telemetry(_NoopTelemetry):
             self.channel, default_clock(),
             flush_steps=settings.flush_steps, flush_interval_ns=settings.flush_interval_ns,
         )
+        self.wrapped_model: Any = None  # the model given to wrap_forward()
+        self.inferred: Any = None
+        """Step inference for a plain loop (zero-code tracing), until an explicit step replaces it."""
+        self._install_capture(config)
+        self.manifest = _start_direct_manifest(settings)
+        self._catch_up_on_accelerate()
+        self.watchdog = _start_watchdog(self.recorder, self.collectives, settings)
+
+    def _install_capture(self, config: CaptureConfig) -> None:
+        """Build and install the hooks ``config`` asks for."""
+        from traceml_otel.capture import hooks
+        from traceml_otel.capture.parallelism import WrapperRegistry
+
+        self.config = config
         self.forward = hooks.ForwardHooks(self.recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(self.recorder)
         self.backward = hooks.BackwardPatch(self.recorder)
         self._installed: list[Any] = []
         self.prefetch = hooks.AcceleratePrefetchPatch(self.recorder) if config.h2d else None
-        self.collectives = self._collective_timing(config, settings)
+        self.collectives = self._collective_timing(config, self.settings)
         self.accelerate_calls = hooks.AccelerateCallsPatch(
             self.optimizer_hooks if config.optimizer else None, self.backward if config.backward else None
         )
         self.wrappers = WrapperRegistry()
-        self.wrapped_model: Any = None  # the model given to wrap_forward()
         self._model: Any = _UNSEEN
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
@@ -140,9 +151,19 @@ class _Telemetry(_NoopTelemetry):
             if wanted:
                 hook.install()
                 self._installed.append(hook)
-        self.manifest = _start_direct_manifest(settings)
+
+    def reconfigure(self, config: CaptureConfig) -> None:
+        """The script called ``init()`` with its own configuration after zero-code tracing started
+        telemetry: swap the hooks, keep the emitter (no step was lost: inference stops first)."""
+        if self.inferred is not None:
+            self.inferred.stop()
+        for hook in reversed(self._installed):
+            hook.uninstall()
+        self._install_capture(config)
         self._catch_up_on_accelerate()
-        self.watchdog = _start_watchdog(self.recorder, self.collectives, settings)
+        if self.watchdog is not None:  # it watches the new collective hooks' progress
+            self.watchdog.stop(clean=True)
+        self.watchdog = _start_watchdog(self.recorder, self.collectives, self.settings)
 
     def _collective_timing(self, config: CaptureConfig, settings: Settings) -> Any:
         """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
@@ -160,6 +181,8 @@ class _Telemetry(_NoopTelemetry):
         return timing
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        if self.inferred is not None:  # an explicit step (trace_step or a framework callback) takes over
+            self.inferred.stop()
         if model is not self._model:
             self._first_step_with(model)
         recorder = self.recorder
@@ -224,6 +247,8 @@ class _Telemetry(_NoopTelemetry):
         if self.watchdog is not None:
             self.watchdog.stop(clean=status == "ok")
         try:
+            if self.inferred is not None:  # an inferred step still open at exit is no completed update
+                self.inferred.stop()
             if self.recorder.in_step:
                 self.recorder.end_step("Interrupted")
             self.recorder.flush(wait_s=2.0)
@@ -388,6 +413,8 @@ _lock = threading.Lock()
 _init_config: tuple[CaptureConfig, bool] | None = None
 _warned_not_initialised = False
 _warned_outside_in_step = False
+_auto_started = False
+"""True when zero-code tracing called ``init()`` (a later ``init()`` of the script's then reconfigures)."""
 _exit_status = "ok"
 """How the program is ending, for the emitter's ``end_status``: an uncaught exception or Ctrl-C."""
 
@@ -423,6 +450,15 @@ def init(
     }, collectives)
     with _lock:
         if _init_config is not None:
+            if _auto_started and _init_config != (config, disabled):
+                if disabled:
+                    _warn("init(disabled=True) comes after zero-code tracing started telemetry; turn it "
+                          "off with traceml run --no-auto-attach or TRACEML_AUTO_ATTACH=0")
+                    return _telemetry.active
+                _init_config = (config, disabled)
+                if isinstance(_telemetry, _Telemetry):
+                    _telemetry.reconfigure(config)
+                return _telemetry.active
             if _init_config != (config, disabled):
                 raise RuntimeError("traceml.init() was already called with a different configuration: "
                                    + _config_difference(_init_config, (config, disabled)))
@@ -451,6 +487,17 @@ def init(
         _install_exit_status_hook()
         _stop_with_launcher()
         return True
+
+
+def init_automatically() -> bool:
+    """``init()`` on behalf of zero-code tracing: a later ``init(...)`` of the script's own may still
+    choose another configuration (the hooks are swapped, not refused)."""
+    global _auto_started
+    if _init_config is not None:
+        return _telemetry.active
+    active = init()
+    _auto_started = True
+    return active
 
 
 def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureConfig, bool]) -> str:
@@ -597,11 +644,26 @@ def _recorder_for(helper: str, auto_flag: str) -> StepRecorder | None:
 
 
 def wrap_dataloader_fetch(loader: Iterable[Any]) -> Iterable[Any]:
-    """Time each ``next()`` on ``loader`` (an iterable or iterator) as input wait."""
+    """Time each ``next()`` on ``loader`` as input wait: any iterable, iterator or generator (a
+    streaming reader, slices of tensors in memory), or a DataLoader when its automatic hook is off."""
     from traceml_otel.capture.wrappers import TimedFetchIterator
 
+    if not _is_torch_loader(loader):  # the automatic hook times DataLoader iterators only
+        telemetry = _telemetry
+        if telemetry.recorder is None:
+            _warn_not_initialised()
+            return loader
+        return TimedFetchIterator(loader, telemetry.recorder)
     recorder = _recorder_for("wrap_dataloader_fetch", "dataloader")
     return loader if recorder is None else TimedFetchIterator(loader, recorder)
+
+
+def _is_torch_loader(loader: Any) -> bool:
+    """A torch ``DataLoader`` or one of its iterators (what the automatic fetch hook already times)."""
+    module = sys.modules.get("torch.utils.data.dataloader")
+    if module is None:
+        return False
+    return isinstance(loader, (module.DataLoader, module._BaseDataLoaderIter))
 
 
 def wrap_forward(model: Any) -> Any:

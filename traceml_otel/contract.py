@@ -70,6 +70,14 @@ ATTR_STEP_SAMPLES = "traceml.step.samples"
 dimension of what the DataLoader returned for it. Absent when unknown."""
 ATTR_STEP_TOKENS = "traceml.step.tokens"
 """Tokens in the step on this rank; only when declared with ``trace_step(tokens=)``."""
+ATTR_STEP_SOURCE = "traceml.step.source"
+"""How the step was found: ``trace_step`` (a ``trace_step`` block), ``hf_trainer`` / ``lightning`` (the
+framework callbacks) or ``inferred`` (a plain loop under zero-code tracing; see
+docs/integrations/inferred-steps.md)."""
+STEP_SOURCES = ("trace_step", "hf_trainer", "lightning", "inferred")
+ATTR_BETWEEN_STEPS_CPU = "traceml.between_steps.cpu_duration"
+"""Seconds from the end of this rank's previous step to this step's start (input wait included,
+``outside_step`` blocks such as evaluation excluded). Absent on a rank's first step."""
 ATTR_LOADER_NUM_WORKERS = "traceml.dataloader.num_workers"
 ATTR_LOADER_PIN_MEMORY = "traceml.dataloader.pin_memory"
 ATTR_LOADER_PERSISTENT_WORKERS = "traceml.dataloader.persistent_workers"

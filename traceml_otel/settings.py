@@ -69,6 +69,15 @@ TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
 """How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
+TRACEML_AUTO_ATTACH = "TRACEML_AUTO_ATTACH"
+"""Zero-code tracing of scripts that never import traceml (see README, "Launching"): ``traceml run``
+sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstrap.BOOTSTRAP_DIR`) on
+``PYTHONPATH``; ``0`` (or ``traceml run --no-auto-attach``) turns it off."""
+TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
+"""Under zero-code tracing, ``0`` turns step inference for plain loops off (the framework callbacks stay)."""
+TRACEML_BOOT_SCRIPT = "TRACEML_BOOT_SCRIPT"
+"""Set by ``traceml run``: the script each rank runs, so the start-up hook attaches in the ranks only
+(not in DataLoader workers, the emitter or other programs the script starts)."""
 
 PROMETHEUS_LINGER_MAX_S = 120.0
 """The longest the endpoint's linger grows to cover a scraper seen scraping less often (intervals up
@@ -159,6 +168,15 @@ class Settings:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, bool]:
+    """(attach the framework callbacks, infer steps in plain loops) for a process that loaded the
+    start-up hook: on unless ``TRACEML_AUTO_ATTACH``/``TRACEML_INFER_STEPS`` say ``0``."""
+    env = os.environ if env is None else env
+    off = ("0", "false", "no", "off")
+    attach = env.get(TRACEML_AUTO_ATTACH, "1").strip().lower() not in off
+    return attach, attach and env.get(TRACEML_INFER_STEPS, "1").strip().lower() not in off
 
 
 def strict_requested(env: Mapping[str, str] | None = None) -> bool:

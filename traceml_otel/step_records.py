@@ -88,6 +88,11 @@ class StepRecord:
     loader: LoaderSettings | None = None
     """Set on the step after a DataLoader with a new configuration was first iterated."""
     collectives: tuple[CollectiveTiming, ...] = ()
+    source: str | None = None
+    """How the step was found: ``trace_step``, ``hf_trainer``, ``lightning`` or ``inferred``."""
+    between_steps_ns: int | None = None
+    """Time from the end of this rank's previous step to this step's start (less ``outside_step``
+    blocks); None on a rank's first step."""
 
     @property
     def clock(self) -> str:

@@ -134,10 +134,40 @@ def test_measured_zero_input_wait_is_not_missing() -> None:
     assert diagnosis.abstentions == ()
 
 
-def test_missing_input_wait_makes_step_time_unavailable() -> None:
+def test_missing_input_wait_is_judged_on_traced_time() -> None:
+    # no fetch measured (a loop without a DataLoader): the traced time is still judged, not INCOMPLETE_DATA
     diagnosis = diagnose_step_time([rank(input_wait=None)], Clock.CPU, "none")
-    assert diagnosis.primary.kind is StepKind.INCOMPLETE_DATA
-    assert "input_wait 0/1 ranks" in diagnosis.primary.why
+    assert diagnosis.primary.kind is StepKind.COMPUTE_BOUND
+    heavy = diagnose_step_time([rank(input_wait=None, residual=0.3)], Clock.CPU, "none")
+    assert heavy.primary.kind is StepKind.RESIDUAL_HEAVY
+    assert heavy.primary.score == pytest.approx(0.25)  # 0.3 of a 1.2 s traced step
+    # a phase that was not measured still cannot be judged
+    missing = diagnose_step_time([rank(input_wait=None, forward=None)], Clock.CPU, "none")
+    assert missing.primary.kind is StepKind.INCOMPLETE_DATA
+    assert "forward 0/1 ranks" in missing.primary.why
+
+
+@pytest.mark.parametrize(
+    ("between", "kind", "severity"),
+    [(0.0, StepKind.COMPUTE_BOUND, Severity.INFO), (0.099, StepKind.COMPUTE_BOUND, Severity.INFO),
+     (0.1, StepKind.BETWEEN_STEPS, Severity.WARNING), (0.2, StepKind.BETWEEN_STEPS, Severity.CRITICAL)],
+)
+def test_time_between_steps_is_its_own_finding_where_fetches_are_not_measured(
+    between: float, kind: StepKind, severity: Severity
+) -> None:
+    from dataclasses import replace
+
+    base = rank(input_wait=None, forward=0.3, backward=0.6, optimizer=0.1)  # 1 s traced
+    metrics = replace(base, between_steps=between / (1 - between))  # that share of between + traced
+    diagnosis = diagnose_step_time([metrics], Clock.CPU, "none")
+    assert (diagnosis.primary.kind, diagnosis.primary.severity) == (kind, severity)
+    if kind is StepKind.BETWEEN_STEPS:
+        assert "not measured as input wait" in diagnosis.primary.why
+        assert "wrap_dataloader_fetch" in diagnosis.primary.next
+        assert not any(f.kind is StepKind.COMPUTE_BOUND for f in diagnosis.issues)
+    # with fetches measured, the input rule decides and the time between steps is no finding
+    measured = diagnose_step_time([replace(metrics, input_wait=0.0, step_time=1.0)], Clock.CPU, "none")
+    assert not any(f.kind is StepKind.BETWEEN_STEPS for f in measured.issues)
 
 
 def test_coverage_counts_measured_over_observed_ranks() -> None:

@@ -23,7 +23,7 @@ from traceml_otel.wire.step_row import (
 STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
                "input_fetches", "prefetch_h2d_ns", "optimizer_steps", "parallelism", "peak_allocated_bytes",
                "peak_reserved_bytes", "device_total_bytes", "exception_type", "phases", "collectives",
-               "samples", "tokens", "loader")
+               "samples", "tokens", "loader", "source", "between_ns")
 """The wire layout, slot by slot: fields are only ever appended to this list."""
 
 
@@ -49,7 +49,7 @@ def test_a_row_is_the_same_compact_json_list_as_before() -> None:
     row = StepRow.of(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
                    optimizer_steps=1, phases=[phase], samples=8)
     plain = [3, 10, 20, None, 5, None, 1, None, 1, "none", None, None, None, None,
-             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None]
+             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None, None, None]
     assert encode_frame({"t": "steps", "s": [row]}) == encode_frame({"t": "steps", "s": [plain]})
     assert json.dumps(row, separators=(",", ":")) == json.dumps(plain, separators=(",", ":"))
 
@@ -81,11 +81,19 @@ def test_every_value_the_recorder_puts_in_a_row_arrives_in_its_slot() -> None:
     assert collective is not None
     recorder.collective_end(collective)
     recorder.end_step("ValueError")
+    recorder.source = "inferred"
+    recorder.begin_step()
+    recorder.end_step()
     frame = sink.buffer.next_frame()
+    second = sink.buffer.next_frame()
+    assert second is not None
+    (later,) = [decode_step(row, anchor_ns=1_000) for row in second["s"]]
+    assert later.source == "inferred" and later.between_steps_ns is not None and later.between_steps_ns >= 0
     assert frame is not None
     (record,) = [decode_step(row, anchor_ns=1_000) for row in frame["s"]]
     assert (record.step, record.samples, record.tokens, record.input_fetches, record.optimizer_steps) == (
         0, 4, 128, 1, 1)
+    assert record.source == "trace_step" and record.between_steps_ns is None  # a rank's first step
     assert record.exception_type == "ValueError" and record.loader == LoaderSettings(2, False, False, 2, 4)
     assert (record.parallelism, record.prefetch_h2d_ns, record.input_wait_gpu_ns) == ("ddp", 7, None)
     memory = (record.peak_allocated_bytes, record.peak_reserved_bytes, record.device_total_bytes)

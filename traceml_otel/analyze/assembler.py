@@ -78,6 +78,8 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_PHASE_COMM_EXPOSED_CPU,
         c.ATTR_PHASE_COMM_EXPOSED_GPU,
         c.ATTR_COLLECTIVE_KIND,
+        c.ATTR_STEP_SOURCE,
+        c.ATTR_BETWEEN_STEPS_CPU,
     }
 )
 """The attributes the analyzer reads; sources decode only these."""
@@ -90,6 +92,7 @@ class _StepAccumulator:
     """Mutable numbers of one (rank, step) while spans arrive."""
 
     __slots__ = (
+        "between",
         "calls",
         "comm",
         "comm_cpu",
@@ -109,6 +112,7 @@ class _StepAccumulator:
         "peak_res",
         "prefetch",
         "samples",
+        "source",
         "start",
         "tokens",
         "trace_id",
@@ -147,6 +151,8 @@ class _StepAccumulator:
         self.comm_gpu = [0.0] * _N
         self.comm_entries: tuple[int, ...] | None = None
         self.comm_work: tuple[int, ...] | None = None
+        self.between: float | None = None
+        self.source: str | None = None
 
     def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -264,6 +270,8 @@ class StepAssembler:
         acc.samples = as_int(attrs.get(c.ATTR_STEP_SAMPLES))
         acc.tokens = as_int(attrs.get(c.ATTR_STEP_TOKENS))
         acc.cpus = as_int(attrs.get(c.ATTR_HOST_CPUS))
+        acc.between = as_float(attrs.get(c.ATTR_BETWEEN_STEPS_CPU))
+        acc.source = as_str(attrs.get(c.ATTR_STEP_SOURCE))
         if c.ATTR_LOADER_NUM_WORKERS in attrs:
             acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
         calls = as_int(attrs.get(c.ATTR_COMM_CALLS))
@@ -421,4 +429,6 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         tuple(acc.comm_gpu),
         acc.comm_entries,
         acc.comm_work,
+        acc.between,
+        acc.source,
     )

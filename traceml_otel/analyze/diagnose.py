@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from traceml_otel.analyze.communication_split import split_communication, with_split
@@ -11,7 +12,7 @@ from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.rules import diagnose_step_time
-from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
+from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
     aligned_window,
@@ -131,4 +132,11 @@ def _run_info(
         missing_ranks=missing_ranks(world_size, observed),
         rank_steps=counts,
         failures=step_failures(loaded.steps),
+        step_sources=_step_sources(loaded.steps),
     )
+
+
+def _step_sources(steps: Sequence[StepTiming]) -> tuple[str, ...]:
+    """``traceml.step.source`` values, most steps first (spans from before the attribute: none)."""
+    counts = Counter(s.source for s in steps if s.source)
+    return tuple(source for source, _ in counts.most_common())

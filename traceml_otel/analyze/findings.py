@@ -102,6 +102,9 @@ class RankMetrics:
     """(rank, mean waiting per step for it), largest first, at most three."""
     split_basis: str = ""
     """How the split was made: ``entry times`` (every step), else ``least-waiting rank`` on some steps."""
+    between_steps: float | None = None
+    """Mean time between the end of one step and the start of the next (input wait included, less
+    ``outside_step`` blocks), over the steps that recorded it; ``None`` when none did."""
 
     @property
     def samples_per_s(self) -> float | None:
@@ -261,6 +264,8 @@ class RunInfo:
     missing_ranks: tuple[int, ...] = ()
     rank_steps: tuple[RankCount, ...] = ()
     failures: tuple[StepFailure, ...] = ()
+    step_sources: tuple[str, ...] = ()
+    """How the steps were found (``traceml.step.source`` values seen, most steps first)."""
 
 
 @dataclass(frozen=True, slots=True)

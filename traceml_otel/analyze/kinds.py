@@ -39,6 +39,8 @@ class StepKind(StrEnum):
     H2D_STRAGGLER = "H2D_STRAGGLER"
     COMPUTE_STRAGGLER = "COMPUTE_STRAGGLER"
     INDEPENDENT_RANKS = "INDEPENDENT_RANKS"
+    BETWEEN_STEPS = "BETWEEN_STEPS"
+    """Loops whose fetches are not measured: the time between steps (analyze/between_steps.py)."""
     BALANCED = "BALANCED"
     INCOMPLETE_DATA = "INCOMPLETE_DATA"
     WARMUP = "WARMUP"

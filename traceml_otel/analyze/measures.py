@@ -121,7 +121,11 @@ def rank_metrics(
     samples_steps, tokens_steps = 0, 0
     comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
     comm_missing = total_missing = comm_seen = False
+    between_sum, between_n = 0.0, 0
     for s in steps:
+        if s.between_cpu is not None:
+            between_sum += s.between_cpu
+            between_n += 1
         if s.samples is not None:
             samples_sum += s.samples
             samples_steps += 1
@@ -206,6 +210,7 @@ def rank_metrics(
         communication_bytes=comm_bytes / n if comm_seen and n else None,
         communication_calls=comm_calls / n if comm_seen and n else None,
         communication_measured=comm_seen,
+        between_steps=between_sum / between_n if between_n else None,
     )
     return metrics, seconds
 

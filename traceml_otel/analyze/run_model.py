@@ -68,6 +68,10 @@ class StepTiming(NamedTuple):
     ``traceml.communication.entries``)."""
     comm_work: tuple[int, ...] | None = None
     """ns worked before each entry since leaving the previous collective (``traceml.communication.work``)."""
+    between_cpu: float | None = None
+    """Time since this rank's previous step ended (``traceml.between_steps.cpu_duration``)."""
+    source: str | None = None
+    """How the step was found (``traceml.step.source``): ``trace_step``, ``inferred``, ..."""
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""

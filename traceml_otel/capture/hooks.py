@@ -151,6 +151,8 @@ class OptimizerHooks:
         self._handles: list[Any] = []
         self._wrapped_classes: list[tuple[type, Any]] = []
         self._original_profile_hook_step: Any = None
+        self.after_update: Callable[[Any, Any], None] | None = None
+        """Called with (optimizer, args) after each outermost optimizer call (step inference)."""
 
     def _timed_step(
         self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
@@ -222,6 +224,8 @@ class OptimizerHooks:
                 self._recorder.phase_end("optimizer", self._token)
                 self._recorder.optimizer_stepped()
                 self._token = None
+            if self.after_update is not None:
+                self.after_update(optimizer, args)
 
     def install(self) -> None:
         from torch.optim.optimizer import (
@@ -462,7 +466,7 @@ class DataLoaderPatch:
                 batch = original(iterator)
                 return batch
             finally:
-                recorder.fetch_end(token, None if batch is None else batch_samples(batch), batch is None)
+                recorder.fetch_end(token, None if batch is None else batch_samples(batch), batch is not None)
                 seen = current[0]
                 if seen is None or seen() is not iterator:
                     current[0] = weakref.ref(iterator)

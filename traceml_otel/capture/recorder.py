@@ -75,6 +75,13 @@ class StepRecorder:
         self.parallelism = "none"
         self.on_nested_phase: Any = None
         """Called after a phase ends inside an open optimizer call (a closure's forward/backward)."""
+        self.after_fetch: Any = None
+        """Called after a fetch counted as input wait (step inference: the next step may start here)."""
+        self.source = "trace_step"
+        """How steps are found (``traceml.step.source``): set by the framework callbacks and inference."""
+        self._last_end_ns: int | None = None
+        self._outside_since = 0
+        self._outside_ns = 0
         self.step = 0
         self.in_step = False
         self._state = _StepState()
@@ -109,15 +116,15 @@ class StepRecorder:
         """Mark the start of a ``next()`` on the data loader."""
         return perf_counter_ns(), self.clock.mark()
 
-    def fetch_end(self, token: tuple[int, Any], samples: int | None = None, ended: bool = False) -> None:
+    def fetch_end(self, token: tuple[int, Any], samples: int | None = None, fetched: bool = True) -> None:
         """A fetch outside a step is input wait of the next step; inside one it is ignored.
 
         ``samples`` (the batch dimension) counts toward the step: outside a step the last fetch
         before it (an evaluation loop or a second loader in between must not add up); inside a step
         every fetch (micro-batches). A fetch inside an ``outside_step`` block (evaluation) counts
-        toward no step. ``ended``: the fetch returned no batch (the loader raised, e.g. StopIteration).
-        A pre-fetching loader (Accelerate's) fetches batch k+1 before it yields batch k, so its last
-        step follows such a fetch: that step keeps the count of the last batch fetched.
+        toward no step. ``fetched`` is False when the fetch returned no batch (the iterator was exhausted
+        or raised). A pre-fetching loader (Accelerate's) fetches batch k+1 before it yields batch k, so its
+        last step follows such a fetch: that step keeps the count of the last batch fetched.
         """
         end = perf_counter_ns()
         end_mark = self.clock.mark()
@@ -134,12 +141,14 @@ class StepRecorder:
                 state = self._state
                 state.samples = samples if state.samples is None else state.samples + samples
             return
-        if ended:
+        if not fetched:
             samples = self._fetched_samples
         self._samples = self._fetched_samples = samples
         self._wait_ns = (self._wait_ns or 0) + end - token[0]
         self._fetches += 1
         self._wait_marks.append((token[1], end_mark))
+        if fetched and self.after_fetch is not None:  # not an exhausted iterator's StopIteration
+            self.after_fetch(end)
 
     def add_prefetch_h2d(self, duration_ns: int) -> None:
         """A host-to-device copy the data loader made between steps (Accelerate's prepared loaders).
@@ -160,12 +169,16 @@ class StepRecorder:
 
     def enter_outside(self, kind: str) -> None:
         """Evaluation, a checkpoint or other work between steps starts: its fetches feed no step."""
+        if not self.outside:
+            self._outside_since = perf_counter_ns()
         self.outside.append(kind)
 
     def exit_outside(self) -> None:
         """The innermost ``enter_outside`` block ends."""
         if self.outside:
             self.outside.pop()
+            if not self.outside and not self.in_step:
+                self._outside_ns += perf_counter_ns() - self._outside_since
 
     def discard_input_wait(self) -> None:
         """Forget the fetches since the last step: they fed evaluation, not the next training step."""
@@ -242,8 +255,11 @@ class StepRecorder:
         row.end_ns = perf_counter_ns()
 
     # --- steps -------------------------------------------------------------------
-    def begin_step(self, samples: int | None = None, tokens: int | None = None) -> bool:
-        """Open a step; ``samples``/``tokens`` are the work the caller declared for it.
+    def begin_step(
+        self, samples: int | None = None, tokens: int | None = None, start_ns: int | None = None
+    ) -> bool:
+        """Open a step; ``samples``/``tokens`` are the work the caller declared for it. ``start_ns``
+        (step inference) dates its start back to an earlier clock reading (the end of a fetch).
 
         A ``trace_step`` inside an open one is not a step: it is counted in ``nested_steps``, and
         False is returned (its ``end_step`` must then be skipped). One thread trains: a block opened
@@ -263,9 +279,18 @@ class StepRecorder:
         state.tokens = tokens
         self.clock.reset_peak_memory()
         state.start_mark = self.clock.mark()
-        state.start_ns = perf_counter_ns()
+        state.start_ns = perf_counter_ns() if start_ns is None else start_ns
         self.in_step = True
         return True
+
+    def cancel_step(self) -> None:
+        """Drop the open step without recording it (an inferred step that explicit steps replace)."""
+        if self.in_step:
+            state = self._state
+            for mark in (state.start_mark, *(m for pair in state.phase_marks for m in pair)):
+                self.clock.release(mark)
+            self.in_step = False
+            self._state = _StepState()
 
     def end_step(self, exception_type: str | None = None) -> None:
         """Close the step and queue it; flush a batch when one is due."""
@@ -283,13 +308,18 @@ class StepRecorder:
         # StepRow.of, positionally (a keyword call would cost about 1 us more); the slots in order:
         # step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
         # prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
-        # device_total_bytes, exception_type, phases, collectives, samples, tokens, loader.
+        # device_total_bytes, exception_type, phases, collectives, samples, tokens, loader, source,
+        # between_ns.
+        last_end = self._last_end_ns
         row = StepRow((
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
             total, exception_type, state.phases, state.collectives, samples, state.tokens,
-            self._loader_pending,
+            self._loader_pending, self.source,
+            None if last_end is None else max(0, state.start_ns - last_end - self._outside_ns),
         ))
+        self._last_end_ns = end_ns
+        self._outside_ns = 0
         self._samples = None
         self._loader_pending = None
         if self.clock.has_device:

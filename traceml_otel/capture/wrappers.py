@@ -37,7 +37,8 @@ class TimedFetchIterator:
             batch = next(self._iterator)
             return batch
         finally:
-            self._recorder.fetch_end(token, None if batch is None else batch_samples(batch), batch is None)
+            samples = None if batch is None else batch_samples(batch)
+            self._recorder.fetch_end(token, samples, batch is not None)
 
     def __len__(self) -> int:
         return len(self._source)  # type: ignore[arg-type]

@@ -53,6 +53,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-action", choices=("report", "terminate"), default="report",
                         help="when ranks hang: report it on stderr (default), or also end the job "
                              "(exit code 75) once every rank's hang record is written")
+    parser.add_argument("--no-auto-attach", action="store_true",
+                        help="no zero-code tracing: do not attach to Trainer/Lightning or infer the steps of "
+                             "a loop without trace_step (same as TRACEML_AUTO_ATTACH=0)")
 
 
 def unknown_launcher_option(argv: Sequence[str]) -> str | None:
@@ -108,7 +111,7 @@ def run_run(args: argparse.Namespace) -> int:
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,
-        hang_action=args.hang_action,
+        hang_action=args.hang_action, auto_attach=not args.no_auto_attach,
     )
     code, run_dir = launch(options)
     print()

@@ -194,6 +194,8 @@ class StepSpanBuilder:
             c.ATTR_MEM_PEAK_RESERVED: record.peak_reserved_bytes,
             c.ATTR_MEM_TOTAL: record.device_total_bytes,
             c.ATTR_EXCEPTION_TYPE: record.exception_type,
+            c.ATTR_STEP_SOURCE: record.source,
+            c.ATTR_BETWEEN_STEPS_CPU: _seconds(record.between_steps_ns),
         }
         attributes.update((key, value) for key, value in optional.items() if value is not None)
         if record.input_fetches:

@@ -17,8 +17,10 @@ from traceml_otel import _api
 class StepDriver:
     """Opens and closes ``trace_step`` blocks from framework callbacks."""
 
-    def __init__(self, init_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, init_kwargs: dict[str, Any] | None = None, source: str = "trace_step") -> None:
         self._init_kwargs = init_kwargs or {}
+        self.source = source
+        """``traceml.step.source`` of the steps this driver opens (``hf_trainer``, ``lightning``)."""
         self._open: Any = None
         self._outside: list[Any] = []
         self.undo: list[Callable[[], None]] = []
@@ -39,6 +41,9 @@ class StepDriver:
         context = _api.trace_step(model, samples=samples)
         context.__enter__()
         self._open = context
+        recorder = _api._telemetry.recorder
+        if recorder is not None:
+            recorder.source = self.source
 
     def end(self, exception_type: str | None = None) -> None:
         """Close the open step, if any."""

@@ -38,7 +38,7 @@ class TraceMLCallback(TrainerCallback):
     """
 
     def __init__(self, **init_kwargs: Any) -> None:
-        self._driver = StepDriver(init_kwargs)
+        self._driver = StepDriver(init_kwargs, source="hf_trainer")
         self._driver.start()  # before Trainer.train() prepares (and DDP-wraps) the model
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -38,7 +38,7 @@ def _methods(package: str) -> dict[str, Any]:
 
     def __init__(self: Any, **init_kwargs: Any) -> None:
         """Args: ``**init_kwargs`` go to ``traceml.init()`` when the program has not called it."""
-        self._driver = StepDriver(init_kwargs)
+        self._driver = StepDriver(init_kwargs, source="lightning")
         self._driver.start()  # before the strategy wraps the model (DDP is then recognised)
 
     def setup(self: Any, trainer: Any, pl_module: Any, stage: str) -> None:

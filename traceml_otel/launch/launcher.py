@@ -21,11 +21,13 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
+from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.single import run_single_process, single_process_command
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
+    TRACEML_AUTO_ATTACH,
     TRACEML_JOB,
     TRACEML_LAUNCHER,
     TRACEML_RUN_ID,
@@ -60,6 +62,8 @@ class LaunchOptions:
     def default_name(self) -> str:
         """The run name when none is given: the script's stem, or a module's last part."""
         return self.script.rpartition(".")[2] if self.module else Path(self.script).stem
+    auto_attach: bool = True
+    """Zero-code tracing in the ranks (framework callbacks, inferred steps): see launch/bootstrap.py."""
 
 
 def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
@@ -179,11 +183,13 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
         start_time=time.time(),
     )
     save_manifest(run_dir, manifest)
+    attach = auto_attach_env(env, options.script) if options.auto_attach else {TRACEML_AUTO_ATTACH: "0"}
     saved = {name: os.environ.get(name)
              for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_LAUNCHER, TRACEML_LAUNCHER_PID,
-                          TRACEML_JOB, *options.extra_env)}
+                          TRACEML_JOB, *options.extra_env, *attach)}
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
-                       **options.extra_env, TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
+                       **options.extra_env, **attach,
+                       TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
     if options.run_name and not os.environ.get(TRACEML_JOB):
         os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)

@@ -75,6 +75,7 @@ def _rank_json(m: RankMetrics) -> dict[str, object]:
         "communication_transfer_s": m.communication_transfer,
         "communication_waited_for": [{"rank": rank, "waiting_s": s} for rank, s in m.waited_for],
         "communication_split_basis": m.split_basis or None,
+        "between_steps_s": m.between_steps,
     }
 
 
@@ -97,6 +98,7 @@ def report_json(
             "world_size": run.world_size,
             "ranks": list(run.ranks),
             "parallelism": run.parallelism,
+            "step_sources": list(run.step_sources),
             "command": run.command,
             "start_time": run.start_time,
             "end_time": run.end_time,

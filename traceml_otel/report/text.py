@@ -15,6 +15,7 @@ from traceml_otel.report.units import (
     percent,
     seconds,
     size,
+    step_sources_text,
     table_rows,
     throughput_gap,
     throughput_sentence,
@@ -46,11 +47,14 @@ def _header(analysis: RunAnalysis) -> list[str]:
     else:
         parts.append("no aligned steps")
     parts.append(f"{analysis.clock} clock")
-    return [
+    lines = [
         f"traceml-otel diagnosis  run {run.run_id or '(unknown)'}",
         f"source: {run.source}",
         " | ".join(parts),
     ]
+    if run.step_sources:
+        lines.append(f"steps found by: {step_sources_text(run.step_sources)}")
+    return lines
 
 
 def _run_findings(analysis: RunAnalysis) -> list[str]:

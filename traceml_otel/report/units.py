@@ -9,6 +9,7 @@ from traceml_otel.analyze.communication_rules import byte_size
 from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
+from traceml_otel.sanitize import strip_control
 
 PHASE_LABELS = {
     "input_wait": "input wait",
@@ -193,3 +194,16 @@ def trace_link(template: str | None, trace_id: str) -> str | None:
     if not template or not trace_id:
         return None
     return template.replace("{trace_id}", trace_id)
+
+
+STEP_SOURCE_TEXT = {
+    "trace_step": "trace_step blocks",
+    "hf_trainer": "the Hugging Face Trainer callback",
+    "lightning": "the Lightning callback",
+    "inferred": "inference from the loop's own calls (no trace_step: one step per optimizer update)",
+}
+
+
+def step_sources_text(sources: tuple[str, ...]) -> str:
+    """How the steps were found, in words: ``inference from the loop's own calls (...)``."""
+    return "; ".join(STEP_SOURCE_TEXT.get(source) or strip_control(source)[:40] for source in sources[:4])

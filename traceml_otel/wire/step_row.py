@@ -102,6 +102,10 @@ class StepRow(list):  # type: ignore[type-arg]
     loader = _slot(18, "Appended: ``[num_workers, pin_memory, persistent_workers, "
                                          "prefetch_factor, batch_size, dataset]`` of a newly seen DataLoader "
                                          "(``dataset``, the class name, appended last).")
+    source = _slot(19, "Appended: how the step was found: ``trace_step``, ``hf_trainer``, ``lightning`` or "
+                       "``inferred``.")
+    between_ns = _slot(20, "Appended: CPU time from the end of this rank's previous step to this step's "
+                           "start, less time in ``outside_step`` blocks; None on the first step.")
 
     @classmethod
     def of(
@@ -112,6 +116,7 @@ class StepRow(list):  # type: ignore[type-arg]
         device_total_bytes: int | None = None, exception_type: str | None = None,
         phases: list[PhaseRow] | None = None, collectives: list[CollectiveRow] | None = None,
         samples: int | None = None, tokens: int | None = None, loader: list[Any] | None = None,
+        source: str | None = None, between_ns: int | None = None,
     ) -> StepRow:
         """A row built by name; slots not given are "not measured" (None, 0, empty).
 
@@ -124,7 +129,7 @@ class StepRow(list):  # type: ignore[type-arg]
             step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
             prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
             device_total_bytes, exception_type, [] if phases is None else phases,
-            [] if collectives is None else collectives, samples, tokens, loader,
+            [] if collectives is None else collectives, samples, tokens, loader, source, between_ns,
         ))
 
     @classmethod
@@ -137,12 +142,13 @@ class StepRow(list):  # type: ignore[type-arg]
         return cls((*known, *APPENDED_DEFAULTS[len(known) - FIRST_LAYOUT_FIELDS:]))
 
 
-ROW_FIELDS = 19
+ROW_FIELDS = 21
 """Slots in a row of this version."""
 FIRST_LAYOUT_FIELDS = 15
 """Slots in the first layout (up to ``phases``); every later slot was appended."""
-APPENDED_DEFAULTS: tuple[Any, ...] = ((), None, None, None)
-"""Values of the appended slots (collectives, samples, tokens, loader) a shorter row lacks."""
+APPENDED_DEFAULTS: tuple[Any, ...] = ((), None, None, None, None, None)
+"""Values of the appended slots (collectives, samples, tokens, loader, source, between_ns) a shorter
+row lacks."""
 
 
 def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
@@ -175,4 +181,6 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
         peak_reserved_bytes=row.peak_reserved_bytes, device_total_bytes=row.device_total_bytes,
         exception_type=row.exception_type, collectives=collectives, samples=row.samples,
         tokens=row.tokens, loader=LoaderSettings(*row.loader[:6]) if row.loader else None,
+        source=row.source if isinstance(row.source, str) else None,
+        between_steps_ns=row.between_ns if isinstance(row.between_ns, int) and row.between_ns >= 0 else None,
     )

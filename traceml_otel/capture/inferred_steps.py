@@ -1,0 +1,334 @@
+"""Step inference: the steps of a plain training loop that never calls ``trace_step``.
+
+Under zero-code tracing (``traceml run``), a loop without ``trace_step`` is cut into steps from its
+own calls, one step per optimizer update:
+
+- a step **ends** when the outermost ``optimizer.step()`` of the update returns (Accelerate's
+  ``AcceleratedOptimizer.step`` included; its gradient-accumulation no-ops are no update). With
+  several optimizers alive (a GAN), a step ends once each of them has stepped (one warning says so);
+- the next step **starts** at the end of the last batch fetch before the next training forward (so
+  the fetch is that step's input wait, as with ``for batch in loader: with trace_step(): ...``),
+  or at that forward when nothing was fetched;
+- a training forward is the outermost module call with gradients enabled, outside
+  ``inference_mode``, of a module in ``train()`` mode. Any other forward between updates is
+  evaluation: it opens no step, and the batches fetched for it are no step's input wait.
+
+Phases come from the usual hooks (backward, optimizer, fetches), plus the forward of each module
+seen as the outermost training call. Finding those takes global module hooks, which run for every
+module call; after a few steps they are replaced by hooks on those modules alone. Any explicit step
+(``trace_step``, a framework callback) stops inference for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+WARM_UP_STEPS = 3
+"""Steps timed with global module hooks before only the modules found then are hooked."""
+
+
+def _warn(message: str) -> None:
+    print(f"traceml: {message}", file=sys.stderr, flush=True)
+
+
+def optimizer_of(optimizer: Any, args: Any) -> Any:
+    """The torch optimizer behind an outermost step call (Accelerate's wrapper holds it in ``.optimizer``)."""
+    candidate = optimizer if optimizer is not None else (args[0] if args else None)
+    inner = getattr(candidate, "optimizer", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) else candidate
+
+
+class InferredSteps:
+    """Opens and closes the recorder's steps from a plain loop's fetches, forwards and updates."""
+
+    def __init__(self, telemetry: Any) -> None:
+        self._telemetry = telemetry
+        self._recorder = telemetry.recorder
+        self._pending_start: int | None = None
+        self._depth = 0
+        self._roots: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._global_handles: list[Any] = []
+        self._root_handles: list[Any] = []
+        self._stepped: set[int] = set()
+        self._steps = 0
+        self._warned_optimizers = False
+        self.active = False
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Hook the loop: fetches, outermost forwards (global module hooks) and updates."""
+        hooks = getattr(self._telemetry, "optimizer_hooks", None)
+        if hooks is None or not self._telemetry.config.optimizer:
+            return
+        hooks.after_update = self._updated
+        self._recorder.after_fetch = self._fetched
+        self._recorder.source = "inferred"
+        self._hook_every_module()
+        _OPTIMIZERS.track()
+        _OPTIMIZERS.on_new = self._new_optimizer
+        self.active = True
+
+    def _new_optimizer(self) -> None:
+        """A new optimizer usually means a new model to train: look for its forwards again."""
+        if self.active and not self._global_handles:
+            self._hook_every_module()
+
+    def _hook_every_module(self) -> None:
+        """Global module hooks: find the outermost training forwards (during a warm-up)."""
+        from torch.nn.modules import module as module_hooks
+
+        self._steps = 0
+        self._global_handles = [
+            module_hooks.register_module_forward_pre_hook(self._global_pre),
+            module_hooks.register_module_forward_hook(self._global_post, always_call=True),
+        ]
+
+    def stop(self) -> None:
+        """An explicit step takes over (or the configuration changed): stop inferring, drop an open step."""
+        if not self.active:
+            return
+        self.active = False
+        _OPTIMIZERS.on_new = None
+        self._remove(self._global_handles)
+        self._remove(self._root_handles)
+        hooks = getattr(self._telemetry, "optimizer_hooks", None)
+        if hooks is not None and hooks.after_update == self._updated:
+            hooks.after_update = None
+        self._recorder.after_fetch = None
+        self._recorder.cancel_step()
+        self._recorder.source = "trace_step"
+        if getattr(self._telemetry, "inferred", None) is self:
+            self._telemetry.inferred = None
+
+    @staticmethod
+    def _remove(handles: list[Any]) -> None:
+        while handles:
+            handles.pop().remove()
+
+    # --- what the loop does ---------------------------------------------------------
+    def _fetched(self, end_ns: int) -> None:
+        """A batch was fetched between steps: the next step may start here."""
+        self._pending_start = end_ns
+
+    def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
+        self._depth += 1
+        if self._depth == 1:
+            self._outermost_call(module)
+            forward = self._telemetry.forward
+            if forward is not None:
+                forward._pre(module, args)
+
+    def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            forward = self._telemetry.forward
+            if forward is not None:
+                forward._post(module, args, output)
+
+    def _root_pre(self, module: torch.nn.Module, args: Any) -> None:
+        self._outermost_call(module, known=True)
+
+    def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
+        recorder = self._recorder
+        if recorder.in_step:
+            return
+        if module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            if not known and module not in self._roots:
+                self._roots.add(module)
+                self._telemetry._first_step_with(module)  # forward hooks, parallelism, collectives
+            start, self._pending_start = self._pending_start, None
+            recorder.begin_step(start_ns=start)
+        elif not recorder.outside:  # evaluation between updates: its fetches feed no step
+            self._pending_start = None
+            recorder.discard_input_wait()
+
+    def _updated(self, optimizer: Any, args: Any) -> None:
+        """The outermost optimizer call returned: the step ends once every live optimizer stepped."""
+        recorder = self._recorder
+        stepped = optimizer_of(optimizer, args)
+        if not recorder.in_step:  # no training forward seen (a new model, or a functional one)
+            start = self._pending_start if self._pending_start is not None else recorder._last_end_ns
+            self._pending_start = None
+            recorder.begin_step(start_ns=start)
+            recorder.optimizer_stepped()
+            if not self._global_handles:  # look for the new model's forwards again
+                self._hook_every_module()
+        if not self._iteration_done(id(stepped)):
+            return
+        self._stepped.clear()
+        recorder.end_step()
+        self._steps += 1
+        if self._steps == WARM_UP_STEPS and self._global_handles:
+            self._hook_roots_only()
+
+    def _iteration_done(self, stepped: int) -> bool:
+        live = _OPTIMIZERS.ids
+        if len(live) <= 1 or stepped not in live:
+            return True
+        if stepped in self._stepped:  # stepped twice while others did not: those are idle
+            missing = live - self._stepped
+            _OPTIMIZERS.forget(missing)
+            self._stepped.clear()
+            _warn(f"{len(missing)} optimizer(s) that exist did not step while another stepped twice; "
+                  "inferred steps no longer wait for them (one step may have held two updates; wrap the "
+                  "loop body in traceml.trace_step() for exact steps)")
+            return True
+        self._stepped.add(stepped)
+        if not self._warned_optimizers:
+            self._warned_optimizers = True
+            _warn(f"{len(live)} optimizers exist: each inferred step ends once every one of them has "
+                  "stepped (one update each, as in a GAN); if an iteration updates them differently, wrap "
+                  "the loop body in traceml.trace_step() (warned once)")
+        return self._stepped >= live
+
+    def _hook_roots_only(self) -> None:
+        """After the warm-up: hook the outermost training modules found, drop the global hooks."""
+        roots = list(self._roots)
+        if not roots:
+            return
+        self._remove(self._global_handles)
+        forward = self._telemetry.forward
+        for root in roots:
+            if root not in self._hooked:
+                self._hooked.add(root)
+                self._root_handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
+            if forward is not None:
+                forward.watch(root)
+
+
+class _OptimizerRegistry:
+    """The torch optimizers alive in the process (``Optimizer.__init__`` records each one)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        self.ids: set[int] = set()
+        """Ids of the optimizers alive and waited for (read on every update: kept ready, not rebuilt)."""
+        self._tracking = False
+        self.on_new: Any = None
+        """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
+
+    def track(self) -> None:
+        if self._tracking:
+            return
+        self._tracking = True
+        original = torch.optim.Optimizer.__init__
+        registry = self
+        depth = [0]  # an optimizer built inside another's __init__ (ZeroRedundancyOptimizer's) is its part
+
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            depth[0] += 1
+            try:
+                original(optimizer, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                registry.add(optimizer)
+                if registry.on_new is not None:
+                    registry.on_new()
+
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+
+    def add(self, optimizer: Any) -> None:
+        key = id(optimizer)
+        try:
+            self._refs[key] = weakref.ref(optimizer, lambda _: self._gone(key))
+        except TypeError:
+            return
+        self.ids.add(key)
+
+    def _gone(self, key: int) -> None:
+        self._refs.pop(key, None)
+        self.ids.discard(key)
+
+    def forget(self, ids: set[int]) -> None:
+        """Stop waiting for these optimizers (they exist but do not step)."""
+        self.ids -= ids
+
+
+_OPTIMIZERS = _OptimizerRegistry()
+
+
+def start_inference() -> InferredSteps | None:
+    """Start telemetry (if the script has not) and infer steps until an explicit step appears."""
+    from traceml_otel import _api
+
+    if not _api.init_automatically():
+        return None
+    telemetry = _api._telemetry
+    recorder = getattr(telemetry, "recorder", None)
+    if recorder is None or recorder.step or recorder.in_step or getattr(telemetry, "inferred", None):
+        return None
+    inferred = InferredSteps(telemetry)
+    inferred.start()
+    if inferred.active:
+        telemetry.inferred = inferred
+    return inferred if inferred.active else None
+
+
+class _Arming:
+    """Waits, at almost no cost, for the loop's first batch fetch or module call, then starts.
+
+    Installed when torch is imported. Telemetry does not start then: the script may still call
+    ``traceml.init()`` with its own arguments (or ``disabled=True``), and a script that never trains
+    starts no emitter. At the first ``DataLoader`` ``next()`` or the first module call, after the
+    script's own setup, :func:`start_inference` runs (``init()`` only if the script has not called
+    it), and that first fetch or forward is already part of what it times.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._forward_handle: Any = None
+        self._original_next: Any = None
+
+    def arm(self) -> None:
+        from torch.nn.modules import module as module_hooks
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        _OPTIMIZERS.track()  # before the script builds its optimizers
+        self._forward_handle = module_hooks.register_module_forward_pre_hook(self._first_forward)
+        original = self._original_next = _BaseDataLoaderIter.__next__
+        arming = self
+
+        def armed_next(iterator: Any) -> Any:
+            if arming.fired:
+                return original(iterator)
+            outermost = _BaseDataLoaderIter.__next__ is armed_next
+            if outermost:  # no hook wraps us yet: step aside so init()'s fetch timing wraps the original
+                _BaseDataLoaderIter.__next__ = original  # type: ignore[method-assign]
+            arming.fire()
+            # outermost: the class's __next__ is now init()'s timed one; else a hook around us times it
+            return _BaseDataLoaderIter.__next__(iterator) if outermost else original(iterator)
+
+        _BaseDataLoaderIter.__next__ = armed_next  # type: ignore[method-assign]
+
+    def _first_forward(self, module: torch.nn.Module, args: Any) -> None:
+        inferred = self.fire()
+        if inferred is not None:  # the hooks it installed do not run for this call: run them here
+            inferred._global_pre(module, args)
+
+    def fire(self) -> InferredSteps | None:
+        if self.fired:
+            return None
+        self.fired = True
+        if self._forward_handle is not None:
+            self._forward_handle.remove()
+            self._forward_handle = None
+        try:
+            return start_inference()
+        except Exception as error:  # never a reason not to train
+            _warn(f"step inference is off: {type(error).__name__}: {error}")
+            return None
+
+
+_ARMING = _Arming()
+
+
+def arm_inference() -> None:
+    """Start telemetry and step inference at the loop's first fetch or forward (see :class:`_Arming`)."""
+    if not _ARMING.fired and _ARMING._original_next is None:
+        _ARMING.arm()
