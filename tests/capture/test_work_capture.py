@@ -61,7 +61,7 @@ def test_loader_batches_become_samples_and_settings_go_out_once() -> None:
         patch.uninstall()
     records = sink.records()
     assert [r.samples for r in records] == [16, 16, 8, 16, None]
-    assert records[0].loader == LoaderSettings(0, False, False, None, 16)
+    assert records[0].loader == LoaderSettings(0, False, False, None, 16, "TensorDataset")
     assert [r.loader is not None for r in records] == [True, False, False, False, False]
 
 

@@ -279,6 +279,9 @@ class Emitter:
                 self._stop_shipper()
         elif self.stats.otlp_endpoint is not None:
             self._count_skipped(EXPORT_TURNED_OFF, sum(len(s.phases) + 1 for s in built))
+        self._record_metrics(records, built, sampled)
+
+    def _record_metrics(self, records: list[StepRecord], built: list[StepSpans], sampled: list[bool]) -> None:
         if self.metrics is not None:
             try:
                 for record, spans, kept in zip(records, built, sampled, strict=False):
@@ -353,9 +356,15 @@ class Emitter:
         not_sent = NOT_SENT_AT_SHUTDOWN if span_down is None else f"not sent: {span_down}"
         while self._export_backlog and time.monotonic() < deadline:
             self.export_next()
+        metrics_until = started + min(self.drain_s * SPAN_DRAIN_SHARE, DEAD_ENDPOINT_DRAIN_S)
         while self._export_backlog:
             records, built = self._export_backlog.popleft()
-            self._skip_export(not_sent, records, built)
+            if span_down is not None and time.monotonic() < metrics_until:
+                # The span endpoint is down, the metrics' may not be: the steps still count in the metrics.
+                self._count_skipped(not_sent, sum(len(step.phases) + 1 for step in built))
+                self._record_metrics(records, built, [False] * len(built))
+            else:
+                self._skip_export(not_sent, records, built)
         self._export_backlog_spans = 0
         if self.shipper is not None:
             shipper = self.shipper
