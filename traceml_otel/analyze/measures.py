@@ -100,6 +100,75 @@ def step_values(step: StepTiming, clock: Clock) -> StepValues:
     )
 
 
+def residual_time(traced: float, h2d_in_step: float, compute: float, communication: float) -> float:
+    """Time inside the block outside the phases and the exposed collectives (never below 0).
+
+    The one definition of the residual: per step for spans, over a rank's totals for metrics.
+    """
+    return max(0.0, traced - h2d_in_step - compute - communication)
+
+
+@dataclass(frozen=True, slots=True)
+class RankTotals:
+    """Sums over one rank's steps on one clock, from which :class:`RankMetrics` means are taken.
+
+    Filled by the span reader (:func:`rank_metrics`) and by the metric sources (sums pushed down to
+    the engine), so both share one definition of each mean. ``None``: a required signal was missing
+    on some step (the mean is then unavailable, never 0).
+    """
+
+    rank: int
+    steps: int
+    step_time: float | None
+    input_wait: float | None
+    traced: float | None
+    forward: float | None
+    backward: float | None
+    optimizer: float
+    h2d: float
+    h2d_measured: bool
+    compute: float | None
+    residual: float | None
+    optimizer_updates: int | None = None
+    micro_steps: int = 0
+    samples: float | None = None
+    tokens: float | None = None
+    communication: float | None = None
+    communication_total: float | None = None
+    communication_bytes: float | None = None
+    communication_measured: bool = False
+
+    def means(self) -> RankMetrics:
+        """Per-step means of these totals."""
+        n = self.steps
+
+        def mean(total: float | None) -> float | None:
+            return None if total is None or n == 0 else total / n
+
+        return RankMetrics(
+            rank=self.rank,
+            steps=n,
+            step_time=mean(self.step_time),
+            input_wait=mean(self.input_wait),
+            traced=mean(self.traced),
+            forward=mean(self.forward),
+            backward=mean(self.backward),
+            optimizer=self.optimizer / n if n else 0.0,
+            h2d=self.h2d / n if n else 0.0,
+            h2d_measured=self.h2d_measured,
+            compute=mean(self.compute),
+            residual=mean(self.residual),
+            optimizer_updates=self.optimizer_updates,
+            micro_steps=self.micro_steps,
+            samples_per_step=mean(self.samples),
+            tokens_per_step=mean(self.tokens),
+            communication=mean(self.communication),
+            communication_total=mean(self.communication_total),
+            communication_bytes=mean(self.communication_bytes),
+            communication_measured=self.communication_measured,
+        )
+
+
 def rank_metrics(
     rank: int, steps: Sequence[StepTiming], clock: Clock
 ) -> tuple[RankMetrics, list[float | None]]:
@@ -171,7 +240,7 @@ def rank_metrics(
             compute = forward + backward + optimizer
             sums[6] += compute
             if traced is not None:
-                sums[7] += max(0.0, traced - h2d_in - compute - exposed)
+                sums[7] += residual_time(traced, h2d_in, compute, exposed)
         if wait is not None and traced is not None:
             whole = wait + traced + (h2d - h2d_in)
             step_sum += whole
@@ -180,33 +249,30 @@ def rank_metrics(
             step_missing = True
             seconds.append(traced)
 
-    def mean(total: float, absent: bool) -> float | None:
-        return None if absent or n == 0 else total / n
-
     no_compute = missing[2] or missing[3]
-    metrics = RankMetrics(
+    totals = RankTotals(
         rank=rank,
         steps=n,
-        step_time=mean(step_sum, step_missing),
-        input_wait=mean(sums[0], missing[0]),
-        traced=mean(sums[1], missing[1]),
-        forward=mean(sums[2], missing[2]),
-        backward=mean(sums[3], missing[3]),
-        optimizer=sums[4] / n if n else 0.0,
-        h2d=sums[5] / n if n else 0.0,
+        step_time=None if step_missing else step_sum,
+        input_wait=None if missing[0] else sums[0],
+        traced=None if missing[1] else sums[1],
+        forward=None if missing[2] else sums[2],
+        backward=None if missing[3] else sums[3],
+        optimizer=sums[4],
+        h2d=sums[5],
         h2d_measured=h2d_measured,
-        compute=mean(sums[6], no_compute),
-        residual=mean(sums[7], no_compute or missing[1]),
+        compute=None if no_compute else sums[6],
+        residual=None if no_compute or missing[1] else sums[7],
         optimizer_updates=updates,
         micro_steps=micro,
-        samples_per_step=samples_sum / n if samples_known else None,
-        tokens_per_step=tokens_sum / n if tokens_known else None,
-        communication=mean(comm_sum, comm_missing or not comm_seen),
-        communication_total=mean(comm_total, total_missing or not comm_seen),
-        communication_bytes=comm_bytes / n if comm_seen and n else None,
+        samples=samples_sum if samples_known else None,
+        tokens=tokens_sum if tokens_known else None,
+        communication=None if comm_missing or not comm_seen else comm_sum,
+        communication_total=None if total_missing or not comm_seen else comm_total,
+        communication_bytes=comm_bytes if comm_seen else None,
         communication_measured=comm_seen,
     )
-    return metrics, seconds
+    return totals.means(), seconds
 
 
 def component(metrics: RankMetrics, name: str) -> float | None:
