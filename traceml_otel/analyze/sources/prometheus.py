@@ -44,6 +44,8 @@ MAX_POINTS = 400
 MAX_RANKS = 100_000
 """Series one per-rank answer may hold before it is refused (a selector that matched far too much)."""
 MAX_RANK = 10_000_000
+MAX_STEPS = 1e12
+"""More steps than this on one rank is not a training run's counter: the answer is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,9 @@ class PrometheusReader:
     def read(self) -> MetricRun:
         """Every total and series of the run. Raises :class:`SourceError`."""
         by_rank = self._vector(self.total(STEP_COUNT))
+        if any(steps > MAX_STEPS for steps in by_rank.values()):
+            raise SourceError(f"Prometheus at {self.url} answered an implausible step count "
+                              f"({max(by_rank.values()):.3g} steps on one rank)")
         if not by_rank:
             return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
         traced = self._vector(self.total(STEP_SUM))
