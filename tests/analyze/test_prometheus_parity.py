@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.analyze.test_diagnosis_scenarios import SCENARIOS
+from traceml_otel.contract import step_trace_id
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = shutil.which("prometheus")
@@ -186,3 +187,31 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
             assert other is None, component
         else:
             assert other is not None and abs(other - share) <= 0.01, (component, share, other)
+
+
+def test_exemplars_name_the_runs_slowest_step_traces(parity: Parity, capsys) -> None:
+    """The trace ids the metric report names are step traces of that run (contract.step_trace_id)."""
+    from traceml_otel.cli.entry import main
+
+    name = next(iter(parity.run_ids))
+    run_id = parity.run_ids[name]
+    assert main(["analyze", "--prometheus", parity.prometheus, "--run-id", run_id, "--since", "30m"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "slowest sampled steps (exemplars): rank" in text, text
+    steps = parity.span_reports[name]["ranks"][0]["steps"] + 5
+    traces = {f"{step_trace_id(run_id, step):032x}" for step in range(steps)}
+    named = [word for word in text.replace(";", " ").split() if len(word) == 32 and word.isalnum()]
+    assert named and set(named) <= traces, named
+
+
+def test_a_range_outside_the_run_has_no_steps(parity: Parity, capsys) -> None:
+    """Totals are differences over the range: none before the run began, none after it ended."""
+    from traceml_otel.cli.entry import main
+
+    run_id = next(iter(parity.run_ids.values()))
+    for since, until in (("2h", "1h"), ("1s", "now")):
+        time.sleep(1.0 if since == "1s" else 0.0)
+        code = main(["analyze", "--prometheus", parity.prometheus, "--run-id", run_id, "--since", since,
+                     "--until", until])
+        assert code == 1, capsys.readouterr().out
+        assert "NO DATA" in capsys.readouterr().out
