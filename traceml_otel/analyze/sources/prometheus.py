@@ -221,12 +221,10 @@ class PrometheusReader:
             f"quantile(0.5, max by ({RANK_LABEL}) (last_over_time({self.selector(STEP_COUNT)}[{bucket}])))",
             start, end, bucket_s), strict=True))
         points = tuple(int(done.get(t, 0.0)) for t in times)
-        memory: list[tuple[float, ...]] = []
-        for how in ("max", "quantile(0.5,"):
-            peak = f"max by ({RANK_LABEL}) (max_over_time({self.selector(PEAK_ALLOCATED)}[{bucket}]))"
-            expr = f"max({peak})" if how == "max" else f"quantile(0.5, {peak})"
-            memory.append(tuple(self._range(expr, start, end, bucket_s)[1]))
-        return points, tuple(series), memory[0], memory[1], bucket_s
+        peak = f"max by ({RANK_LABEL}) (max_over_time({self.selector(PEAK_ALLOCATED)}[{bucket}]))"
+        worst = tuple(self._range(f"max({peak})", start, end, bucket_s)[1])
+        median = tuple(self._range(f"quantile(0.5, {peak})", start, end, bucket_s)[1])
+        return points, tuple(series), worst, median, bucket_s
 
     def _exemplars(self) -> tuple[tuple[SlowExemplar, ...], bool]:
         """The slowest step-duration exemplars (empty when the engine keeps none)."""
