@@ -70,9 +70,11 @@ def test_input_bound_from_sums() -> None:
 
 def test_totals_are_differences_of_cumulative_series_not_increase() -> None:
     reader = PrometheusReader("http://x", run_id='a"b', when=TimeRange(1000.0, 4600.0))
-    query = reader.total("traceml_steps_total")
+    query = reader.total("traceml_steps_total", since_offset_s=3600.5)
     assert 'traceml_run_id="a\\"b"' in query and "increase" not in query and "rate" not in query
-    assert "[3600s] offset 3600s" in query and " or " in query
+    # each side reads one lookback window (not the whole range): the end value minus the value at --since
+    assert "[300s] offset 3600500ms" in query and " or " in query
+    assert " offset " not in reader.total("traceml_steps_total")  # no offset: the end value alone
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -139,6 +139,32 @@ def _vector(*items: object) -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": list(items)}}).encode()
 
 
+class _PrometheusAnswer(Quiet):
+    """A run found by the first (range) query; every instant query answers ``_Reply.body``."""
+
+    def do_GET(self) -> None:
+        body = _Reply.body
+        if self.path.startswith("/api/v1/query_range"):
+            now = time.time()
+            body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {}, "values": [[now - 60, "5"], [now - 30, "9"]]}]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def prometheus_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PrometheusAnswer)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
 NOT_API = "not a Prometheus API answer"
 NO_VECTOR = "query with no vector result"
 
@@ -162,10 +188,10 @@ NO_VECTOR = "query with no vector result"
     (_vector(*({"metric": {"traceml_rank": str(r)}, "value": [1, "1"]} for r in range(100_001))),
      "series for one query"),
 ])
-def test_a_prometheus_shape_error_is_never_a_traceback(answer_url, capsys, body, expected) -> None:
+def test_a_prometheus_shape_error_is_never_a_traceback(prometheus_url, capsys, body, expected) -> None:
     """Wrong types, non-finite and huge numbers, hostile labels, too many series: one clear line
     (exit 2), or no data (exit 1) when nothing usable is left; never a traceback or an escape."""
-    url = _answering(answer_url, 200, body)
+    url = _answering(prometheus_url, 200, body)
     code = run_analyze(_args("--prometheus", url))
     if expected is None:
         captured = capsys.readouterr()

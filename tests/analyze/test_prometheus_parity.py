@@ -54,7 +54,7 @@ ALL = (
     Scenario("incomplete_data", "incomplete_data.py"),
     Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
 )
-DEFAULT = ("input_bound", "communication_bound", "residual_heavy")
+DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank")
 SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
 
 

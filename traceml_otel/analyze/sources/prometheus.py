@@ -40,6 +40,9 @@ STEP_BUCKET = "traceml_step_duration_seconds_bucket"
 phase, input-wait and collective histograms are read (they carry no buckets)."""
 
 MAX_POINTS = 400
+LOOKBACK_S = 300.0
+LOOKBACK = "300s"
+"""How far back a query looks for a series' last sample (Prometheus' default staleness lookback)."""
 """Points of the over-the-run series (drift, memory): the bucket is the run's length / this."""
 MAX_RANKS = 100_000
 """Series one per-rank answer may hold before it is refused (a selector that matched far too much)."""
@@ -67,6 +70,17 @@ class RankCounters:
     tokens: float | None = None
     peak_allocated: float | None = None
     peak_reserved: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunExtent:
+    """The part of the asked range where the run has samples (unix seconds)."""
+
+    start: float
+    end: float
+    """Totals are read here (the last point with a sample in the lookback before it)."""
+    since_offset_s: float
+    """From ``--since`` to ``end``: the start values of the totals are read that much earlier."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +150,15 @@ class PrometheusReader:
     def selector(self, metric: str) -> str:
         return f"{metric}{{{RUN_LABEL}={promql_string(self.run_id)}}}"
 
-    def total(self, metric: str, by: tuple[str, ...] = ()) -> str:
-        """Per rank (and ``by``): the series' last value at the end minus its last value at the start."""
+    def total(self, metric: str, by: tuple[str, ...] = (), since_offset_s: float = 0.0) -> str:
+        """Per rank (and ``by``): the series' last value at the query time minus its last value
+        ``since_offset_s`` earlier (none then: 0). Each side reads one lookback window, not the run."""
         labels = ", ".join((RANK_LABEL, *by))
-        span = _duration(self.when.end - self.when.start)
-        end = f"max by ({labels}) (last_over_time({self.selector(metric)}[{span}]))"
-        start = f"max by ({labels}) (last_over_time({self.selector(metric)}[{span}] offset {span}))"
+        end = f"max by ({labels}) (last_over_time({self.selector(metric)}[{LOOKBACK}]))"
+        if since_offset_s < 0.001:
+            return end
+        offset = f"{round(since_offset_s * 1000)}ms"
+        start = f"max by ({labels}) (last_over_time({self.selector(metric)}[{LOOKBACK}] offset {offset}))"
         return f"{end} - ({start} or {end} * 0)"
 
     def delta(self, metric: str, bucket: str) -> str:
@@ -151,26 +168,42 @@ class PrometheusReader:
         return f"({now} - {before})"
 
     # --- reading -------------------------------------------------------------------------
+    def extent(self) -> RunExtent | None:
+        """Where in the range the run has samples (one coarse range query), or ``None``."""
+        step = float(max(1, math.ceil((self.when.end - self.when.start) / MAX_POINTS)))
+        alive = f"max(last_over_time({self.selector(STEP_COUNT)}[{LOOKBACK}]))"
+        times, _ = self._range(alive, self.when.start, self.when.end, step)
+        if not times:
+            return None
+        start = max(self.when.start, times[0] - LOOKBACK_S)
+        return RunExtent(start, times[-1], times[-1] - self.when.start)
+
     def read(self) -> MetricRun:
         """Every total and series of the run. Raises :class:`SourceError`."""
-        by_rank = self._vector(self.total(STEP_COUNT))
+        extent = self.extent()
+        if extent is None:
+            return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
+        at, since = extent.end, extent.since_offset_s
+
+        def vector(metric: str) -> dict[int, float]:
+            return self._vector(self.total(metric, since_offset_s=since), at)
+
+        def by_label(metric: str, label: str) -> dict[tuple[int, str], float]:
+            return self._by_label(self.total(metric, (label,), since), label, at)
+
+        by_rank = vector(STEP_COUNT)
         if any(steps > MAX_STEPS for steps in by_rank.values()):
             raise SourceError(f"Prometheus at {self.url} answered an implausible step count "
                               f"({max(by_rank.values()):.3g} steps on one rank)")
         if not by_rank:
             return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
-        traced = self._vector(self.total(STEP_SUM))
-        wait = self._vector(self.total(WAIT_SUM))
-        wait_steps = self._vector(self.total(WAIT_COUNT))
-        phase_time = self._by_label(self.total(PHASE_SUM, (PHASE_LABEL,)), PHASE_LABEL)
-        phase_calls = self._by_label(self.total(PHASE_COUNT, (PHASE_LABEL,)), PHASE_LABEL)
-        exposed = self._by_label(self.total(EXPOSED_SUM, (SOURCE_LABEL,)), SOURCE_LABEL)
-        collective = self._by_label(self.total(COLLECTIVE_SUM, (SOURCE_LABEL,)), SOURCE_LABEL)
-        samples = self._vector(self.total(SAMPLES))
-        tokens = self._vector(self.total(TOKENS))
-        span = _duration(self.when.end - self.when.start)
+        traced, wait, wait_steps = vector(STEP_SUM), vector(WAIT_SUM), vector(WAIT_COUNT)
+        phase_time, phase_calls = by_label(PHASE_SUM, PHASE_LABEL), by_label(PHASE_COUNT, PHASE_LABEL)
+        exposed, collective = by_label(EXPOSED_SUM, SOURCE_LABEL), by_label(COLLECTIVE_SUM, SOURCE_LABEL)
+        samples, tokens = vector(SAMPLES), vector(TOKENS)
+        span = _duration(extent.end - extent.start)
         peaks = [
-            self._vector(f"max by ({RANK_LABEL}) (max_over_time({self.selector(name)}[{span}]))")
+            self._vector(f"max by ({RANK_LABEL}) (max_over_time({self.selector(name)}[{span}]))", at)
             for name in (PEAK_ALLOCATED, PEAK_RESERVED)
         ]
         ranks = tuple(
@@ -193,26 +226,26 @@ class PrometheusReader:
             for rank, steps in sorted(by_rank.items())
             if steps > 0
         )
-        series = self._over_the_run()
-        exemplars, queried = self._exemplars()
+        series = self._over_the_run(extent)
+        exemplars, queried = self._exemplars(extent)
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
             queries=self.queries,
         )
 
-    def _over_the_run(self) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...],
-                                      float]:
+    def _over_the_run(self, extent: RunExtent) -> tuple[
+        tuple[int, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...], float
+    ]:
         """Drift and memory series: one point per bucket of the run's steps, medians over ranks."""
-        span = _duration(self.when.end - self.when.start)
-        first = self._scalar(f"min(min_over_time({self.selector(LAST_STEP)}[{span}]))")
-        last = self._scalar(f"max(max_over_time({self.selector(LAST_STEP)}[{span}]))")
-        scrapes = self._scalar(f"max(count_over_time({self.selector(STEP_COUNT)}[{span}]))")
-        if first is None or last is None or not scrapes or scrapes < 3 or last <= first:
+        last = self.selector(LAST_STEP)
+        spacing = (f"max((max_over_time({last}[{LOOKBACK}]) - min_over_time({last}[{LOOKBACK}])) "
+                   f"/ (count_over_time({last}[{LOOKBACK}]) - 1 > 0))")
+        interval = self._scalar(spacing, extent.end)
+        if not interval or interval <= 0:
             return (), (), (), (), 0.0
-        interval = (last - first) / max(scrapes - 1, 1)
-        bucket_s = float(max(1, math.ceil(max(1.5 * interval, (last - first) / MAX_POINTS))))
+        start, end = extent.start, extent.end
+        bucket_s = float(max(1, math.ceil(max(1.5 * interval, (end - start) / MAX_POINTS))))
         bucket = _duration(bucket_s)
-        start, end = max(first, self.when.start), min(last + bucket_s, self.when.end)
         wait = self.delta(WAIT_SUM, bucket)
         traced = self.delta(STEP_SUM, bucket)
         per_rank = f"({traced} + ({wait} or {traced} * 0)) / ({self.delta(STEP_COUNT, bucket)} > 0)"
@@ -226,10 +259,10 @@ class PrometheusReader:
         median = tuple(self._range(f"quantile(0.5, {peak})", start, end, bucket_s)[1])
         return points, tuple(series), worst, median, bucket_s
 
-    def _exemplars(self) -> tuple[tuple[SlowExemplar, ...], bool]:
+    def _exemplars(self, extent: RunExtent) -> tuple[tuple[SlowExemplar, ...], bool]:
         """The slowest step-duration exemplars (empty when the engine keeps none)."""
-        params = {"query": self.selector(STEP_BUCKET), "start": f"{self.when.start:.3f}",
-                  "end": f"{self.when.end:.3f}"}
+        params = {"query": self.selector(STEP_BUCKET), "start": f"{extent.start:.3f}",
+                  "end": f"{extent.end:.3f}"}
         try:
             data = self._data("/api/v1/query_exemplars", params)
         except SourceError as error:
@@ -278,29 +311,29 @@ class PrometheusReader:
                               f"{MAX_RANKS:,}); is --run-id right?")
         return [item for item in result if isinstance(item, dict) and isinstance(item.get("metric"), dict)]
 
-    def _instant(self, query: str) -> list[dict]:
-        return self._result("/api/v1/query", {"query": query, "time": f"{self.when.end:.3f}"}, "vector")
+    def _instant(self, query: str, at: float) -> list[dict]:
+        return self._result("/api/v1/query", {"query": query, "time": f"{at:.3f}"}, "vector")
 
-    def _vector(self, query: str) -> dict[int, float]:
+    def _vector(self, query: str, at: float) -> dict[int, float]:
         """``{rank: value}`` of a per-rank instant query (non-finite and unlabelled values dropped)."""
         values: dict[int, float] = {}
-        for item in self._instant(query):
+        for item in self._instant(query, at):
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             if rank is not None and value is not None:
                 values[rank] = value
         return values
 
-    def _by_label(self, query: str, label: str) -> dict[tuple[int, str], float]:
+    def _by_label(self, query: str, label: str, at: float) -> dict[tuple[int, str], float]:
         values: dict[tuple[int, str], float] = {}
-        for item in self._instant(query):
+        for item in self._instant(query, at):
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             name = item["metric"].get(label)
             if rank is not None and value is not None and isinstance(name, str):
                 values[(rank, strip_control(name)[:64])] = value
         return values
 
-    def _scalar(self, query: str) -> float | None:
-        found = [_sample(item.get("value")) for item in self._instant(query)]
+    def _scalar(self, query: str, at: float) -> float | None:
+        found = [_sample(item.get("value")) for item in self._instant(query, at)]
         return next((v for v in found if v is not None), None)
 
     def _range(self, query: str, start: float, end: float, step: float) -> tuple[list[float], list[float]]:
