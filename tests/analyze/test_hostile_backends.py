@@ -241,3 +241,13 @@ def test_a_silent_prometheus_is_a_timeout(serve, capsys) -> None:
                                                             "--timeout", "1")))
     assert time.monotonic() - started < 10
     assert "did not answer within 1 s (--timeout)" in line, line
+
+
+def test_an_engines_warnings_reach_the_report(prometheus_url, capsys) -> None:
+    """A partial answer (Thanos: a store was down) is said, stripped of control characters."""
+    answer = json.loads(_vector({"metric": {"traceml_rank": "0"}, "value": [1, "30"]}))
+    answer["warnings"] = ["partial response: store \x1b[31mB unreachable"]
+    url = _answering(prometheus_url, 200, json.dumps(answer).encode())
+    run_analyze(_args("--prometheus", url))
+    captured = capsys.readouterr()
+    assert "partial response: store" in captured.err + captured.out and ESC not in captured.err + captured.out

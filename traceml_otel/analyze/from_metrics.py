@@ -103,7 +103,7 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
     parallelism = infer_parallelism(run.ranks)
     counts = tuple(RankCount(m.rank, m.steps, 0, max(m.steps - 1, 0)) for m in ranks)
     observed = tuple(m.rank for m in ranks)
-    warnings = (NOT_FROM_METRICS, *_exemplar_lines(run))
+    warnings = (*run.warnings, NOT_FROM_METRICS, *_exemplar_lines(run))
     info = RunInfo(
         run_id=run.run_id, source=run.source, world_size=len(ranks) or None, ranks=observed,
         parallelism=parallelism, steps_read=sum(m.steps for m in ranks), warnings=warnings,

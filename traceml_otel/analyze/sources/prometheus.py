@@ -109,6 +109,8 @@ class MetricRun:
     exemplars: tuple[SlowExemplar, ...] = ()
     exemplars_queried: bool = False
     queries: int = 0
+    warnings: tuple[str, ...] = ()
+    """What the engine warned about (a partial answer) and what could not be read."""
 
 
 def promql_string(value: str) -> str:
@@ -230,7 +232,7 @@ class PrometheusReader:
         exemplars, queried = self._exemplars(extent)
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
-            queries=self.queries,
+            queries=self.queries, warnings=tuple(self.log.warnings),
         )
 
     def _over_the_run(self, extent: RunExtent) -> tuple[
