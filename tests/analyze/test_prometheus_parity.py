@@ -129,7 +129,7 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
     port = _free_port()
     assert PROMETHEUS is not None
     with open(tmp / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen(
+        server = subprocess.Popen(
             [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
              f"--storage.tsdb.path={tmp / 'data'}", "--enable-feature=exemplar-storage"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -149,13 +149,13 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
         # Side by side: each comparison is between two readers of the same run, so runs may share the CPU.
         running = [(s, _start(tmp, s, ports[s.name])) for s in scenarios]
         reports, run_ids = {}, {}
-        for scenario, proc in running:
-            run_ids[scenario.name], reports[scenario.name] = _finish(tmp, scenario, proc)
+        for scenario, launched in running:
+            run_ids[scenario.name], reports[scenario.name] = _finish(tmp, scenario, launched)
         time.sleep(1.5)  # the last scrape's samples become queryable
         yield Parity(url, ports, reports, run_ids)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _prometheus_report(parity: Parity, name: str, capsys: pytest.CaptureFixture[str]) -> dict:
