@@ -100,6 +100,87 @@ def step_values(step: StepTiming, clock: Clock) -> StepValues:
     )
 
 
+def residual_time(traced: float, h2d_in_step: float, compute: float, communication: float) -> float:
+    """Time inside the block outside the phases and the exposed collectives (never below 0).
+
+    The one definition of the residual: per step for spans, over a rank's totals for metrics.
+    """
+    return max(0.0, traced - h2d_in_step - compute - communication)
+
+
+@dataclass(frozen=True, slots=True)
+class RankTotals:
+    """Sums over one rank's steps on one clock, from which :class:`RankMetrics` means are taken.
+
+    Filled by the span reader (:func:`rank_metrics`) and by the metric sources (sums pushed down to
+    the engine), so both share one definition of each mean. ``None``: a required signal was missing
+    on some step (the mean is then unavailable, never 0).
+    """
+
+    rank: int
+    steps: int
+    step_time: float | None
+    input_wait: float | None
+    traced: float | None
+    forward: float | None
+    backward: float | None
+    optimizer: float
+    h2d: float
+    h2d_measured: bool
+    compute: float | None
+    residual: float | None
+    optimizer_updates: int | None = None
+    micro_steps: int = 0
+    samples: float | None = None
+    tokens: float | None = None
+    communication: float | None = None
+    communication_total: float | None = None
+    communication_bytes: float | None = None
+    communication_measured: bool = False
+    samples_steps: int | None = None
+    """Steps that recorded a sample count (``None``: every step, as a counter's total implies)."""
+    tokens_steps: int | None = None
+    communication_calls: float | None = None
+    between_steps: float | None = None
+    """Sum of the time between steps over the ``between_steps_counted`` steps that recorded it."""
+    between_steps_counted: int = 0
+
+    def means(self) -> RankMetrics:
+        """Per-step means of these totals."""
+        n = self.steps
+
+        def mean(total: float | None) -> float | None:
+            return None if total is None or n == 0 else total / n
+
+        return RankMetrics(
+            rank=self.rank,
+            steps=n,
+            step_time=mean(self.step_time),
+            input_wait=mean(self.input_wait),
+            traced=mean(self.traced),
+            forward=mean(self.forward),
+            backward=mean(self.backward),
+            optimizer=self.optimizer / n if n else 0.0,
+            h2d=self.h2d / n if n else 0.0,
+            h2d_measured=self.h2d_measured,
+            compute=mean(self.compute),
+            residual=mean(self.residual),
+            optimizer_updates=self.optimizer_updates,
+            micro_steps=self.micro_steps,
+            samples_per_step=_work_per_step(self.samples, self.samples_steps, n),
+            tokens_per_step=_work_per_step(self.tokens, self.tokens_steps, n),
+            work_steps=(n if self.samples_steps is None and self.samples is not None
+                        else self.samples_steps or 0),
+            communication=mean(self.communication),
+            communication_total=mean(self.communication_total),
+            communication_bytes=mean(self.communication_bytes),
+            communication_calls=mean(self.communication_calls),
+            communication_measured=self.communication_measured,
+            between_steps=(self.between_steps / self.between_steps_counted
+                           if self.between_steps is not None and self.between_steps_counted else None),
+        )
+
+
 def rank_metrics(
     rank: int, steps: Sequence[StepTiming], clock: Clock
 ) -> tuple[RankMetrics, list[float | None]]:
@@ -174,7 +255,7 @@ def rank_metrics(
             compute = forward + backward + optimizer
             sums[6] += compute
             if traced is not None:
-                sums[7] += max(0.0, traced - h2d_in - compute - exposed)
+                sums[7] += residual_time(traced, h2d_in, compute, exposed)
         if wait is not None and traced is not None:
             whole = wait + traced + (h2d - h2d_in)
             step_sum += whole
@@ -183,44 +264,47 @@ def rank_metrics(
             step_missing = True
             seconds.append(traced)
 
-    def mean(total: float, absent: bool) -> float | None:
-        return None if absent or n == 0 else total / n
-
     no_compute = missing[2] or missing[3]
-    metrics = RankMetrics(
+    totals = RankTotals(
         rank=rank,
         steps=n,
-        step_time=mean(step_sum, step_missing),
-        input_wait=mean(sums[0], missing[0]),
-        traced=mean(sums[1], missing[1]),
-        forward=mean(sums[2], missing[2]),
-        backward=mean(sums[3], missing[3]),
-        optimizer=sums[4] / n if n else 0.0,
-        h2d=sums[5] / n if n else 0.0,
+        step_time=None if step_missing else step_sum,
+        input_wait=None if missing[0] else sums[0],
+        traced=None if missing[1] else sums[1],
+        forward=None if missing[2] else sums[2],
+        backward=None if missing[3] else sums[3],
+        optimizer=sums[4],
+        h2d=sums[5],
         h2d_measured=h2d_measured,
-        compute=mean(sums[6], no_compute),
-        residual=mean(sums[7], no_compute or missing[1]),
+        compute=None if no_compute else sums[6],
+        residual=None if no_compute or missing[1] else sums[7],
         optimizer_updates=updates,
         micro_steps=micro,
-        samples_per_step=_work_per_step(samples_sum, samples_steps, n),
-        tokens_per_step=_work_per_step(tokens_sum, tokens_steps, n),
-        work_steps=samples_steps,
-        communication=mean(comm_sum, comm_missing or not comm_seen),
-        communication_total=mean(comm_total, total_missing or not comm_seen),
-        communication_bytes=comm_bytes / n if comm_seen and n else None,
-        communication_calls=comm_calls / n if comm_seen and n else None,
+        samples=samples_sum if samples_steps else None,
+        tokens=tokens_sum if tokens_steps else None,
+        samples_steps=samples_steps,
+        tokens_steps=tokens_steps,
+        communication=None if comm_missing or not comm_seen else comm_sum,
+        communication_total=None if total_missing or not comm_seen else comm_total,
+        communication_bytes=comm_bytes if comm_seen else None,
+        communication_calls=comm_calls if comm_seen else None,
         communication_measured=comm_seen,
-        between_steps=between_sum / between_n if between_n else None,
+        between_steps=between_sum if between_n else None,
+        between_steps_counted=between_n,
     )
-    return metrics, seconds
+    return totals.means(), seconds
 
 
-def _work_per_step(total: int, counted: int, steps: int) -> float | None:
+def _work_per_step(total: float | None, counted: int | None, steps: int) -> float | None:
     """Mean work over the steps that recorded it, when most steps did (a missing count is not zero).
 
     A pre-fetching loader (Accelerate's) or one step traced without a batch leaves a step without
     a count; the others still say what a step does. Fewer than half the steps counted: unknown.
+    ``counted`` ``None``: every step (a counter's total).
     """
+    if total is None:
+        return None
+    counted = steps if counted is None else counted
     if not counted or counted * 2 < steps:
         return None
     return total / counted

@@ -37,13 +37,23 @@ def rank_memory(rank: int, steps: Sequence[StepTiming]) -> RankMemory:
 def diagnose_memory(window: StepWindow) -> MemoryAnalysis:
     """The memory section of one window."""
     ranks = tuple(rank_memory(r, steps) for r, steps in zip(window.ranks, window.per_rank, strict=True))
+    worst, median = _peak_series(window)
+    return memory_analysis(ranks, worst, median, window.steps)
+
+
+def memory_analysis(
+    ranks: Sequence[RankMemory], worst: Sequence[float], median: Sequence[float], steps: int
+) -> MemoryAnalysis:
+    """The memory section from per-rank peaks and the worst-rank and median-rank peak series over
+    ``steps`` steps (one point per step from spans; per time bucket from metrics)."""
+    ranks = tuple(ranks)
     if all(m.peak_allocated is None and m.peak_reserved is None for m in ranks):
         return MemoryAnalysis(MemoryKind.NO_GPU, (), ranks)
-    if window.steps < t.MEMORY_MIN_STEPS:
+    if steps < t.MEMORY_MIN_STEPS:
         return MemoryAnalysis(MemoryKind.NOT_ENOUGH_STEPS, (), ranks)
     pressure = _pressure(ranks)
     imbalance = _imbalance(ranks)
-    growth, rising = _creep(window)
+    growth, rising = _creep(worst, median)
     findings = [
         f
         for f in (
@@ -79,8 +89,8 @@ def _band_mean(series: Sequence[float], low: float, high: float) -> float:
     return sum(band) / len(band)
 
 
-def _creep(window: StepWindow) -> tuple[int | None, bool]:
-    """Growth (recent band minus baseline band) of the worst-rank series, and whether both rise."""
+def _peak_series(window: StepWindow) -> tuple[list[float], list[float]]:
+    """Per step, the worst rank's and the median rank's peak (steps with any peak)."""
     worst: list[float] = []
     median: list[float] = []
     for index in range(window.steps):
@@ -89,7 +99,12 @@ def _creep(window: StepWindow) -> tuple[int | None, bool]:
         if values:
             worst.append(max(values))
             median.append(statistics.median(values))
-    if len(worst) < t.MEMORY_MIN_STEPS:
+    return worst, median
+
+
+def _creep(worst: Sequence[float], median: Sequence[float]) -> tuple[int | None, bool]:
+    """Growth (recent band minus baseline band) of the worst-rank series, and whether both rise."""
+    if len(worst) < t.MEMORY_MIN_STEPS or len(median) < t.MEMORY_MIN_STEPS:
         return None, False
     bands = [[_band_mean(series, lo, hi) for lo, hi in t.CREEP_BANDS] for series in (worst, median)]
     rising = all(base < middle < recent for base, middle, recent in bands)

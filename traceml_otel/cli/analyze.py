@@ -13,13 +13,15 @@ from datetime import datetime
 from pathlib import Path
 
 from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.from_metrics import analyze_metrics
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path, analyze_source
 from traceml_otel.analyze.sources.base import SourceError, SpanSource
 from traceml_otel.analyze.sources.http import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_S, ReadLimits
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
+from traceml_otel.analyze.sources.prometheus import PrometheusReader
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
-from traceml_otel.analyze.timerange import time_range
+from traceml_otel.analyze.timerange import rfc3339, time_range
 from traceml_otel.cli.common import (
     EXIT_ERROR,
     EXIT_NO_DATA,
@@ -51,7 +53,12 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     backend = parser.add_mutually_exclusive_group()
     backend.add_argument("--tempo", metavar="URL", help="read the run from Grafana Tempo (TraceQL search)")
     backend.add_argument("--jaeger", metavar="URL", help="read the run from Jaeger (API v3)")
-    parser.add_argument("--run-id", help="the run to analyse (required with --tempo)")
+    backend.add_argument(
+        "--prometheus", metavar="URL",
+        help="diagnose from the run's metrics in a Prometheus-compatible query API (Prometheus, Mimir, "
+             "Thanos, VictoriaMetrics), aggregated there with PromQL; needs --run-id",
+    )
+    parser.add_argument("--run-id", help="the run to analyse (required with --tempo and --prometheus)")
     parser.add_argument("--service", help="only spans of this service.name (required with --jaeger)")
     parser.add_argument(
         "--since", metavar="T", help="backend search start: unix seconds, ISO 8601 or an age (2h)"
@@ -80,12 +87,16 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _backend(args: argparse.Namespace) -> SpanSource:
-    when = time_range(args.since, args.until)
+def _limits(args: argparse.Namespace) -> ReadLimits:
     if args.read_deadline <= 0 or args.max_response_mb <= 0 or args.timeout <= 0:
         raise ValueError("--timeout, --read-deadline and --max-response-mb must be positive")
-    limits = ReadLimits(timeout=args.timeout, total_s=args.read_deadline,
-                        max_bytes=int(args.max_response_mb * 2**20))
+    return ReadLimits(timeout=args.timeout, total_s=args.read_deadline,
+                      max_bytes=int(args.max_response_mb * 2**20))
+
+
+def _backend(args: argparse.Namespace) -> SpanSource:
+    when = time_range(args.since, args.until)
+    limits = _limits(args)
     backend = TempoSpanSource if args.tempo else JaegerSpanSource
     return backend(
         args.tempo or args.jaeger,
@@ -98,7 +109,25 @@ def _backend(args: argparse.Namespace) -> SpanSource:
     )
 
 
+def _from_prometheus(args: argparse.Namespace) -> RunAnalysis:
+    """The diagnosis from the run's metrics, summed by the engine (``--since``/``--until`` bound it)."""
+    if args.inputs:
+        raise ValueError("give either files or a backend (--prometheus), not both")
+    if window_spec(args).mode != "run":
+        raise ValueError("--prometheus reads totals over a time range: choose it with --since/--until, "
+                         "not a step window")
+    if not args.run_id:
+        raise ValueError("--prometheus needs --run-id (the traceml_run_id label of the run)")
+    when = time_range(args.since, args.until)
+    reader = PrometheusReader(args.prometheus, run_id=args.run_id, when=when, timeout=args.timeout,
+                              limits=_limits(args))
+    window = f"{rfc3339(when.start)} .. {rfc3339(when.end)}"
+    return analyze_metrics(reader.read(), window)
+
+
 def _analyze(args: argparse.Namespace) -> RunAnalysis:
+    if getattr(args, "prometheus", None):
+        return _from_prometheus(args)
     window = window_spec(args)
     if args.tempo or args.jaeger:
         if args.inputs:

@@ -40,10 +40,9 @@ def _header(analysis: RunAnalysis) -> list[str]:
     if run.parallelism != "none":
         parts[0] += f" ({run.parallelism})"
     if window.steps:
-        span = f"steps {window.first_step}-{window.last_step}"
-        parts.append(
-            f"{window.steps} aligned steps ({span}{', ' + window.requested if window.requested else ''})"
-        )
+        span = f"steps {window.first_step}-{window.last_step}" if window.first_step is not None else ""
+        detail = ", ".join(part for part in (span, window.requested) if part)
+        parts.append(f"{window.steps} aligned steps" + (f" ({detail})" if detail else ""))
     else:
         parts.append("no aligned steps")
     parts.append(f"{analysis.clock} clock")

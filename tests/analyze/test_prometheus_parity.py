@@ -1,0 +1,217 @@
+"""Parity on a live Prometheus: diagnosis scenarios run with the direct scrape endpoint, a real
+Prometheus scrapes them every second, and ``traceml analyze --prometheus`` must reach the span
+reader's primary verdict and severity, with phase shares within 1 point.
+
+One Prometheus and one run of each scenario serve every assertion (module fixture). Set
+``TRACEML_PARITY_SCENARIOS=all`` to run every scenario of examples/diagnosis (slower; the result
+is quoted in docs/analyzer.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.analyze.test_diagnosis_scenarios import SCENARIOS
+from traceml_otel.contract import step_trace_id
+
+REPO = Path(__file__).resolve().parents[2]
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None,
+                                reason="prometheus not installed (apt-get install prometheus)")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    script: str
+    ranks: int = 1
+    steps: int = 30
+    args: tuple[str, ...] = ()
+
+
+ALL = (
+    Scenario("input_bound", "input_bound.py"),
+    Scenario("communication_bound", "communication_bound.py", ranks=2, steps=25),
+    Scenario("residual_heavy", "residual_heavy.py"),
+    Scenario("compute_bound", "compute_bound.py", steps=25),
+    Scenario("input_straggler", "input_straggler.py", ranks=2),
+    Scenario("sync_straggler", "sync_straggler.py", ranks=2, steps=25),
+    Scenario("slow_rank_ddp", "slow_rank.py", ranks=2, args=("--ddp",)),
+    Scenario("slow_rank", "slow_rank.py", ranks=2),
+    Scenario("incomplete_data", "incomplete_data.py"),
+    Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
+)
+DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank")
+SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
+
+
+def _selected() -> tuple[Scenario, ...]:
+    wanted = os.environ.get("TRACEML_PARITY_SCENARIOS", "")
+    names = {s.name for s in ALL} if wanted == "all" else set(wanted.split(",")) if wanted else set(DEFAULT)
+    return tuple(s for s in ALL if s.name in names)
+
+
+def free_port_pair() -> int:
+    """A port ``p`` with ``p`` and ``p + 1`` free (one scrape endpoint per local rank)."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no two consecutive free ports")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Parity:
+    prometheus: str
+    ports: dict[str, int]
+    span_reports: dict[str, dict]
+    run_ids: dict[str, str]
+
+
+def _start(tmp: Path, scenario: Scenario, port: int) -> subprocess.Popen[str]:
+    """Launch one scenario under ``traceml run`` with its scrape endpoint on ``port`` (+ local rank)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(
+        TRACEML_RUNS_DIR=str(tmp / scenario.name), PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="3",
+    )
+    launcher = ("--nproc-per-node", str(scenario.ranks)) if scenario.ranks > 1 else ()
+    return subprocess.Popen(
+        [sys.executable, "-m", "traceml_otel.cli", "run", str(SCENARIOS / scenario.script), *launcher, "--",
+         "--steps", str(scenario.steps), *scenario.args],
+        env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _finish(tmp: Path, scenario: Scenario, proc: subprocess.Popen[str]) -> tuple[str, dict]:
+    """The run id and the span reader's report (``report.json``) of a finished scenario."""
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    (run_dir,) = (tmp / scenario.name).iterdir()
+    return run_dir.name, json.loads((run_dir / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
+    tmp = tmp_path_factory.mktemp("prometheus-parity")
+    scenarios = _selected()
+    ports = {s.name: free_port_pair() for s in scenarios}
+    targets = [f"127.0.0.1:{ports[s.name] + r}" for s in scenarios for r in range(s.ranks)]
+    config = {"global": {"scrape_interval": "1s"},
+              "scrape_configs": [{"job_name": "traceml", "static_configs": [{"targets": targets}]}]}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = _free_port()
+    assert PROMETHEUS is not None
+    with open(tmp / "prometheus.log", "wb") as log:
+        server = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
+             f"--storage.tsdb.path={tmp / 'data'}", "--enable-feature=exemplar-storage"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (tmp / "prometheus.log").read_text()[-2000:]
+            time.sleep(0.2)
+        # Side by side: each comparison is between two readers of the same run, so runs may share the CPU.
+        running = [(s, _start(tmp, s, ports[s.name])) for s in scenarios]
+        reports, run_ids = {}, {}
+        for scenario, launched in running:
+            run_ids[scenario.name], reports[scenario.name] = _finish(tmp, scenario, launched)
+        time.sleep(1.5)  # the last scrape's samples become queryable
+        yield Parity(url, ports, reports, run_ids)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _prometheus_report(parity: Parity, name: str, capsys: pytest.CaptureFixture[str]) -> dict:
+    from traceml_otel.cli.entry import main
+
+    code = main(["analyze", "--prometheus", parity.prometheus, "--run-id", parity.run_ids[name],
+                 "--since", "30m", "--format", "json", "--timeout", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def _shares(report: dict) -> dict[str, float | None]:
+    return {s["name"]: s["share"] for s in report["phases"] if s["name"] in SHARES}
+
+
+@pytest.mark.parametrize("name", [s.name for s in _selected()])
+def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, capsys) -> None:
+    spans = parity.span_reports[name]
+    metrics = _prometheus_report(parity, name, capsys)
+    verdict = (metrics["primary_diagnosis"]["kind"], metrics["primary_diagnosis"]["severity"])
+    assert verdict == (spans["primary_diagnosis"]["kind"], spans["primary_diagnosis"]["severity"]), (
+        json.dumps(_shares(spans)), json.dumps(_shares(metrics)))
+    assert [r["rank"] for r in metrics["ranks"]] == [r["rank"] for r in spans["ranks"]]
+    assert [r["steps"] for r in metrics["ranks"]] == [r["steps"] for r in spans["ranks"]]
+    for component, share in _shares(spans).items():
+        other = _shares(metrics)[component]
+        if share is None:
+            assert other is None, component
+        else:
+            assert other is not None and abs(other - share) <= 0.01, (component, share, other)
+
+
+def test_exemplars_name_the_runs_slowest_step_traces(parity: Parity, capsys) -> None:
+    """The trace ids the metric report names are step traces of that run (contract.step_trace_id)."""
+    from traceml_otel.cli.entry import main
+
+    name = next(iter(parity.run_ids))
+    run_id = parity.run_ids[name]
+    assert main(["analyze", "--prometheus", parity.prometheus, "--run-id", run_id, "--since", "30m"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "slowest sampled steps (exemplars): rank" in text, text
+    steps = parity.span_reports[name]["ranks"][0]["steps"] + 5
+    traces = {f"{step_trace_id(run_id, step):032x}" for step in range(steps)}
+    named = [word for word in text.replace(";", " ").split() if len(word) == 32 and word.isalnum()]
+    assert named and set(named) <= traces, named
+
+
+def test_a_range_outside_the_run_has_no_steps(parity: Parity, capsys) -> None:
+    """Totals are differences over the range: none before the run began, none after it ended."""
+    from traceml_otel.cli.entry import main
+
+    run_id = next(iter(parity.run_ids.values()))
+    for since, until in (("2h", "1h"), ("1s", "now")):
+        time.sleep(1.0 if since == "1s" else 0.0)
+        code = main(["analyze", "--prometheus", parity.prometheus, "--run-id", run_id, "--since", since,
+                     "--until", until])
+        assert code == 1, capsys.readouterr().out
+        assert "NO DATA" in capsys.readouterr().out
