@@ -374,7 +374,9 @@ class HangWatchdog:
         if hang is None:
             return
         now = time.time()
-        self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now))
+        # written_at - stalled_s stays the last progress (the time accounting and the hang span read it)
+        stalled = hang.stalled_s + max(0.0, now - hang.written_at)
+        self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now, stalled_s=stalled))
         if self.announce:
             self._warn(f"rank {self.rank}: progress resumed (the hang was reported "
                        f"{now - hang.detected_at:.0f} s ago)")
