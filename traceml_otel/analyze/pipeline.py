@@ -87,9 +87,9 @@ def _with_time_accounting(
         return analysis
     hangs, _ = read_hang_records(run_dir)
     hangs = [h for h in hangs if not h.run_id or h.run_id == loaded.run_id]
-    launched = manifest.start_time if manifest is not None and manifest.written_by is None else None
-    account = account_time(loaded.steps, records, hangs, launched,
-                           manifest.end_time if manifest is not None else None)
+    launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
+    account = account_time(loaded.steps, records, hangs, launcher.start_time if launcher else None,
+                           launcher.end_time if launcher else None)
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
     return replace(analysis, time_account=account, mfu=analyze_mfu(loaded.steps, records))

@@ -167,7 +167,11 @@ def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
     launched_at: float | None, manifest_end: float | None,
 ) -> tuple[RankTime, list[str]]:
-    """One rank's account (see the module docstring) and notes about what it had to assume."""
+    """One rank's account (see the module docstring) and notes about what it had to assume.
+
+    ``launched_at``/``manifest_end``: when ``traceml run`` started and ended (``None`` for a direct
+    launch); with them a rank's start-up includes the launcher's and its shutdown lasts to the job's end.
+    """
     notes: list[str] = []
     builder = _RankBuilder()
     for step in sorted(steps, key=lambda s: s.start_unix_nano):
@@ -179,11 +183,10 @@ def account_rank(
         starts = [record.init_at]
     first = builder.first if builder.first is not None else (record.init_at if record else None)
     start = min(starts) if starts else first
-    ends = [record.ended_at] if record is not None and record.ended_at else [manifest_end or 0.0]
+    ends = [manifest_end or 0.0, (record.ended_at or record.written_at or 0.0) if record else 0.0]
     if record is not None and not record.ended_at:
-        ends.append(record.written_at or 0.0)
         notes.append(f"rank {rank}: no clean end recorded; its end is taken from its last record or the "
-                     "manifest")
+                     "launcher's")
     last = builder.last_end if builder.last_end is not None else first
     end = max([t for t in (*ends, last) if t], default=None)
     if start is None or end is None or first is None or last is None:

@@ -25,13 +25,15 @@ STEPS = 20
 
 traceml.init()
 rank = int(os.environ.get("RANK", "0"))
-model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 32), torch.randn(STEPS * 8, 1))
-loader = torch.utils.data.DataLoader(data, batch_size=8)
-truth = {"evaluation": 0.0, "checkpoint": 0.0, "stall": 0.0}
-
-
+WIDTH, LAYERS, MICRO, ACCUMULATION = 64, 4, 8, 4
+model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS)])
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+data = torch.utils.data.TensorDataset(torch.randn(STEPS * MICRO * ACCUMULATION, WIDTH))
+loader = torch.utils.data.DataLoader(data, batch_size=MICRO * ACCUMULATION)
+# Analytic FLOPs of one step: per micro-batch, forward 2*B*d*d per layer; backward 4*B*d*d per layer
+# less the first layer's input gradient (its input needs none): 2*B*d*d.
+FLOPS_PER_STEP = ACCUMULATION * (6 * MICRO * WIDTH * WIDTH * LAYERS - 2 * MICRO * WIDTH * WIDTH)
+truth = {"evaluation": 0.0, "checkpoint": 0.0, "stall": 0.0, "flops_per_step": FLOPS_PER_STEP}
 def timed(kind: str, seconds: float) -> None:
     began = time.time()
     with traceml.outside_step(kind):
@@ -40,11 +42,11 @@ def timed(kind: str, seconds: float) -> None:
 
 
 truth["first_fetch"] = time.time()
-for index, (x, y) in enumerate(loader):
-    with traceml.trace_step(model):
+for index, (x,) in enumerate(loader):
+    with traceml.trace_step(model, flops=FLOPS_PER_STEP, measure_flops=index == 1):
         optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        for micro in x.chunk(ACCUMULATION):  # gradient accumulation: 4 micro-batches, one update
+            (model(micro).square().mean() / ACCUMULATION).backward()
         optimizer.step()
         if index == 12:  # a stall: no progress inside a step
             began = time.time()
