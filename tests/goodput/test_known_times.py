@@ -139,3 +139,17 @@ def _steps(run_dir: Path) -> list:
     from traceml_otel.analyze.sources.files import FileSpanSource
 
     return list(FileSpanSource([run_dir]).load().steps)
+
+
+def test_compare_shows_the_goodput_change(runs: dict[str, dict]) -> None:
+    from traceml_otel.analyze.compare_policy import compare_runs
+    from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+    from traceml_otel.report.run_summary import summary_from_report
+
+    a, b = (summary_from_report(json.loads(render(runs[n]["analysis"], "json")), n) for n in ("one", "two"))
+    assert a.goodput == runs["one"]["analysis"].time_account.goodput and b.mfu is not None
+    comparison = compare_runs(a, b)
+    text = render_comparison_text(comparison)
+    line = next(line for line in text.splitlines() if line.startswith("goodput"))
+    assert f"{(b.goodput - a.goodput) * 100:+.1f} points" in line
+    assert json.loads(render_comparison_json(comparison))["b"]["goodput"] == b.goodput
