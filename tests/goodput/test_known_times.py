@@ -127,12 +127,12 @@ def test_mfu_measured_equals_analytic_and_declared(runs: dict[str, dict], name: 
         declared = next(r for r in mfu.ranks if r.rank == rank)
         assert declared.source == "declared" and declared.mfu is not None
         # The same run with only the measurement (no declaration): the same MFU within 2 % (the
-        # measured step, slowed by counting, is left out of the timing).
+        # measured step, slowed by counting, is left out of the timing either way).
         only_measured = replace(record, flops=replace(record.flops, declared_sum=None, declared_steps=0))
         steps = [s for s in _steps(run["run_dir"]) if s.rank == rank]
         measured = rank_mfu(rank, steps, only_measured)
         assert measured is not None and measured.source == "measured" and measured.mfu is not None
-        assert _near(measured.mfu, declared.mfu, 0.05), (measured.mfu, declared.mfu)
+        assert _near(measured.mfu, declared.mfu, 0.02), (measured.mfu, declared.mfu)
 
 
 def _steps(run_dir: Path) -> list:

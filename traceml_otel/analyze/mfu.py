@@ -72,12 +72,12 @@ def _flops_and_time(steps: list[StepTiming], record: TimeRecord) -> tuple[float,
     def seconds(step: StepTiming) -> float:
         return (step.input_wait_cpu or 0.0) + (step.traced_cpu or 0.0)
 
+    steps = [s for s in steps if s.step != flops.measured_step]  # counting slowed that step down
     if flops.declared_sum is not None and flops.declared_steps > 0:
         total = sum(seconds(s) for s in steps)
         return flops.declared_sum / flops.declared_steps * len(steps), total, "declared"
     if flops.measured is not None:
-        timed = [s for s in steps if s.step != flops.measured_step]
-        return flops.measured * len(timed), sum(seconds(s) for s in timed), "measured"
+        return flops.measured * len(steps), sum(seconds(s) for s in steps), "measured"
     by_work = ((flops.per_token, "tokens", "per_token"), (flops.per_sample, "samples", "per_sample"))
     for per, attribute, name in by_work:
         if per is None:
