@@ -560,8 +560,9 @@ def trace_step(
     """
     if _telemetry is _NOOP:
         _warn_not_initialised()
-    return _StepContext(model, _work("samples", samples), _work("tokens", tokens), _flops(flops),
-                        bool(measure_flops))
+    measure = measure_flops is not False and bool(measure_flops)
+    return _StepContext(model, _work("samples", samples), _work("tokens", tokens),
+                        None if flops is None else _flops(flops), measure)
 
 
 def _flops(value: float | None) -> float | None:

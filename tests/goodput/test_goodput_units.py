@@ -162,3 +162,11 @@ def test_hostile_kind_is_escaped_in_html_and_json(tmp_path: Path) -> None:
     html = time_html(fake)  # type: ignore[arg-type]
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert json.dumps(time_json(account, None))
+
+
+def test_declared_flops_are_checked() -> None:
+    from traceml_otel._api import _flops
+
+    assert _flops(5) == 5.0 and _flops(None) is None
+    for bad in (-1, float("nan"), float("inf"), "many"):
+        assert _flops(bad) is None  # type: ignore[arg-type]
