@@ -170,3 +170,8 @@ def test_declared_flops_are_checked() -> None:
     assert _flops(5) == 5.0 and _flops(None) is None
     for bad in (-1, float("nan"), float("inf"), "many"):
         assert _flops(bad) is None  # type: ignore[arg-type]
+
+
+def test_steps_missing_from_the_spans_are_named() -> None:
+    account = account_time([_step(0, T0 + 6, 1.0)], {0: _record()})  # the record says 10 steps
+    assert any("9 of its 10 steps are missing" in note for note in account.notes)

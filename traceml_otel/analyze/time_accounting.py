@@ -191,6 +191,10 @@ def account_rank(
     end = max([t for t in (*ends, last) if t], default=None)
     if start is None or end is None or first is None or last is None:
         return RankTime(rank, 0.0, (), None), [f"rank {rank}: no step and no time record; not accounted"]
+    if record is not None and record.steps > builder.steps:
+        missing = record.steps - builder.steps
+        notes.append(f"rank {rank}: {missing} of its {record.steps} steps are missing from the spans "
+                     "(sampled or lost): their time counts as between steps")
     outside = record.outside if record is not None else ()
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
