@@ -329,6 +329,12 @@ def _start_time_ledger(recorder: StepRecorder, settings: Settings) -> Any:
         settings.run_dir, settings.identity.rank, settings.run_id, lambda: recorder.step,
         peak_flops=settings.peak_flops, dtype=settings.mfu_dtype, warn=_warn,
     )
+    if settings.launcher in ("torchrun", "accelerate launch"):  # start-up counts from the agent's start
+        from traceml_otel.capture.time_ledger import process_start_time
+
+        ledger.launcher_start = process_start_time(os.getppid())
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    ledger.restart = int(restart) if restart.isdigit() else 0
     ledger.write()
     return ledger
 

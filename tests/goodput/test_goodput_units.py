@@ -175,3 +175,25 @@ def test_declared_flops_are_checked() -> None:
 def test_steps_missing_from_the_spans_are_named() -> None:
     account = account_time([_step(0, T0 + 6, 1.0)], {0: _record()})  # the record says 10 steps
     assert any("9 of its 10 steps are missing" in note for note in account.notes)
+
+
+def test_a_restarted_attempt_counts_earlier_attempts_apart_from_start_up() -> None:
+    from dataclasses import replace as replaced
+
+    record = replaced(_record(), process_start=T0 + 3.0, restart=1)
+    steps = [_step(0, T0 + 6, 1.0)]
+    got = dict(account_time(steps, {0: record}, launched_at=T0).ranks[0].categories)
+    assert got["restarts"] == pytest.approx(3.0) and got["startup"] == pytest.approx(2.0)  # 6 - 3 - 1 s eval
+    first = dict(account_time(steps, {0: replaced(record, restart=0)}, launched_at=T0).ranks[0].categories)
+    assert "restarts" not in first and first["startup"] == pytest.approx(5.0)
+
+
+def test_time_record_round_trip(tmp_path: Path) -> None:
+    from dataclasses import replace as replaced
+
+    from traceml_otel.wire.time_record import write_time_record
+
+    record = replaced(_record(declared_sum=1e9, declared_steps=2, peak_flops=1e12), restart=2,
+                      launcher_start=T0 - 1)
+    write_time_record(tmp_path, record)
+    assert read_time_record(tmp_path / "rank-0.time.json") == record

@@ -31,6 +31,8 @@ from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.time_record import TimeRecord, read_time_record
 
 STARTUP = "startup"
+RESTARTS = "restarts"
+"""Under torchrun's restarts: from the launch to this attempt's process start (every earlier attempt)."""
 BETWEEN_STEPS = "between_steps"
 STALLED = "stalled"
 SHUTDOWN = "shutdown"
@@ -176,7 +178,8 @@ def account_rank(
     builder = _RankBuilder()
     for step in sorted(steps, key=lambda s: s.start_unix_nano):
         builder.add(step)
-    starts = [t for t in (record.process_start if record else None, launched_at) if t]
+    starts = [t for t in (record.process_start if record else None, launched_at,
+                          record.launcher_start if record else None) if t]
     if record is not None and not record.process_start:
         notes.append(f"rank {rank}: process start unknown; start-up counted from the launch record")
     if not starts and record is not None and record.init_at:
@@ -217,11 +220,16 @@ def account_rank(
     window = last - first
     between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
     startup = (first - start) - before - stall_start
+    restarts = 0.0
+    if record is not None and record.restart > 0 and record.process_start and record.process_start > start:
+        restarts = min(record.process_start - start, max(0.0, startup))  # earlier attempts, whole
+        startup -= restarts
     shutdown = (end - last) - after - stall_end
     for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
         if value < -0.05:
             notes.append(f"rank {rank}: {name} came out at {value:.2f} s (overlapping records); shown as 0")
-    categories = [(STARTUP, max(0.0, startup))]
+    categories = [(RESTARTS, restarts)] if restarts else []
+    categories += [(STARTUP, max(0.0, startup))]
     categories += [(f"step.{name}", value) for name, value in zip(STEP_PARTS, parts, strict=True)]
     categories += [(f"outside.{o.kind}", o.seconds) for o in outside]
     categories += [(BETWEEN_STEPS, max(0.0, between)), (STALLED, stalled), (SHUTDOWN, max(0.0, shutdown))]
@@ -232,6 +240,9 @@ def account_rank(
 
 def _advice(category: str, seconds: float) -> tuple[str, str]:
     """The finding's name for ``category`` and what to do about it."""
+    if category == RESTARTS:
+        return "earlier attempts (restarts)", ("find why the earlier attempts failed (the manifest and hang "
+                                               "records), and checkpoint more often so a restart redoes less")
     if category == STARTUP:
         return "start-up", ("cache the dataset and compiled kernels, load checkpoints and imports lazily, "
                             "or run longer jobs so start-up is amortised")

@@ -18,11 +18,11 @@ from pathlib import Path
 from traceml_otel.wire.time_record import MAX_KINDS, FlopsRecord, OutsideTotal, TimeRecord, write_time_record
 
 
-def process_start_time() -> float | None:
-    """Unix time at which this process started, from ``/proc`` (about 10 ms precision); ``None``
-    where ``/proc`` is not available."""
+def process_start_time(pid: int | str = "self") -> float | None:
+    """Unix time at which process ``pid`` (default: this one) started, from ``/proc`` (about 10 ms
+    precision); ``None`` where ``/proc`` is not available."""
     try:
-        with open("/proc/self/stat", "rb") as stat:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
         with open("/proc/uptime", "rb") as uptime_file:
             uptime = float(uptime_file.read().split()[0])
@@ -56,6 +56,9 @@ class TimeLedger:
         self.run_id = run_id
         self._steps = steps
         self.process_start = process_start_time()
+        self.launcher_start: float | None = None
+        self.restart = 0
+        """When the launcher that started this process started (torchrun's agent), when known."""
         self.init_at = time.time()
         self.min_interval_s = min_interval_s
         self._warn = warn
@@ -125,7 +128,8 @@ class TimeLedger:
         flops = FlopsRecord(self.declared_sum, self.declared_steps, self.per_sample, self.per_token,
                             self.measured, self.measured_step, self.peak_flops, self.dtype, self.device_name)
         return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
-                          steps, outside, flops)
+                          steps, outside, flops, restart=self.restart,
+                          launcher_start=self.launcher_start)
 
     def write(self, ended: bool = False) -> None:
         """Write the record now (``ended``: with the end time); a failure is counted, said once."""

@@ -71,6 +71,11 @@ class TimeRecord:
     """``trace_step`` blocks completed when written."""
     outside: tuple[OutsideTotal, ...] = ()
     flops: FlopsRecord = FlopsRecord()
+    restart: int = 0
+    """torchrun's restart count of this attempt (``TORCHELASTIC_RESTART_COUNT``); 0 for the first."""
+    launcher_start: float | None = None
+    """When the launcher that started the process started (torchrun's or Accelerate's agent: the parent
+    process), for a direct launch; ``None`` otherwise."""
     version: int = TIME_RECORD_VERSION
 
 
@@ -80,7 +85,8 @@ def encode_time_record(record: TimeRecord) -> str:
     return json.dumps({
         "time_record_version": TIME_RECORD_VERSION, "rank": record.rank, "run_id": record.run_id,
         "process_start": record.process_start, "init_at": record.init_at, "written_at": record.written_at,
-        "ended_at": record.ended_at, "steps": record.steps,
+        "ended_at": record.ended_at, "steps": record.steps, "launcher_start": record.launcher_start,
+        "restart": record.restart,
         "outside": [{"kind": o.kind, "seconds": o.seconds, "count": o.count,
                      "before_first_step_s": o.before_first_step_s, "after_last_step_s": o.after_last_step_s}
                     for o in record.outside],
@@ -136,6 +142,7 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
         init_at=as_float(data.get("init_at")), written_at=as_float(data.get("written_at")),
         ended_at=as_float(data.get("ended_at")), steps=max(0, as_int(data.get("steps")) or 0),
         outside=tuple(o for o in outside if o is not None), flops=_flops(data.get("flops")),
+        launcher_start=as_float(data.get("launcher_start")), restart=max(0, as_int(data.get("restart")) or 0),
         version=as_version(data.get("time_record_version")) or 1,
     )
 
