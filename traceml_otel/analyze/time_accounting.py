@@ -165,6 +165,16 @@ def _stall_interval(
     return written - stalled, stop
 
 
+def _carve(parts: list[float], seconds: float) -> None:
+    """Take ``seconds`` of stall out of the step parts, largest first (where the rank sat while stalled)."""
+    for index in sorted(range(len(parts)), key=parts.__getitem__, reverse=True):
+        cut = min(parts[index], seconds)
+        parts[index] -= cut
+        seconds -= cut
+        if seconds <= 0:
+            return
+
+
 def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
     launched_at: float | None, manifest_end: float | None,
@@ -201,7 +211,7 @@ def account_rank(
     outside = record.outside if record is not None else ()
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
-    middle = sum(o.seconds for o in outside) - before - after
+    middle = max(0.0, sum(o.seconds for o in outside) - before - after)
     stall = _stall_interval(hang, end, builder.spans) if hang is not None else None
     parts = list(builder.parts)
     stalled = stall_start = stall_end = stall_steps = 0.0
@@ -211,12 +221,7 @@ def account_rank(
         stall_start = _overlap(s0, s1, start, first)
         stall_end = _overlap(s0, s1, last, end)
         stall_steps = min(sum(_overlap(s0, s1, b, e) for b, e, _ in builder.spans), sum(parts))
-        remaining = stall_steps
-        while remaining > 1e-9:  # out of the largest part: where the rank sat while stalled
-            index = max(range(len(parts)), key=parts.__getitem__)
-            cut = min(parts[index], remaining)
-            parts[index] -= cut
-            remaining -= cut
+        _carve(parts, stall_steps)
     window = last - first
     between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
     startup = (first - start) - before - stall_start
