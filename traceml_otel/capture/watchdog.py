@@ -223,6 +223,9 @@ class HangWatchdog:
                         self.intervals.append((now_ns - last_ns) / 1e9 / steps)
                     armed = armed or current[1] or current[0] > 0
                     beat, last_ns = current, now_ns
+                    started = recorder.step_started_ns()
+                    if current[1] and now_ns - int(self.tick_s * 2e9) <= started <= now_ns:
+                        last_ns = started  # a step opened since the last tick: progress was its start
                     if self.hang is not None:
                         self._resolve()
                     self._clear_fallback_dump()
