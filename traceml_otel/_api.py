@@ -593,6 +593,8 @@ def declare_flops(*, per_sample: float | None = None, per_token: float | None = 
     """
     ledger = _telemetry.time_ledger
     if ledger is None:
+        if _init_config is None:
+            _warn("declare_flops() called before traceml.init(); ignored")
         return
     ledger.per_sample = _flops(per_sample)
     ledger.per_token = _flops(per_token)
