@@ -18,6 +18,7 @@ from traceml_otel._version import __version__
 
 if TYPE_CHECKING:
     from traceml_otel._api import (
+        declare_flops,
         flush,
         init,
         outside_step,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "__version__",
+    "declare_flops",
     "flush",
     "init",
     "outside_step",

@@ -82,6 +82,7 @@ class _NoopTelemetry:
     active = False
     config: CaptureConfig | None = None
     recorder: StepRecorder | None = None
+    time_ledger: Any = None
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
         return False
@@ -121,6 +122,7 @@ class _Telemetry(_NoopTelemetry):
         self.manifest = _start_direct_manifest(settings)
         self._catch_up_on_accelerate()
         self.watchdog = _start_watchdog(self.recorder, self.collectives, settings)
+        self.time_ledger = _start_time_ledger(self.recorder, settings)
 
     def _install_capture(self, config: CaptureConfig) -> None:
         """Build and install the hooks ``config`` asks for."""
@@ -261,6 +263,7 @@ class _Telemetry(_NoopTelemetry):
             )
             if self.channel.local_report is None:
                 self._record_handoff(status)
+            self.time_ledger.write(ended=True)
             if self.manifest is not None:
                 self.manifest.finish(status)
         except Exception as error:
@@ -341,6 +344,24 @@ def _start_direct_manifest(settings: Settings) -> Any:
     except OSError as error:
         _warn(f"could not write the run manifest in {settings.run_dir}: {error}")
         return None
+
+
+def _start_time_ledger(recorder: StepRecorder, settings: Settings) -> Any:
+    """This rank's time record (``rank-R.time.json``), written now with the process start."""
+    from traceml_otel.capture.time_ledger import TimeLedger
+
+    ledger = TimeLedger(
+        settings.run_dir, settings.identity.rank, settings.run_id, lambda: recorder.step,
+        peak_flops=settings.peak_flops, dtype=settings.mfu_dtype, warn=_warn,
+    )
+    if settings.launcher in ("torchrun", "accelerate launch"):  # start-up counts from the agent's start
+        from traceml_otel.capture.time_ledger import process_start_time
+
+        ledger.launcher_start = process_start_time(os.getppid())
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    ledger.restart = int(restart) if restart.isdigit() else 0
+    ledger.write()
+    return ledger
 
 
 def _start_watchdog(recorder: StepRecorder, collectives: Any, settings: Settings) -> Any:
@@ -515,18 +536,29 @@ def _config_difference(before: tuple[CaptureConfig, bool], now: tuple[CaptureCon
 
 
 class _StepContext:
-    __slots__ = ("_model", "_opened", "_samples", "_tokens")
+    __slots__ = ("_counter", "_flops", "_measure", "_model", "_opened", "_samples", "_tokens")
 
-    def __init__(self, model: Any, samples: int | None, tokens: int | None) -> None:
+    def __init__(
+        self, model: Any, samples: int | None, tokens: int | None, flops: float | None = None,
+        measure_flops: bool = False,
+    ) -> None:
         self._model = model
         self._samples = samples
         self._tokens = tokens
+        self._flops = flops
+        self._measure = measure_flops
+        self._counter: Any = None
         self._opened = False
 
     def __enter__(self) -> None:
         telemetry = _telemetry
         try:
             self._opened = telemetry.begin_step(self._model, self._samples, self._tokens)
+            if self._opened and self._measure and telemetry.time_ledger is not None:
+                from traceml_otel.capture.flops import StepFlopCounter
+
+                counter = StepFlopCounter()
+                self._counter = counter if counter.start() else None
         except Exception:
             _count_internal_error(telemetry)
 
@@ -538,7 +570,16 @@ class _StepContext:
         self._opened = False
         telemetry = _telemetry
         try:
+            counted = self._counter.stop() if self._counter is not None else None
+            self._counter = None
             telemetry.end_step(exc_type.__name__ if exc_type is not None else None)
+            ledger = telemetry.time_ledger
+            if ledger is not None and self._flops is not None:
+                ledger.declare_step_flops(self._flops)
+            if ledger is not None and counted is not None:
+                from traceml_otel.capture.flops import device_name
+
+                ledger.measured_flops(counted, telemetry.recorder.step - 1, device_name())
         except Exception:
             _count_internal_error(telemetry)
         return False
@@ -557,16 +598,54 @@ def _work(name: str, value: int | None) -> int | None:
     return value
 
 
-def trace_step(model: Any = None, *, samples: int | None = None, tokens: int | None = None) -> _StepContext:
+def trace_step(
+    model: Any = None, *, samples: int | None = None, tokens: int | None = None, flops: float | None = None,
+    measure_flops: bool = False,
+) -> _StepContext:
     """Context manager around one training step (zero_grad → forward → backward → step).
 
     Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed. ``samples`` and
     ``tokens`` declare the step's work (per rank); without ``samples``, the batch dimension of what
     the DataLoader returned is used. Blocks do not nest: an inner block is not counted.
+    ``flops``: the model FLOPs of this whole step on this rank (every micro-batch of it), for MFU.
+    ``measure_flops=True``: count them with ``FlopCounterMode`` in this one step (use it once; the
+    count is then used for every step). See ``docs/goodput.md``.
     """
     if _telemetry is _NOOP:
         _warn_not_initialised()
-    return _StepContext(model, _work("samples", samples), _work("tokens", tokens))
+    measure = measure_flops is not False and bool(measure_flops)
+    return _StepContext(model, _work("samples", samples), _work("tokens", tokens),
+                        None if flops is None else _flops(flops), measure)
+
+
+def _flops(value: float | None) -> float | None:
+    """A declared FLOPs count, or ``None`` (with one warning) when it is not a finite number >= 0."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if number != number or number < 0 or number == float("inf"):
+        _warn(f"flops={strip_control(repr(value))[:40]} is not a finite number of FLOPs >= 0; ignored")
+        return None
+    return number
+
+
+def declare_flops(*, per_sample: float | None = None, per_token: float | None = None) -> None:
+    """Declare the model FLOPs of one training sample or token (forward and backward), for MFU.
+
+    The analyzer multiplies it by each step's samples or tokens (``trace_step(samples=, tokens=)``
+    or the loader's batch size). Call it after ``init()``; see ``docs/goodput.md``.
+    """
+    ledger = _telemetry.time_ledger
+    if ledger is None:
+        if _init_config is None:
+            _warn("declare_flops() called before traceml.init(); ignored")
+        return
+    ledger.per_sample = _flops(per_sample)
+    ledger.per_token = _flops(per_token)
+    ledger.write()
 
 
 class _OutsideStep(contextlib.ContextDecorator):
@@ -584,6 +663,8 @@ class _OutsideStep(contextlib.ContextDecorator):
         if recorder.in_step:
             _warn_outside_in_step(self._kind)
         recorder.enter_outside(self._kind)
+        if _telemetry.time_ledger is not None:
+            _telemetry.time_ledger.enter_outside()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -591,6 +672,12 @@ class _OutsideStep(contextlib.ContextDecorator):
         recorder = self._entered.pop() if self._entered else None
         if recorder is not None:
             recorder.exit_outside()
+            ledger = _telemetry.time_ledger
+            if ledger is not None:
+                try:
+                    ledger.exit_outside(self._kind, recorder.in_step)
+                except Exception:
+                    _count_internal_error(_telemetry)
         return False
 
 

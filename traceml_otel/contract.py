@@ -202,6 +202,12 @@ def hang_file_name(rank: int) -> str:
     return f"rank-{rank}.hang.json"
 
 
+def time_file_name(rank: int) -> str:
+    """Name of one rank's time record (``rank-R.time.json``: process start and end, ``outside_step``
+    totals by kind, FLOPs; see ``docs/goodput.md``)."""
+    return f"rank-{rank}.time.json"
+
+
 def hang_traceback_file_name(rank: int) -> str:
     """Name of one rank's faulthandler stack dump, written when its hang watchdog could not run."""
     return f"rank-{rank}.hang-traceback.txt"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import os
 import secrets
 import socket
@@ -68,6 +69,12 @@ TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 """Floor of the hang timeout in seconds (default 60; ``0`` turns the hang watchdog off). A rank is hung
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
+TRACEML_PEAK_FLOPS = "TRACEML_PEAK_FLOPS"
+"""Peak FLOP/s of one rank's device for MFU (e.g. ``989e12``); required on CPU and for devices
+outside the table in ``docs/goodput.md``."""
+TRACEML_MFU_DTYPE = "TRACEML_MFU_DTYPE"
+"""Which column of the peak table MFU uses: ``bf16`` (default), ``fp16``, ``tf32``, ``fp32`` or ``fp8``."""
+MFU_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 """How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 TRACEML_AUTO_ATTACH = "TRACEML_AUTO_ATTACH"
 """Zero-code tracing of scripts that never import traceml (see README, "Launching"): ``traceml run``
@@ -164,6 +171,10 @@ class Settings:
     """Floor of the hang timeout (``TRACEML_HANG_TIMEOUT_S``); 0 turns the hang watchdog off."""
     hang_factor: float = 5.0
     """``TRACEML_HANG_FACTOR``: the timeout is at least this many times the longest recent step."""
+    peak_flops: float | None = None
+    """``TRACEML_PEAK_FLOPS``: one rank's peak FLOP/s, overriding the table (``None``: not set)."""
+    mfu_dtype: str = "bf16"
+    """``TRACEML_MFU_DTYPE``: the peak table's column."""
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -373,7 +384,29 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
         hang_timeout_s=float(_int(env, TRACEML_HANG_TIMEOUT_S, 60, minimum=0)),
         hang_factor=float(_int(env, TRACEML_HANG_FACTOR, 5, minimum=1)),
+        peak_flops=_peak_flops(env),
+        mfu_dtype=_mfu_dtype(env),
     )
+
+
+def _peak_flops(env: Mapping[str, str]) -> float | None:
+    raw = env.get(TRACEML_PEAK_FLOPS, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{TRACEML_PEAK_FLOPS}={raw!r} is not a number of FLOP/s (e.g. 989e12)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{TRACEML_PEAK_FLOPS}={raw!r} must be a positive number of FLOP/s")
+    return value
+
+
+def _mfu_dtype(env: Mapping[str, str]) -> str:
+    raw = env.get(TRACEML_MFU_DTYPE, "").strip().lower() or "bf16"
+    if raw not in MFU_DTYPES:
+        raise SettingsError(f"{TRACEML_MFU_DTYPE}={raw!r} is not one of {', '.join(MFU_DTYPES)}")
+    return raw
 
 
 def _bind_address(env: Mapping[str, str]) -> str:

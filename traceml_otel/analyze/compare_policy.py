@@ -43,6 +43,9 @@ class RunSummary:
     time_per_token: float | None = None
     problem: str = ""
     """Why this side has no usable data (unreadable or not a report); empty when it has."""
+    goodput: float | None = None
+    """Share of wall time inside step blocks (``time_accounting.goodput``; shown, never a verdict)."""
+    mfu: float | None = None
 
     def phase(self, name: str) -> float | None:
         return dict(self.phases).get(name)

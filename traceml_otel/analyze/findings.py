@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
+from traceml_otel.analyze.mfu import MfuAnalysis
 from traceml_otel.analyze.run_model import RankHost
+from traceml_otel.analyze.time_accounting import TimeAccount
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +301,10 @@ class RunAnalysis:
     throughput: Throughput = Throughput()
     hosts: tuple[RankHost, ...] = ()
     """Per rank: usable CPUs and DataLoader settings, as recorded."""
+    time_account: TimeAccount | None = None
+    """Where the job's time went, from launch to exit (run folders with time records; see goodput.md)."""
+    mfu: MfuAnalysis | None = None
+    """Model FLOPs utilisation, when the program declared or measured its FLOPs."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
-from traceml_otel.analyze.run_model import WindowSpec
+from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
@@ -64,8 +64,35 @@ def analyze_path(
     notes = [*([manifest_read.problem] if manifest_read.problem else []), *exports.problems]
     preferred = manifest.run_id if manifest is not None and manifest.run_id else None
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
-    analysis = analyze_source(source, window, manifest, exports.stats, notes)
-    return _with_hang_records(analysis, run_dir, manifest)
+    with paused_gc():
+        loaded = source.load()
+        analysis = analyze_run(loaded, window, manifest, exports.stats, notes)
+    analysis = _with_hang_records(analysis, run_dir, manifest)
+    return _with_time_accounting(analysis, loaded, run_dir, manifest)
+
+
+def _with_time_accounting(
+    analysis: RunAnalysis, loaded: LoadedRun, run_dir: Path | None, manifest: Manifest | None,
+) -> RunAnalysis:
+    """Add where the time went and MFU from the run folder's ``rank-R.time.json`` records (whole run)."""
+    if run_dir is None:
+        return analysis
+    from traceml_otel.analyze.hang import read_hang_records
+    from traceml_otel.analyze.mfu import analyze_mfu
+    from traceml_otel.analyze.time_accounting import account_time, read_time_records
+
+    records, problems = read_time_records(run_dir)
+    records = {rank: r for rank, r in records.items() if not r.run_id or r.run_id == loaded.run_id}
+    if not records:
+        return analysis
+    hangs, _ = read_hang_records(run_dir)
+    hangs = [h for h in hangs if not h.run_id or h.run_id == loaded.run_id]
+    launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
+    account = account_time(loaded.steps, records, hangs, launcher.start_time if launcher else None,
+                           launcher.end_time if launcher else None)
+    if account is not None and problems:
+        account = replace(account, notes=(*problems[:5], *account.notes))
+    return replace(analysis, time_account=account, mfu=analyze_mfu(loaded.steps, records))
 
 
 def _with_hang_records(analysis: RunAnalysis, run_dir: Path | None, manifest: Manifest | None) -> RunAnalysis:

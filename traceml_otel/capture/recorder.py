@@ -111,6 +111,10 @@ class StepRecorder:
         self._last_flush_ns = perf_counter_ns()
         self._device_sent: tuple[int, str | None] | None = None
 
+    def step_started_ns(self) -> int:
+        """``perf_counter_ns`` when the open (or last) step began (read by the hang watchdog)."""
+        return self._state.start_ns
+
     # --- input fetches ---------------------------------------------------------
     def fetch_begin(self) -> tuple[int, Any]:
         """Mark the start of a ``next()`` on the data loader."""

@@ -223,6 +223,9 @@ class HangWatchdog:
                         self.intervals.append((now_ns - last_ns) / 1e9 / steps)
                     armed = armed or current[1] or current[0] > 0
                     beat, last_ns = current, now_ns
+                    started = recorder.step_started_ns()
+                    if current[1] and now_ns - int(self.tick_s * 2e9) <= started <= now_ns:
+                        last_ns = started  # a step opened since the last tick: progress was its start
                     if self.hang is not None:
                         self._resolve()
                     self._clear_fallback_dump()
@@ -374,7 +377,9 @@ class HangWatchdog:
         if hang is None:
             return
         now = time.time()
-        self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now))
+        # written_at - stalled_s stays the last progress (the time accounting and the hang span read it)
+        stalled = hang.stalled_s + max(0.0, now - hang.written_at)
+        self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now, stalled_s=stalled))
         if self.announce:
             self._warn(f"rank {self.rank}: progress resumed (the hang was reported "
                        f"{now - hang.detected_at:.0f} s ago)")

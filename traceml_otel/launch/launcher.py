@@ -21,6 +21,7 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
+from traceml_otel.capture.time_ledger import process_start_time
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
@@ -180,7 +181,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
         world_size=options.nproc_per_node * options.nnodes,
         nnodes=options.nnodes,
         node_rank=options.node_rank,
-        start_time=time.time(),
+        start_time=process_start_time() or time.time(),  # the launch: start-up counts from here
     )
     save_manifest(run_dir, manifest)
     attach = auto_attach_env(env, options.script) if options.auto_attach else {TRACEML_AUTO_ATTACH: "0"}

@@ -54,11 +54,27 @@ def render_comparison_text(comparison: Comparison) -> str:
         _row("peak memory", c.memory, lambda v: size(v) if v is not None else "n/a"),
         f"{'diagnosis':<12} {kind_label(c.a.kind)} -> {kind_label(c.b.kind)}: {c.diagnosis}",
     ]
+    lines += _shares(c.a, c.b)
     if c.phases:
         lines += ["", f"Phases ({c.a.clock} clock, mean per step)"]
         lines += [_row(PHASE_LABELS[p.name], p, seconds) for p in c.phases]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f} %"
+
+
+def _shares(a: RunSummary, b: RunSummary) -> list[str]:
+    """Goodput and MFU lines (information: they never decide the verdict); none when neither has them."""
+    lines = []
+    for label, before, after in (("goodput", a.goodput, b.goodput), ("MFU", a.mfu, b.mfu)):
+        if before is None and after is None:
+            continue
+        change = "" if before is None or after is None else f"  {(after - before) * 100:+.1f} points"
+        lines.append(f"{label:<12} {_share(before):>10} -> {_share(after):>10}{change}")
+    return lines
 
 
 def _change_json(change: Change) -> dict[str, object]:
@@ -87,6 +103,8 @@ def _side_json(s: RunSummary) -> dict[str, object]:
         "tokens_per_step": s.tokens_per_step,
         "time_per_token_s": s.time_per_token,
         "problem": s.problem or None,
+        "goodput": s.goodput,
+        "mfu": s.mfu,
     }
 
 

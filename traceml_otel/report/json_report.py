@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
+from traceml_otel.report.time_section import time_json
 from traceml_otel.report.units import trace_link
 
 SCHEMA = "traceml-otel/report"
@@ -171,6 +172,7 @@ def report_json(
             }
             for s in analysis.series
         ],
+        **time_json(analysis.time_account, analysis.mfu),
     }
 
 

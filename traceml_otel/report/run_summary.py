@@ -54,6 +54,14 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
         time_per_sample=_number(work.get("time_per_sample_s")),
         tokens_per_step=_number(work.get("tokens_per_step")),
         time_per_token=_number(work.get("time_per_token_s")),
+        goodput=_member(report, "time_accounting", "goodput"),
+        mfu=_member(report, "mfu", "mfu"),
     )
+
+
+def _member(report: Mapping[str, object], section: str, name: str) -> float | None:
+    """A number inside an optional section of the report (``None`` when absent or malformed)."""
+    value = report.get(section)
+    return _number(value.get(name)) if isinstance(value, dict) else None
 
 

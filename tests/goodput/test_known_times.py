@@ -1,0 +1,155 @@
+"""Goodput end to end: runs with known time in each category, on 1 rank (direct launch) and 2 ranks
+(``traceml run``), started together and shared by every assertion (about 30 s of wall time).
+
+The script measures its own evaluation, checkpoint and stall time and when it asked for its first
+batch; the test measures the launch and exit. Each category must be within 5 % of that truth, and
+the categories must add up to the rank's wall time within 2 %. MFU rides on the same runs: a stack of
+``Linear`` layers with gradient accumulation 4 declares its analytic FLOPs on every step and has one
+step measured with ``FlopCounterMode``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from traceml_otel.analyze.mfu import rank_mfu
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.analyze.time_accounting import PRODUCTIVE, read_time_records
+from traceml_otel.report import render
+
+SCRIPT = Path(__file__).parent / "scripts" / "known_times.py"
+KNOWN = {"KNOWN_STARTUP": "2", "KNOWN_EVALUATION": "3", "KNOWN_CHECKPOINT": "1", "KNOWN_BETWEEN": "1",
+         "KNOWN_STALL": "5", "KNOWN_SHUTDOWN": "1"}
+
+
+def _env(tmp: Path, name: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(KNOWN, TRACEML_RUNS_DIR=str(tmp / name), TRACEML_HANG_TIMEOUT_S="1", TRACEML_PEAK_FLOPS="1e12",
+               KNOWN_TIMES_OUT=str(tmp / f"{name}-truth"), PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    tmp = tmp_path_factory.mktemp("goodput")
+    commands = {
+        "one": [sys.executable, str(SCRIPT)],
+        "two": [sys.executable, "-m", "traceml_otel.cli", "run", "--nproc-per-node", "2", str(SCRIPT)],
+    }
+    started = {}
+    for name, command in commands.items():
+        started[name] = (time.time(), subprocess.Popen(command, env=_env(tmp, name), stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT, text=True))
+    results = {}
+    for name, (launched, process) in started.items():
+        output, _ = process.communicate(timeout=180)
+        ended = time.time()
+        assert process.returncode == 0, output
+        run_dir = next((tmp / name).iterdir())
+        truths = {int(p.name.rsplit("rank-", 1)[1].split(".")[0]): json.loads(p.read_text())
+                  for p in tmp.glob(f"{name}-truth.rank-*.json")}
+        results[name] = {"launched": launched, "ended": ended, "run_dir": run_dir, "truth": truths,
+                         "analysis": analyze_path([run_dir])}
+    return results
+
+
+def _near(measured: float, truth: float, tolerance: float = 0.05) -> bool:
+    return abs(measured - truth) <= tolerance * truth
+
+
+@pytest.mark.parametrize("name, ranks", [("one", 1), ("two", 2)])
+def test_each_category_within_5_percent_and_sum_is_wall(runs: dict[str, dict], name: str, ranks: int) -> None:
+    run = runs[name]
+    account = run["analysis"].time_account
+    assert account is not None and len(account.ranks) == ranks
+    for rank_time in account.ranks:
+        truth = run["truth"][rank_time.rank]
+        got = dict(rank_time.categories)
+        checks = {
+            "startup": (got["startup"], truth["first_fetch"] - run["launched"]),
+            "evaluation": (got["outside.evaluation"], truth["evaluation"]),
+            "checkpoint": (got["outside.checkpoint"], truth["checkpoint"]),
+            "stalled": (got["stalled"], truth["stall"]),
+            "between steps": (got["between_steps"], float(KNOWN["KNOWN_BETWEEN"])),
+        }
+        for label, (measured, expected) in checks.items():
+            where = f"rank {rank_time.rank} {label}: {measured:.3f} s vs {expected:.3f} s"
+            assert _near(measured, expected), where
+        assert got["shutdown"] >= 0.95 * float(KNOWN["KNOWN_SHUTDOWN"])
+        assert got["startup"] >= float(KNOWN["KNOWN_STARTUP"])
+        total = sum(got.values())
+        assert _near(total, rank_time.wall_s, 0.02)
+        # Seen from outside, the process also forks before its start and tears the interpreter down
+        # after its last record (torch: 1-2 s on a loaded machine; the launcher's own exit for
+        # traceml run): invisible from inside, so only a loose bound here (docs/goodput.md).
+        outside_wall = run["ended"] - run["launched"]
+        assert outside_wall * 0.85 <= rank_time.wall_s <= outside_wall + 0.05, (rank_time, outside_wall)
+
+
+def test_findings_name_the_dominant_categories(runs: dict[str, dict]) -> None:
+    account = runs["two"]["analysis"].time_account
+    texts = [f.text for f in account.findings]
+    assert any(t.startswith("stalled time takes") for t in texts), texts
+    assert all(f.share >= 0.10 and f.category not in PRODUCTIVE for f in account.findings)
+    assert account.goodput is not None and 0 < account.goodput < 0.2
+
+
+def test_report_formats_show_the_section(runs: dict[str, dict]) -> None:
+    analysis = runs["one"]["analysis"]
+    text = render(analysis, "text")
+    assert "Where the job's time went" in text and "evaluation" in text and "MFU " in text
+    document = json.loads(render(analysis, "json"))
+    names = {c["name"] for c in document["time_accounting"]["categories"]}
+    assert {"startup", "outside.evaluation", "outside.checkpoint", "stalled", "shutdown"} <= names
+    assert document["mfu"]["ranks"][0]["source"] == "declared"
+    html = render(analysis, "html")
+    assert "time went</h2>" in html and "<svg" in html
+
+
+@pytest.mark.parametrize("name", ["one", "two"])
+def test_mfu_measured_equals_analytic_and_declared(runs: dict[str, dict], name: str) -> None:
+    run = runs[name]
+    records, problems = read_time_records(run["run_dir"])
+    assert not problems
+    mfu = run["analysis"].mfu
+    assert mfu is not None and mfu.mfu is not None and 0 < mfu.mfu <= 1
+    for rank, record in records.items():
+        analytic = run["truth"][rank]["flops_per_step"]
+        assert record.flops.measured is not None and _near(record.flops.measured, analytic, 0.02)
+        declared = next(r for r in mfu.ranks if r.rank == rank)
+        assert declared.source == "declared" and declared.mfu is not None
+        # The same run with only the measurement (no declaration): the same MFU within 2 % (the
+        # measured step, slowed by counting, is left out of the timing either way).
+        only_measured = replace(record, flops=replace(record.flops, declared_sum=None, declared_steps=0))
+        steps = [s for s in _steps(run["run_dir"]) if s.rank == rank]
+        measured = rank_mfu(rank, steps, only_measured)
+        assert measured is not None and measured.source == "measured" and measured.mfu is not None
+        assert _near(measured.mfu, declared.mfu, 0.02), (measured.mfu, declared.mfu)
+
+
+def _steps(run_dir: Path) -> list:
+    from traceml_otel.analyze.sources.files import FileSpanSource
+
+    return list(FileSpanSource([run_dir]).load().steps)
+
+
+def test_compare_shows_the_goodput_change(runs: dict[str, dict]) -> None:
+    from traceml_otel.analyze.compare_policy import compare_runs
+    from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
+    from traceml_otel.report.run_summary import summary_from_report
+
+    a, b = (summary_from_report(json.loads(render(runs[n]["analysis"], "json")), n) for n in ("one", "two"))
+    assert a.goodput == runs["one"]["analysis"].time_account.goodput and b.mfu is not None
+    comparison = compare_runs(a, b)
+    text = render_comparison_text(comparison)
+    line = next(line for line in text.splitlines() if line.startswith("goodput"))
+    assert f"{(b.goodput - a.goodput) * 100:+.1f} points" in line
+    assert json.loads(render_comparison_json(comparison))["b"]["goodput"] == b.goodput

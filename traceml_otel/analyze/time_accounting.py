@@ -1,0 +1,316 @@
+"""Where every second of each rank went, from its process start to its end (``docs/goodput.md``).
+
+Inputs: the step spans (:class:`StepTiming`), each rank's ``rank-R.time.json`` (process start and
+end, ``outside_step`` totals), its hang record (stalled time) and the manifest (launch and end).
+Per rank the timeline is cut at the first step's input fetch and the last step's end:
+
+- ``startup``: from the launch to the first step's input fetch, less ``outside_step`` time and
+  stalls there;
+- ``step.*``: each step's input wait plus its block, split as the diagnosis splits it;
+- ``outside.<kind>``: each ``outside_step`` kind;
+- ``between_steps``: the rest of the training window (code between steps that nothing named);
+- ``stalled``: no progress, from the hang record (carved out of where it happened);
+- ``shutdown``: from the last step's end to the process end, less ``outside_step`` time and stalls.
+
+The categories add up to the rank's wall time by construction; where measurements overlap (a
+negative remainder) the remainder is clamped to 0 and a note says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.run_model import BACKWARD, FORWARD, H2D, OPTIMIZER, StepTiming
+from traceml_otel.contract import rank_of_file, time_file_name
+from traceml_otel.wire._json import RecordError
+from traceml_otel.wire.time_record import TimeRecord, read_time_record
+
+STARTUP = "startup"
+RESTARTS = "restarts"
+"""Under torchrun's restarts: from the launch to this attempt's process start (every earlier attempt)."""
+BETWEEN_STEPS = "between_steps"
+STALLED = "stalled"
+SHUTDOWN = "shutdown"
+STEP_PARTS = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
+PRODUCTIVE = frozenset(f"step.{part}" for part in STEP_PARTS if part != "input_wait")
+"""Goodput's numerator: the time inside step blocks, stalls excluded (see ``docs/goodput.md``)."""
+MAX_TIME_RECORDS = 4096
+FINDING_SHARE = 0.10
+"""A non-productive category at or above this share of the job's wall time is a finding."""
+MAX_FINDINGS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RankTime:
+    """One rank's wall time by category (seconds, in report order)."""
+
+    rank: int
+    wall_s: float
+    categories: tuple[tuple[str, float], ...]
+    goodput: float | None
+
+    def seconds(self, name: str) -> float:
+        """Seconds of one category (0 when absent)."""
+        return next((value for key, value in self.categories if key == name), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeFinding:
+    """A non-productive category that takes a large share of the job's wall time, and what to do."""
+
+    category: str
+    share: float
+    seconds: float
+    text: str
+    advice: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimeAccount:
+    """The job's time by category, summed over ranks, with each rank's own account."""
+
+    wall_s: float
+    categories: tuple[tuple[str, float], ...]
+    goodput: float | None
+    ranks: tuple[RankTime, ...]
+    findings: tuple[TimeFinding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def read_time_records(run_dir: Path) -> tuple[dict[int, TimeRecord], list[str]]:
+    """Every rank's ``rank-R.time.json`` in ``run_dir`` (bounded); problems returned, never raised."""
+    records: dict[int, TimeRecord] = {}
+    problems: list[str] = []
+    try:
+        names = sorted(e.name for e in os.scandir(run_dir) if e.name.endswith(".time.json"))
+        names = names[:MAX_TIME_RECORDS]
+    except OSError as error:
+        return records, [f"{run_dir}: cannot list time records ({type(error).__name__})"]
+    for name in names:
+        rank = rank_of_file(name, time_file_name)
+        if rank is None:
+            continue
+        try:
+            records[rank] = read_time_record(Path(run_dir) / name)
+        except (RecordError, ValueError) as error:
+            problems.append(f"{name}: {error}")
+    return records, problems
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def _step_parts(step: StepTiming) -> tuple[float, ...]:
+    """The step's input wait and block split like the diagnosis (CPU clock, the wall clock)."""
+    wait = (step.input_wait_cpu or 0.0) + (step.prefetch_h2d_cpu or 0.0)
+    traced = step.traced_cpu or 0.0
+    phase = [step.phase(i, Clock.CPU) or 0.0 for i in (H2D, FORWARD, BACKWARD, OPTIMIZER)]
+    comm_in = [step.phase_communication(i, Clock.CPU) for i in (H2D, FORWARD, BACKWARD, OPTIMIZER)]
+    own = [max(0.0, p - c) for p, c in zip(phase, comm_in, strict=True)]
+    communication = step.communication(Clock.CPU) or 0.0
+    named = sum(own) + communication
+    if named > traced > 0:  # overlapping measurements: scale them into the block
+        own, communication = [p * traced / named for p in own], communication * traced / named
+        named = traced
+    return (wait, *own, communication, max(0.0, traced - named))
+
+
+class _RankBuilder:
+    """Accumulates one rank's steps in order and closes its account."""
+
+    __slots__ = ("first", "last_end", "parts", "spans", "stall_cuts", "steps")
+
+    def __init__(self) -> None:
+        self.parts = [0.0] * len(STEP_PARTS)
+        self.first: float | None = None
+        self.last_end: float | None = None
+        self.steps = 0
+        self.spans: list[tuple[float, float, int]] = []
+        self.stall_cuts: list[tuple[float, float]] = []
+
+    def add(self, step: StepTiming) -> None:
+        parts = _step_parts(step)
+        for index, value in enumerate(parts):
+            self.parts[index] += value
+        start = step.start_unix_nano / 1e9
+        end = start + (step.traced_cpu or 0.0)
+        begin = start - parts[0]
+        self.first = begin if self.first is None else min(self.first, begin)
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
+        self.steps += 1
+        self.spans.append((begin, end, step.step))
+
+
+def _stall_interval(
+    hang: object, end: float, spans: Sequence[tuple[float, float, int]],
+) -> tuple[float, float] | None:
+    """From the last progress the watchdog saw to the resolution (or the rank's end), cut at the end
+    of the step it stalled in (or the start of the next step): the watchdog sees progress one tick late."""
+    written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
+    if not written or stalled is None or stalled <= 0:
+        return None
+    resolved = getattr(hang, "resolved_at", None)
+    stop = max(written, resolved if resolved else end)
+    number, in_step = getattr(hang, "step", None), getattr(hang, "in_step", False)
+    for begin, step_end, step in spans:
+        if step == number:
+            stop = min(stop, max(written - stalled, step_end if in_step else begin))
+            break
+    return written - stalled, stop
+
+
+def _carve(parts: list[float], seconds: float) -> None:
+    """Take ``seconds`` of stall out of the step parts, largest first (where the rank sat while stalled)."""
+    for index in sorted(range(len(parts)), key=parts.__getitem__, reverse=True):
+        cut = min(parts[index], seconds)
+        parts[index] -= cut
+        seconds -= cut
+        if seconds <= 0:
+            return
+
+
+def account_rank(
+    rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
+    launched_at: float | None, manifest_end: float | None,
+) -> tuple[RankTime, list[str]]:
+    """One rank's account (see the module docstring) and notes about what it had to assume.
+
+    ``launched_at``/``manifest_end``: when ``traceml run`` started and ended (``None`` for a direct
+    launch); with them a rank's start-up includes the launcher's and its shutdown lasts to the job's end.
+    """
+    notes: list[str] = []
+    builder = _RankBuilder()
+    for step in sorted(steps, key=lambda s: s.start_unix_nano):
+        builder.add(step)
+    starts = [t for t in (record.process_start if record else None, launched_at,
+                          record.launcher_start if record else None) if t]
+    if record is not None and not record.process_start:
+        notes.append(f"rank {rank}: process start unknown; start-up counted from the launch record")
+    if not starts and record is not None and record.init_at:
+        starts = [record.init_at]
+    first = builder.first if builder.first is not None else (record.init_at if record else None)
+    start = min(starts) if starts else first
+    ends = [manifest_end or 0.0, (record.ended_at or record.written_at or 0.0) if record else 0.0]
+    if record is not None and not record.ended_at:
+        notes.append(f"rank {rank}: no clean end recorded; its end is taken from its last record or the "
+                     "launcher's")
+    last = builder.last_end if builder.last_end is not None else first
+    end = max([t for t in (*ends, last) if t], default=None)
+    if start is None or end is None or first is None or last is None:
+        return RankTime(rank, 0.0, (), None), [f"rank {rank}: no step and no time record; not accounted"]
+    if record is not None and record.steps > builder.steps:
+        missing = record.steps - builder.steps
+        notes.append(f"rank {rank}: {missing} of its {record.steps} steps are missing from the spans "
+                     "(sampled or lost): their time counts as between steps")
+    outside = record.outside if record is not None else ()
+    before = sum(o.before_first_step_s for o in outside)
+    after = sum(o.after_last_step_s for o in outside)
+    middle = max(0.0, sum(o.seconds for o in outside) - before - after)
+    stall = _stall_interval(hang, end, builder.spans) if hang is not None else None
+    parts = list(builder.parts)
+    stalled = stall_start = stall_end = stall_steps = 0.0
+    if stall is not None:
+        s0, s1 = max(stall[0], start), min(stall[1], end)
+        stalled = max(0.0, s1 - s0)
+        stall_start = _overlap(s0, s1, start, first)
+        stall_end = _overlap(s0, s1, last, end)
+        stall_steps = min(sum(_overlap(s0, s1, b, e) for b, e, _ in builder.spans), sum(parts))
+        _carve(parts, stall_steps)
+    window = last - first
+    between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
+    startup = (first - start) - before - stall_start
+    restarts = 0.0
+    if record is not None and record.restart > 0 and record.process_start and record.process_start > start:
+        restarts = min(record.process_start - start, max(0.0, startup))  # earlier attempts, whole
+        startup -= restarts
+    shutdown = (end - last) - after - stall_end
+    for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
+        if value < -0.05:
+            notes.append(f"rank {rank}: {name} came out at {value:.2f} s (overlapping records); shown as 0")
+    categories = [(RESTARTS, restarts)] if restarts else []
+    categories += [(STARTUP, max(0.0, startup))]
+    categories += [(f"step.{name}", value) for name, value in zip(STEP_PARTS, parts, strict=True)]
+    categories += [(f"outside.{o.kind}", o.seconds) for o in outside]
+    categories += [(BETWEEN_STEPS, max(0.0, between)), (STALLED, stalled), (SHUTDOWN, max(0.0, shutdown))]
+    wall = end - start
+    productive = sum(value for name, value in categories if name in PRODUCTIVE)
+    return RankTime(rank, wall, tuple(categories), productive / wall if wall > 0 else None), notes
+
+
+def _advice(category: str, seconds: float) -> tuple[str, str]:
+    """The finding's name for ``category`` and what to do about it."""
+    if category == RESTARTS:
+        return "earlier attempts (restarts)", ("find why the earlier attempts failed (the manifest and hang "
+                                               "records), and checkpoint more often so a restart redoes less")
+    if category == STARTUP:
+        return "start-up", ("cache the dataset and compiled kernels, load checkpoints and imports lazily, "
+                            "or run longer jobs so start-up is amortised")
+    if category == "outside.evaluation":
+        return "evaluation", "evaluate less often or on fewer batches"
+    if category == "outside.checkpoint":
+        return "checkpoints", ("checkpoint less often, or save asynchronously "
+                               "(torch.distributed.checkpoint.async_save)")
+    if category.startswith("outside."):
+        kind = category.removeprefix("outside.")[:40]
+        return f"'{kind}' blocks", f"run the '{kind}' work less often or make it cheaper"
+    if category == BETWEEN_STEPS:
+        return "time between steps", ("code between steps runs outside every step and outside_step block: "
+                                      "wrap it in traceml.outside_step(kind) to name it, or move per-step "
+                                      "logging and host syncs (.item(), printing) off the training loop")
+    if category == STALLED:
+        return "stalled time", "ranks made no progress: see the HANG finding for where they stopped"
+    if category == SHUTDOWN:
+        return "shutdown", ("time after the last step (final saves, teardown): make the final checkpoint "
+                            "asynchronous")
+    return "input wait", "the loader holds steps up: see the diagnosis (INPUT_BOUND) for the fix"
+
+
+def _findings(categories: Iterable[tuple[str, float]], wall: float) -> tuple[TimeFinding, ...]:
+    found = []
+    for name, seconds in sorted(categories, key=lambda item: -item[1]):
+        share = seconds / wall if wall > 0 else 0.0
+        if name in PRODUCTIVE or share < FINDING_SHARE:
+            continue
+        label, advice = _advice(name, seconds)
+        text = f"{label} takes {share * 100:.0f} % of wall time"
+        found.append(TimeFinding(name, share, seconds, text, advice))
+    return tuple(found[:MAX_FINDINGS])
+
+
+def account_time(
+    steps: Iterable[StepTiming], records: dict[int, TimeRecord], hangs: Iterable[object] = (),
+    launched_at: float | None = None, manifest_end: float | None = None,
+) -> TimeAccount | None:
+    """The job's account: every rank that has steps or a time record; ``None`` when none has either."""
+    by_rank: dict[int, list[StepTiming]] = defaultdict(list)
+    for step in steps:
+        by_rank[step.rank].append(step)
+    hang_by_rank = {getattr(h, "rank", -1): h for h in hangs}
+    ranks, notes = [], []
+    for rank in sorted(set(by_rank) | set(records)):
+        rank_time, rank_notes = account_rank(rank, by_rank.get(rank, ()), records.get(rank),
+                                             hang_by_rank.get(rank), launched_at, manifest_end)
+        notes.extend(rank_notes)
+        if rank_time.wall_s > 0:
+            ranks.append(rank_time)
+    if not ranks:
+        return None
+    totals: dict[str, float] = {}
+    for rank_time in ranks:
+        for name, value in rank_time.categories:
+            totals[name] = totals.get(name, 0.0) + value
+    wall = sum(r.wall_s for r in ranks)
+    productive = sum(value for name, value in totals.items() if name in PRODUCTIVE)
+    missing = sorted(set(by_rank) - set(records))
+    if missing:
+        notes.insert(0, f"{len(missing)} rank(s) without a time record (e.g. rank {missing[0]}): start-up, "
+                        "outside_step time and shutdown are unknown there (counted as between steps or "
+                        "not at all)")
+    return TimeAccount(wall, tuple(totals.items()), productive / wall if wall > 0 else None, tuple(ranks),
+                       _findings(totals.items(), wall), tuple(notes[:20]))

@@ -1,0 +1,145 @@
+"""One rank's time outside its steps and its FLOPs, kept off the per-step path.
+
+``outside_step`` blocks, a FLOPs declaration or measurement, ``init()`` and shutdown update a
+:class:`TimeLedger`; it writes ``rank-R.time.json`` (:mod:`traceml_otel.wire.time_record`) at
+``init()``, after an ``outside_step`` block (at most once per ``min_interval_s``), after a FLOPs
+measurement and at shutdown. A step costs nothing here unless it declares ``flops=`` (two
+additions). A failed write is counted and said once; it never reaches training.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceml_otel.wire.time_record import MAX_KINDS, FlopsRecord, OutsideTotal, TimeRecord, write_time_record
+
+
+def process_start_time(pid: int | str = "self") -> float | None:
+    """Unix time at which process ``pid`` (default: this one) started, from ``/proc`` (about 10 ms
+    precision); ``None`` where ``/proc`` is not available."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        with open("/proc/uptime", "rb") as uptime_file:
+            uptime = float(uptime_file.read().split()[0])
+        ticks = int(fields[19])  # field 22 (starttime), counted after the ")" that ends field 2
+        now = time.time()
+        return now - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(slots=True)
+class _KindTotal:
+    seconds: float = 0.0
+    count: int = 0
+    before_first_step_s: float = 0.0
+    trailing_step: int = -1
+    """The step count when the last block of this kind ended, and its time since that step."""
+    trailing_s: float = 0.0
+
+
+class TimeLedger:
+    """Per-rank totals of ``outside_step`` time by kind, FLOPs, and the process's start and end."""
+
+    def __init__(
+        self, run_dir: Path | None, rank: int, run_id: str, steps: Callable[[], int], *,
+        peak_flops: float | None = None, dtype: str = "bf16", min_interval_s: float = 1.0,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.run_id = run_id
+        self._steps = steps
+        self.process_start = process_start_time()
+        self.launcher_start: float | None = None
+        self.restart = 0
+        """When the launcher that started this process started (torchrun's agent), when known."""
+        self.init_at = time.time()
+        self.min_interval_s = min_interval_s
+        self._warn = warn
+        self._kinds: dict[str, _KindTotal] = {}
+        self._open: list[float] = []
+        self._last_write = 0.0
+        self.write_errors = 0
+        self.declared_sum: float | None = None
+        self.declared_steps = 0
+        self.per_sample: float | None = None
+        self.per_token: float | None = None
+        self.measured: float | None = None
+        self.measured_step: int | None = None
+        self.peak_flops = peak_flops
+        self.dtype = dtype
+        self.device_name = ""
+
+    # --- outside_step -------------------------------------------------------------
+    def enter_outside(self) -> None:
+        """An ``outside_step`` block opens (nested blocks count in the outermost only)."""
+        self._open.append(time.time())
+
+    def exit_outside(self, kind: str, in_step: bool) -> None:
+        """The innermost open block of ``kind`` ends; ``in_step``: it ran inside a step (not counted)."""
+        if not self._open:
+            return
+        began = self._open.pop()
+        if self._open or in_step:
+            return
+        seconds = max(0.0, time.time() - began)
+        if kind not in self._kinds and len(self._kinds) >= MAX_KINDS:
+            kind = "other"
+        total = self._kinds.setdefault(kind, _KindTotal())
+        total.seconds += seconds
+        total.count += 1
+        steps = self._steps()
+        if steps == 0:
+            total.before_first_step_s += seconds
+        if total.trailing_step == steps:
+            total.trailing_s += seconds
+        else:
+            total.trailing_step, total.trailing_s = steps, seconds
+        if time.time() - self._last_write >= self.min_interval_s:
+            self.write()
+
+    # --- FLOPs ------------------------------------------------------------------------
+    def declare_step_flops(self, flops: float) -> None:
+        """One step declared its FLOPs (``trace_step(flops=)``)."""
+        self.declared_sum = (self.declared_sum or 0.0) + flops
+        self.declared_steps += 1
+
+    def measured_flops(self, flops: float, step: int, device_name: str = "") -> None:
+        """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once."""
+        self.measured, self.measured_step = float(flops), step
+        self.device_name = device_name or self.device_name
+        self.write()
+
+    # --- the record ---------------------------------------------------------------------
+    def record(self, ended_at: float | None = None) -> TimeRecord:
+        """The current ``rank-R.time.json`` content."""
+        steps = self._steps()
+        outside = tuple(
+            OutsideTotal(kind, t.seconds, t.count, t.before_first_step_s,
+                         t.trailing_s if t.trailing_step == steps and steps > 0 else 0.0)
+            for kind, t in self._kinds.items()
+        )
+        flops = FlopsRecord(self.declared_sum, self.declared_steps, self.per_sample, self.per_token,
+                            self.measured, self.measured_step, self.peak_flops, self.dtype, self.device_name)
+        return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
+                          steps, outside, flops, restart=self.restart,
+                          launcher_start=self.launcher_start)
+
+    def write(self, ended: bool = False) -> None:
+        """Write the record now (``ended``: with the end time); a failure is counted, said once."""
+        if self.run_dir is None:
+            return
+        self._last_write = time.time()
+        try:
+            write_time_record(self.run_dir, self.record(self._last_write if ended else None))
+        except OSError as error:
+            self.write_errors += 1
+            if self.write_errors == 1 and self._warn is not None:
+                self._warn(f"cannot write the time record in {self.run_dir}: {error.strerror or error}; "
+                           "the time accounting of this rank will be partial")
