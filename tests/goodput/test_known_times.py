@@ -42,16 +42,27 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("goodput")
     commands = {
         "one": [sys.executable, str(SCRIPT)],
-        "two": [sys.executable, "-m", "traceml_otel.cli", "run", "--nproc-per-node", "2", str(SCRIPT)],
+        # --no-report: the launcher's end-of-run diagnosis comes after the ranks' lives
+        "two": [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", "--nproc-per-node", "2",
+                str(SCRIPT)],
     }
     started = {}
     for name, command in commands.items():
-        started[name] = (time.time(), subprocess.Popen(command, env=_env(tmp, name), stdout=subprocess.PIPE,
+        log = (tmp / f"{name}.log").open("w")  # a file, not a pipe: a full pipe would stall the run
+        started[name] = (time.time(), subprocess.Popen(command, env=_env(tmp, name), stdout=log,
                                                        stderr=subprocess.STDOUT, text=True))
+    ended_at: dict[str, float] = {}
+    deadline = time.monotonic() + 180
+    while len(ended_at) < len(started) and time.monotonic() < deadline:  # each run's own end time
+        for name, (_, process) in started.items():
+            if name not in ended_at and process.poll() is not None:
+                ended_at[name] = time.time()
+        time.sleep(0.05)
     results = {}
     for name, (launched, process) in started.items():
-        output, _ = process.communicate(timeout=180)
-        ended = time.time()
+        process.wait(timeout=5)
+        output = (tmp / f"{name}.log").read_text()
+        ended = ended_at[name]
         assert process.returncode == 0, output
         run_dir = next((tmp / name).iterdir())
         truths = {int(p.name.rsplit("rank-", 1)[1].split(".")[0]): json.loads(p.read_text())
