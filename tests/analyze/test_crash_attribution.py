@@ -40,3 +40,19 @@ def test_a_rank_that_raised_outside_a_step_is_named_not_the_rank_that_failed_aft
 def test_without_an_outside_exception_the_failed_step_is_named(tmp_path: Path) -> None:
     finding = _run_failed(_run(tmp_path, rank1_status="SIGTERM"))
     assert finding.why.startswith("Rank 0 raised RuntimeError in step 30")
+
+
+def test_a_rank_that_crashed_in_a_native_abort_is_named_not_the_rank_that_lost_it(tmp_path: Path) -> None:
+    """gloo on one extra all_reduce of another size mid-training (measured, docs/hangs.md): the rank
+    with the extra call aborts (SIGABRT, 'Received data size doesn't match expected size'); the other
+    raises RuntimeError (connection reset) in its DDP all-reduce; the job exits 134."""
+    from tests.synthetic_runs import write_manifest_of
+
+    run_dir = _run(tmp_path, rank1_status="trainer exited without shutdown (killed?)")
+    write_manifest_of(run_dir, "run-x", 2, exit_code=134)
+    finding = _run_failed(run_dir)
+    assert finding.title == "The run failed: rank 1 crashed (SIGABRT)"
+    assert "rank 0 then raised RuntimeError in step 30 (likely a consequence)" in finding.why
+    assert {e.name: e.value for e in finding.evidence}["failed_rank"] == 1
+    write_manifest_of(run_dir, "run-x", 2, exit_code=137)  # a scheduler's SIGKILL is no crash of rank 1
+    assert _run_failed(run_dir).why.startswith("Rank 0 raised RuntimeError in step 30")

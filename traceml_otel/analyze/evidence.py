@@ -8,7 +8,10 @@ drawn from one rank of two, or from a run that crashed, says so.
 - ``PARTIAL_RANKS``: a rank recorded fewer than 95 % (and at least 2 fewer) of the steps of the
   rank that recorded most; only steps every rank completed are analysed.
 - ``RUN_FAILED``: a traced step raised (rank, step and exception type are named), or the
-  manifest records a non-zero exit code.
+  manifest records a non-zero exit code. When the job's exit code says a rank crashed on a signal
+  (SIGABRT, SIGSEGV, ...: gloo aborts a rank this way on a collective mismatch) and a rank's
+  emitter saw its trainer end without shutting down, that rank is named first, and a rank that
+  then raised in a step (its collective lost the peer) is named as a likely consequence.
 - ``RUN_INTERRUPTED`` instead, when the end was Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` in a
   step, a step cut short by the signal, or exit code 130 or 143): a warning, the step still named.
 - ``TELEMETRY_DEGRADED``: the emitters' export statistics (``rank-R.export.json``, in a run
@@ -18,6 +21,7 @@ drawn from one rank of two, or from a run that crashed, says so.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 
 from traceml_otel.analyze import thresholds as t
@@ -31,6 +35,9 @@ MAX_FAILURES = 20
 """Failed steps listed in the report (the first per rank come first)."""
 MAX_LISTED_RANKS = 64
 """Missing ranks named in the report; more are counted."""
+CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+"""Signals a rank dies of by itself (a native crash or abort), unlike a scheduler's SIGTERM or SIGKILL."""
+NO_SHUTDOWN = "trainer exited without shutdown"
 
 
 def missing_ranks(world_size: int | None, observed: Sequence[int]) -> tuple[int, ...]:
@@ -145,7 +152,7 @@ def run_findings(
                  "(its export report).",
             evidence=tuple(Evidence(f"rank_{c.rank}_steps", c.steps) for c in short),
         ))
-    outside = raised_outside_steps(export_stats, failures)
+    outside = raised_outside_steps(export_stats, failures) or crashed_ranks(export_stats, failures, exit_code)
     if failures or outside or (exit_code not in (None, 0)):
         interrupt = None if outside else _interrupt(failures, exit_code)
         findings.append(_interrupted(interrupt, failures, exit_code, counts) if interrupt
@@ -175,6 +182,20 @@ def raised_outside_steps(
 INTERRUPT_EXCEPTIONS = {"KeyboardInterrupt": "Ctrl-C", "Interrupted": "a signal"}
 """Exception types of a step the stop cut short (``Interrupted``: the step was open at SIGTERM)."""
 INTERRUPT_EXIT_CODES = {130: "Ctrl-C (SIGINT)", 143: "SIGTERM", -2: "Ctrl-C (SIGINT)", -15: "SIGTERM"}
+
+
+def crashed_ranks(
+    export_stats: Sequence[ExportStats], failures: Sequence[StepFailure], exit_code: int | None
+) -> tuple[tuple[int, str], ...]:
+    """(rank, signal name) of ranks that crashed: the job's exit code is a crash signal's
+    (``128 + SIGABRT``, ...) and the rank's emitter saw its trainer end without shutting down (no
+    exception, no signal handler: a native abort) while raising in no step of its own."""
+    if exit_code is None or exit_code <= 128 or exit_code - 128 not in {int(s) for s in CRASH_SIGNALS}:
+        return ()
+    name = signal.Signals(exit_code - 128).name
+    in_step = {failure.rank for failure in failures}
+    return tuple(sorted((stats.rank, name) for stats in export_stats
+                        if stats.end_status.startswith(NO_SHUTDOWN) and stats.rank not in in_step))
 
 
 def _interrupt(failures: Sequence[StepFailure], exit_code: int | None) -> str | None:
@@ -235,10 +256,17 @@ def _failed(
             then = (f"; rank {first.rank} then raised {first.exception_type} in step {first.step} "
                     "(likely a consequence)")
         others = f" (also ranks {', '.join(str(r) for r, _ in outside[1:9])})" if len(outside) > 1 else ""
-        why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or evaluation "
-               f"error; its rank-{rank}.export.json ends with it){others}{then}.{code}")
+        if kind.startswith("SIG"):  # crashed_ranks: a native abort, no Python exception
+            why = (f"Rank {rank} crashed ({kind}: it ended without shutting down; the last of its steps to "
+                   f"reach telemetry was {last}. A native abort: gloo, for one, aborts a rank this way on a "
+                   "collective mismatch, 'Received data size doesn't match expected size', and the rank's "
+                   f"stderr has the message){others}{then}.{code}")
+            title = f"The run failed: rank {rank} crashed ({kind})"
+        else:
+            why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or "
+                   f"evaluation error; its rank-{rank}.export.json ends with it){others}{then}.{code}")
+            title = f"The run failed: rank {rank} raised {kind} outside a step"
         evidence += [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", kind)]
-        title = f"The run failed: rank {rank} raised {kind} outside a step"
     elif failures:
         first = failures[0]
         others = failed_steps - 1
