@@ -73,6 +73,8 @@ SCENARIOS = [
     # a C call that released the GIL (os.read on a pipe), ended by --hang-action terminate
     Scenario("cread", 1, "wait", 0, "HANG-CREAD", args=("--hang-action", "terminate")),
 ]
+# one extra all_reduce of another size mid-training: gloo aborts the rank with the extra call (SIGABRT)
+FAILING = [Scenario("extra", 2, "", 1, "", {"HANG_TEST_STEPS": "8"})]
 HEALTHY = [
     Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
     Scenario("checkpoint", 2, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
@@ -162,7 +164,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
     with_backend.receiver = OtlpHttpReceiver().start()
     with_backend.extra_env.update(OTEL_EXPORTER_OTLP_ENDPOINT=with_backend.receiver.endpoint,
                                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
-    for scenario in [*SCENARIOS, *HEALTHY]:
+    for scenario in [*SCENARIOS, *FAILING, *HEALTHY]:
         _start(scenario, root)
     started = time.monotonic()
     pending = list(SCENARIOS)
@@ -179,18 +181,18 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                         continue  # the job is ended once both ranks' hang spans reached the backend
                     pending.remove(scenario)
                     _end(scenario)
-        for scenario in HEALTHY:
+        for scenario in [*FAILING, *HEALTHY]:
             scenario.process.wait(timeout=max(1.0, LIVE_DEADLINE_S - (time.monotonic() - started)))
             _read_stderr(scenario)
     finally:
         with_backend.otlp_spans = _otlp_hang_spans(with_backend)
         with_backend.receiver.stop()
-        for scenario in [*SCENARIOS, *HEALTHY]:
+        for scenario in [*SCENARIOS, *FAILING, *HEALTHY]:
             if scenario.process.poll() is None:
                 os.killpg(scenario.process.pid, signal.SIGKILL)
                 scenario.process.wait()
             _kill_leftovers(scenario.runs)
-    return {scenario.key: scenario for scenario in [*SCENARIOS, *HEALTHY]}
+    return {scenario.key: scenario for scenario in [*SCENARIOS, *FAILING, *HEALTHY]}
 
 
 
@@ -278,6 +280,18 @@ def test_an_extra_all_reduce_at_the_end_against_a_barrier_names_both_calls(jobs)
     live = jobs["extra_barrier-2"].live_line
     assert live.startswith("traceml: HANG: collective mismatch: "), live
     assert "entered barrier #" in live and f"hang_train.py:{marker_line('HANG-BARRIER')}" in live, live
+
+
+def test_an_extra_all_reduce_mid_training_is_a_gloo_abort_and_run_failed_names_that_rank(jobs) -> None:
+    scenario = jobs["extra-2"]
+    assert scenario.process.returncode == 134, scenario.stderr[-3000:]  # 128 + SIGABRT, in seconds
+    assert "Is there a distributed collective mismatch" in scenario.stderr  # gloo's own words, rank 1
+    assert "HANG" not in scenario.stderr
+    report = json.loads(_analyze(scenario.runs, "json"))
+    (failed,) = [f for f in report["run_findings"] if f["kind"] == "RUN_FAILED"]
+    assert failed["title"] == "The run failed: rank 1 crashed (SIGABRT)", failed
+    assert {e["name"]: e["value"] for e in failed["evidence"]}["failed_rank"] == 1
+    assert not [f for f in report["run_findings"] if f["kind"] == "HANG"]
 
 
 def test_a_mismatch_names_both_calls_and_html_shows_the_hang(jobs) -> None:

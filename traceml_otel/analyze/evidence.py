@@ -261,6 +261,10 @@ def _failed(
                    f"reach telemetry was {last}. A native abort: gloo, for one, aborts a rank this way on a "
                    "collective mismatch, 'Received data size doesn't match expected size', and the rank's "
                    f"stderr has the message){others}{then}.{code}")
+            if then:
+                why += (" On such a mismatch gloo aborts the rank that received the larger message, which "
+                        "need not be the rank with the wrong call: compare the step's traceml.collective "
+                        "spans of the ranks.")
             title = f"The run failed: rank {rank} crashed ({kind})"
         else:
             why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or "

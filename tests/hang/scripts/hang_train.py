@@ -101,6 +101,8 @@ def main():
                     blocked_in_c_call()
                 elif SCENARIO == "extra":
                     dist.all_reduce(torch.ones(3))  # HANG-EXTRA
+                elif SCENARIO == "extra_big":  # larger than DDP's gradient bucket (9 floats)
+                    dist.all_reduce(torch.ones(100))  # HANG-EXTRA-BIG
                 elif SCENARIO == "broadcast":
                     dist.broadcast(torch.ones(3), src=0)  # HANG-BROADCAST
             elif step == AT and SCENARIO == "broadcast":
