@@ -247,6 +247,22 @@ def test_each_ranks_hang_span_carries_the_verdict_over_every_ranks_record(tmp_pa
     assert "rank 1 is stuck in user code at train.py:23" in span.attributes[c.ATTR_HANG_VERDICT]
 
 
+def test_a_fifo_planted_as_a_peers_record_or_dump_cannot_block_the_verdict(tmp_path: Path) -> None:
+    import os
+    from dataclasses import replace
+
+    from traceml_otel import contract as c
+    from traceml_otel.emit.hang_events import HangRecordWatch
+
+    os.mkfifo(tmp_path / "rank-1.hang-traceback.txt")  # nobody writes: a blocking open would hang
+    os.mkfifo(tmp_path / "rank-2.hang.json")
+    now = time.time()
+    write_hang_record(tmp_path, replace(record(0, line=23, world=3), written_at=now, detected_at=now))
+    span = HangRecordWatch(tmp_path, 0, "run").poll(force=True)
+    assert span is not None and span.attributes[c.ATTR_HANG_CULPRIT_RANKS] == [0]
+    assert "rank 0 is stuck in user code at train.py:23" in span.attributes[c.ATTR_HANG_VERDICT]
+
+
 def test_a_rank_waiting_for_a_peer_in_a_long_outside_step_block_reports_no_hang(tmp_path: Path) -> None:
     peer = StepRecorder(ListSink())  # rank 1 of the same run folder, saving a checkpoint
     peer_watchdog = HangWatchdog(peer, None, rank=1, world_size=2, run_id="r", host="h", run_dir=tmp_path,

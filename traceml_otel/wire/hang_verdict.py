@@ -23,6 +23,7 @@ from pathlib import Path
 from traceml_otel.contract import hang_file_name, hang_traceback_file_name, rank_of_file
 from traceml_otel.sanitize import strip_control
 from traceml_otel.wire._json import RecordError
+from traceml_otel.wire.bounded_file import open_regular
 from traceml_otel.wire.hang_record import (
     SOURCE_FAULTHANDLER,
     STATE_HUNG,
@@ -94,14 +95,14 @@ def read_hang_records(run_dir: Path) -> tuple[list[HangRecord], list[str]]:
 
 def faulthandler_record(path: Path, rank: int) -> HangRecord | None:
     """A hang record from a ``faulthandler`` dump (read bounded; ``None`` when empty or unreadable)."""
-    try:
-        with open(path, "rb") as handle:
+    try:  # a regular file only, never blocking (a FIFO planted there is refused), its last 256 KiB
+        with open(open_regular(path, follow_links=False), "rb") as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - MAX_TRACEBACK_BYTES))
             text = handle.read(MAX_TRACEBACK_BYTES).decode("utf-8", "replace")
             modified = os.fstat(handle.fileno()).st_mtime
-    except OSError:
+    except OSError:  # RefusedFile included
         return None
     threads = parse_faulthandler(text)
     main = next((t for t in threads if t.main), threads[0] if threads else None)
