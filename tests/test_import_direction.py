@@ -30,7 +30,9 @@ ALLOWED = {
         "traceml_otel.report", "traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize",
         "traceml_otel.wire",
     ),
-    "wire": ("traceml_otel.wire", "traceml_otel.contract", "traceml_otel.step_records"),
+    "wire": (
+        "traceml_otel.wire", "traceml_otel.contract", "traceml_otel.sanitize", "traceml_otel.step_records",
+    ),
 }
 
 _PROBE = """

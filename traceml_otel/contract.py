@@ -31,6 +31,12 @@ ATTR_HANG_CODE = "traceml.hang.code"
 ATTR_HANG_COLLECTIVE = "traceml.hang.collective"
 ATTR_HANG_STALLED = "traceml.hang.stalled"
 ATTR_HANG_STACKS = "traceml.hang.stacks"
+ATTR_HANG_VERDICT = "traceml.hang.verdict"
+"""The verdict over every rank that wrote a hang record (docs/hangs.md); the next four come with it."""
+ATTR_HANG_CULPRIT = "traceml.hang.culprit"
+ATTR_HANG_CULPRIT_RANKS = "traceml.hang.culprit_ranks"
+ATTR_HANG_CULPRIT_LOCATION = "traceml.hang.culprit_location"
+ATTR_HANG_WAITING_RANKS = "traceml.hang.waiting_ranks"
 """Collectives of one step, one span per (source, kind): a bounded number per step, never one per call."""
 
 # --- attributes on every traceml span ---------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.otlp_receiver import OtlpHttpReceiver, ReceivedSpan
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.report import render
 
@@ -46,6 +47,9 @@ class Scenario:
     marker: str
     extra_env: dict[str, str] = field(default_factory=dict)
     args: tuple[str, ...] = ()
+    mismatch: bool = False  # two ranks in different collectives: a tie, both are named
+    receiver: OtlpHttpReceiver | None = None  # an OTLP backend for this job: the hang spans must reach it
+    otlp_spans: list[ReceivedSpan] = field(default_factory=list)
     process: subprocess.Popen | None = None
     stderr: str = ""
     live_line: str = ""
@@ -59,7 +63,9 @@ class Scenario:
 
 SCENARIOS = [
     Scenario("sleep", 2, "term", 1, "HANG-SLEEP", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "64"}),
-    Scenario("broadcast", 2, "kill", 1, "HANG-BROADCAST"),
+    Scenario("broadcast", 2, "kill", 1, "HANG-BROADCAST", mismatch=True),
+    # one extra all_reduce after the last step while rank 0 goes on to a barrier (gloo hangs there)
+    Scenario("extra_barrier", 2, "kill", 1, "HANG-EXTRA-END", mismatch=True),
     Scenario("spin", 2, "kill", 1, "HANG-SPIN"),
     Scenario("loader", 1, "term", 0, "HANG-WORKER"),
     Scenario("generator", 1, "kill", 0, "HANG-GENERATOR"),
@@ -67,6 +73,8 @@ SCENARIOS = [
     # a C call that released the GIL (os.read on a pipe), ended by --hang-action terminate
     Scenario("cread", 1, "wait", 0, "HANG-CREAD", args=("--hang-action", "terminate")),
 ]
+# one extra all_reduce of another size mid-training: gloo aborts the rank with the extra call (SIGABRT)
+FAILING = [Scenario("extra", 2, "", 1, "", {"HANG_TEST_STEPS": "8"})]
 HEALTHY = [
     Scenario("slowing", 1, "", 0, "", {"HANG_TEST_STEPS": "8"}),
     Scenario("checkpoint", 2, "", 0, "", {"HANG_TEST_STEPS": "8", "HANG_TEST_EVAL_S": "8"}),
@@ -121,6 +129,12 @@ def _kill_leftovers(runs: Path) -> None:
         time.sleep(0.2)
 
 
+def _otlp_hang_spans(scenario: Scenario) -> list[ReceivedSpan]:
+    if scenario.receiver is None:
+        return []
+    return [span for span in scenario.receiver.spans() if span.name == "traceml.hang"]
+
+
 def _end(scenario: Scenario) -> None:
     group = scenario.process.pid
     if scenario.kill == "wait":
@@ -146,7 +160,11 @@ def _end(scenario: Scenario) -> None:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
     root = tmp_path_factory.mktemp("hangs")
-    for scenario in [*SCENARIOS, *HEALTHY]:
+    with_backend = SCENARIOS[0]  # sleep-2: both ranks' hang spans go to a real OTLP/HTTP receiver
+    with_backend.receiver = OtlpHttpReceiver().start()
+    with_backend.extra_env.update(OTEL_EXPORTER_OTLP_ENDPOINT=with_backend.receiver.endpoint,
+                                  OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+    for scenario in [*SCENARIOS, *FAILING, *HEALTHY]:
         _start(scenario, root)
     started = time.monotonic()
     pending = list(SCENARIOS)
@@ -158,19 +176,23 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
                 found = re.search(r"^traceml: HANG: .*$", scenario.stderr, re.MULTILINE)
                 if found or scenario.process.poll() is not None:
                     scenario.live_line = found.group(0) if found else ""
-                    scenario.live_after_s = time.monotonic() - started
+                    scenario.live_after_s = scenario.live_after_s or time.monotonic() - started
+                    if found and scenario.receiver is not None and len(_otlp_hang_spans(scenario)) < 2:
+                        continue  # the job is ended once both ranks' hang spans reached the backend
                     pending.remove(scenario)
                     _end(scenario)
-        for scenario in HEALTHY:
+        for scenario in [*FAILING, *HEALTHY]:
             scenario.process.wait(timeout=max(1.0, LIVE_DEADLINE_S - (time.monotonic() - started)))
             _read_stderr(scenario)
     finally:
-        for scenario in [*SCENARIOS, *HEALTHY]:
+        with_backend.otlp_spans = _otlp_hang_spans(with_backend)
+        with_backend.receiver.stop()
+        for scenario in [*SCENARIOS, *FAILING, *HEALTHY]:
             if scenario.process.poll() is None:
                 os.killpg(scenario.process.pid, signal.SIGKILL)
                 scenario.process.wait()
             _kill_leftovers(scenario.runs)
-    return {scenario.key: scenario for scenario in [*SCENARIOS, *HEALTHY]}
+    return {scenario.key: scenario for scenario in [*SCENARIOS, *FAILING, *HEALTHY]}
 
 
 
@@ -189,7 +211,7 @@ def test_the_launcher_names_the_culprit_and_its_line_while_the_job_hangs(jobs, n
     assert scenario.live_line, f"no live HANG line; stderr:\n{scenario.stderr[-3000:]}"
     live = scenario.live_line
     assert f"rank {scenario.culprit} " in live and where in live, live
-    if scenario.nproc == 2 and scenario.name != "broadcast":
+    if scenario.nproc == 2 and not scenario.mismatch:
         assert "rank 0 waits in all_reduce #" in live and "(DDP gradient sync)" in live, live
         waited = int(re.search(r"waits in all_reduce #\d+ \(DDP gradient sync\) for (\d+) s", live).group(1))
         assert waited <= 3 + 15, live  # named within the timeout (3 s floor here) plus 15 s, by its own clock
@@ -202,11 +224,12 @@ def test_analyze_names_the_culprit_after_sigterm_or_sigkill(jobs, name) -> None:
     report = json.loads(_analyze(scenario.runs, "json"))
     hang = next(f for f in report["run_findings"] if f["kind"] == "HANG")
     evidence = {e["name"]: e["value"] for e in hang["evidence"]}
-    if scenario.name == "broadcast":  # a mismatch of two ranks: neither side is the majority, both are named
+    if scenario.mismatch:  # a mismatch of two ranks: neither side is the majority, both are named
         assert evidence["culprit_ranks"] == "[0, 1]" and where in hang["why"], hang
+        assert f"rank {scenario.culprit} entered" in hang["why"], hang
     else:
         assert evidence["culprit_rank"] == scenario.culprit and evidence["location"] == where, hang
-    if scenario.nproc == 2 and scenario.name != "broadcast":
+    if scenario.nproc == 2 and not scenario.mismatch:
         assert evidence["waiting_ranks"] == "[0]", hang
     failed = [f for f in report["run_findings"] if f["kind"] == "RUN_FAILED"]
     for finding in failed:  # never blames the rank that only waited
@@ -228,6 +251,22 @@ def test_the_culprits_emitter_wrote_a_hang_span_into_the_local_copy(jobs) -> Non
     assert any(span.attributes["traceml.phase.name"] == "collective" for span in hangs)  # rank 0 waits
 
 
+def test_every_ranks_hang_span_carries_the_verdict_to_an_otlp_backend(jobs) -> None:
+    """The cross-rank verdict reaches any OTLP backend, not only the launcher's stderr."""
+    scenario = jobs["sleep-2"]
+    where = f"hang_train.py:{marker_line('HANG-SLEEP')}"
+    by_rank = {span.attributes["traceml.rank"]: span.attributes for span in scenario.otlp_spans}
+    assert sorted(by_rank) == [0, 1], scenario.otlp_spans
+    for rank, attributes in by_rank.items():
+        verdict = attributes["traceml.hang.verdict"]
+        assert verdict.startswith(f"rank 1 is stuck in user code at {where}"), verdict
+        assert "rank 0 waits in all_reduce #" in verdict, verdict
+        assert attributes["traceml.hang.culprit_ranks"] == [1]
+        assert attributes["traceml.hang.culprit_location"] == where
+        assert attributes["traceml.hang.waiting_ranks"] == [0]
+        assert attributes["traceml.hang.culprit"] is (rank == 1)
+
+
 def test_the_flight_recorder_is_dumped_beside_the_hang_record_when_enabled(jobs) -> None:
     (run_dir,) = jobs["sleep-2"].runs.iterdir()  # TORCH_NCCL_TRACE_BUFFER_SIZE=64; gloo records too
     dump = json.loads((run_dir / "rank-0.flight-recorder.json").read_text())
@@ -235,6 +274,24 @@ def test_the_flight_recorder_is_dumped_beside_the_hang_record_when_enabled(jobs)
     record = json.loads((run_dir / "rank-0.hang.json").read_text())
     assert record["flight_recorder"] == "flight recorder in rank-0.flight-recorder.json"
     assert not list(jobs["generator-1"].runs.glob("*/rank-*.flight-recorder.json"))  # not enabled there
+
+
+def test_an_extra_all_reduce_at_the_end_against_a_barrier_names_both_calls(jobs) -> None:
+    live = jobs["extra_barrier-2"].live_line
+    assert live.startswith("traceml: HANG: collective mismatch: "), live
+    assert "entered barrier #" in live and f"hang_train.py:{marker_line('HANG-BARRIER')}" in live, live
+
+
+def test_an_extra_all_reduce_mid_training_is_a_gloo_abort_and_run_failed_names_that_rank(jobs) -> None:
+    scenario = jobs["extra-2"]
+    assert scenario.process.returncode == 134, scenario.stderr[-3000:]  # 128 + SIGABRT, in seconds
+    assert "Is there a distributed collective mismatch" in scenario.stderr  # gloo's own words, rank 1
+    assert "HANG" not in scenario.stderr
+    report = json.loads(_analyze(scenario.runs, "json"))
+    (failed,) = [f for f in report["run_findings"] if f["kind"] == "RUN_FAILED"]
+    assert failed["title"] == "The run failed: rank 1 crashed (SIGABRT)", failed
+    assert {e["name"]: e["value"] for e in failed["evidence"]}["failed_rank"] == 1
+    assert not [f for f in report["run_findings"] if f["kind"] == "HANG"]
 
 
 def test_a_mismatch_names_both_calls_and_html_shows_the_hang(jobs) -> None:

@@ -113,10 +113,14 @@ def test_the_watchdog_writes_a_record_for_a_stall_and_resolves_it(tmp_path: Path
         assert saved["state"] == "hung" and saved["step"] == 3 and saved["in_step"]
         assert saved["location"]["file"] == __file__  # this test's own line, not the library's
         recorder.end_step()
-        deadline = time.monotonic() + 10
-        while watchdog.hang is not None and time.monotonic() < deadline:
+
+        def state() -> str:
+            return json.loads((tmp_path / "rank-0.hang.json").read_text())["state"]
+
+        deadline = time.monotonic() + 10  # the watchdog drops its hang just before it writes the file
+        while state() != "resolved" and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert json.loads((tmp_path / "rank-0.hang.json").read_text())["state"] == "resolved"
+        assert watchdog.hang is None and state() == "resolved"
     finally:
         watchdog.stop()
     assert not (tmp_path / "rank-0.hang-traceback.txt").exists()  # empty fallback dump removed
@@ -212,6 +216,51 @@ def test_the_emitter_turns_a_new_hang_record_into_one_span_and_the_stalled_gauge
     assert watch.poll(force=True) is None  # one span per hang, not per rewrite
     write_hang_record(tmp_path, replace(hung, state=STATE_RESOLVED, written_at=time.time() + 2))
     assert watch.poll(force=True) is None and watch.state.stalled() == (0.0, "none")
+
+
+def test_each_ranks_hang_span_carries_the_verdict_over_every_ranks_record(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from traceml_otel import contract as c
+    from traceml_otel.emit.hang_events import HangRecordWatch
+
+    now = time.time()
+    waiting = replace(record(0, collective=waits(81), entered=81), written_at=now, detected_at=now)
+    stuck = replace(record(1, entered=80, line=23), written_at=now, detected_at=now)
+    watch = HangRecordWatch(tmp_path, 0, "run", poll_s=0.0, gather_s=30.0)
+    write_hang_record(tmp_path, waiting)
+    assert watch.poll() is None  # rank 1's record is not there yet: the span waits for it
+    write_hang_record(tmp_path, stuck)
+    span = watch.poll()
+    assert span is not None and span.attributes[c.ATTR_RANK] == 0
+    assert span.attributes[c.ATTR_HANG_VERDICT] == combine([waiting, stuck]).sentence
+    assert span.attributes[c.ATTR_HANG_VERDICT].startswith("rank 1 is stuck in user code at train.py:23")
+    assert span.attributes[c.ATTR_HANG_CULPRIT_RANKS] == [1] and span.attributes[c.ATTR_HANG_CULPRIT] is False
+    assert span.attributes[c.ATTR_HANG_CULPRIT_LOCATION] == "train.py:23"
+    assert span.attributes[c.ATTR_HANG_WAITING_RANKS] == [0]
+    assert watch.poll() is None  # one span per hang
+    alone = HangRecordWatch(tmp_path / "alone", 1, "run", poll_s=0.0, gather_s=0.0)
+    (tmp_path / "alone").mkdir()
+    write_hang_record(tmp_path / "alone", stuck)  # rank 0 never wrote one: sent after the gather time
+    span = alone.poll()
+    assert span.attributes[c.ATTR_HANG_CULPRIT] is True and span.attributes[c.ATTR_HANG_CULPRIT_RANKS] == [1]
+    assert "rank 1 is stuck in user code at train.py:23" in span.attributes[c.ATTR_HANG_VERDICT]
+
+
+def test_a_fifo_planted_as_a_peers_record_or_dump_cannot_block_the_verdict(tmp_path: Path) -> None:
+    import os
+    from dataclasses import replace
+
+    from traceml_otel import contract as c
+    from traceml_otel.emit.hang_events import HangRecordWatch
+
+    os.mkfifo(tmp_path / "rank-1.hang-traceback.txt")  # nobody writes: a blocking open would hang
+    os.mkfifo(tmp_path / "rank-2.hang.json")
+    now = time.time()
+    write_hang_record(tmp_path, replace(record(0, line=23, world=3), written_at=now, detected_at=now))
+    span = HangRecordWatch(tmp_path, 0, "run").poll(force=True)
+    assert span is not None and span.attributes[c.ATTR_HANG_CULPRIT_RANKS] == [0]
+    assert "rank 0 is stuck in user code at train.py:23" in span.attributes[c.ATTR_HANG_VERDICT]
 
 
 def test_a_rank_waiting_for_a_peer_in_a_long_outside_step_block_reports_no_hang(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ def analyze_run(
         run_findings=run_findings(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
+            steps=loaded.steps,
         ),
         throughput=throughput(ranks),
         hosts=loaded.hosts,

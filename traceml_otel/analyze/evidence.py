@@ -8,7 +8,12 @@ drawn from one rank of two, or from a run that crashed, says so.
 - ``PARTIAL_RANKS``: a rank recorded fewer than 95 % (and at least 2 fewer) of the steps of the
   rank that recorded most; only steps every rank completed are analysed.
 - ``RUN_FAILED``: a traced step raised (rank, step and exception type are named), or the
-  manifest records a non-zero exit code.
+  manifest records a non-zero exit code. When the job's exit code says a rank crashed on a signal
+  (SIGABRT, SIGSEGV, ...: gloo aborts a rank this way on a collective mismatch) and a rank's
+  emitter saw its trainer end without shutting down, that rank is named first, and a rank that
+  then raised in a step (its collective lost the peer) is named as a likely consequence; unless that
+  failed step moved more collective calls or bytes than any completed step of its rank (an extra
+  call: gloo aborts the receiver of the larger message), which is then named as the mismatch.
 - ``RUN_INTERRUPTED`` instead, when the end was Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` in a
   step, a step cut short by the signal, or exit code 130 or 143): a warning, the step still named.
 - ``TELEMETRY_DEGRADED``: the emitters' export statistics (``rank-R.export.json``, in a run
@@ -18,6 +23,7 @@ drawn from one rank of two, or from a run that crashed, says so.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 
 from traceml_otel.analyze import thresholds as t
@@ -31,6 +37,9 @@ MAX_FAILURES = 20
 """Failed steps listed in the report (the first per rank come first)."""
 MAX_LISTED_RANKS = 64
 """Missing ranks named in the report; more are counted."""
+CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL})
+"""Signals a rank dies of by itself (a native crash or abort), unlike a scheduler's SIGTERM or SIGKILL."""
+NO_SHUTDOWN = "trainer exited without shutdown"
 
 
 def missing_ranks(world_size: int | None, observed: Sequence[int]) -> tuple[int, ...]:
@@ -108,8 +117,10 @@ def run_findings(
     failed_steps: int,
     exit_code: int | None,
     export_stats: Sequence[ExportStats] = (),
+    steps: Sequence[StepTiming] = (),
 ) -> tuple[Finding, ...]:
-    """The findings about the data itself, most serious first."""
+    """The findings about the data itself, most serious first (``steps``: every step, failed ones
+    included, to spot a failed step with an extra collective)."""
     findings: list[Finding] = []
     observed = [c.rank for c in counts]
     absent = missing_ranks(world_size, observed)
@@ -145,11 +156,12 @@ def run_findings(
                  "(its export report).",
             evidence=tuple(Evidence(f"rank_{c.rank}_steps", c.steps) for c in short),
         ))
-    outside = raised_outside_steps(export_stats, failures)
+    outside = raised_outside_steps(export_stats, failures) or crashed_ranks(export_stats, failures, exit_code)
     if failures or outside or (exit_code not in (None, 0)):
         interrupt = None if outside else _interrupt(failures, exit_code)
         findings.append(_interrupted(interrupt, failures, exit_code, counts) if interrupt
-                        else _failed(failures, failed_steps, exit_code, counts, outside))
+                        else _failed(failures, failed_steps, exit_code, counts, outside,
+                                     extra_collective(steps, failures)))
     degraded = telemetry_finding(export_stats)
     if degraded is not None:
         findings.append(degraded)
@@ -175,6 +187,40 @@ def raised_outside_steps(
 INTERRUPT_EXCEPTIONS = {"KeyboardInterrupt": "Ctrl-C", "Interrupted": "a signal"}
 """Exception types of a step the stop cut short (``Interrupted``: the step was open at SIGTERM)."""
 INTERRUPT_EXIT_CODES = {130: "Ctrl-C (SIGINT)", 143: "SIGTERM", -2: "Ctrl-C (SIGINT)", -15: "SIGTERM"}
+
+
+def crashed_ranks(
+    export_stats: Sequence[ExportStats], failures: Sequence[StepFailure], exit_code: int | None
+) -> tuple[tuple[int, str], ...]:
+    """(rank, signal name) of ranks that crashed: the job's exit code is a crash signal's
+    (``128 + SIGABRT``, ...) and the rank's emitter saw its trainer end without shutting down (no
+    exception, no signal handler: a native abort) while raising in no step of its own."""
+    if exit_code is None or exit_code <= 128 or exit_code - 128 not in {int(s) for s in CRASH_SIGNALS}:
+        return ()
+    name = signal.Signals(exit_code - 128).name
+    in_step = {failure.rank for failure in failures}
+    return tuple(sorted((stats.rank, name) for stats in export_stats
+                        if stats.end_status.startswith(NO_SHUTDOWN) and stats.rank not in in_step))
+
+
+def extra_collective(steps: Sequence[StepTiming], failures: Sequence[StepFailure]) -> StepFailure | None:
+    """The first failed step that moved more collective calls or bytes than every completed step of
+    its rank (one extra or larger call: one side of a collective mismatch); ``None`` when none did."""
+    failed = {(f.rank, f.step): f for f in failures[:MAX_FAILURES]}
+    most: dict[int, tuple[int, int]] = {}
+    candidates: list[tuple[StepFailure, int, int]] = []
+    for step in steps:
+        calls, nbytes = step.comm_calls or 0, step.comm_bytes or 0
+        if step.error is None:
+            known = most.get(step.rank, (0, 0))
+            most[step.rank] = (max(known[0], calls), max(known[1], nbytes))
+        elif (step.rank, step.step) in failed and calls:
+            candidates.append((failed[(step.rank, step.step)], calls, nbytes))
+    for failure, calls, nbytes in candidates:
+        usual = most.get(failure.rank)
+        if usual is not None and usual[0] and (calls > usual[0] or nbytes > usual[1]):
+            return failure
+    return None
 
 
 def _interrupt(failures: Sequence[StepFailure], exit_code: int | None) -> str | None:
@@ -219,7 +265,7 @@ def _interrupted(
 
 def _failed(
     failures: Sequence[StepFailure], failed_steps: int, exit_code: int | None, counts: Sequence[RankCount],
-    outside: Sequence[tuple[int, str]] = (),
+    outside: Sequence[tuple[int, str]] = (), extra: StepFailure | None = None,
 ) -> Finding:
     code = "" if exit_code is None else f" The script exited with code {exit_code}."
     evidence: list[Evidence] = []
@@ -235,10 +281,15 @@ def _failed(
             then = (f"; rank {first.rank} then raised {first.exception_type} in step {first.step} "
                     "(likely a consequence)")
         others = f" (also ranks {', '.join(str(r) for r, _ in outside[1:9])})" if len(outside) > 1 else ""
-        why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or evaluation "
-               f"error; its rank-{rank}.export.json ends with it){others}{then}.{code}")
-        evidence += [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", kind)]
-        title = f"The run failed: rank {rank} raised {kind} outside a step"
+        if kind.startswith("SIG"):  # crashed_ranks: a native abort, no Python exception
+            title, why, blamed = _crashed(rank, kind, last, f"{others}{then}", extra)
+            evidence += blamed
+            why += code
+        else:
+            why = (f"Rank {rank} raised {kind} outside trace_step(){after} (a DataLoader, set-up or "
+                   f"evaluation error; its rank-{rank}.export.json ends with it){others}{then}.{code}")
+            title = f"The run failed: rank {rank} raised {kind} outside a step"
+            evidence += [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", kind)]
     elif failures:
         first = failures[0]
         others = failed_steps - 1
@@ -263,3 +314,29 @@ def _failed(
         next="The diagnosis covers the steps before the failure; fix the error and run again for a full one.",
         evidence=tuple(evidence),
     )
+
+
+def _crashed(
+    rank: int, signal_name: str, last: int | None, after: str, extra: StepFailure | None
+) -> tuple[str, str, list[Evidence]]:
+    """Title, why and evidence of a run in which ``rank`` crashed on a signal (see crashed_ranks)."""
+    abort = (f"rank {rank} crashed ({signal_name}: it ended without shutting down; the last of its steps to "
+             f"reach telemetry was {last}. A native abort: gloo, for one, aborts a rank this way on a "
+             "collective mismatch, 'Received data size doesn't match expected size', and the rank's stderr "
+             "has the message)")
+    if extra is not None and extra.rank != rank:  # the other side of the mismatch made the extra call
+        why = (f"Collective mismatch: rank {extra.rank}'s failed step {extra.step} moved more collective "
+               "calls or bytes than any of its completed steps (an extra or larger collective call) and "
+               f"raised {extra.exception_type}; {abort}. gloo aborts the rank that receives the larger "
+               "message, here the other side.")
+        title = (f"The run failed: collective mismatch, rank {extra.rank} made an extra collective call in "
+                 f"step {extra.step} (rank {rank} crashed, {signal_name})")
+        return title, why, [Evidence("failed_rank", extra.rank, "rank"), Evidence("failed_step", extra.step),
+                            Evidence("exception_type", extra.exception_type),
+                            Evidence("crashed_rank", rank, "rank")]
+    why = abort[0].upper() + abort[1:] + after + "."
+    if after:
+        why += (" On such a mismatch gloo aborts the rank that received the larger message, which need not "
+                "be the rank with the wrong call: compare the ranks' traceml.collective spans of that step.")
+    return (f"The run failed: rank {rank} crashed ({signal_name})", why,
+            [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", signal_name)])

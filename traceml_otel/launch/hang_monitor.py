@@ -2,7 +2,7 @@
 
 ``traceml run`` starts it beside the job. Once a second it looks at the run folder's
 ``rank-R.hang.json`` records (re-reading only the files whose size or time changed), combines the
-ones still ``hung`` into one verdict (:mod:`traceml_otel.analyze.hang`) and prints it once. It waits
+ones still ``hung`` into one verdict (:mod:`traceml_otel.wire.hang_verdict`) and prints it once. It waits
 up to :data:`GATHER_S` after the first record for the other ranks' records, so the line names the
 waiting ranks too. With ``--hang-action terminate`` it then ends the job (the launcher exits with
 :data:`EXIT_HANG`) once every rank of the world has written its record, or the gather time passed.
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from traceml_otel.analyze.hang import HangVerdict, combine, faulthandler_record, hang_file_names
 from traceml_otel.contract import hang_file_name, hang_traceback_file_name, rank_of_file
 from traceml_otel.sanitize import strip_control
 from traceml_otel.wire.hang_record import SOURCE_FAULTHANDLER, STATE_HUNG, HangRecord, read_hang_record
+from traceml_otel.wire.hang_verdict import HangVerdict, combine, faulthandler_record, hang_file_names
 
 HANG_ACTIONS = ("report", "terminate")
 EXIT_HANG = 75

@@ -1,8 +1,9 @@
 """Typed records that cross a process or file boundary, each with its encoder and decoder beside it.
 
-This package imports only the standard library, :mod:`traceml_otel.contract` and
-:mod:`traceml_otel.step_records` (standard library only too), so the analysis-only install (no torch,
-grpc or OTel SDK) can read every record, and capture and emit depend on it, never on each other.
+This package imports only the standard library, :mod:`traceml_otel.contract`,
+:mod:`traceml_otel.sanitize` and :mod:`traceml_otel.step_records` (standard library only too), so
+the analysis-only install (no torch, grpc or OTel SDK) can read every record, and capture and emit
+depend on it, never on each other.
 
 Files:
 
@@ -15,6 +16,9 @@ Files:
 - :mod:`traceml_otel.wire.bounded_file`: how every file we did not write ourselves is read: regular
   files only, never blocking (FIFOs, devices, sockets refused with one line), lines bounded, NUL runs
   and sparse holes skipped. New per-run records (a hang record, say) should read through it.
+- :mod:`traceml_otel.wire.hang_record`: ``rank-R.hang.json``, one rank's hang; and
+  :mod:`traceml_otel.wire.hang_verdict`: the ranks' records combined into one verdict (culprits,
+  their ``file:line``, the waiting ranks), shared by the launcher, the emitter and the analyzer.
 
 The trainer -> emitter stream (one pipe per rank; version :data:`~traceml_otel.wire.frames.WIRE_VERSION`,
 carried in the hello and checked by the emitter, which refuses another version and reports the

@@ -3,7 +3,7 @@
 The rank's hang watchdog (:mod:`traceml_otel.capture.watchdog`) writes it atomically into the run
 folder as soon as a hang is detected (so it survives a later SIGKILL), rewrites it while the hang
 lasts, and marks it ``resolved`` when steps move again. The launcher's hang monitor and the
-analyzer read it (:mod:`traceml_otel.analyze.hang` combines the ranks' records into one verdict).
+analyzer read it (:mod:`traceml_otel.wire.hang_verdict` combines the ranks' records into one verdict).
 
 Every field is bounded: at most :data:`MAX_THREADS` threads of :data:`MAX_FRAMES` frames each, and
 strings cut at :data:`MAX_TEXT` characters (function names at 100), so a record stays under the

@@ -1,14 +1,15 @@
 """A small training loop that hangs on purpose: ``hang_train.py SCENARIO [STEP]``.
 
-Scenarios (rank 1 misbehaves in 2-rank jobs; rank 0 in a single process):
-``sleep`` (user code, time.sleep, before the forward), ``spin`` (pure-Python loop holding the GIL),
-``cread`` (a C call that released the GIL: a read on a pipe nobody writes), ``cspin`` (a C loop
-that never releases the GIL: ``sum(range(...))``), ``extra`` (one extra
-all_reduce), ``broadcast`` (a broadcast where the other rank calls all_reduce), ``loader`` (a
-DataLoader worker blocks, num_workers=2), ``generator`` (the batch generator blocks), ``slowing``
-(steps slow down, never hang), ``evaluation`` (a long outside_step block, never a hang),
-``checkpoint`` (rank 0 saves in a long outside_step block while rank 1 waits for it in DDP's
-all-reduce: never a hang).
+Scenarios (rank 1 misbehaves in 2-rank jobs; rank 0 in a single process): ``sleep`` (user code,
+time.sleep, before the forward), ``spin`` (pure-Python loop holding the GIL), ``cread`` (a C call that
+released the GIL: a read on a pipe nobody writes), ``cspin`` (a C loop that never releases the GIL:
+``sum(range(...))``), ``extra`` (one extra all_reduce of another size in the middle of training),
+``extra_barrier`` and ``extra_exit`` (one extra all_reduce after the last step while the other rank goes
+on to a barrier, or to ``destroy_process_group`` and exits), ``broadcast`` (a broadcast where the other
+rank calls all_reduce), ``loader`` (a DataLoader worker blocks, num_workers=2), ``generator`` (the batch
+generator blocks), ``slowing`` (steps slow down, never hang), ``evaluation`` (a long outside_step block,
+never a hang), ``checkpoint`` (rank 0 saves in a long outside_step block while rank 1 waits for it in
+DDP's all-reduce: never a hang).
 """
 
 import os
@@ -100,6 +101,8 @@ def main():
                     blocked_in_c_call()
                 elif SCENARIO == "extra":
                     dist.all_reduce(torch.ones(3))  # HANG-EXTRA
+                elif SCENARIO == "extra_big":  # larger than DDP's gradient bucket (9 floats)
+                    dist.all_reduce(torch.ones(100))  # HANG-EXTRA-BIG
                 elif SCENARIO == "broadcast":
                     dist.broadcast(torch.ones(3), src=0)  # HANG-BROADCAST
             elif step == AT and SCENARIO == "broadcast":
@@ -110,6 +113,12 @@ def main():
             loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()
             optimizer.step()
+    if SCENARIO in ("extra_barrier", "extra_exit") and RANK == CULPRIT:
+        dist.all_reduce(torch.ones(3))  # HANG-EXTRA-END
+    elif SCENARIO == "extra_barrier":
+        dist.barrier()  # HANG-BARRIER
+    if SCENARIO == "extra_exit":
+        dist.destroy_process_group()
     print(f"rank {RANK} finished {STEPS} steps", flush=True)
 
 
