@@ -116,8 +116,9 @@ def run_run(args: argparse.Namespace) -> int:
     code, run_dir = launch(options)
     print()
     exports = wait_for_final_exports(run_dir, shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
-    if not exports and code != 0:
+    if not exports and code != 0 and run_dir.is_dir() and os.access(run_dir, os.W_OK):
         # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
+        # (A runs folder we could not write holds no statistics either: the account below says why.)
         print(f"traceml run: the script exited with code {code} before telemetry started (it never reached "
               f"traceml.init()): see its error above. Nothing was traced; {run_dir} holds only the manifest.",
               file=sys.stderr)
