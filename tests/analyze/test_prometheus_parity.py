@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 import yaml
 
 from tests.analyze.test_diagnosis_scenarios import SCENARIOS
+from tests.ports import free_port, free_port_pair
 from traceml_otel.contract import step_trace_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,27 +62,6 @@ def _selected() -> tuple[Scenario, ...]:
     wanted = os.environ.get("TRACEML_PARITY_SCENARIOS", "")
     names = {s.name for s in ALL} if wanted == "all" else set(wanted.split(",")) if wanted else set(DEFAULT)
     return tuple(s for s in ALL if s.name in names)
-
-
-def free_port_pair() -> int:
-    """A port ``p`` with ``p`` and ``p + 1`` free (one scrape endpoint per local rank)."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no two consecutive free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -126,7 +105,7 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
     config = {"global": {"scrape_interval": "1s"},
               "scrape_configs": [{"job_name": "traceml", "static_configs": [{"targets": targets}]}]}
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     assert PROMETHEUS is not None
     with open(tmp / "prometheus.log", "wb") as log:
         server = subprocess.Popen(

@@ -23,6 +23,7 @@ import pytest
 
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
 from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, start_prometheus, wait_until
+from tests.ports import free_port_pair
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 PROMETHEUS = shutil.which("prometheus")
@@ -34,21 +35,6 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
 )
 COMMUNICATION = ("traceml_collective_", "traceml_communication_share")
-
-
-def free_port_pair() -> int:
-    """P such that P and P+1 were both free on 127.0.0.1 a moment ago."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = int(first.getsockname()[1])
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no two consecutive free ports")
 
 
 @dataclass

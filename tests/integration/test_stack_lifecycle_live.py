@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,37 +30,17 @@ import pytest
 import yaml
 
 from tests.integration.test_stack_live import PROMETHEUS, Prometheus, wait_until
+from tests.ports import free_port, free_port_pair
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "lifecycle_run.py"
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed")
 
 
-def _port_pair() -> int:
-    """A port P with P and P+1 free (rank r of a node serves P + local rank)."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return int(port)
-    raise RuntimeError("no two consecutive free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _start(tmp: Path, name: str, interval: str, targets: list[str]) -> Prometheus:
     folder = tmp / name
     folder.mkdir()
-    port = _free_port()
+    port = free_port()
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": "1s",
                    "external_labels": {"replica": name}},
@@ -131,7 +110,7 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     # the short profile, with the drift windows halved again (the restart must fire within the run)
     windows = Windows.short().with_overrides({"rate": "10s", "baseline_min_history": "5s", "for_drift": "4s"})
     write_files(render_all(StackConfig(windows=windows)), tmp)
-    clean, crash, first, second = _port_pair(), _port_pair(), _free_port(), _free_port()
+    clean, crash, first, second = free_port_pair(), free_port_pair(), free_port(), free_port()
     clean_targets = [f"127.0.0.1:{clean}", f"127.0.0.1:{clean + 1}"]
     targets = [*clean_targets, f"127.0.0.1:{crash}", f"127.0.0.1:{crash + 1}",
                f"127.0.0.1:{first}", f"127.0.0.1:{second}"]
