@@ -68,42 +68,32 @@ def hang_finding(verdict: HangVerdict, records: Sequence[HangRecord]) -> Finding
 def with_hang(
     findings: Sequence[Finding], verdict: HangVerdict, records: Sequence[HangRecord]
 ) -> tuple[Finding, ...]:
-    """``findings`` with the ``HANG`` finding first, and ``RUN_FAILED`` no longer naming a waiting rank."""
+    """``findings`` with the ``HANG`` finding first, and ``RUN_FAILED`` or ``RUN_INTERRUPTED`` no longer
+    naming a rank that was only waiting."""
     out = [hang_finding(verdict, records)]
     for finding in findings:
         if finding.kind == RunKind.RUN_FAILED:
-            finding = _not_blaming_waiters(finding, verdict)
-        elif finding.kind == RunKind.RUN_INTERRUPTED:
-            finding = _interrupted_while_hung(finding, verdict)
+            finding = _not_blaming_waiter(finding, verdict, "The run was ended while hung",
+                                          ("failed_rank", "failed_step", "exception_type"))
+        elif finding.kind == RunKind.RUN_INTERRUPTED:  # a stop (Ctrl-C, SIGTERM) of a hung run
+            finding = _not_blaming_waiter(finding, verdict, "The run was interrupted while hung",
+                                          ("interrupted_rank", "interrupted_step"))
         out.append(finding)
     return tuple(out)
 
 
-def _not_blaming_waiters(finding: Finding, verdict: HangVerdict) -> Finding:
-    failed = next((e.value for e in finding.evidence if e.name == "failed_rank"), None)
-    if failed is None or failed in verdict.culprits:
+def _not_blaming_waiter(
+    finding: Finding, verdict: HangVerdict, title: str, dropped: tuple[str, ...]
+) -> Finding:
+    """``finding`` reworded when the rank it names (its first ``dropped`` evidence) was only waiting in
+    the hang: that evidence goes, and the why points at the culprit."""
+    named = next((e.value for e in finding.evidence if e.name == dropped[0]), None)
+    if named is None or named in verdict.culprits:
         return finding
     culprit = f"rank {verdict.culprits[0]}" if verdict.culprits else "no rank that reported"
-    dropped = ("failed_rank", "failed_step", "exception_type")
-    evidence = tuple(e for e in finding.evidence if e.name not in dropped)
     return replace(
-        finding, title="The run was ended while hung",
-        why=(f"The run was stopped during a hang; rank {failed} was only waiting when it was interrupted. "
+        finding, title=title,
+        why=(f"The run was stopped during a hang; rank {named} was only waiting when it was interrupted. "
              f"The hang's cause: {culprit} (see the HANG finding)."),
-        evidence=evidence,
-    )
-
-
-def _interrupted_while_hung(finding: Finding, verdict: HangVerdict) -> Finding:
-    """A stop (Ctrl-C, SIGTERM) of a hung run: the rank it names was cut short while waiting."""
-    stopped = next((e.value for e in finding.evidence if e.name == "interrupted_rank"), None)
-    if stopped is None or stopped in verdict.culprits:
-        return finding
-    culprit = f"rank {verdict.culprits[0]}" if verdict.culprits else "no rank that reported"
-    evidence = tuple(e for e in finding.evidence if e.name not in ("interrupted_rank", "interrupted_step"))
-    return replace(
-        finding, title="The run was interrupted while hung",
-        why=(f"The run was stopped during a hang; rank {stopped} was only waiting when it was interrupted. "
-             f"The hang's cause: {culprit} (see the HANG finding)."),
-        evidence=evidence,
+        evidence=tuple(e for e in finding.evidence if e.name not in dropped),
     )
