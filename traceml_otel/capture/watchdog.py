@@ -163,8 +163,6 @@ class HangWatchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-hang-watchdog", daemon=True)
         self._traceback_file: Any = None
-        self._fallback_due: float | None = None
-        """When the armed faulthandler dump would fire (monotonic), once armed."""
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -290,21 +288,9 @@ class HangWatchdog:
             handle.truncate()
 
     def _arm_fallback(self) -> None:
-        """Keep faulthandler's dump armed, due when this watchdog has not run for the timeout.
-
-        Each re-arm joins faulthandler's thread and starts a new one while holding the GIL, which
-        stalls the training thread for a moment; so it is re-armed only once a quarter of the delay
-        has passed (the dump can then come at most that much early, and steps that move again clear
-        it), not every tick."""
-        if self._traceback_file is None or self._stop.is_set():
-            return
-        now = time.monotonic()
-        delay = self.timeout_s() + 2 * self.tick_s
-        due = self._fallback_due
-        if due is not None and delay - max(self.tick_s, delay / 4) <= due - now <= delay:
-            return  # armed recently for this timeout (a shorter timeout re-arms at once)
-        faulthandler.dump_traceback_later(delay, repeat=False, file=self._traceback_file)
-        self._fallback_due = now + delay
+        if self._traceback_file is not None and not self._stop.is_set():
+            faulthandler.dump_traceback_later(self.timeout_s() + 2 * self.tick_s, repeat=False,
+                                              file=self._traceback_file)
 
     # --- records ---------------------------------------------------------------------
     def snapshot(self, stalled_s: float, timeout_s: float) -> HangRecord:
