@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from traceml_otel.emit.step_metrics import LiveState, PrometheusStepMetrics, RankLabels
+from traceml_otel.emit.step_metrics import CollectiveSample, LiveState, PrometheusStepMetrics, RankLabels
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 RUN_ID, JOB = "sim-run", "sim-job"
@@ -85,7 +85,8 @@ class _Ranks:
                     memory = (30 << 30, (34 << 30) + self.random.randint(0, 1 << 28))
                     metrics.record(step, [(p, step * share) for p, share in PHASES], wait, memory)
                     metrics.record_work(32, 32 * 2048)
-                    metrics.record_collectives([("ddp", "all_reduce", step * 0.3, step * 0.05)])
+                    metrics.record_collectives([CollectiveSample("ddp", "all_reduce", step * 0.3, step * 0.05,
+                                                               4, 100 << 20)])
                     state.last_step_end_s = time.time()
                     state.last_wait_s = wait
 

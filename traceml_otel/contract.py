@@ -177,6 +177,11 @@ METRIC_COLLECTIVE_DURATION = "traceml.collective.duration"
 """Histogram: per step and (source, kind), total collective time on the step's clock."""
 METRIC_COLLECTIVE_EXPOSED = "traceml.collective.exposed"
 """Histogram: per step and (source, kind), the exposed part, when it was measured."""
+METRIC_COLLECTIVE_CALLS = "traceml.collective.calls"
+"""Counter: collective calls per (source, kind); with the next, bytes per call tell the latency regime
+(many small calls) from the bandwidth regime (large ones)."""
+METRIC_COLLECTIVE_BYTES = "traceml.collective.bytes"
+"""Counter: the calls' payload bytes per (source, kind) (0 for ``barrier`` and the ``*_object`` calls)."""
 
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

@@ -103,11 +103,12 @@ def test_unknown_exposure_is_left_out_and_no_collectives_add_nothing() -> None:
     assert not any(key.startswith("traceml.communication") for key in quiet.step.attributes)
 
 
-def test_collective_histograms_are_served_for_prometheus_when_measured() -> None:
+def test_collective_histograms_and_counters_are_served_for_prometheus() -> None:
     import socket
     import urllib.request
 
     from traceml_otel.emit.step_metrics import (
+        CollectiveSample,
         LiveState,
         PrometheusEndpoint,
         PrometheusStepMetrics,
@@ -120,7 +121,9 @@ def test_collective_histograms_are_served_for_prometheus_when_measured() -> None
     state = LiveState(RankLabels("run-x", 3, 1, "h", "0"), lambda: 0)
     served = PrometheusStepMetrics(PrometheusEndpoint(port), state)
     try:
-        served.record_collectives([("ddp", "all_reduce", 0.004, 0.001), ("api", "barrier", 0.002, None)])
+        for _ in range(2):  # two steps
+            served.record_collectives([CollectiveSample("ddp", "all_reduce", 0.004, 0.001, 3, 3 << 20),
+                                       CollectiveSample("api", "barrier", 0.002, None, 1, 0)])
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         served.close()
@@ -129,6 +132,32 @@ def test_collective_histograms_are_served_for_prometheus_when_measured() -> None
     assert len(counts) == 2, lines
     ddp = next(line for line in counts if 'traceml_collective_source="ddp"' in line)
     assert 'traceml_collective_kind="all_reduce"' in ddp and 'traceml_rank="3"' in ddp
-    assert ddp.endswith(" 1.0")
+    assert ddp.endswith(" 2.0")
     exposed = [line for line in lines if line.startswith("traceml_collective_exposed_seconds_count")]
     assert len(exposed) == 1 and 'traceml_collective_kind="all_reduce"' in exposed[0]  # unmeasured: no series
+    calls = {line.split("{")[0] + (" ddp" if '"ddp"' in line else " api"): float(line.rsplit(" ", 1)[1])
+             for line in lines if line.startswith(("traceml_collective_calls", "traceml_collective_bytes"))}
+    assert calls == {"traceml_collective_calls_total ddp": 6, "traceml_collective_calls_total api": 2,
+                     "traceml_collective_bytes_total ddp": 6 << 20, "traceml_collective_bytes_total api": 0}
+
+
+def test_collective_calls_and_bytes_are_counted_over_otlp() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    from traceml_otel.emit.step_metrics import RankLabels, StepMetrics
+
+    reader = InMemoryMetricReader()
+    labels = RankLabels("run-x", 3, 1, "h", "0")
+    metrics = StepMetrics(Resource.create({}), labels, None, metric_reader=reader)
+    record = _record(*[_bucket(4 + i, 5 + i, nbytes=2048) for i in range(3)])
+    for _ in range(2):
+        metrics.record(record, _builder().build(record))
+    data = reader.get_metrics_data()
+    points = {m.name: list(m.data.data_points) for r in data.resource_metrics for sc in r.scope_metrics
+              for m in sc.metrics}
+    metrics.shutdown(1.0)
+    (calls,) = points[c.METRIC_COLLECTIVE_CALLS]
+    (nbytes,) = points[c.METRIC_COLLECTIVE_BYTES]
+    assert calls.value == 6 and nbytes.value == 6 * 2048
+    assert calls.attributes[c.ATTR_COLLECTIVE_SOURCE] == "ddp" and calls.attributes[c.ATTR_RANK] == 3

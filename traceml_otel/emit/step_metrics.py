@@ -2,7 +2,8 @@
 series served for Prometheus scraping with ``prometheus-client``.
 
 Both paths carry one metric set (docs/telemetry.md): step, phase and input-wait histograms
-with exemplars that point at the step's trace, the step counter, CUDA peak memory as the
+with exemplars that point at the step's trace, the step counter, the collective histograms and
+call and byte counters (per source and kind), CUDA peak memory as the
 maximum over each export (or scrape) interval, the dropped-spans counter (0 from the first
 export, read live from the span shipper), the run-liveness pair (time of the last step and
 the clean-end marker) and the per-rank info series. The step number is never an attribute.
@@ -179,6 +180,12 @@ class StepMetrics:
             description="The part of a step's collective time the step waited for, per (source, kind)",
             explicit_bucket_boundaries_advisory=buckets,
         )
+        self._collective_calls = meter.create_counter(
+            c.METRIC_COLLECTIVE_CALLS, unit="{call}", description="Collective calls, per (source, kind)"
+        )
+        self._collective_bytes = meter.create_counter(
+            c.METRIC_COLLECTIVE_BYTES, unit="By", description="Collective payload bytes, per (source, kind)"
+        )
         self._steps = meter.create_counter(c.METRIC_STEPS, unit="{step}", description="Completed steps")
         self._samples = meter.create_counter(
             c.METRIC_SAMPLES, unit="{sample}", description="Samples processed (steps with a known count)"
@@ -236,7 +243,7 @@ class StepMetrics:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
         phases = [(p.phase, _phase_seconds(p, on_gpu)) for p in record.phases]
-        collectives = [_collective_seconds(span, on_gpu) for span in spans.collectives]
+        collectives = [_collective_sample(span, on_gpu) for span in spans.collectives]
         step = spans.step
         if self._prometheus is not None:
             ids = (f"{step.trace_id:032x}", f"{step.span_id:016x}") if exemplar else None
@@ -254,12 +261,15 @@ class StepMetrics:
             self._phase.record(seconds, {**self._attributes, c.ATTR_PHASE_NAME: phase}, context=context)
         if wait_s is not None:
             self._wait.record(wait_s, self._attributes, context=context)
-        for source, kind, seconds, exposed in collectives:
-            labels = {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: source, c.ATTR_COLLECTIVE_KIND: kind}
-            if seconds is not None:
-                self._collective.record(seconds, labels, context=context)
-            if exposed is not None:
-                self._collective_exposed.record(exposed, labels, context=context)
+        for one in collectives:
+            labels = {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: one.source,
+                      c.ATTR_COLLECTIVE_KIND: one.kind}
+            if one.seconds is not None:
+                self._collective.record(one.seconds, labels, context=context)
+            if one.exposed is not None:
+                self._collective_exposed.record(one.exposed, labels, context=context)
+            self._collective_calls.add(one.calls, labels)
+            self._collective_bytes.add(one.nbytes, labels)
         self._steps.add(1, self._attributes)
         if record.samples is not None:
             self._samples.add(record.samples, self._attributes)
@@ -364,12 +374,28 @@ def _phase_seconds(phase: PhaseTiming, on_gpu: bool) -> float:
     return (phase.end_ns - phase.start_ns) * _NS
 
 
-def _collective_seconds(span: SpanData, on_gpu: bool) -> tuple[str, str, float | None, float | None]:
-    """(source, kind, total, exposed) of one collective span on the step's clock; ``None`` = not measured."""
+@dataclass(frozen=True, slots=True)
+class CollectiveSample:
+    """One step's collectives of one (source, kind), as the metrics record them."""
+
+    source: str
+    kind: str
+    seconds: float | None
+    """Total time on the step's clock; ``None``: not measured."""
+    exposed: float | None
+    """The part the step waited for; ``None``: not measured."""
+    calls: int = 0
+    nbytes: int = 0
+
+
+def _collective_sample(span: SpanData, on_gpu: bool) -> CollectiveSample:
     a = span.attributes
-    total = a.get(c.ATTR_COLLECTIVE_GPU if on_gpu else c.ATTR_COLLECTIVE_CPU)
-    exposed = a.get(c.ATTR_COLLECTIVE_EXPOSED_GPU if on_gpu else c.ATTR_COLLECTIVE_EXPOSED_CPU)
-    return (str(a[c.ATTR_COLLECTIVE_SOURCE]), str(a[c.ATTR_COLLECTIVE_KIND]), total, exposed)  # type: ignore[return-value]
+    return CollectiveSample(
+        str(a[c.ATTR_COLLECTIVE_SOURCE]), str(a[c.ATTR_COLLECTIVE_KIND]),
+        a.get(c.ATTR_COLLECTIVE_GPU if on_gpu else c.ATTR_COLLECTIVE_CPU),  # type: ignore[arg-type]
+        a.get(c.ATTR_COLLECTIVE_EXPOSED_GPU if on_gpu else c.ATTR_COLLECTIVE_EXPOSED_CPU),  # type: ignore[arg-type]
+        int(a.get(c.ATTR_COLLECTIVE_CALLS, 0)), int(a.get(c.ATTR_COLLECTIVE_BYTES, 0)),  # type: ignore[arg-type]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +449,10 @@ class PrometheusStepMetrics:
             "traceml_collective_exposed_seconds", "Exposed collective time per step", collective_labels,
             registry=registry,
         )
+        self._collective_calls = Counter("traceml_collective_calls", "Collective calls", collective_labels,
+                                         registry=registry)
+        self._collective_bytes = Counter("traceml_collective_bytes", "Collective payload bytes",
+                                         collective_labels, registry=registry)
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
         self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
         self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
@@ -454,14 +484,17 @@ class PrometheusStepMetrics:
         if tokens is not None:
             self._tokens.labels(**self._labels).inc(tokens)
 
-    def record_collectives(self, collectives: list[tuple[str, str, float | None, float | None]]) -> None:
-        """One step's collectives, per (source, kind): total and exposed time when measured."""
-        for source, kind, seconds, exposed in collectives:
-            labels = {**self._labels, "traceml_collective_source": source, "traceml_collective_kind": kind}
-            if seconds is not None:
-                self._collective.labels(**labels).observe(seconds)
-            if exposed is not None:
-                self._collective_exposed.labels(**labels).observe(exposed)
+    def record_collectives(self, collectives: list[CollectiveSample]) -> None:
+        """One step's collectives, per (source, kind): total and exposed time when measured, calls, bytes."""
+        for one in collectives:
+            labels = {**self._labels, "traceml_collective_source": one.source,
+                      "traceml_collective_kind": one.kind}
+            if one.seconds is not None:
+                self._collective.labels(**labels).observe(one.seconds)
+            if one.exposed is not None:
+                self._collective_exposed.labels(**labels).observe(one.exposed)
+            self._collective_calls.labels(**labels).inc(one.calls)
+            self._collective_bytes.labels(**labels).inc(one.nbytes)
 
     def collect_live(self) -> Iterator[object]:
         """The families read at scrape time (called by the registry on each scrape)."""
