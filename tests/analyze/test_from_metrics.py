@@ -3,6 +3,8 @@ and the same rules decide. The live comparison with the span reader is test_prom
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.analyze.test_analyze_backends import analyze_args
@@ -85,3 +87,28 @@ def test_prometheus_arguments_are_checked(capsys, extra, message) -> None:
     args = ["--prometheus", "http://127.0.0.1:9", *extra] + (["--run-id", "r"] if extra else [])
     assert run_analyze(analyze_args(*args)) == 2
     assert message in capsys.readouterr().err
+
+
+def _communicating(rank: int, exposed: float, calls: float, per_call: float) -> RankCounters:
+    return replace(counters(rank, exposed=(("ddp", exposed),), sources=("ddp",)),
+                   collective_calls=calls, collective_bytes=calls * per_call)
+
+
+@pytest.mark.parametrize(("calls", "per_call", "regime"), [(48 * STEPS, 4, "latency"),
+                                                            (3 * STEPS, 8 << 20, "bandwidth")])
+def test_the_call_and_byte_counters_give_the_regime(calls: int, per_call: int, regime: str) -> None:
+    run = MetricRun("r", "Prometheus x", tuple(_communicating(r, 2.0, calls, per_call) for r in (0, 1)))
+    primary = analyze_metrics(run).step.primary
+    assert primary.kind is StepKind.COMMUNICATION_BOUND
+    assert {e.name: e.value for e in primary.evidence}["regime"] == regime
+    assert ("fewer, larger collectives" in primary.next) == (regime == "latency")
+
+
+def test_one_rank_waiting_for_the_other_is_its_straggler_not_communication() -> None:
+    run = MetricRun("r", "Prometheus x", (_communicating(0, 2.0, 120, 8 << 20),
+                                          _communicating(1, 0.1, 120, 8 << 20)))
+    step = analyze_metrics(run).step
+    assert step.primary.kind.name.endswith("STRAGGLER")
+    evidence = {e.name: e.value for e in step.primary.evidence}
+    assert evidence["culprit_rank"] == 1 and evidence["split_basis"] == "least-waiting rank"
+    assert not any(f.kind is StepKind.COMMUNICATION_BOUND for f in step.issues)

@@ -54,6 +54,10 @@ ALL = (
     Scenario("incomplete_data", "incomplete_data.py"),
     Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
 )
+# Not tiny_collectives: in a 25-step run, rank 1's first step waits ~0.5 s in its first all_reduce for
+# rank 0 to start. The span reader's per-step split counts that as transfer (COMMUNICATION_BOUND,
+# latency); on metrics it is 20 ms per step more exposed time on rank 1, which the clock-free split
+# calls waiting for rank 0 (STRAGGLER). Over a rate window of minutes, or a longer run, it vanishes.
 DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank")
 SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
 
@@ -160,6 +164,10 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
         json.dumps(_shares(spans)), json.dumps(_shares(metrics)))
     assert [r["rank"] for r in metrics["ranks"]] == [r["rank"] for r in spans["ranks"]]
     assert [r["steps"] for r in metrics["ranks"]] == [r["steps"] for r in spans["ranks"]]
+    if verdict[0] == "COMMUNICATION_BOUND":  # the call and byte counters give the span reader's regime
+        regime = [{e["name"]: e["value"] for e in r["primary_diagnosis"]["evidence"]}["regime"]
+                  for r in (spans, metrics)]
+        assert regime[0] == regime[1], regime
     for component, share in _shares(spans).items():
         other = _shares(metrics)[component]
         if share is None:

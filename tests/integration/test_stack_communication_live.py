@@ -46,6 +46,8 @@ class CommunicationRun:
     severities: set[str] = field(default_factory=set)
     dashboard: dict[str, list[float]] = field(default_factory=dict)
     shares: dict[str, float] = field(default_factory=dict)
+    descriptions: list[str] = field(default_factory=list)
+    split: dict[str, list[dict]] = field(default_factory=dict)
     launcher_output: str = ""
 
 
@@ -121,6 +123,14 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
         for expr in prometheus_exprs(run_dashboard()):
             run.dashboard[expr] = finite(prometheus.query(substitute_grafana_vars(expr, RUN_ID, "10s")))
         run.shares = {r["metric"]["traceml_rank"]: float(r["value"][1]) for r in prometheus.query(share)}
+        run.descriptions = [
+            a["annotations"]["description"] for a in prometheus.api("alerts")["alerts"]
+            if a["labels"]["alertname"] == "TraceMLCommunicationBound" and a["state"] == "firing"
+        ]
+        for name in ("run:traceml_communication_transfer_seconds:per_step",
+                     "run_rank:traceml_communication_waiting_seconds:per_step",
+                     "run:traceml_collective_bytes_per_call:mean", "run:traceml_collective_calls:per_step"):
+            run.split[name] = prometheus.query(f'{name}{{traceml_run_id="{RUN_ID}"}}')
         run.launcher_output, _ = launcher.communicate(timeout=RUN_SECONDS + 60)
         assert launcher.returncode == 0, run.launcher_output
         run.ended = time.time()
@@ -141,6 +151,17 @@ def test_communication_bound_fires_on_a_real_ddp_job(comm: CommunicationRun) -> 
     assert len(comm.severities) == 1 and comm.severities <= {"warning", "critical"}
     if abs(least - 0.2) > 0.03:  # read a moment apart from the alert: a share near 0.2 may have crossed
         assert comm.severities == {"critical" if least >= 0.2 else "warning"}
+    # the transfer, not waiting: the advice is the bandwidth regime's (about 38 MiB in 1-2 buckets a step)
+    assert comm.descriptions and all("The bytes cost (bandwidth)" in d for d in comm.descriptions)
+    assert not any("Latency, not bytes" in d for d in comm.descriptions), comm.descriptions
+    (per_call,) = [float(r["value"][1]) for r in comm.split["run:traceml_collective_bytes_per_call:mean"]]
+    assert per_call >= 1 << 20
+    transfer_series = comm.split["run:traceml_communication_transfer_seconds:per_step"]
+    (transfer,) = [float(r["value"][1]) for r in transfer_series]
+    waiting = {r["metric"]["traceml_rank"]: float(r["value"][1])
+               for r in comm.split["run_rank:traceml_communication_waiting_seconds:per_step"]}
+    assert transfer > 0 and set(waiting) == {"0", "1"} and min(waiting.values()) == 0.0
+    assert comm.split["run:traceml_collective_calls:per_step"]
     # the same finding in the analyzer's report of the same run
     assert "COMMUNICATION" in comm.launcher_output.upper(), comm.launcher_output
 

@@ -9,9 +9,12 @@ reader builds, and the same rules decide. What metrics cannot tell, and how it i
   is taken out of backward, where DDP waits; other collectives are taken as outside the phases.
 - The residual is the rank's total block time minus its phase and exposed collective totals
   (the span reader floors each step's residual at 0 before summing).
-- Loader-side prefetch copies, optimizer updates, collective bytes and device memory totals are
-  not metrics; the clock is GPU when CUDA memory gauges exist, else CPU; the parallelism is inferred
-  from the collectives seen (:func:`infer_parallelism`).
+- Waiting and transfer are split clock-free, on the means: the least exposed rank waited for
+  nobody, so its exposed time is the transfer (``communication_rules.py``); the collective call and
+  byte counters give the regime (latency or bandwidth).
+- Loader-side prefetch copies, optimizer updates and device memory totals are not metrics; the
+  clock is GPU when CUDA memory gauges exist, else CPU; the parallelism is inferred from the
+  collectives seen (:func:`infer_parallelism`).
 - Drift is read per time bucket, not per step; step numbers of the slowest steps are unknown
   (the trace ids of the slowest sampled steps come from exemplars when the engine keeps them).
 """
@@ -81,6 +84,8 @@ def rank_totals(counters: RankCounters) -> RankTotals:
         communication=communication if measured else None,
         communication_total=counters.collective_time,
         communication_measured=measured,
+        communication_calls=counters.collective_calls if measured else None,
+        communication_bytes=counters.collective_bytes if measured else None,
     )
 
 

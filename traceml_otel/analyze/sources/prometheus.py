@@ -26,11 +26,13 @@ from traceml_otel.sanitize import strip_control
 
 RUN_LABEL, RANK_LABEL = "traceml_run_id", "traceml_rank"
 PHASE_LABEL, SOURCE_LABEL = "traceml_phase_name", "traceml_collective_source"
+KIND_LABEL = "traceml_collective_kind"
 STEP_SUM, STEP_COUNT = "traceml_step_duration_seconds_sum", "traceml_step_duration_seconds_count"
 WAIT_SUM, WAIT_COUNT = "traceml_step_input_wait_seconds_sum", "traceml_step_input_wait_seconds_count"
 PHASE_SUM, PHASE_COUNT = "traceml_phase_duration_seconds_sum", "traceml_phase_duration_seconds_count"
 EXPOSED_SUM = "traceml_collective_exposed_seconds_sum"
 COLLECTIVE_SUM = "traceml_collective_duration_seconds_sum"
+CALLS, BYTES = "traceml_collective_calls_total", "traceml_collective_bytes_total"
 SAMPLES, TOKENS = "traceml_samples_total", "traceml_tokens_total"
 PEAK_ALLOCATED = "traceml_cuda_memory_peak_allocated_bytes"
 PEAK_RESERVED = "traceml_cuda_memory_peak_reserved_bytes"
@@ -66,6 +68,9 @@ class RankCounters:
     collective_time: float | None = None
     collective_sources: tuple[str, ...] = ()
     """Collective sources (``ddp``, ``api``) timed on this rank."""
+    collective_calls: float | None = None
+    collective_bytes: float | None = None
+    """Collective calls and their payload bytes (``None`` without the counters: an older emitter)."""
     samples: float | None = None
     tokens: float | None = None
     peak_allocated: float | None = None
@@ -190,6 +195,15 @@ class PrometheusReader:
         def vector(metric: str) -> dict[int, float]:
             return self._vector(self.total(metric, since_offset_s=since), at)
 
+        def by_source(metric: str) -> dict[tuple[int, str], float]:
+            """Per rank and source, summed over kinds (``max by`` inside merges copies of one series)."""
+            per_kind = self.total(metric, (SOURCE_LABEL, KIND_LABEL), since)
+            return self._by_label(f"sum by ({RANK_LABEL}, {SOURCE_LABEL}) ({per_kind})", SOURCE_LABEL, at)
+
+        def summed(metric: str) -> dict[int, float]:
+            per_kind = self.total(metric, (SOURCE_LABEL, KIND_LABEL), since)
+            return self._vector(f"sum by ({RANK_LABEL}) ({per_kind})", at)
+
         def by_label(metric: str, label: str) -> dict[tuple[int, str], float]:
             return self._by_label(self.total(metric, (label,), since), label, at)
 
@@ -201,7 +215,8 @@ class PrometheusReader:
             return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
         traced, wait, wait_steps = vector(STEP_SUM), vector(WAIT_SUM), vector(WAIT_COUNT)
         phase_time, phase_calls = by_label(PHASE_SUM, PHASE_LABEL), by_label(PHASE_COUNT, PHASE_LABEL)
-        exposed, collective = by_label(EXPOSED_SUM, SOURCE_LABEL), by_label(COLLECTIVE_SUM, SOURCE_LABEL)
+        exposed, collective = by_source(EXPOSED_SUM), by_source(COLLECTIVE_SUM)
+        calls, nbytes = summed(CALLS), summed(BYTES)
         samples, tokens = vector(SAMPLES), vector(TOKENS)
         span = _duration(extent.end - extent.start)
         peaks = [
@@ -220,6 +235,8 @@ class PrometheusReader:
                 exposed_by_source=tuple(sorted((s, v) for (r, s), v in exposed.items() if r == rank)),
                 collective_time=_total(v for (r, _), v in collective.items() if r == rank),
                 collective_sources=tuple(sorted({s for r, s in collective if r == rank})),
+                collective_calls=calls.get(rank),
+                collective_bytes=nbytes.get(rank),
                 samples=samples.get(rank),
                 tokens=tokens.get(rank),
                 peak_allocated=peaks[0].get(rank),
