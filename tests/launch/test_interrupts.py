@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM end a run as interrupted, not failed, also when ``traceml run`` was started in
-the background (SIGINT ignored, as a shell does for ``cmd &`` in a script)."""
+"""Ctrl-C and SIGTERM end a run as interrupted, not failed: Ctrl-C at a terminal (SIGINT to the whole
+foreground process group), and ``traceml run`` started in the background (SIGINT ignored, as a shell
+does for ``cmd &`` in a script) then sent SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -24,21 +25,36 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_background_launch_stops_on_a_signal_and_reports_an_interrupt(tmp_path: Path, signum: int) -> None:
+def _terminal_group() -> None:
+    """A foreground job of its own: a process group a terminal's Ctrl-C reaches as a whole (with the
+    default SIGINT action, even when the suite itself runs in the background)."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(("launch", "signum"), [
+    ("background", signal.SIGINT), ("background", signal.SIGTERM), ("terminal", signal.SIGINT),
+])
+def test_an_interrupted_launch_stops_and_reports_an_interrupt(
+    tmp_path: Path, launch: str, signum: int
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
     process = subprocess.Popen(
         [sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", "r", str(STEADY), "--",
          "--steps", "100000", "--sleep", "0.01"],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_ignore_sigint,  # what `traceml run ... &` from a script gets
+        # `traceml run ... &` from a script ignores SIGINT; at a terminal, Ctrl-C signals the whole group
+        preexec_fn=_ignore_sigint if launch == "background" else _terminal_group,
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and "completed 20" not in process.stdout.readline():
         pass
-    process.send_signal(signum)
+    if launch == "terminal":
+        os.killpg(process.pid, signum)  # launcher, ranks and emitters at once, as Ctrl-C does
+    else:
+        process.send_signal(signum)
     sent = time.monotonic()
     output, _ = process.communicate(timeout=90)
     took = time.monotonic() - sent
