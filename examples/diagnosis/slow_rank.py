@@ -27,20 +27,24 @@ from torch.nn.parallel import DistributedDataParallel
 
 import traceml_otel as traceml
 
-DELAY_S = 0.010
+DELAY_S = float(os.environ.get("SLOW_RANK_DELAY_MS", "10")) / 1000
+"""Rank 1's extra forward time (``SLOW_RANK_DELAY_MS``, default 10)."""
+BASE_S = float(os.environ.get("SLOW_RANK_BASE_MS", "0")) / 1000
+"""Forward time every rank sleeps (``SLOW_RANK_BASE_MS``, default 0): with a delay of 0, a balanced,
+compute-heavy DDP job (benchmarks/communication_alerts_live.py's healthy case)."""
 
 
 class Slow(torch.autograd.Function):
     """Identity whose forward sleeps ``DELAY_S`` (stands for a slower device)."""
 
     @staticmethod
-    def forward(ctx, x):  # type: ignore[override]
-        time.sleep(DELAY_S)
+    def forward(ctx, x, seconds: float):  # type: ignore[override]
+        time.sleep(seconds)
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        return grad
+        return grad, None
 
 
 class Model(nn.Module):
@@ -50,7 +54,8 @@ class Model(nn.Module):
         self.slow = slow
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(Slow.apply(x) if self.slow else x)
+        seconds = BASE_S + (DELAY_S if self.slow else 0.0)
+        return self.body(Slow.apply(x, seconds) if seconds > 0 else x)
 
 
 def main() -> None:
