@@ -53,9 +53,11 @@ _ALL = ", ".join(COLUMNS)
 def analyze_tables(
     con: Any, source: str, *, service: str = "", run_id: str | None = None, spec: WindowSpec | None = None,
     manifest: Manifest | None = None, export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
+    want_steps: bool = False,
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
-    """Diagnose the run in ``con``'s ``steps`` table; also returns the run's rows as records when
-    there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time account."""
+    """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
+    records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
+    account."""
     spec = spec or WindowSpec()
     chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
     if chosen:
@@ -84,17 +86,20 @@ def analyze_tables(
     metrics = tuple((totals.get(rank) or RankTotals(rank, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, 0.0,
                                                    0.0)).means() for rank in ranks)
     window_rows = len(window_numbers) * len(ranks)
-    detail = _window_records(con, ranks, window_numbers) if window_rows <= DETAIL_ROWS else None
     detail_notes: list[str] = []
-    if detail is not None:
-        metrics = with_split(metrics, split_communication(detail.ranks, detail.per_rank, clock), detail.steps)
-    elif any(m.communication_measured for m in metrics) and len(ranks) > 1:
-        detail_notes.append(f"columnar engine: the waiting/transfer split of collective time is not computed "
-                            f"above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use --engine python")
-
-    run_rows = con.execute(f"SELECT {_ALL} FROM r ORDER BY rank, step").fetchall() \
-        if _count(con, "r") <= DETAIL_ROWS else None
-    run_steps = None if run_rows is None else tuple(step_timing(row) for row in run_rows)
+    if len(ranks) > 1 and any(m.communication is not None for m in metrics):  # the split needs every step
+        if window_rows <= DETAIL_ROWS:
+            detail = _window_records(con, ranks, window_numbers)
+            split = split_communication(detail.ranks, detail.per_rank, clock)
+            metrics = with_split(metrics, split, detail.steps)
+        else:
+            detail_notes.append(f"columnar engine: the waiting/transfer split of collective time is not "
+                                f"computed above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use "
+                                "--engine python for it")
+    run_steps = None
+    if want_steps and _count(con, "r") <= DETAIL_ROWS:
+        run_steps = tuple(step_timing(row) for row in con.execute(
+            f"SELECT {_ALL} FROM r ORDER BY rank, step").fetchall())
     failed = tuple(step_timing(row) for row in con.execute(
         f"""SELECT {_ALL} FROM (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY step) AS nth,
             row_number() OVER (ORDER BY step, rank) AS overall FROM r WHERE error IS NOT NULL)
@@ -217,13 +222,12 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 
 def _worst(con: Any, clock: Clock) -> tuple[Any, ...]:
-    found = con.execute(WORST.format(rows=measured_rows(clock, "w"), count=t.WORST_STEPS)).fetchall()
-    out = []
-    for rank, step, seconds in found:
-        row = con.execute(f"SELECT {_ALL} FROM w WHERE rank = ? AND step = ? LIMIT 1",
-                          [rank, step]).fetchone()
-        out.append(describe_worst(step_timing(row), seconds, clock))
-    return tuple(out)
+    found = con.execute(f"""
+        SELECT {", ".join(f"w.{name}" for name in COLUMNS)}, x.seconds FROM w
+        JOIN ({WORST.format(rows=measured_rows(clock, "w"), count=t.WORST_STEPS)}) x
+            ON w.rank = x.rank AND w.step = x.step
+        ORDER BY x.seconds DESC, w.rank DESC, w.step DESC""").fetchall()
+    return tuple(describe_worst(step_timing(row[:-1]), row[-1], clock) for row in found)
 
 
 def _rank_series(con: Any, clock: Clock, steps: int) -> tuple[RankSeries, ...]:
@@ -272,8 +276,9 @@ def _run_info(
     parallelism: str, notes: Sequence[str], failed: Sequence[StepTiming],
 ) -> RunInfo:
     """``diagnose._run_info`` from the table."""
-    world, spans, rows, failed_count = con.execute(
-        "SELECT max(world_size), sum(spans), count(*), count(error) FROM r").fetchone()
+    world, rows, failed_count = con.execute(
+        "SELECT max(world_size), count(*), count(error) FROM r").fetchone()
+    spans = con.execute("SELECT sum(spans) FROM steps").fetchone()[0]  # every run's, as the span reader
     world_size = world if world is not None else (manifest.world_size if manifest else None)
     counts = tuple(RankCount(*row) for row in con.execute(
         "SELECT rank, count(*), min(step), max(step) FROM r GROUP BY rank ORDER BY rank").fetchall())

@@ -55,7 +55,8 @@ def try_columnar(
             source = f"{run_dir} (step tables, columnar engine)"
             analysis, steps = analyze_tables(
                 con, source, service=", ".join(check.services), run_id=run_id, spec=window,
-                manifest=manifest, export_stats=export_stats, notes=notes)
+                manifest=manifest, export_stats=export_stats, notes=notes,
+                want_steps=any(run_dir.glob("rank-*.time.json")))
         except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
             raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
         finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -120,23 +121,30 @@ def load_tables(check: TableCheck, threads: int | None = None) -> Any:
     return con
 
 
+_AT = {name: index for index, name in enumerate(COLUMNS)}
+_CALLS = itemgetter(*(_AT[f"calls_{p}"] for p in c.PHASES))
+_CPU = itemgetter(*(_AT[f"cpu_{p}"] for p in c.PHASES))
+_GPU = itemgetter(*(_AT[f"gpu_{p}"] for p in c.PHASES))
+_COMM_CPU = itemgetter(*(_AT[f"comm_in_{p}_cpu"] for p in c.PHASES))
+_COMM_GPU = itemgetter(*(_AT[f"comm_in_{p}_gpu"] for p in c.PHASES))
+_HEAD = itemgetter(*(_AT[name] for name in (
+    "run_id", "rank", "step", "trace_id", "start_unix_nano", "parallelism", "world_size", "traced_cpu",
+    "traced_gpu", "input_wait_cpu", "input_wait_gpu", "prefetch_h2d_cpu")))
+_MIDDLE = itemgetter(*(_AT[name] for name in (
+    "optimizer_steps", "peak_allocated", "peak_reserved", "memory_total", "error", "samples", "tokens",
+    "comm_calls", "comm_bytes", "comm_cpu", "comm_gpu", "comm_exposed_cpu", "comm_exposed_gpu")))
+_TAIL = (_AT["comm_entries"], _AT["comm_work"], _AT["between_cpu"], _AT["source"])
+
+
 def step_timing(row: Sequence[Any]) -> StepTiming:
     """One row (every column, in :data:`COLUMNS` order) as the span reader's :class:`StepTiming`."""
-    v = dict(zip(COLUMNS, row, strict=True))
-    phases = c.PHASES
+    run_id, rank, step, trace_id, start, parallelism, *clocks = _HEAD(row)
+    entries, work, between, source = (row[i] for i in _TAIL)
     return StepTiming(
-        v["run_id"] or "", v["rank"], v["step"], v["trace_id"] or "", v["start_unix_nano"] or 0,
-        v["parallelism"] or "none", v["world_size"], v["traced_cpu"], v["traced_gpu"], v["input_wait_cpu"],
-        v["input_wait_gpu"], v["prefetch_h2d_cpu"],
-        tuple(v[f"calls_{p}"] or 0 for p in phases),
-        tuple(v[f"cpu_{p}"] for p in phases),
-        tuple(v[f"gpu_{p}"] for p in phases),
-        v["optimizer_steps"], v["peak_allocated"], v["peak_reserved"], v["memory_total"], v["error"],
-        v["samples"], v["tokens"], v["comm_calls"], v["comm_bytes"], v["comm_cpu"], v["comm_gpu"],
-        v["comm_exposed_cpu"], v["comm_exposed_gpu"],
-        tuple(v[f"comm_in_{p}_cpu"] or 0.0 for p in phases),
-        tuple(v[f"comm_in_{p}_gpu"] or 0.0 for p in phases),
-        _int_list(v["comm_entries"]), _int_list(v["comm_work"]), v["between_cpu"], v["source"],
+        run_id or "", rank, step, trace_id or "", start or 0, parallelism or "none", *clocks,
+        tuple(n or 0 for n in _CALLS(row)), _CPU(row), _GPU(row), *_MIDDLE(row),
+        tuple(v or 0.0 for v in _COMM_CPU(row)), tuple(v or 0.0 for v in _COMM_GPU(row)),
+        _int_list(entries), _int_list(work), between, source,
     )
 
 
