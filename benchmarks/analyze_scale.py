@@ -8,7 +8,11 @@
 The run is generated once into ``--dir`` (reused with ``--keep``) by the emitter's own span
 builder, local-copy writer and step-table writer (``tests/synthetic_runs.py``), so it holds what a
 real run writes: ``rank-R.traces.jsonl``, ``rank-R.steps.csv`` and its record. ``--collectives``
-gives every step two DDP gradient buckets (one more span, and collective timing). Each analysis
+gives every step two DDP gradient buckets (one more span, and collective timing). Writing 12 M spans
+through the writers takes about 400 CPU-seconds; ``--written-ranks N`` writes N ranks that way and
+the others as byte copies of them with the rank rewritten (the rank attribute, the resource's
+instance id, the table's rank column and record); the engines read each rank's files on their own,
+so a copy costs them what a written rank does. Each analysis
 (read, diagnose, render text + JSON) runs in a fresh child process with ``--engine python`` and/or
 ``columnar``, so the numbers exclude generation: wall seconds, the child's peak RSS, and the peak
 RSS of its largest reader worker. ``--memory-cap-gib`` caps each child's address space (a run that
@@ -27,12 +31,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic-run writer lives in tests/
 
 from tests.synthetic_runs import SyntheticStep, write_manifest_of, write_ranks
 from traceml_otel.contract import traces_file_name
+from traceml_otel.wire.step_table import (
+    read_table_record,
+    table_file_name,
+    table_record_name,
+    write_table_record,
+)
 
 RUN_ID = "bench-1m"
 SPANS_PER_STEP = 5
@@ -65,21 +76,44 @@ def _write_rank(run_dir: str, rank: int, steps: int, ranks: int, collectives: bo
     return (path / traces_file_name(rank)).stat().st_size
 
 
-def generate(run_dir: Path, ranks: int, steps: int, collectives: bool) -> None:
-    """Write the synthetic run (in parallel, one rank per task)."""
+def _copy_rank(run_dir: str, source: int, rank: int) -> int:
+    """Rank ``rank``'s files as a copy of rank ``source``'s with its rank rewritten (spans, resource,
+    table rows and the table's record): every other byte is the writers' own."""
+    folder = Path(run_dir)
+    traces = (folder / traces_file_name(source)).read_bytes()
+    for old, new in ((f'"key":"traceml.rank","value":{{"intValue":"{source}"}}',
+                      f'"key":"traceml.rank","value":{{"intValue":"{rank}"}}'),
+                     (f'"{RUN_ID}/rank-{source}"', f'"{RUN_ID}/rank-{rank}"')):
+        traces = traces.replace(old.encode(), new.encode())
+    (folder / traces_file_name(rank)).write_bytes(traces)
+    table = (folder / table_file_name(source)).read_bytes()
+    (folder / table_file_name(rank)).write_bytes(
+        table.replace(f"\n{RUN_ID},{source},".encode(), f"\n{RUN_ID},{rank},".encode()))
+    record = read_table_record(folder / table_record_name(source))
+    write_table_record(folder, replace(record, rank=rank))
+    return len(traces)
+
+
+def generate(run_dir: Path, ranks: int, steps: int, collectives: bool, written: int) -> None:
+    """Write the synthetic run (in parallel, one rank per task): ``written`` ranks through the emitter's
+    writers, the others as copies of them with their rank rewritten."""
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     started = time.perf_counter()
     with ProcessPoolExecutor() as pool:
-        sizes = list(pool.map(_write_rank, [str(run_dir)] * ranks, range(ranks), [steps] * ranks,
-                              [ranks] * ranks, [collectives] * ranks, chunksize=8))
+        sizes = list(pool.map(_write_rank, [str(run_dir)] * written, range(written), [steps] * written,
+                              [ranks] * written, [collectives] * written, chunksize=4))
+        copies = range(written, ranks)
+        sources = [r % written for r in copies]
+        sizes += list(pool.map(_copy_rank, [str(run_dir)] * len(copies), sources, copies, chunksize=16))
     write_manifest_of(run_dir, RUN_ID, ranks)
-    shape = {"ranks": ranks, "steps": steps, "collectives": collectives}
+    shape = {"ranks": ranks, "steps": steps, "collectives": collectives, "written": written}
     (run_dir / SHAPE_FILE).write_text(json.dumps(shape), encoding="utf-8")
     tables = sum(p.stat().st_size for p in run_dir.glob("rank-*.steps.csv"))
     spans = ranks * steps * (SPANS_PER_STEP + collectives)
-    print(f"generated {spans:,} spans: {sum(sizes) / 2**20:,.0f} MiB of OTLP JSON and {tables / 2**20:,.0f} MiB "
-          f"of step tables in {run_dir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    print(f"generated {spans:,} spans ({written} ranks written, {ranks - written} copied): "
+          f"{sum(sizes) / 2**20:,.0f} MiB of OTLP JSON and {tables / 2**20:,.0f} MiB of step tables in "
+          f"{run_dir} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 
 
 def child(run_dir: Path, engine: str, cap_gib: float | None) -> None:
@@ -122,6 +156,9 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--steps", type=int, default=25_000)
     parser.add_argument("--collectives", action="store_true", help="two DDP gradient buckets per step")
+    parser.add_argument("--written-ranks", type=int, default=None, metavar="N",
+                        help="write N ranks through the emitter's writers and the rest as copies of them "
+                             "with the rank rewritten (default: all written)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/traceml-analyze-bench"))
     parser.add_argument("--keep", action="store_true", help="reuse a run already generated in --dir")
     parser.add_argument("--engine", choices=("python", "columnar", "both"), default="both")
@@ -134,10 +171,11 @@ def main() -> int:
         child(args.dir, args.child_engine, args.memory_cap_gib)
         return 0
     shape = args.dir / SHAPE_FILE
-    wanted = {"ranks": args.ranks, "steps": args.steps, "collectives": args.collectives}
+    written = min(args.written_ranks or args.ranks, args.ranks)
+    wanted = {"ranks": args.ranks, "steps": args.steps, "collectives": args.collectives, "written": written}
     fresh = not (args.keep and shape.exists() and json.loads(shape.read_text()) == wanted)
     if fresh:
-        generate(args.dir, args.ranks, args.steps, args.collectives)
+        generate(args.dir, args.ranks, args.steps, args.collectives, written)
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     print("| spans | ranks | steps | engine | time (s) | peak RSS (MiB) | verdict |")
     print("|---:|---:|---:|---|---:|---:|---|")
@@ -152,7 +190,8 @@ def main() -> int:
             print(f"| | {args.ranks} | {args.steps:,} | {engine} | > {args.timeout:.0f} (stopped) | | |")
             continue
         except subprocess.CalledProcessError as error:
-            print(f"| | {args.ranks} | {args.steps:,} | {engine} | failed: {error.stderr.strip()[-300:]} | | |")
+            why = error.stderr.strip()[-300:]
+            print(f"| | {args.ranks} | {args.steps:,} | {engine} | failed: {why} | | |")
             continue
         wall = time.perf_counter() - started
         stats = json.loads(out.stdout.strip().splitlines()[-1])
@@ -162,7 +201,8 @@ def main() -> int:
             continue
         rss = max(stats["rss_mib"], stats["worker_rss_mib"])
         print(f"| {stats['spans']:,} | {args.ranks} | {args.steps:,} | {engine} | {stats['seconds']:.1f} "
-              f"({wall:.1f} wall) | {stats['rss_mib']:.0f} (worker {stats['worker_rss_mib']:.0f}; max {rss:.0f}) "
+              f"({wall:.1f} wall) | {stats['rss_mib']:.0f} (worker {stats['worker_rss_mib']:.0f}; "
+              f"max {rss:.0f}) "
               f"| {stats['primary']} {stats['severity']} |")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0

@@ -100,7 +100,11 @@ def load_tables(check: TableCheck, threads: int | None = None) -> Any:
             not its record's (a table cut or appended to after it was closed).
     """
     duckdb = duckdb_module()
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, **({"threads": threads} if threads else {})})
+    config = {"memory_limit": MEMORY_LIMIT, "preserve_insertion_order": False}
+    try:
+        con = duckdb.connect(config={**config, **({"threads": threads} if threads else {})})
+    except duckdb.Error as error:  # e.g. an address-space limit below what it reserves
+        raise ColumnarUnavailable(f"DuckDB did not start ({_first_line(error)})") from None
     columns = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in COLUMN_TYPES) + "}"
     files = "[" + ", ".join(_sql_string(str(p)) for p in check.files) + "]"
     try:
