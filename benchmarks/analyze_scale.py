@@ -15,8 +15,10 @@ instance id, the table's rank column and record); the engines read each rank's f
 so a copy costs them what a written rank does. Each analysis
 (read, diagnose, render text + JSON) runs in a fresh child process with ``--engine python`` and/or
 ``columnar``, so the numbers exclude generation: wall seconds, the child's peak RSS, and the peak
-RSS of its largest reader worker. ``--memory-cap-gib`` caps each child's address space (a run that
-needs more fails with MemoryError, reported, instead of pressing a shared machine). Delete ``--dir``
+RSS of its largest reader worker, and the CPU seconds of the analysis process and its workers
+(on a loaded shared machine the CPU time says more than the wall time). ``--memory-cap-gib`` caps
+each child's address space (a run that needs more fails with MemoryError, reported, instead of
+pressing a shared machine). Delete ``--dir``
 afterwards: the 12 M-span run takes about 10 GB.
 """
 
@@ -142,6 +144,9 @@ def child(run_dir: Path, engine: str, cap_gib: float | None) -> None:
                 "spans": analysis.run.spans_read,
                 "primary": str(analysis.step.primary.kind),
                 "severity": str(analysis.step.primary.severity),
+                "cpu_s": sum(getattr(resource.getrusage(who), field)
+                             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                             for field in ("ru_utime", "ru_stime")),
                 "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
             }
@@ -177,8 +182,8 @@ def main() -> int:
     if fresh:
         generate(args.dir, args.ranks, args.steps, args.collectives, written)
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    print("| spans | ranks | steps | engine | time (s) | peak RSS (MiB) | verdict |")
-    print("|---:|---:|---:|---|---:|---:|---|")
+    print("| spans | ranks | steps | engine | time (s) | CPU (s) | peak RSS (MiB) | verdict |")
+    print("|---:|---:|---:|---|---:|---:|---:|---|")
     for engine in (("python", "columnar") if args.engine == "both" else (args.engine,)):
         command = [sys.executable, __file__, "--child", "--dir", str(args.dir), "--child-engine", engine]
         if args.memory_cap_gib:
@@ -201,8 +206,8 @@ def main() -> int:
             continue
         rss = max(stats["rss_mib"], stats["worker_rss_mib"])
         print(f"| {stats['spans']:,} | {args.ranks} | {args.steps:,} | {engine} | {stats['seconds']:.1f} "
-              f"({wall:.1f} wall) | {stats['rss_mib']:.0f} (worker {stats['worker_rss_mib']:.0f}; "
-              f"max {rss:.0f}) "
+              f"({wall:.1f} wall) | {stats['cpu_s']:.1f} | {stats['rss_mib']:.0f} "
+              f"(worker {stats['worker_rss_mib']:.0f}; max {rss:.0f}) "
               f"| {stats['primary']} {stats['severity']} |")
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0

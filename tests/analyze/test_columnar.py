@@ -99,12 +99,12 @@ def _assert_same(python: object, columnar: object, where: str = "") -> None:
         assert python == columnar, where
 
 
-def test_each_row_is_the_span_readers_record_of_that_step(runs: dict[str, Path]) -> None:
+def test_each_row_is_the_span_readers_record_of_that_step(runs: dict[str, Path], tmp_path: Path) -> None:
     for run_dir in runs.values():
         spans = {(s.rank, s.step): s for s in FileSpanSource([run_dir]).load().steps}
         check = check_tables(run_dir, sorted({rank for rank, _ in spans}))
         assert check.usable, check.problem
-        con = load_tables(check)
+        con = load_tables(check, str(tmp_path))
         rows = [step_timing(row) for row in con.execute(f"SELECT {', '.join(COLUMNS)} FROM steps").fetchall()]
         con.close()
         assert len(rows) == len(spans)
@@ -150,7 +150,7 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("fault", ["no-record", "incomplete", "row-appended", "row-cut", "corrupt",
-                                   "no-table"])
+                                   "no-table", "huge"])
 def test_an_incomplete_table_is_never_read_as_complete(runs, tmp_path, monkeypatch, fault: str) -> None:
     """auto reads the spans and says why; --engine columnar refuses with the reason."""
     run_dir = _copy(runs["uneven"], tmp_path)
@@ -165,6 +165,8 @@ def test_an_incomplete_table_is_never_read_as_complete(runs, tmp_path, monkeypat
         table.write_text("".join([*lines, lines[-1]]))
     elif fault == "row-cut":
         table.write_text("".join(lines[:-1]))
+    elif fault == "huge":  # refused by its size before DuckDB reads a byte
+        table.write_text("".join([*lines, "#" * (len(lines) * 8192), "\n"]))
     elif fault == "corrupt":
         table.write_text("".join([*lines[:5], "1,2,not,a,row\n", *lines[5:]]))
     else:

@@ -8,6 +8,8 @@ every rank's step table is complete; otherwise the span reader, with a note in t
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.analyze.sources.step_table import (
     ColumnarUnavailable,
+    TableCheck,
     check_tables,
     duckdb_module,
     load_tables,
@@ -47,25 +50,34 @@ def try_columnar(
         check = check_tables(run_dir, [rank for rank, _ in ranked], run_id=None)
         if not check.usable:
             raise ColumnarUnavailable(check.problem)
-        con = load_tables(check)
-        duckdb = duckdb_module()
+        spill = tempfile.mkdtemp(prefix="traceml-duckdb-")
         try:
-            from traceml_otel.analyze.columnar import analyze_tables
-
-            source = f"{run_dir} (step tables, columnar engine)"
-            analysis, steps = analyze_tables(
-                con, source, service=", ".join(check.services), run_id=run_id, spec=window,
-                manifest=manifest, export_stats=export_stats, notes=notes,
-                want_steps=any(run_dir.glob("rank-*.time.json")))
-        except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
-            raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
+            return (_analyze(check, spill, run_dir, run_id, window, manifest, export_stats, notes), "")
         finally:
-            con.close()
-        return (analysis, steps), ""
+            shutil.rmtree(spill, ignore_errors=True)
     except ColumnarUnavailable as error:
         if forced:
             raise SourceError(f"--engine columnar: {error}; use --engine python to read the spans") from None
         return None, f"columnar engine not used ({error}); read the spans instead"
+
+
+def _analyze(
+    check: TableCheck, spill: str, run_dir: Path, run_id: str | None, window: WindowSpec | None,
+    manifest: Manifest | None, export_stats: Sequence[ExportStats], notes: Sequence[str],
+) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
+    from traceml_otel.analyze.columnar import analyze_tables
+
+    duckdb = duckdb_module()
+    con = load_tables(check, spill)
+    try:
+        return analyze_tables(
+            con, f"{run_dir} (step tables, columnar engine)", service=", ".join(check.services),
+            run_id=run_id, spec=window, manifest=manifest, export_stats=export_stats, notes=notes,
+            want_steps=any(run_dir.glob("rank-*.time.json")))
+    except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
+        raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
+    finally:
+        con.close()
 
 
 def _span_files(run_dir: Path) -> list[tuple[int, Path]]:

@@ -32,6 +32,9 @@ from traceml_otel.wire.step_table import (
 MEMORY_LIMIT = "1GB"
 """DuckDB's memory limit: past it, it spills to a temporary folder rather than grow."""
 INSTALL_HINT = "pip install 'traceml-otel[columnar]'"
+MAX_ROW_BYTES = 8192
+"""The most bytes one row (or the header) may take: a table larger than its record's rows allow is not
+read (a row is about 260 bytes; the collective entry lists are bounded by ``MAX_COMM_ENTRIES``)."""
 
 
 class ColumnarUnavailable(RuntimeError):
@@ -83,6 +86,10 @@ def check_tables(run_dir: Path, ranks: Sequence[int], run_id: str | None = None)
             return TableCheck((), {}, f"rank {rank}'s step table is incomplete ({why})")
         if run_id and record.run_id != run_id:
             return TableCheck((), {}, f"rank {rank}'s step table is of run {record.run_id!r}, not {run_id!r}")
+        size = path.stat().st_size
+        if size > (record.rows + 1) * MAX_ROW_BYTES:
+            return TableCheck((), {}, f"rank {rank}'s step table is {size:,} bytes, more than "
+                                      f"{record.rows:,} rows can hold; not read")
         files.append(path)
         rows[rank] = record.rows
         if record.service:
@@ -92,15 +99,17 @@ def check_tables(run_dir: Path, ranks: Sequence[int], run_id: str | None = None)
     return TableCheck(tuple(files), rows, services=tuple(sorted(services)))
 
 
-def load_tables(check: TableCheck, threads: int | None = None) -> Any:
-    """A DuckDB connection holding table ``steps`` (every row of ``check``'s files).
+def load_tables(check: TableCheck, temp_directory: str, threads: int | None = None) -> Any:
+    """A DuckDB connection holding table ``steps`` (every row of ``check``'s files); past its memory
+    limit DuckDB spills into ``temp_directory`` (the caller's, removed after).
 
     Raises:
         ColumnarUnavailable: DuckDB is missing, a file is not a step table, or a rank's row count is
             not its record's (a table cut or appended to after it was closed).
     """
     duckdb = duckdb_module()
-    config = {"memory_limit": MEMORY_LIMIT, "preserve_insertion_order": False}
+    config = {"memory_limit": MEMORY_LIMIT, "preserve_insertion_order": False,
+              "temp_directory": temp_directory}
     try:
         con = duckdb.connect(config={**config, **({"threads": threads} if threads else {})})
     except duckdb.Error as error:  # e.g. an address-space limit below what it reserves
