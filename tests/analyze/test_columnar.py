@@ -210,3 +210,27 @@ def test_the_cli_takes_the_engine_and_says_why_it_cannot(runs, tmp_path, capsys)
     assert "columnar engine" in json.loads(capsys.readouterr().out)["run"]["source"]
     assert main(["analyze", str(runs["mixed"]), "--engine", "columnar", "--service", "x"]) == 2
     assert "no service name" in capsys.readouterr().err
+
+
+def test_the_emitter_writes_a_complete_table_beside_its_spans(tmp_path: Path) -> None:
+    """The real emitter, fed step rows as the trainer hands them: its table and spans read the same."""
+    import time
+
+    from traceml_otel.emit.worker import Emitter
+    from traceml_otel.wire.hello import Hello
+    from traceml_otel.wire.step_row import PhaseRow, StepRow
+
+    hello = Hello(run_id="run-e", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
+                  anchor_ns=time.time_ns(), shutdown_timeout_s=5.0, service_name="svc-e",
+                  run_dir=str(tmp_path))
+    emitter = Emitter(hello)
+    ms = 1_000_000
+    for first in range(0, 40, 16):
+        emitter.handle_steps([StepRow.of(
+            step=n, start_ns=n * 2 * ms, end_ns=n * 2 * ms + ms, input_wait_ns=ms // 4, input_fetches=1,
+            optimizer_steps=1, phases=[PhaseRow.timed("forward", 0, n * 2 * ms, n * 2 * ms + ms // 2, None)],
+        ) for n in range(first, min(first + 16, 40))])
+    emitter.finish("ok", 0, True, 40)
+    record = read_table_record(tmp_path / table_record_name(0))
+    assert (record.run_id, record.rows, record.complete, record.service) == ("run-e", 40, True, "svc-e")
+    _assert_same(_report(tmp_path, "python"), _report(tmp_path, "columnar"))
