@@ -29,7 +29,15 @@ from traceml_otel.analyze.communication_split import split_communication, with_s
 from traceml_otel.analyze.diagnose import _accumulation
 from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
 from traceml_otel.analyze.evidence import missing_ranks, run_findings, step_failures
-from traceml_otel.analyze.findings import RankCount, RankMemory, RankSeries, RunAnalysis, RunInfo, WindowInfo
+from traceml_otel.analyze.findings import (
+    RankCount,
+    RankMemory,
+    RankMetrics,
+    RankSeries,
+    RunAnalysis,
+    RunInfo,
+    WindowInfo,
+)
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.measures import COMPONENTS, RankTotals, summarize, throughput
 from traceml_otel.analyze.memory import memory_analysis
@@ -58,44 +66,12 @@ def analyze_tables(
     """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
     records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
     account."""
-    spec = spec or WindowSpec()
     chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
     if chosen:
         export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
-    quoted = "'" + chosen.replace("'", "''") + "'"
-    con.execute(f"CREATE OR REPLACE TEMP VIEW r AS SELECT * FROM steps "
-                f"WHERE coalesce(run_id, '') = {quoted}")
-    ranks = [row[0] for row in con.execute(
-        "SELECT DISTINCT rank FROM r WHERE error IS NULL ORDER BY rank").fetchall()]
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE aligned AS SELECT step FROM r WHERE error IS NULL
-                    GROUP BY step HAVING count(DISTINCT rank) = {len(ranks)} ORDER BY step""")
-    numbers = [row[0] for row in con.execute("SELECT step FROM aligned ORDER BY step").fetchall()]
-    con.execute("CREATE OR REPLACE TEMP VIEW a AS SELECT * FROM r WHERE error IS NULL "
-                "AND step IN (SELECT step FROM aligned)")
-    window_numbers, window_info = _window(numbers, spec)
-    if window_numbers == numbers:
-        con.execute("CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a")
-    else:
-        low, high = (window_numbers[0], window_numbers[-1]) if window_numbers else (1, 0)  # a contiguous run
-        con.execute(f"CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a "
-                    f"WHERE step BETWEEN {int(low)} AND {int(high)}")
+    ranks, numbers, window_numbers, window_info = _views(con, chosen, spec or WindowSpec())
     clock, parallelism = _clock_and_parallelism(con)
-
-    totals = {row[0]: rank_totals(row) for row in con.execute(
-        RANK_SUMS.format(rows=measured_rows(clock, "w"))).fetchall()}
-    metrics = tuple((totals.get(rank) or RankTotals(rank, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, 0.0,
-                                                   0.0)).means() for rank in ranks)
-    window_rows = len(window_numbers) * len(ranks)
-    detail_notes: list[str] = []
-    if len(ranks) > 1 and any(m.communication is not None for m in metrics):  # the split needs every step
-        if window_rows <= DETAIL_ROWS:
-            detail = _window_records(con, ranks, window_numbers)
-            split = split_communication(detail.ranks, detail.per_rank, clock)
-            metrics = with_split(metrics, split, detail.steps)
-        else:
-            detail_notes.append(f"columnar engine: the waiting/transfer split of collective time is not "
-                                f"computed above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use "
-                                "--engine python for it")
+    metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
     run_steps = None
     if want_steps and _count(con, "r") <= DETAIL_ROWS:
         run_steps = tuple(step_timing(row) for row in con.execute(
@@ -106,12 +82,6 @@ def analyze_tables(
             WHERE nth = 1 OR overall <= {FAILED_ROWS} ORDER BY step, rank""").fetchall())
     info = _run_info(con, chosen, source, service, others, manifest, parallelism, [*notes, *detail_notes],
                      failed)
-    memory = memory_analysis(
-        tuple(RankMemory(*row) for row in con.execute(
-            "SELECT rank, max(peak_allocated), max(peak_reserved), max(memory_total) FROM w "
-            "GROUP BY rank ORDER BY rank").fetchall()),
-        *_columns(con.execute(PEAK_SERIES).fetchall(), 2), len(window_numbers),
-    )
     medians = con.execute(STEP_MEDIANS.format(rows=measured_rows(clock, "a"))).fetchall()
     steps_axis, series = _columns(medians, 2)
     hosts = _hosts(con)
@@ -123,7 +93,12 @@ def analyze_tables(
         summaries=tuple(summarize(metrics, name) for name in COMPONENTS),
         step=diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts,
                                 extra_caps=confidence_caps(export_stats)),
-        memory=memory,
+        memory=memory_analysis(
+            tuple(RankMemory(*row) for row in con.execute(
+                "SELECT rank, max(peak_allocated), max(peak_reserved), max(memory_total) FROM w "
+                "GROUP BY rank ORDER BY rank").fetchall()),
+            *_columns(con.execute(PEAK_SERIES).fetchall(), 2), len(window_numbers),
+        ),
         drift=detect_drift(steps_axis, series),
         worst_steps=_worst(con, clock),
         series=_rank_series(con, clock, len(numbers)),
@@ -137,6 +112,47 @@ def analyze_tables(
         hosts=hosts,
     )
     return analysis, run_steps
+
+
+def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:
+    """Views ``r`` (the run), ``a`` (its aligned steps: every rank completed them) and ``w`` (the window),
+    as ``window.group_by_rank``, ``aligned_window`` and ``select_window``; returns the ranks with a
+    completed step, the aligned step numbers, the window's, and the window's description."""
+    quoted = "'" + run_id.replace("'", "''") + "'"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW r AS SELECT * FROM steps WHERE coalesce(run_id, '') = {quoted}")
+    ranks = [row[0] for row in con.execute(
+        "SELECT DISTINCT rank FROM r WHERE error IS NULL ORDER BY rank").fetchall()]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE aligned AS SELECT step FROM r WHERE error IS NULL
+                    GROUP BY step HAVING count(DISTINCT rank) = {len(ranks)} ORDER BY step""")
+    numbers = [row[0] for row in con.execute("SELECT step FROM aligned ORDER BY step").fetchall()]
+    con.execute("CREATE OR REPLACE TEMP VIEW a AS SELECT * FROM r WHERE error IS NULL "
+                "AND step IN (SELECT step FROM aligned)")
+    window_numbers, window_info = _window(numbers, spec)
+    low, high = (window_numbers[0], window_numbers[-1]) if window_numbers else (1, 0)  # contiguous in a
+    where = "" if window_numbers == numbers else f" WHERE step BETWEEN {int(low)} AND {int(high)}"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a{where}")
+    return ranks, numbers, window_numbers, window_info
+
+
+def _rank_metrics(
+    con: Any, clock: Clock, ranks: list[int], window_numbers: list[int],
+) -> tuple[tuple[RankMetrics, ...], list[str]]:
+    """Each rank's means over the window (from the SQL sums), with the collective split when the window
+    is small enough to pair every rank's steps; and a note when it was not."""
+    totals = {row[0]: rank_totals(row) for row in con.execute(
+        RANK_SUMS.format(rows=measured_rows(clock, "w"))).fetchall()}
+    empty = (0.0,) * 7  # a rank with no aligned step: every mean unavailable, as in rank_metrics
+    metrics = tuple((totals.get(rank) or RankTotals(rank, 0, *empty, False, 0.0, 0.0)).means()
+                    for rank in ranks)
+    window_rows = len(window_numbers) * len(ranks)
+    if len(ranks) < 2 or all(m.communication is None for m in metrics):
+        return metrics, []
+    if window_rows > DETAIL_ROWS:
+        return metrics, [f"columnar engine: the waiting/transfer split of collective time is not computed "
+                         f"above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use --engine python "
+                         "for it"]
+    detail = _window_records(con, ranks, window_numbers)
+    return with_split(metrics, split_communication(detail.ranks, detail.per_rank, clock), detail.steps), []
 
 
 def rank_totals(row: Sequence[Any]) -> RankTotals:
