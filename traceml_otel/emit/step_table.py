@@ -3,8 +3,8 @@
 Runs in the emitter process, after the local copy's write of the same batch, never on the training
 thread. A row holds what the span reader folds out of the step's spans (see
 :mod:`traceml_otel.wire.step_table`); a test holds the two equal field for field. Cost, measured
-by ``benchmarks/step_table_cost.py``: about 15 us per 5-span step here, beside the local copy's
-50 us.
+by ``benchmarks/step_table_cost.py``: 18-25 us per 6-span step here, beside the local copy's 45-67 us
+(about 40 % more; 5 % more bytes).
 
 A failed write turns the table off (said once on stderr) and its record says it is incomplete; the
 analyzer then reads the spans. Training and the other outputs go on.
