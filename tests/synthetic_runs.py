@@ -32,7 +32,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.local_copy import LocalCopyWriter, traces_data_json, traces_data_prefix
-from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
+from traceml_otel.emit.step_table import StepTable
 from traceml_otel.emit.worker import build_resource
 from traceml_otel.launch.launcher import end_status_of
 from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
@@ -186,10 +187,14 @@ class SyntheticRank:
 
     def spans(self, step: SyntheticStep, start_ns: int) -> list[Any]:
         """The spans of ``step`` (the step span first), built by the production builder."""
+        return self.build(step, start_ns).all()
+
+    def build(self, step: SyntheticStep, start_ns: int) -> StepSpans:
+        """The :class:`StepSpans` of ``step``, built by the production builder."""
         if step.rank != self.rank or step.world_size != self.world_size:
             raise ValueError(f"step {step.step} is for rank {step.rank} of {step.world_size}, "
                              f"not rank {self.rank} of {self.world_size}")
-        return self.builder.build(step.record(start_ns)).all()
+        return self.builder.build(step.record(start_ns))
 
 
 def _ranks(
@@ -259,28 +264,43 @@ def write_ranks(
     service: str = SERVICE,
     start_ns: int = START_NS,
     cpus: int | None = None,
+    table: bool = True,
 ) -> dict[int, int]:
     """Write each rank's ``rank-R.traces.jsonl`` with the local-copy writer, ``steps_per_line`` steps a
-    line (as the emitter writes a batch); returns the steps written per rank."""
+    line (as the emitter writes a batch), and (``table``) its step table ``rank-R.steps.csv`` with
+    the emitter's table writer, closed with its record; returns the steps written per rank."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[int, tuple[LocalCopyWriter, list[Any], int]] = {}
+    files: dict[int, tuple[LocalCopyWriter, StepTable | None, list[StepSpans]]] = {}
+
+    def flush(rank: int) -> None:
+        local, rows, built = files[rank]
+        local.write([span for spans in built for span in spans.all()], steps=len(built))
+        if rows is not None:
+            rows.write(built)
+        built.clear()
+
     try:
         for rank, step, start in _ranks(run_id, steps, start_ns, service, cpus):
             if step.rank not in files:
                 path = run_dir / c.traces_file_name(step.rank)
-                files[step.rank] = (LocalCopyWriter(path, rank.resource, rank.scope), [], 0)
-            local, spans, count = files[step.rank]
-            spans.extend(rank.spans(step, start))
-            if (count + 1) % steps_per_line == 0:
-                local.write(spans, steps=steps_per_line)
-                spans = []
-            files[step.rank] = (local, spans, count + 1)
-        for local, spans, count in files.values():
-            local.write(spans, steps=count % steps_per_line)
+                writer = StepTable(run_dir, run_id, step.rank, _raise, service) if table else None
+                files[step.rank] = (LocalCopyWriter(path, rank.resource, rank.scope), writer, [])
+            built = files[step.rank][2]
+            built.append(rank.build(step, start))
+            if len(built) == steps_per_line:
+                flush(step.rank)
+        for number in files:
+            flush(number)
     finally:
-        for local, _, _ in files.values():
+        for local, rows, _ in files.values():
             local.close()
+            if rows is not None:
+                rows.close()
     return {rank: local.steps_written for rank, (local, _, _) in files.items()}
+
+
+def _raise(message: str) -> None:
+    raise OSError(message)
 
 
 def write_manifest_of(run_dir: Path, run_id: str, world_size: int, *, exit_code: int = 0) -> None:

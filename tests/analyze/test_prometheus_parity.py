@@ -1,6 +1,8 @@
 """Parity on a live Prometheus: diagnosis scenarios run with the direct scrape endpoint, a real
 Prometheus scrapes them every second, and ``traceml analyze --prometheus`` must reach the span
-reader's primary verdict and severity, with phase shares within 1 point.
+reader's primary verdict and severity, with phase shares within 1 point. The same runs' step tables
+must give the span reader's verdict, severity and shares through the columnar engine
+(``--engine columnar``).
 
 One Prometheus and one run of each scenario serve every assertion (module fixture). Set
 ``TRACEML_PARITY_SCENARIOS=all`` to run every scenario of examples/diagnosis (slower; the result
@@ -53,8 +55,12 @@ ALL = (
     Scenario("slow_rank", "slow_rank.py", ranks=2),
     Scenario("incomplete_data", "incomplete_data.py"),
     Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
+    Scenario("tiny_collectives", "tiny_collectives.py", ranks=2, steps=25),
+    Scenario("preloaded_compute", "preloaded_compute.py", steps=25),
+    Scenario("slow_generator", "slow_generator.py", steps=20),
+    Scenario("loader_free_ddp", "loader_free_ddp.py", ranks=2, steps=15),
 )
-# Not tiny_collectives: in a 25-step run, rank 1's first step waits ~0.5 s in its first all_reduce for
+# tiny_collectives on metrics: in a 25-step run, rank 1's first step waits ~0.5 s in its first all_reduce for
 # rank 0 to start. The span reader's per-step split counts that as transfer (COMMUNICATION_BOUND,
 # latency); on metrics it is 20 ms per step more exposed time on rank 1, which the clock-free split
 # calls waiting for rank 0 (STRAGGLER). Over a rate window of minutes, or a longer run, it vanishes.
@@ -74,6 +80,7 @@ class Parity:
     ports: dict[str, int]
     span_reports: dict[str, dict]
     run_ids: dict[str, str]
+    run_dirs: dict[str, Path]
 
 
 def _start(tmp: Path, scenario: Scenario, port: int) -> subprocess.Popen[str]:
@@ -135,7 +142,8 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
         for scenario, launched in running:
             run_ids[scenario.name], reports[scenario.name] = _finish(tmp, scenario, launched)
         time.sleep(1.5)  # the last scrape's samples become queryable
-        yield Parity(url, ports, reports, run_ids)
+        yield Parity(url, ports, reports, run_ids,
+                     {name: tmp / name / run_id for name, run_id in run_ids.items()})
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -155,25 +163,42 @@ def _shares(report: dict) -> dict[str, float | None]:
     return {s["name"]: s["share"] for s in report["phases"] if s["name"] in SHARES}
 
 
+def _assert_same_diagnosis(spans: dict, other: dict) -> None:
+    verdict = (other["primary_diagnosis"]["kind"], other["primary_diagnosis"]["severity"])
+    assert verdict == (spans["primary_diagnosis"]["kind"], spans["primary_diagnosis"]["severity"]), (
+        json.dumps(_shares(spans)), json.dumps(_shares(other)))
+    assert [r["rank"] for r in other["ranks"]] == [r["rank"] for r in spans["ranks"]]
+    assert [r["steps"] for r in other["ranks"]] == [r["steps"] for r in spans["ranks"]]
+    for component, share in _shares(spans).items():
+        value = _shares(other)[component]
+        if share is None:
+            assert value is None, component
+        else:
+            assert value is not None and abs(value - share) <= 0.01, (component, share, value)
+
+
 @pytest.mark.parametrize("name", [s.name for s in _selected()])
 def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, capsys) -> None:
     spans = parity.span_reports[name]
     metrics = _prometheus_report(parity, name, capsys)
-    verdict = (metrics["primary_diagnosis"]["kind"], metrics["primary_diagnosis"]["severity"])
-    assert verdict == (spans["primary_diagnosis"]["kind"], spans["primary_diagnosis"]["severity"]), (
-        json.dumps(_shares(spans)), json.dumps(_shares(metrics)))
-    assert [r["rank"] for r in metrics["ranks"]] == [r["rank"] for r in spans["ranks"]]
-    assert [r["steps"] for r in metrics["ranks"]] == [r["steps"] for r in spans["ranks"]]
-    if verdict[0] == "COMMUNICATION_BOUND":  # the call and byte counters give the span reader's regime
+    _assert_same_diagnosis(spans, metrics)
+    if metrics["primary_diagnosis"]["kind"] == "COMMUNICATION_BOUND":  # the counters give the regime
         regime = [{e["name"]: e["value"] for e in r["primary_diagnosis"]["evidence"]}["regime"]
                   for r in (spans, metrics)]
         assert regime[0] == regime[1], regime
-    for component, share in _shares(spans).items():
-        other = _shares(metrics)[component]
-        if share is None:
-            assert other is None, component
-        else:
-            assert other is not None and abs(other - share) <= 0.01, (component, share, other)
+
+
+@pytest.mark.parametrize("name", [s.name for s in _selected()])
+def test_the_columnar_engine_gives_the_span_readers_verdict(parity: Parity, name: str, capsys) -> None:
+    """From the step tables the emitter wrote beside the spans of the same run."""
+    from traceml_otel.cli.entry import main
+
+    assert main(["analyze", str(parity.run_dirs[name]), "--engine", "columnar", "--format", "json"]) == 0
+    columnar = json.loads(capsys.readouterr().out)
+    assert "columnar engine" in columnar["run"]["source"]
+    spans = parity.span_reports[name]
+    _assert_same_diagnosis(spans, columnar)
+    assert [f["kind"] for f in columnar["issues"]] == [f["kind"] for f in spans["issues"]]
 
 
 def test_exemplars_name_the_runs_slowest_step_traces(parity: Parity, capsys) -> None:

@@ -176,12 +176,15 @@ def worst_steps(
         for i, value in enumerate(column)
         if value is not None
     )
-    out = []
-    for value, r, i in heapq.nlargest(count, candidates):
-        parts = step_values(window.per_rank[r][i], clock)
-        name, part = _dominant(parts)
-        out.append(WorstStep(parts.step, parts.rank, value, parts.trace_id, name, part))
-    return tuple(out)
+    return tuple(describe_worst(window.per_rank[r][i], value, clock)
+                 for value, r, i in heapq.nlargest(count, candidates))
+
+
+def describe_worst(step: StepTiming, seconds: float, clock: Clock) -> WorstStep:
+    """One slow step of ``seconds`` with its trace id and the component that dominated it."""
+    parts = step_values(step, clock)
+    name, part = _dominant(parts)
+    return WorstStep(parts.step, parts.rank, seconds, parts.trace_id, name, part)
 
 
 def rank_series(rank: int, steps: Sequence[StepTiming], seconds: Sequence[float | None]) -> RankSeries:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
-from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
+from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
@@ -47,6 +47,13 @@ def analyze_source(
         return analyze_run(source.load(), window, manifest, export_stats, notes)
 
 
+ENGINES = ("auto", "python", "columnar")
+"""``--engine``: chosen by size, the span reader, or the step tables in DuckDB."""
+COLUMNAR_MIN_BYTES = 64 * 1024 * 1024
+"""``auto`` uses the columnar engine from this much span data on (below it the span reader takes a few
+seconds at most, and computes every section)."""
+
+
 def analyze_path(
     paths: Sequence[Path],
     *,
@@ -54,8 +61,17 @@ def analyze_path(
     service: str | None = None,
     window: WindowSpec | None = None,
     log: ReadLog | None = None,
+    engine: str = "auto",
 ) -> RunAnalysis:
-    """Diagnose a run directory of the local copy, or OTLP JSON (Lines) files."""
+    """Diagnose a run directory of the local copy, or OTLP JSON (Lines) files.
+
+    ``engine``: ``python`` reads the spans; ``columnar`` the run directory's step tables in DuckDB
+    (raises :class:`SourceError` when it cannot: DuckDB missing, tables incomplete); ``auto`` the
+    columnar engine for a run directory of at least :data:`COLUMNAR_MIN_BYTES` of spans whose tables
+    are complete, else the span reader (saying why, for a large run).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     paths = [Path(p) for p in paths]
     run_dir = paths[0] if len(paths) == 1 and paths[0].is_dir() else None
     manifest_read = read_manifest(run_dir) if run_dir is not None else ManifestRead(None)
@@ -63,18 +79,33 @@ def analyze_path(
     manifest = manifest_read.manifest
     notes = [*([manifest_read.problem] if manifest_read.problem else []), *exports.problems]
     preferred = manifest.run_id if manifest is not None and manifest.run_id else None
+    if engine != "python":
+        from traceml_otel.analyze.engine_choice import try_columnar
+
+        done, note = try_columnar(run_dir, engine, run_id=run_id, service=service, window=window,
+                                  manifest=manifest, export_stats=exports.stats, notes=notes)
+        if done is not None:
+            analysis, steps = done
+            analysis = _with_hang_records(analysis, run_dir, manifest)
+            return _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
+        if note:
+            notes.append(note)
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
     with paused_gc():
         loaded = source.load()
         analysis = analyze_run(loaded, window, manifest, exports.stats, notes)
     analysis = _with_hang_records(analysis, run_dir, manifest)
-    return _with_time_accounting(analysis, loaded, run_dir, manifest)
+    return _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
 
 
 def _with_time_accounting(
-    analysis: RunAnalysis, loaded: LoadedRun, run_dir: Path | None, manifest: Manifest | None,
+    analysis: RunAnalysis, run_id: str, steps: Sequence[StepTiming] | None, run_dir: Path | None,
+    manifest: Manifest | None,
 ) -> RunAnalysis:
-    """Add where the time went and MFU from the run folder's ``rank-R.time.json`` records (whole run)."""
+    """Add where the time went and MFU from the run folder's ``rank-R.time.json`` records (whole run).
+
+    ``steps`` ``None``: the columnar engine did not make records of a run this large (said in the report).
+    """
     if run_dir is None:
         return analysis
     from traceml_otel.analyze.hang import read_hang_records
@@ -82,17 +113,22 @@ def _with_time_accounting(
     from traceml_otel.analyze.time_accounting import account_time, read_time_records
 
     records, problems = read_time_records(run_dir)
-    records = {rank: r for rank, r in records.items() if not r.run_id or r.run_id == loaded.run_id}
+    records = {rank: r for rank, r in records.items() if not r.run_id or r.run_id == run_id}
     if not records:
         return analysis
+    if steps is None:
+        from traceml_otel.analyze.columnar import DETAIL_ROWS, with_detail_note
+
+        return with_detail_note(analysis, f"columnar engine: the time account and MFU are not computed above "
+                                          f"{DETAIL_ROWS:,} steps; use --engine python for them")
     hangs, _ = read_hang_records(run_dir)
-    hangs = [h for h in hangs if not h.run_id or h.run_id == loaded.run_id]
+    hangs = [h for h in hangs if not h.run_id or h.run_id == run_id]
     launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
-    account = account_time(loaded.steps, records, hangs, launcher.start_time if launcher else None,
+    account = account_time(steps, records, hangs, launcher.start_time if launcher else None,
                            launcher.end_time if launcher else None)
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
-    return replace(analysis, time_account=account, mfu=analyze_mfu(loaded.steps, records))
+    return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
 
 
 def _with_hang_records(analysis: RunAnalysis, run_dir: Path | None, manifest: Manifest | None) -> RunAnalysis:

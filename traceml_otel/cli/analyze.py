@@ -15,7 +15,7 @@ from pathlib import Path
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.from_metrics import analyze_metrics
 from traceml_otel.analyze.kinds import StepKind
-from traceml_otel.analyze.pipeline import analyze_path, analyze_source
+from traceml_otel.analyze.pipeline import ENGINES, analyze_path, analyze_source
 from traceml_otel.analyze.sources.base import SourceError, SpanSource
 from traceml_otel.analyze.sources.http import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_S, ReadLimits
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource
@@ -64,6 +64,12 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
         "--since", metavar="T", help="backend search start: unix seconds, ISO 8601 or an age (2h)"
     )
     parser.add_argument("--until", metavar="T", help="backend search end (default: now)")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="auto",
+        help="for a run directory: 'python' reads the spans; 'columnar' the step tables in DuckDB "
+             "(pip install 'traceml-otel[columnar]'); 'auto' (default) takes columnar for 64 MiB of spans "
+             "or more when DuckDB is installed and the tables are complete",
+    )
     add_window_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
     add_format_aliases(parser, ("json", "html"))
@@ -146,7 +152,8 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
                 f"{path} is a traceml {kind} (its diagnosis is already in it), not spans: analyse the run "
                 "directory or span files, or compare reports with `traceml compare A.json B.json`"
             )
-    return analyze_path(args.inputs, run_id=args.run_id, service=args.service, window=window)
+    return analyze_path(args.inputs, run_id=args.run_id, service=args.service, window=window,
+                        engine=args.engine)
 
 
 MAX_LISTED_RUNS = 20

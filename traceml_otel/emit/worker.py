@@ -48,6 +48,7 @@ from traceml_otel.emit.span_export import (
 )
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.export_stats import ExportStats, encode_export_stats
 from traceml_otel.wire.frames import WIRE_VERSION, FrameBuffer, WireError
@@ -125,6 +126,7 @@ class Emitter:
         self._stats_dirty = False
         self.stats_path: Path | None = None
         self.local: LocalCopyWriter | None = None
+        self.table: StepTable | None = None
         if hello.run_dir:
             run_dir = Path(hello.run_dir)
             if not run_dir.is_symlink():  # a link planted at the run folder: nothing written through it
@@ -133,6 +135,9 @@ class Emitter:
                 self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
             except OSError as error:
                 self.disable("local copy", f"cannot open it in {run_dir} ({_describe(error)})")
+            if self.local is not None:  # the table sits beside the spans it summarizes
+                self.table = StepTable(run_dir, rank.run_id, rank.rank, self.warn,
+                                       str(resource.attributes.get("service.name", "")))
         quiet_sdk_exporter_logs()
         self.shipper: OtlpSpanShipper | None = None
         if hello.traces_endpoint and hello.traces_protocol:
@@ -232,6 +237,8 @@ class Emitter:
                 self._local_failed(error)
             self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
             self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+        if self.table is not None:
+            self.table.write(built)
         self._stats_dirty = True
         self.refresh_stats()
         spans = sum(len(step.phases) + 1 for step in built)
@@ -328,6 +335,8 @@ class Emitter:
                 self.local.close()
             except OSError as error:
                 self._local_failed(error)
+        if self.table is not None:
+            self.table.close()
         stats.local_copy_closed_unix = time.time()
         local_on = "local copy" not in stats.outputs_disabled and self.stats_path is not None
         if steps_traced is not None and self.stats_path is not None:

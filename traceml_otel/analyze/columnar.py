@@ -1,0 +1,337 @@
+"""The columnar engine: diagnose a run folder from its step tables in DuckDB, without reading its spans.
+
+The same window, clock, sums, series and rules as :func:`~traceml_otel.analyze.diagnose.analyze_run`:
+the heavy passes over every step run as SQL (:mod:`traceml_otel.analyze.columnar_sql`) and fill the
+span reader's records (``RankTotals``, the drift series, the memory series); the rules, the memory and
+drift analyses and the reports are the span reader's own code. What needs every step as a Python
+record (the waiting/transfer split of collective time, the time account and MFU) is computed from the
+rows when the window holds at most :data:`DETAIL_ROWS` of them, and otherwise named as not computed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.columnar_sql import (
+    HAS_GPU_TIMING,
+    PEAK_SERIES,
+    RANK_BUCKETS,
+    RANK_SUMS,
+    STEP_MEDIANS,
+    WORST,
+    measured_rows,
+)
+from traceml_otel.analyze.communication_split import split_communication, with_split
+from traceml_otel.analyze.diagnose import _accumulation
+from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
+from traceml_otel.analyze.evidence import missing_ranks, run_findings, step_failures
+from traceml_otel.analyze.findings import (
+    RankCount,
+    RankMemory,
+    RankMetrics,
+    RankSeries,
+    RunAnalysis,
+    RunInfo,
+    WindowInfo,
+)
+from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.measures import COMPONENTS, RankTotals, summarize, throughput
+from traceml_otel.analyze.memory import memory_analysis
+from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.run_model import RankHost, StepTiming, WindowSpec
+from traceml_otel.analyze.sources.step_table import step_timing
+from traceml_otel.analyze.telemetry_health import confidence_caps
+from traceml_otel.analyze.window import StepWindow
+from traceml_otel.sanitize import redact_argv
+from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.manifest import Manifest
+from traceml_otel.wire.step_table import COLUMNS
+
+DETAIL_ROWS = 250_000
+"""Largest window whose rows become Python records for the collective split, time account and MFU."""
+FAILED_ROWS = 40
+"""Failed rows fetched beyond each rank's first: enough for ``step_failures``' twenty."""
+_ALL = ", ".join(COLUMNS)
+
+
+def analyze_tables(
+    con: Any, source: str, *, service: str = "", run_id: str | None = None, spec: WindowSpec | None = None,
+    manifest: Manifest | None = None, export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
+    want_steps: bool = False,
+) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
+    """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
+    records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
+    account."""
+    chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
+    if chosen:
+        export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
+    ranks, numbers, window_numbers, window_info = _views(con, chosen, spec or WindowSpec())
+    clock, parallelism = _clock_and_parallelism(con)
+    metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
+    run_steps = None
+    if want_steps and _count(con, "r") <= DETAIL_ROWS:
+        run_steps = tuple(step_timing(row) for row in con.execute(
+            f"SELECT {_ALL} FROM r ORDER BY rank, step").fetchall())
+    failed = tuple(step_timing(row) for row in con.execute(
+        f"""SELECT {_ALL} FROM (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY step) AS nth,
+            row_number() OVER (ORDER BY step, rank) AS overall FROM r WHERE error IS NOT NULL)
+            WHERE nth = 1 OR overall <= {FAILED_ROWS} ORDER BY step, rank""").fetchall())
+    info = _run_info(con, chosen, source, service, others, manifest, parallelism, [*notes, *detail_notes],
+                     failed)
+    medians = con.execute(STEP_MEDIANS.format(rows=measured_rows(clock, "a"))).fetchall()
+    steps_axis, series = _columns(medians, 2)
+    hosts = _hosts(con)
+    analysis = RunAnalysis(
+        run=info,
+        window=window_info,
+        clock=clock,
+        ranks=metrics,
+        summaries=tuple(summarize(metrics, name) for name in COMPONENTS),
+        step=diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts,
+                                extra_caps=confidence_caps(export_stats)),
+        memory=memory_analysis(
+            tuple(RankMemory(*row) for row in con.execute(
+                "SELECT rank, max(peak_allocated), max(peak_reserved), max(memory_total) FROM w "
+                "GROUP BY rank ORDER BY rank").fetchall()),
+            *_columns(con.execute(PEAK_SERIES).fetchall(), 2), len(window_numbers),
+        ),
+        drift=detect_drift(steps_axis, series),
+        worst_steps=_worst(con, clock),
+        series=_rank_series(con, clock, len(numbers)),
+        accumulation=_accumulation(metrics),
+        run_findings=run_findings(
+            world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
+            failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
+            steps=(*failed, *_usual_collectives(con)),
+        ),
+        throughput=throughput(metrics),
+        hosts=hosts,
+    )
+    return analysis, run_steps
+
+
+def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:
+    """Views ``r`` (the run), ``a`` (its aligned steps: every rank completed them) and ``w`` (the window),
+    as ``window.group_by_rank``, ``aligned_window`` and ``select_window``; returns the ranks with a
+    completed step, the aligned step numbers, the window's, and the window's description."""
+    quoted = "'" + run_id.replace("'", "''") + "'"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW r AS SELECT * FROM steps WHERE coalesce(run_id, '') = {quoted}")
+    ranks = [row[0] for row in con.execute(
+        "SELECT DISTINCT rank FROM r WHERE error IS NULL ORDER BY rank").fetchall()]
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE aligned AS SELECT step FROM r WHERE error IS NULL
+                    GROUP BY step HAVING count(DISTINCT rank) = {len(ranks)} ORDER BY step""")
+    numbers = [row[0] for row in con.execute("SELECT step FROM aligned ORDER BY step").fetchall()]
+    con.execute("CREATE OR REPLACE TEMP VIEW a AS SELECT * FROM r WHERE error IS NULL "
+                "AND step IN (SELECT step FROM aligned)")
+    window_numbers, window_info = _window(numbers, spec)
+    low, high = (window_numbers[0], window_numbers[-1]) if window_numbers else (1, 0)  # contiguous in a
+    where = "" if window_numbers == numbers else f" WHERE step BETWEEN {int(low)} AND {int(high)}"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a{where}")
+    return ranks, numbers, window_numbers, window_info
+
+
+def _rank_metrics(
+    con: Any, clock: Clock, ranks: list[int], window_numbers: list[int],
+) -> tuple[tuple[RankMetrics, ...], list[str]]:
+    """Each rank's means over the window (from the SQL sums), with the collective split when the window
+    is small enough to pair every rank's steps; and a note when it was not."""
+    totals = {row[0]: rank_totals(row) for row in con.execute(
+        RANK_SUMS.format(rows=measured_rows(clock, "w"))).fetchall()}
+    empty = (0.0,) * 7  # a rank with no aligned step: every mean unavailable, as in rank_metrics
+    metrics = tuple((totals.get(rank) or RankTotals(rank, 0, *empty, False, 0.0, 0.0)).means()
+                    for rank in ranks)
+    window_rows = len(window_numbers) * len(ranks)
+    if len(ranks) < 2 or all(m.communication is None for m in metrics):
+        return metrics, []
+    if window_rows > DETAIL_ROWS:
+        return metrics, [f"columnar engine: the waiting/transfer split of collective time is not computed "
+                         f"above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use --engine python "
+                         "for it"]
+    detail = _window_records(con, ranks, window_numbers)
+    return with_split(metrics, split_communication(detail.ranks, detail.per_rank, clock), detail.steps), []
+
+
+def rank_totals(row: Sequence[Any]) -> RankTotals:
+    """One row of :data:`~traceml_otel.analyze.columnar_sql.RANK_SUMS` as the span reader's record."""
+    (rank, n, step_sum, step_missing, wait, wait_missing, traced, traced_missing, forward, forward_missing,
+     backward, backward_missing, optimizer, h2d, h2d_measured, compute, residual, updates, micro,
+     samples, samples_steps, tokens, tokens_steps, comm_seen, comm_bytes, comm_calls, total_missing,
+     comm_total, comm_missing, comm_sum, between, between_n) = row
+    no_compute = forward_missing or backward_missing
+    return RankTotals(
+        rank=rank, steps=n,
+        step_time=None if step_missing else step_sum or 0.0,
+        input_wait=None if wait_missing else wait or 0.0,
+        traced=None if traced_missing else traced or 0.0,
+        forward=None if forward_missing else forward or 0.0,
+        backward=None if backward_missing else backward or 0.0,
+        optimizer=optimizer or 0.0, h2d=h2d or 0.0, h2d_measured=bool(h2d_measured),
+        compute=None if no_compute else compute or 0.0,
+        residual=None if no_compute or traced_missing else residual or 0.0,
+        optimizer_updates=None if updates is None else int(updates),
+        micro_steps=micro,
+        samples=int(samples) if samples_steps else None, tokens=int(tokens) if tokens_steps else None,
+        samples_steps=samples_steps, tokens_steps=tokens_steps,
+        communication=None if comm_missing or not comm_seen else comm_sum or 0.0,
+        communication_total=None if total_missing or not comm_seen else comm_total or 0.0,
+        communication_bytes=int(comm_bytes or 0) if comm_seen else None,
+        communication_calls=int(comm_calls or 0) if comm_seen else None,
+        communication_measured=bool(comm_seen),
+        between_steps=between if between_n else None, between_steps_counted=between_n,
+    )
+
+
+def _choose_run(con: Any, run_id: str | None, preferred: str | None) -> tuple[str, tuple[str, ...]]:
+    """As the span reader: the run asked for, else the manifest's, else the one with most steps."""
+    found = [row[0] or "" for row in con.execute(
+        "SELECT run_id FROM steps GROUP BY run_id ORDER BY count(*) DESC, run_id").fetchall()]
+    chosen = run_id if run_id is not None else preferred if preferred in found else found[0] if found else ""
+    return chosen, tuple(r for r in found if r != chosen)
+
+
+def _window(numbers: list[int], spec: WindowSpec) -> tuple[list[int], WindowInfo]:
+    """``window.select_window`` on step numbers."""
+    requested = ""
+    chosen = numbers
+    if spec.last is not None:
+        chosen = numbers[-spec.last:]
+        requested = f"last {spec.last} steps"
+    elif spec.mode == "range":
+        low = spec.first_step if spec.first_step is not None else -1
+        high = spec.last_step if spec.last_step is not None else 1 << 62
+        chosen = [n for n in numbers if low <= n <= high]
+        requested = f"steps {spec.first_step if spec.first_step is not None else ''}:" + (
+            f"{spec.last_step}" if spec.last_step is not None else "")
+    return chosen, WindowInfo(spec.mode, chosen[0] if chosen else None, chosen[-1] if chosen else None,
+                              len(chosen), requested)
+
+
+def _clock_and_parallelism(con: Any) -> tuple[Clock, str]:
+    """``window.select_clock`` and ``window.window_parallelism`` over ``w``."""
+    rows, gpu = con.execute(f"SELECT count(*), bool_and({HAS_GPU_TIMING}) FROM w").fetchone()
+    clock = Clock.GPU if rows and gpu else Clock.CPU
+    seen = dict(con.execute("SELECT parallelism, count(*) FROM w GROUP BY parallelism").fetchall())
+    if "fsdp" in seen:
+        return clock, "fsdp"
+    return clock, max(seen, key=lambda name: seen[name]) if seen else "none"
+
+
+def _window_records(con: Any, ranks: list[int], numbers: list[int]) -> StepWindow:
+    rows = con.execute(f"SELECT {_ALL} FROM w ORDER BY rank, step").fetchall()
+    per_rank: dict[int, list[StepTiming]] = {rank: [] for rank in ranks}
+    for row in rows:
+        step = step_timing(row)
+        per_rank[step.rank].append(step)
+    return StepWindow(tuple(ranks), tuple(numbers), tuple(tuple(per_rank[r]) for r in ranks))
+
+
+def _count(con: Any, table: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [[row[i] for row in rows] for i in range(width)]
+
+
+def _worst(con: Any, clock: Clock) -> tuple[Any, ...]:
+    found = con.execute(f"""
+        SELECT {", ".join(f"w.{name}" for name in COLUMNS)}, x.seconds FROM w
+        JOIN ({WORST.format(rows=measured_rows(clock, "w"), count=t.WORST_STEPS)}) x
+            ON w.rank = x.rank AND w.step = x.step
+        ORDER BY x.seconds DESC, w.rank DESC, w.step DESC""").fetchall()
+    return tuple(describe_worst(step_timing(row[:-1]), row[-1], clock) for row in found)
+
+
+def _rank_series(con: Any, clock: Clock, steps: int) -> tuple[RankSeries, ...]:
+    size = max(1, -(-steps // MAX_POINTS))
+    grouped: dict[int, list[tuple[int, float, int | None]]] = {}
+    for rank, first, seconds, peak in con.execute(
+            RANK_BUCKETS.format(rows=measured_rows(clock, "a"), size=size)).fetchall():
+        grouped.setdefault(rank, []).append((first, seconds, peak))
+    ranks = [row[0] for row in con.execute("SELECT DISTINCT rank FROM a ORDER BY rank").fetchall()]
+    return tuple(RankSeries(rank, *(tuple(col) for col in _columns(grouped.get(rank, []), 3)))
+                 if rank in grouped else RankSeries(rank, (), (), ()) for rank in ranks)
+
+
+def _hosts(con: Any) -> tuple[RankHost, ...]:
+    """``StepAssembler.hosts``: per rank, the last CPU count and loader settings recorded."""
+    rows = con.execute("""
+        SELECT rank, arg_max(host_cpus, step) FILTER (WHERE host_cpus IS NOT NULL),
+            arg_max([loader_num_workers, loader_prefetch_factor, loader_batch_size], step)
+                FILTER (WHERE loader_num_workers IS NOT NULL),
+            arg_max([loader_pin_memory, loader_persistent_workers], step)
+                FILTER (WHERE loader_num_workers IS NOT NULL),
+            arg_max(loader_dataset, step) FILTER (WHERE loader_num_workers IS NOT NULL)
+        FROM r WHERE host_cpus IS NOT NULL OR loader_num_workers IS NOT NULL
+        GROUP BY rank ORDER BY rank""").fetchall()
+    hosts = []
+    for rank, cpus, numbers, flags, dataset in rows:
+        if numbers is None:
+            hosts.append(RankHost(rank, cpus))
+        else:
+            hosts.append(RankHost(rank, cpus, numbers[0], flags[0], flags[1], numbers[1], numbers[2],
+                                  dataset))
+    return tuple(hosts)
+
+
+def _usual_collectives(con: Any) -> tuple[StepTiming, ...]:
+    """Per rank with a failed step, one record of its completed steps' most collective calls and bytes
+    (all ``evidence.extra_collective`` reads of them)."""
+    return tuple(StepTiming("", rank, -1, comm_calls=calls, comm_bytes=nbytes) for rank, calls, nbytes in
+                 con.execute("""SELECT rank, max(coalesce(comm_calls, 0)), max(coalesce(comm_bytes, 0)) FROM r
+                                WHERE error IS NULL AND rank IN (SELECT rank FROM r WHERE error IS NOT NULL)
+                                GROUP BY rank""").fetchall())
+
+
+def _run_info(
+    con: Any, run_id: str, source: str, service: str, others: tuple[str, ...], manifest: Manifest | None,
+    parallelism: str, notes: Sequence[str], failed: Sequence[StepTiming],
+) -> RunInfo:
+    """``diagnose._run_info`` from the table."""
+    world, rows, failed_count = con.execute(
+        "SELECT max(world_size), count(*), count(error) FROM r").fetchone()
+    spans = con.execute("SELECT sum(spans) FROM steps").fetchone()[0]  # every run's, as the span reader
+    world_size = world if world is not None else (manifest.world_size if manifest else None)
+    counts = tuple(RankCount(*row) for row in con.execute(
+        "SELECT rank, count(*), min(step), max(step) FROM r GROUP BY rank ORDER BY rank").fetchall())
+    observed = tuple(c.rank for c in counts)
+    sources = Counter(dict(con.execute(
+        "SELECT source, count(*) FROM r WHERE source IS NOT NULL AND source <> '' "
+        "GROUP BY source").fetchall()))
+    warnings = list(notes)
+    if others:
+        warnings.append(f"{len(others) + 1} runs found; analysing {run_id or '(no run id)'} "
+                        f"(choose with --run-id: {', '.join(others[:5])})")
+    return RunInfo(
+        run_id=run_id or (manifest.run_id if manifest else ""),
+        source=source,
+        service=service,
+        world_size=world_size,
+        ranks=observed,
+        parallelism=parallelism,
+        command=" ".join(redact_argv(list(manifest.command))) if manifest else "",
+        start_time=manifest.start_time if manifest else None,
+        end_time=manifest.end_time if manifest else None,
+        exit_code=manifest.exit_code if manifest else None,
+        spans_read=int(spans or 0),
+        steps_read=rows,
+        failed_steps=failed_count,
+        other_run_ids=others,
+        warnings=tuple(warnings),
+        warnings_total=len(warnings),
+        missing_ranks=missing_ranks(world_size, observed),
+        rank_steps=counts,
+        failures=step_failures(failed),
+        step_sources=tuple(name for name, _ in sources.most_common()),
+    )
+
+
+def with_detail_note(analysis: RunAnalysis, note: str) -> RunAnalysis:
+    """``analysis`` with one more input warning (said by the pipeline about what was not computed)."""
+    run = analysis.run
+    return replace(analysis, run=replace(run, warnings=(*run.warnings, note),
+                                         warnings_total=run.warnings_total + 1))
