@@ -2,9 +2,10 @@
 
 ``outside_step`` blocks, a FLOPs declaration or measurement, ``init()`` and shutdown update a
 :class:`TimeLedger`; it writes ``rank-R.time.json`` (:mod:`traceml_otel.wire.time_record`) at
-``init()``, after an ``outside_step`` block (at most once per ``min_interval_s``), after a FLOPs
-measurement and at shutdown. A step costs nothing here unless it declares ``flops=`` (two
-additions). A failed write is counted and said once; it never reaches training.
+``init()``, after an ``outside_step`` block (at once when it lasted ``min_interval_s`` or more, else
+at most once per ``min_interval_s``), after a FLOPs measurement, at ``resume_from()`` and at shutdown.
+A step costs nothing here unless it declares ``flops=`` (two additions). A failed write is counted
+and said once; it never reaches training.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceml_otel.wire.time_record import MAX_KINDS, FlopsRecord, OutsideTotal, TimeRecord, write_time_record
+from traceml_otel.contract import time_file_name
+from traceml_otel.wire.time_record import (
+    MAX_KINDS,
+    FlopsRecord,
+    OutsideTotal,
+    TimeRecord,
+    read_time_record,
+    write_time_record,
+)
 
 
 def process_start_time(pid: int | str = "self") -> float | None:
@@ -75,6 +84,27 @@ class TimeLedger:
         self.peak_flops = peak_flops
         self.dtype = dtype
         self.device_name = ""
+        self.resumed_from: int | None = None
+        self.earlier_progress = 0
+
+    # --- restarts -----------------------------------------------------------------------
+    def carry_earlier_attempt(self) -> None:
+        """A restarted attempt: keep how far the earlier attempts got (their record, about to be replaced)."""
+        if self.run_dir is None:
+            return
+        try:
+            earlier = read_time_record(Path(self.run_dir) / time_file_name(self.rank))
+        except (OSError, ValueError):  # none yet (it died before init), or unreadable
+            return
+        if earlier.run_id and earlier.run_id != self.run_id:
+            return
+        reached = (earlier.resumed_from or 0) + earlier.steps
+        self.earlier_progress = max(earlier.earlier_progress, reached)
+
+    def resume_from(self, step: int) -> None:
+        """This attempt resumed from a checkpoint taken after ``step`` completed steps; written at once."""
+        self.resumed_from = step
+        self.write()
 
     # --- outside_step -------------------------------------------------------------
     def enter_outside(self) -> None:
@@ -101,14 +131,16 @@ class TimeLedger:
             total.trailing_s += seconds
         else:
             total.trailing_step, total.trailing_s = steps, seconds
-        if time.time() - self._last_write >= self.min_interval_s:
-            self.write()
+        if seconds >= self.min_interval_s or time.time() - self._last_write >= self.min_interval_s:
+            self.write()  # a long block (an evaluation) is written at once: the live counters wait for it
 
     # --- FLOPs ------------------------------------------------------------------------
     def declare_step_flops(self, flops: float) -> None:
         """One step declared its FLOPs (``trace_step(flops=)``)."""
         self.declared_sum = (self.declared_sum or 0.0) + flops
         self.declared_steps += 1
+        if self.declared_steps == 1:
+            self.write()  # once: the emitter's live FLOPs counter reads the per-step FLOPs from it
 
     def measured_flops(self, flops: float, step: int, device_name: str = "") -> None:
         """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once."""
@@ -129,7 +161,8 @@ class TimeLedger:
                             self.measured, self.measured_step, self.peak_flops, self.dtype, self.device_name)
         return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
                           steps, outside, flops, restart=self.restart,
-                          launcher_start=self.launcher_start)
+                          launcher_start=self.launcher_start, resumed_from=self.resumed_from,
+                          earlier_progress=self.earlier_progress)
 
     def write(self, ended: bool = False) -> None:
         """Write the record now (``ended``: with the end time); a failure is counted, said once."""
