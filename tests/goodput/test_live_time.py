@@ -140,8 +140,11 @@ def test_both_paths_carry_the_time_counter_and_the_mfu_inputs(tmp_path: Path) ->
     points = otlp()  # its first look (above) reported every category at 0
     blocks = {p.attributes[c.ATTR_TIME_CATEGORY]: p.value for p in points[c.METRIC_TIME]}
     assert blocks["step.block"] == pytest.approx(0.75) and blocks["outside.evaluation"] == 3.0
-    assert [p.value for p in points[c.METRIC_MODEL_FLOPS]] == [pytest.approx(3e9)]
+    assert [p.value for p in points[c.METRIC_MODEL_FLOPS]] == [0.0]  # first look: 0, then the value
+    assert [p.value for p in otlp()[c.METRIC_MODEL_FLOPS]] == [pytest.approx(3e9)]
     assert [p.value for p in points[c.METRIC_PEAK_FLOPS]] == [1e12]
     later = exposition()
     assert 'traceml_time_category="step.block"} 0.75' in later
-    assert 'traceml_model_flops_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1"} 3e+09' in later
+    flops = 'traceml_model_flops_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1"}'
+    assert f"{flops} 0.0" in later  # the scrape's first look at the FLOPs counter
+    assert f"{flops} 3e+09" in exposition()

@@ -279,6 +279,11 @@ class TimeInstruments:
         self.account = account
         self._otlp_zero = FirstZero()
         self._scrape_zero = FirstZero()
+        self._otlp_flops_zero = FirstZero()
+        self._scrape_flops_zero = FirstZero()
+
+    def _flops(self, zero: FirstZero) -> float:
+        return zero.apply([("flops", self.account.flops)], final=self.account.ended)[0][1]
 
     def register_otlp(self, meter: Any, attributes: dict[str, Any]) -> None:
         """Create the OTLP instruments on ``meter`` with the rank's ``attributes``."""
@@ -289,7 +294,9 @@ class TimeInstruments:
             return [Observation(value, {**attributes, c.ATTR_TIME_CATEGORY: name}) for name, value in totals]
 
         def model_flops(options: Any) -> list[Any]:
-            return [Observation(self.account.flops, attributes)] if self.account.flops_steps else []
+            if not self.account.flops_steps:
+                return []
+            return [Observation(self._flops(self._otlp_flops_zero), attributes)]
 
         def peak_flops(options: Any) -> list[Any]:
             peak = self.account.peak_flops()
@@ -315,7 +322,7 @@ class TimeInstruments:
         if self.account.flops_steps:
             flops = CounterMetricFamily("traceml_model_flops", "Model FLOPs of the steps whose FLOPs are "
                                         "known", labels=keys)
-            flops.add_metric(values, self.account.flops)
+            flops.add_metric(values, self._flops(self._scrape_flops_zero))
             families.append(flops)
         peak = self.account.peak_flops()
         if peak is not None:
