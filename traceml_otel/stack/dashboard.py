@@ -17,6 +17,7 @@ from typing import Any
 
 from traceml_otel.stack.grafana import PROM
 from traceml_otel.stack.panels.communication import communication_row
+from traceml_otel.stack.panels.goodput import goodput_row
 from traceml_otel.stack.panels.hardware import hardware_row
 from traceml_otel.stack.panels.pipeline import pipeline_row
 from traceml_otel.stack.panels.run import run_row
@@ -25,6 +26,7 @@ from traceml_otel.stack.queries import RUN
 
 ROWS: tuple[Callable[[int], list[dict[str, Any]]], ...] = (
     run_row,
+    goodput_row,
     step_row,
     communication_row,
     hardware_row,
