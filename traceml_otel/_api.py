@@ -362,6 +362,7 @@ def _start_time_ledger(recorder: StepRecorder, settings: Settings) -> Any:
     ledger.restart = int(restart) if restart.isdigit() else 0
     if ledger.restart > 0:
         ledger.carry_earlier_attempt()
+        recorder.step = ledger.first_step  # go on numbering: the earlier attempts' spans keep their ids
     ledger.write()
     return ledger
 

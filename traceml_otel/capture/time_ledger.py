@@ -86,6 +86,9 @@ class TimeLedger:
         self.device_name = ""
         self.resumed_from: int | None = None
         self.earlier_progress = 0
+        self.first_step = 0
+        """A restarted attempt's first step number (the earlier attempts' steps)."""
+        self.earlier_after_s = 0.0
 
     # --- restarts -----------------------------------------------------------------------
     def carry_earlier_attempt(self) -> None:
@@ -98,8 +101,16 @@ class TimeLedger:
             return
         if earlier.run_id and earlier.run_id != self.run_id:
             return
-        reached = (earlier.resumed_from or 0) + earlier.steps
+        reached = (earlier.resumed_from or 0) + earlier.steps - earlier.first_step
         self.earlier_progress = max(earlier.earlier_progress, reached)
+        self.first_step = earlier.steps
+        self.earlier_after_s = earlier.earlier_after_last_step_s
+        for outside in earlier.outside:  # the earlier attempts' outside_step time stays in the account
+            total = self._kinds.setdefault(outside.kind, _KindTotal())
+            total.seconds += outside.seconds
+            total.count += outside.count
+            total.before_first_step_s += outside.before_first_step_s
+            self.earlier_after_s += outside.after_last_step_s
 
     def resume_from(self, step: int) -> None:
         """This attempt resumed from a checkpoint taken after ``step`` completed steps; written at once."""
@@ -125,7 +136,7 @@ class TimeLedger:
         total.seconds += seconds
         total.count += 1
         steps = self._steps()
-        if steps == 0:
+        if steps == self.first_step:
             total.before_first_step_s += seconds
         if total.trailing_step == steps:
             total.trailing_s += seconds
@@ -154,7 +165,7 @@ class TimeLedger:
         steps = self._steps()
         outside = tuple(
             OutsideTotal(kind, t.seconds, t.count, t.before_first_step_s,
-                         t.trailing_s if t.trailing_step == steps and steps > 0 else 0.0)
+                         t.trailing_s if t.trailing_step == steps and steps > self.first_step else 0.0)
             for kind, t in self._kinds.items()
         )
         flops = FlopsRecord(self.declared_sum, self.declared_steps, self.per_sample, self.per_token,
@@ -162,7 +173,8 @@ class TimeLedger:
         return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
                           steps, outside, flops, restart=self.restart,
                           launcher_start=self.launcher_start, resumed_from=self.resumed_from,
-                          earlier_progress=self.earlier_progress)
+                          earlier_progress=self.earlier_progress, first_step=self.first_step,
+                          earlier_after_last_step_s=self.earlier_after_s)
 
     def write(self, ended: bool = False) -> None:
         """Write the record now (``ended``: with the end time); a failure is counted, said once."""
