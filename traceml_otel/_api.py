@@ -256,6 +256,7 @@ class _Telemetry(_NoopTelemetry):
             self.recorder.flush(wait_s=2.0)
             lost = self.recorder.unresolved_steps
             self.channel.dropped_steps += lost
+            self.time_ledger.write()  # the emitter's live time counters read the last blocks at its end
             # The scrape endpoint stays up after the end until every scraper saw the end marker.
             finished = self.channel.close(
                 self.settings.shutdown_timeout_s + linger_budget_s(self.settings.prometheus_linger_s), status,

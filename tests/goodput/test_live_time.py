@@ -75,6 +75,18 @@ def test_a_stall_after_the_last_step_is_counted_live_and_carved_from_the_next_ga
     assert got["step.input_wait"] == pytest.approx(0.5)
 
 
+def test_a_stall_still_called_hung_ends_with_the_step_that_shows_progress(tmp_path: Path) -> None:
+    # The emitter reads the step before the hang record's resolution: the stall ends at that step's end.
+    _record(tmp_path, outside=())
+    hung = HangRecord(rank=0, world_size=1, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0,
+                      step=1, in_step=True, phase="step", detected_at=T0 + 4.0, written_at=T0 + 4.0)
+    account = LiveTimeAccount(tmp_path, 0, hang=SimpleNamespace(record=hung))
+    account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
+    account.add_step(_step(1, T0 + 2.5, T0 + 9.0, 0.0, 0.5))  # stalled from T0+3 to its end
+    got = dict(account.totals())
+    assert got["stalled"] == pytest.approx(6.0) and got["step.block"] == pytest.approx(1.0 + 0.5)
+
+
 def test_redone_steps_after_a_resume_count_as_lost(tmp_path: Path) -> None:
     # The earlier attempt got to step 8; this one resumed from the checkpoint after step 5: its first
     # 3 steps redo steps 6-8.

@@ -11,6 +11,7 @@ and said once; it never reaches training.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class TimeLedger:
         self._kinds: dict[str, _KindTotal] = {}
         self._open: list[float] = []
         self._last_write = 0.0
+        self._write_lock = threading.Lock()
         self.write_errors = 0
         self.declared_sum: float | None = None
         self.declared_steps = 0
@@ -150,8 +152,8 @@ class TimeLedger:
         """One step declared its FLOPs (``trace_step(flops=)``)."""
         self.declared_sum = (self.declared_sum or 0.0) + flops
         self.declared_steps += 1
-        if self.declared_steps == 1:
-            self.write()  # once: the emitter's live FLOPs counter reads the per-step FLOPs from it
+        if self.declared_steps == 1:  # once, off this thread: the emitter's live FLOPs counter reads it
+            threading.Thread(target=self._write_in_background, daemon=True).start()
 
     def measured_flops(self, flops: float, step: int, device_name: str = "") -> None:
         """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once."""
@@ -176,13 +178,20 @@ class TimeLedger:
                           earlier_progress=self.earlier_progress, first_step=self.first_step,
                           earlier_after_last_step_s=self.earlier_after_s)
 
+    def _write_in_background(self) -> None:
+        try:
+            self.write()
+        except RuntimeError:  # the training thread added a kind while the record was read: next time
+            pass
+
     def write(self, ended: bool = False) -> None:
         """Write the record now (``ended``: with the end time); a failure is counted, said once."""
         if self.run_dir is None:
             return
         self._last_write = time.time()
         try:
-            write_time_record(self.run_dir, self.record(self._last_write if ended else None))
+            with self._write_lock:  # the first FLOPs declaration writes from its own thread
+                write_time_record(self.run_dir, self.record(self._last_write if ended else None))
         except OSError as error:
             self.write_errors += 1
             if self.write_errors == 1 and self._warn is not None:

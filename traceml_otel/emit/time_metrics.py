@@ -64,6 +64,8 @@ class LiveTimeAccount:
         self._first_begin: float | None = None
         self._last_end: float | None = None
         self._steps = 0
+        self._stall_closed: tuple[float | None, float] = (None, 0.0)
+        """(detection time, end) of a stall a later step showed over before its record said so."""
         self._stall_counted_until = 0.0
         """Stall time up to this Unix time is counted in ``stalled``."""
         self._ended = False
@@ -96,6 +98,7 @@ class LiveTimeAccount:
         start, end = record.start_ns * _NS, record.end_ns * _NS
         block = max(0.0, end - start)
         with self._lock:
+            self._close_stall(end)
             gap_from = self._last_end
             if self._first_begin is None:
                 self._first_begin = start - wait
@@ -186,9 +189,20 @@ class LiveTimeAccount:
         since = record.written_at - record.stalled_s
         if record.resolved_at is not None:
             return since, record.resolved_at
+        if record.detected_at == self._stall_closed[0]:
+            return since, self._stall_closed[1]
         if record.state == STATE_HUNG:
             return since, now - STALL_MARGIN_S
         return None
+
+    def _close_stall(self, progressed_at: float) -> None:
+        """A step that ended at ``progressed_at`` shows progress: a stall the record still calls hung
+        (its resolution not read yet) ended by then."""
+        record = getattr(self.hang, "record", None)
+        if (record is not None and record.state == STATE_HUNG and record.resolved_at is None
+                and record.detected_at != self._stall_closed[0]
+                and record.written_at - record.stalled_s < progressed_at):
+            self._stall_closed = (record.detected_at, progressed_at)
 
     def _stall_in(self, begin: float | None, end: float) -> float:
         """Seconds of stall within [``begin``, ``end``] (``None``: since ever): counted as ``stalled``
