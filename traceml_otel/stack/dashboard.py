@@ -83,35 +83,74 @@ def _datasource_variable(name: str, label: str, kind: str) -> dict[str, Any]:
     }
 
 
+def _annotations() -> dict[str, Any]:
+    """Grafana's built-in annotations and the run's firing alerts."""
+    return {
+        "list": [
+            {
+                "builtIn": 1,
+                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts",
+                "type": "dashboard",
+            },
+            {
+                "datasource": PROM,
+                "enable": True,
+                "hide": False,
+                "iconColor": "red",
+                "name": "TraceML alerts",
+                "expr": 'ALERTS{alertstate="firing", traceml_run_id="$run_id"}',
+                "step": "30s",
+                "titleFormat": "{{alertname}}",
+                "textFormat": "{{severity}} {{traceml_rank}}",
+                "tagKeys": "severity,traceml_rank",
+                "useValueForTime": False,
+            },
+        ]
+    }
+
+
+def _variables() -> dict[str, Any]:
+    """The datasource, run, job and rank variables."""
+    return {
+        "list": [
+            _datasource_variable("datasource", "Prometheus", "prometheus"),
+            _datasource_variable("tempo", "Tempo", "tempo"),
+            _variable_query(
+                "run_id",
+                "Run",
+                "label_values(traceml_steps_total{<sel>}, traceml_run_id)",
+                sort=2,
+                includeAll=False,
+                multi=False,
+            ),
+            _variable_query(
+                "job",
+                "Job",
+                f"label_values(traceml_steps_total{{{RUN}}}, traceml_job)",
+                sort=1,
+                includeAll=False,
+                multi=False,
+            ),
+            _variable_query(
+                "rank",
+                "Rank",
+                f"label_values(traceml_steps_total{{{RUN}}}, traceml_rank)",
+                sort=3,
+                includeAll=False,
+                multi=True,
+            ),
+        ]
+    }
+
+
 def build_dashboard() -> dict[str, Any]:
     """The dashboard with placeholders (``<sel>``); :func:`render.render_dashboard` fills them."""
     return {
-        "annotations": {
-            "list": [
-                {
-                    "builtIn": 1,
-                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                    "enable": True,
-                    "hide": True,
-                    "iconColor": "rgba(0, 211, 255, 1)",
-                    "name": "Annotations & Alerts",
-                    "type": "dashboard",
-                },
-                {
-                    "datasource": PROM,
-                    "enable": True,
-                    "hide": False,
-                    "iconColor": "red",
-                    "name": "TraceML alerts",
-                    "expr": 'ALERTS{alertstate="firing", traceml_run_id="$run_id"}',
-                    "step": "30s",
-                    "titleFormat": "{{alertname}}",
-                    "textFormat": "{{severity}} {{traceml_rank}}",
-                    "tagKeys": "severity,traceml_rank",
-                    "useValueForTime": False,
-                },
-            ]
-        },
+        "annotations": _annotations(),
         "description": (
             "traceml-otel: step time against the run's baseline, phases, input wait, ranks, "
             "communication, CUDA memory, GPU and host (DCGM, node-exporter) and export health of one "
@@ -126,36 +165,7 @@ def build_dashboard() -> dict[str, Any]:
         "refresh": "30s",
         "schemaVersion": 42,
         "tags": ["traceml", "training", "opentelemetry"],
-        "templating": {
-            "list": [
-                _datasource_variable("datasource", "Prometheus", "prometheus"),
-                _datasource_variable("tempo", "Tempo", "tempo"),
-                _variable_query(
-                    "run_id",
-                    "Run",
-                    "label_values(traceml_steps_total{<sel>}, traceml_run_id)",
-                    sort=2,
-                    includeAll=False,
-                    multi=False,
-                ),
-                _variable_query(
-                    "job",
-                    "Job",
-                    f"label_values(traceml_steps_total{{{RUN}}}, traceml_job)",
-                    sort=1,
-                    includeAll=False,
-                    multi=False,
-                ),
-                _variable_query(
-                    "rank",
-                    "Rank",
-                    f"label_values(traceml_steps_total{{{RUN}}}, traceml_rank)",
-                    sort=3,
-                    includeAll=False,
-                    multi=True,
-                ),
-            ]
-        },
+        "templating": _variables(),
         "time": {"from": "now-1h", "to": "now"},
         "timepicker": {},
         "timezone": "browser",
