@@ -43,6 +43,8 @@ import yaml
 
 from traceml_otel.emit.step_metrics import CollectiveSample, LiveState, PrometheusStepMetrics, RankLabels
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
+from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord
 
 RUN_ID, JOB = "sim-run", "sim-job"
 POINTS = 240
@@ -69,6 +71,9 @@ class _Ranks:
             labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB)
             state = LiveState(labels, lambda: 0)
             state.gpu_uuid, state.cuda_device = f"GPU-{rank:08x}", str(rank % 8)
+            state.time.account.record = TimeRecord(  # the time record the emitter would read
+                rank, RUN_ID, process_start=time.time() - 60, outside=(OutsideTotal("evaluation", 30.0, 1),),
+                flops=FlopsRecord(declared_sum=4e14, declared_steps=1, peak_flops=989e12))
             self.states.append(state)
             self.metrics.append(PrometheusStepMetrics(None, state))
         self.random = random.Random(seed)
@@ -87,8 +92,11 @@ class _Ranks:
                     metrics.record_work(32, 32 * 2048)
                     metrics.record_collectives([CollectiveSample("ddp", "all_reduce", step * 0.3, step * 0.05,
                                                                4, 100 << 20)])
-                    state.last_step_end_s = time.time()
+                    state.last_step_end_s = end = time.time()
                     state.last_wait_s = wait
+                    state.time.account.add_step(StepRecord(  # the time counters and MFU inputs
+                        step=0, start_ns=int((end - step) * 1e9), end_ns=int(end * 1e9),
+                        input_wait_ns=int(wait * 1e9), between_steps_ns=int((wait + 0.01) * 1e9)))
 
     def exposition(self) -> bytes:
         """Every rank's families merged by name (one HELP/TYPE per family), in the text format."""

@@ -16,8 +16,8 @@ from traceml_otel._api import capture_config
 
 def test_exported_members() -> None:
     assert traceml_otel.__all__ == sorted([
-        "__version__", "declare_flops", "flush", "init", "outside_step", "shutdown", "trace_step",
-        "wrap_backward", "wrap_dataloader_fetch", "wrap_forward", "wrap_h2d", "wrap_optimizer",
+        "__version__", "declare_flops", "flush", "init", "outside_step", "resume_from", "shutdown",
+        "trace_step", "wrap_backward", "wrap_dataloader_fetch", "wrap_forward", "wrap_h2d", "wrap_optimizer",
     ])
 
 

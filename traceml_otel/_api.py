@@ -256,6 +256,7 @@ class _Telemetry(_NoopTelemetry):
             self.recorder.flush(wait_s=2.0)
             lost = self.recorder.unresolved_steps
             self.channel.dropped_steps += lost
+            self.time_ledger.write()  # the emitter's live time counters read the last blocks at its end
             # The scrape endpoint stays up after the end until every scraper saw the end marker.
             finished = self.channel.close(
                 self.settings.shutdown_timeout_s + linger_budget_s(self.settings.prometheus_linger_s), status,
@@ -360,6 +361,9 @@ def _start_time_ledger(recorder: StepRecorder, settings: Settings) -> Any:
         ledger.launcher_start = process_start_time(os.getppid())
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     ledger.restart = int(restart) if restart.isdigit() else 0
+    if ledger.restart > 0:
+        ledger.carry_earlier_attempt()
+        recorder.step = ledger.first_step  # go on numbering: the earlier attempts' spans keep their ids
     ledger.write()
     return ledger
 
@@ -646,6 +650,31 @@ def declare_flops(*, per_sample: float | None = None, per_token: float | None = 
     ledger.per_sample = _flops(per_sample)
     ledger.per_token = _flops(per_token)
     ledger.write()
+
+
+def resume_from(step: int) -> None:
+    """Say that this attempt resumed from a checkpoint taken after ``step`` completed steps.
+
+    After a restart (torchrun's ``--max-restarts``, ``traceml run --max-restarts``), the steps from
+    ``step`` up to where the earlier attempt got are done again: they count as time lost to the
+    restart (``redone_steps``), not as goodput. Call it after ``init()``, once the checkpoint is
+    loaded; see ``docs/goodput.md``.
+    """
+    ledger = _telemetry.time_ledger
+    if ledger is None:
+        if _init_config is None:
+            _warn("resume_from() called before traceml.init(); ignored")
+        return
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        try:
+            number = int(step)  # e.g. a 0-d tensor or numpy integer
+        except (TypeError, ValueError):
+            number = -1
+        if number < 0 or isinstance(step, bool):
+            shown = strip_control(repr(step))[:40]
+            raise ValueError(f"resume_from() takes a non-negative step count, not {shown}")
+        step = number
+    ledger.resume_from(step)
 
 
 class _OutsideStep(contextlib.ContextDecorator):

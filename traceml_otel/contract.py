@@ -183,6 +183,24 @@ METRIC_COLLECTIVE_CALLS = "traceml.collective.calls"
 METRIC_COLLECTIVE_BYTES = "traceml.collective.bytes"
 """Counter: the calls' payload bytes per (source, kind) (0 for ``barrier`` and the ``*_object`` calls)."""
 
+METRIC_TIME = "traceml.time"
+"""Counter: seconds of this rank's wall time by ``traceml.time.category`` (docs/goodput.md)."""
+ATTR_TIME_CATEGORY = "traceml.time.category"
+METRIC_MODEL_FLOPS = "traceml.model_flops"
+"""Counter: model FLOPs of the completed steps whose FLOPs were declared or measured (MFU's numerator)."""
+METRIC_PEAK_FLOPS = "traceml.peak_flops"
+"""Gauge: this rank's peak FLOP/s (``TRACEML_PEAK_FLOPS`` or the table), only when known."""
+TIME_STARTUP = "startup"
+TIME_STEP_INPUT_WAIT = "step.input_wait"
+TIME_STEP_BLOCK = "step.block"
+"""The traced step blocks: goodput's numerator (the analyzer splits it into phases)."""
+TIME_BETWEEN_STEPS = "between_steps"
+TIME_STALLED = "stalled"
+TIME_REDONE_STEPS = "redone_steps"
+TIME_SHUTDOWN = "shutdown"
+TIME_OUTSIDE_PREFIX = "outside."
+"""``outside.<kind>``: ``outside_step`` time per kind."""
+
 DURATION_BUCKETS_S = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )

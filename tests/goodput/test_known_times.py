@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from traceml_otel.analyze.mfu import rank_mfu
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.time_accounting import PRODUCTIVE, read_time_records
@@ -47,10 +51,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
                 str(SCRIPT)],
     }
     started = {}
+    port = free_port()
+    scrapes = _Scraper(port)  # the one-rank run's direct scrape endpoint: the live time counters
     for name, command in commands.items():
+        env = _env(tmp, name)
+        if name == "one":
+            env.update(TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="2")
         log = (tmp / f"{name}.log").open("w")  # a file, not a pipe: a full pipe would stall the run
-        started[name] = (time.time(), subprocess.Popen(command, env=_env(tmp, name), stdout=log,
+        started[name] = (time.time(), subprocess.Popen(command, env=env, stdout=log,
                                                        stderr=subprocess.STDOUT, text=True))
+    scrapes.start()
     ended_at: dict[str, float] = {}
     deadline = time.monotonic() + 180
     while len(ended_at) < len(started) and time.monotonic() < deadline:  # each run's own end time
@@ -58,6 +68,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
             if name not in ended_at and process.poll() is not None:
                 ended_at[name] = time.time()
         time.sleep(0.05)
+    scrapes.stop()
     results = {}
     for name, (launched, process) in started.items():
         process.wait(timeout=5)
@@ -69,7 +80,37 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
                   for p in tmp.glob(f"{name}-truth.rank-*.json")}
         results[name] = {"launched": launched, "ended": ended, "run_dir": run_dir, "truth": truths,
                          "analysis": analyze_path([run_dir])}
+    results["one"]["live"] = scrapes.last
     return results
+
+
+class _Scraper(threading.Thread):
+    """Scrapes one endpoint every 0.25 s and keeps the last time counters it saw (the final ones
+    come during the end's linger)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.last: dict[str, float] = {}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.25):
+            try:
+                text = urllib.request.urlopen(self.url, timeout=2).read().decode()
+            except OSError:
+                continue
+            seen = {m[1]: float(m[2]) for m in _TIME_LINE.finditer(text)}
+            if seen:
+                self.last = seen
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+
+_TIME_LINE = re.compile(
+    r'^traceml_time_seconds_total\{[^}]*traceml_time_category="([^"]+)"[^}]*\} (\S+)$', re.M)
 
 
 def _near(measured: float, truth: float, tolerance: float = 0.05) -> bool:
@@ -103,6 +144,30 @@ def test_each_category_within_5_percent_and_sum_is_wall(runs: dict[str, dict], n
         # traceml run): invisible from inside, so only a loose bound here (docs/goodput.md).
         outside_wall = run["ended"] - run["launched"]
         assert outside_wall * 0.85 <= rank_time.wall_s <= outside_wall + 0.05, (rank_time, outside_wall)
+
+
+def test_the_live_time_counters_match_the_known_times(runs: dict[str, dict]) -> None:
+    """The emitter's traceml_time_seconds_total (the direct scrape path) of the one-rank run, read at its
+    end: each category within 5 % of the truth, and they add up to the analyzer's wall time less the
+    part after telemetry's end that only the analyzer sees (its shutdown is longer by that part)."""
+    run = runs["one"]
+    live = run["live"]
+    truth = run["truth"][0]
+    checks = {
+        "startup": (live.get("startup", 0.0), truth["first_fetch"] - run["launched"]),
+        "evaluation": (live.get("outside.evaluation", 0.0), truth["evaluation"]),
+        "checkpoint": (live.get("outside.checkpoint", 0.0), truth["checkpoint"]),
+        "stalled": (live.get("stalled", 0.0), truth["stall"]),
+        "between steps": (live.get("between_steps", 0.0), float(KNOWN["KNOWN_BETWEEN"])),
+    }
+    for label, (measured, expected) in checks.items():
+        assert _near(measured, expected), f"live {label}: {measured:.3f} s vs {expected:.3f} s ({live})"
+    (rank,) = run["analysis"].time_account.ranks
+    got = dict(rank.categories)
+    assert live["shutdown"] >= 0.95 * float(KNOWN["KNOWN_SHUTDOWN"])
+    assert _near(sum(live.values()) - live["shutdown"], rank.wall_s - got["shutdown"], 0.02)
+    productive = sum(v for k, v in got.items() if k in PRODUCTIVE)
+    assert _near(live["step.block"], productive, 0.05)  # goodput's numerator, the same both ways
 
 
 def test_findings_name_the_dominant_categories(runs: dict[str, dict]) -> None:

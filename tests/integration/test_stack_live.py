@@ -41,6 +41,8 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "stack_run.py"
 GPU_UUID = "GPU-5fb2a1c4-7d7e-4c1b-9f0e-1a2b3c4d5e6f"
 OTHER_GPU_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 FAST_S, SLOW_S = 30.0, 20.0
+DRIFT_FLOPS = 1e10
+"""Model FLOPs each of the drift run's steps declares (peak 1e12): MFU about 1e10 / 0.055 s / 1e12."""
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
 )
@@ -157,6 +159,7 @@ class LiveRun:
     dashboard: dict[str, list[float]] = field(default_factory=dict)
     exemplars: list[dict[str, Any]] = field(default_factory=list)
     drift_steps: int = 0
+    time_categories: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _trainer(name: str, port: int, runs_dir: Path, *extra: str) -> subprocess.Popen[str]:
@@ -167,6 +170,7 @@ def _trainer(name: str, port: int, runs_dir: Path, *extra: str) -> subprocess.Po
         TRACEML_PROMETHEUS_PORT=str(port),
         TRACEML_FLUSH_INTERVAL_MS="100",
         TRACEML_PROMETHEUS_LINGER_S="10",
+        TRACEML_PEAK_FLOPS="1e12",
     )
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), *extra],
@@ -229,6 +233,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             str(SLOW_S),
             "--gpu-uuid",
             GPU_UUID,
+            "--flops",
+            str(DRIFT_FLOPS),
+            "--evaluate-every",
+            "100",
         )
         loader = _trainer(
             "loader",
@@ -284,6 +292,7 @@ def _observe(run: LiveRun, drift: subprocess.Popen[str], loader: subprocess.Pope
     for expr in [*prometheus_exprs(dashboard), *annotations]:  # the alert annotations too (drift fires now)
         promql = substitute_grafana_vars(expr, "drift", rate_interval="10s")
         run.dashboard[expr] = finite(prometheus.query(promql))
+    run.time_categories = prometheus.query('run:traceml_time_seconds:rate{traceml_run_id="drift"}')
     now = time.time()
     run.exemplars = prometheus.api(
         "query_exemplars",
@@ -370,6 +379,8 @@ def test_every_dashboard_query_returns_data(live: LiveRun) -> None:
     may_be_empty += ("traceml_collective_", "traceml_communication_share")
     # the ranks that dropped spans: none in a healthy run (the run's total is drawn at 0)
     may_be_empty += ("(increase(traceml_export_dropped_spans_total",)
+    # no rank has an impossible MFU (the stat shows 0 then)
+    may_be_empty += ("run:traceml_mfu_data_problems:count",)
     if NODE_EXPORTER is None:
         may_be_empty += ("node_cpu_seconds_total",)
     empty = [
@@ -380,6 +391,18 @@ def test_every_dashboard_query_returns_data(live: LiveRun) -> None:
     assert not empty
     dropped = [v for e, v in live.dashboard.items() if "run:traceml_export_dropped_spans:increase" in e]
     assert dropped == [[0.0]]  # present at 0 on the direct path
+
+
+def test_goodput_row_reads_this_runs_time_and_mfu(live: LiveRun) -> None:
+    def values(recorded: str) -> list[float]:
+        return next(v for e, v in live.dashboard.items() if e.startswith(recorded))
+
+    names = {series["metric"]["traceml_time_category"] for series in live.time_categories}
+    assert {"startup", "step.block", "step.input_wait", "between_steps", "outside.evaluation"} <= names
+    (goodput,) = values("run:traceml_goodput:ratio{")
+    assert 0.5 < goodput <= 1  # most of a steady run's time is in its steps
+    (mfu,) = values("run:traceml_mfu:ratio{")
+    assert 0.02 < mfu < 0.5, mfu  # 1e10 FLOPs per 0.05-0.13 s step over a 1e12 peak
 
 
 def test_dcgm_panels_get_this_runs_gpu_through_the_info_join(live: LiveRun) -> None:
@@ -412,5 +435,7 @@ def test_exemplars_point_at_this_runs_step_traces(live: LiveRun) -> None:
 
 def test_rules_load_and_evaluate_healthy(live: LiveRun) -> None:
     loaded = [r for g in live.prometheus.api("rules")["groups"] for r in g["rules"]]
-    assert len(loaded) == 46
+    shipped = [yaml.safe_load((Path(__file__).parents[2] / "prometheus" / name).read_text())
+               for name in ("recording.yml", "alerts.yml")]
+    assert len(loaded) == sum(len(g["rules"]) for f in shipped for g in f["groups"]) > 50
     assert [r["name"] for r in loaded if r["health"] != "ok"] == []

@@ -11,6 +11,12 @@ def test_single_node_uses_standalone_rendezvous() -> None:
                          "train.py", "--lr", "1"]
 
 
+def test_max_restarts_reach_torchrun() -> None:
+    arguments = torchrun_arguments(LaunchOptions("train.py", max_restarts=2))
+    assert "--max-restarts=2" in arguments and arguments[-1] == "train.py"
+    assert not any(a.startswith("--max-restarts") for a in torchrun_arguments(LaunchOptions("train.py")))
+
+
 def test_multi_node_passes_the_rendezvous_and_agrees_on_a_run_id(capsys) -> None:
     node0 = LaunchOptions("train.py", nnodes=2, node_rank=0, master_addr="10.0.0.1", master_port=29400)
     node1 = LaunchOptions("train.py", nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29400)

@@ -55,12 +55,13 @@ def test_shipped_files_are_the_default_render() -> None:
         assert shipped.read_text() == text, f"{path} differs from the render: run `traceml stack render -o .`"
 
 
-def test_generated_drift_tests_are_up_to_date(tmp_path: Path) -> None:
-    script = REPO / "prometheus" / "tests" / "make_drift_test.py"
-    copy = tmp_path / "make_drift_test.py"
-    copy.write_text(script.read_text())
-    subprocess.run([sys.executable, str(copy)], check=True, timeout=60)
-    assert (tmp_path / "drift_test.yml").read_text() == (REPO / "prometheus/tests/drift_test.yml").read_text()
+@pytest.mark.parametrize("name", ["drift", "goodput"])
+def test_generated_promtool_tests_are_up_to_date(tmp_path: Path, name: str) -> None:
+    for script in ("make_drift_test.py", f"make_{name}_test.py"):  # the goodput one imports the drift one
+        (tmp_path / script).write_text((REPO / "prometheus" / "tests" / script).read_text())
+    subprocess.run([sys.executable, str(tmp_path / f"make_{name}_test.py")], check=True, timeout=60)
+    expected = (REPO / "prometheus" / "tests" / f"{name}_test.yml").read_text()
+    assert (tmp_path / f"{name}_test.yml").read_text() == expected
 
 
 def test_selector_reaches_every_metric_selector_in_rules_and_dashboard() -> None:
@@ -94,7 +95,7 @@ def test_urls_in_every_alert() -> None:
     config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
                          dashboard_url="https://grafana.example.com/d/traceml-training")
     alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
-    assert len({a["alert"] for a in alerts}) == 12
+    assert len({a["alert"] for a in alerts}) == 13
     for alert in alerts:
         annotations = alert["annotations"]
         assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"

@@ -32,7 +32,10 @@ from traceml_otel.wire.time_record import TimeRecord, read_time_record
 
 STARTUP = "startup"
 RESTARTS = "restarts"
-"""Under torchrun's restarts: from the launch to this attempt's process start (every earlier attempt)."""
+"""Under torchrun's restarts: from the earlier attempt's last step to this attempt's process start (the
+failure, the teardown and the restart), or every earlier attempt whole when none of its steps is seen."""
+REDONE_STEPS = "redone_steps"
+"""A restarted attempt's steps that redo steps an earlier attempt had done (``traceml.resume_from``)."""
 BETWEEN_STEPS = "between_steps"
 STALLED = "stalled"
 SHUTDOWN = "shutdown"
@@ -175,6 +178,32 @@ def _carve(parts: list[float], seconds: float) -> None:
             return
 
 
+def _attempts(
+    spans: Sequence[tuple[float, float, int]], record: TimeRecord,
+) -> tuple[float, float, float] | None:
+    """A restarted rank whose spans hold earlier attempts' steps: (the time between the earlier
+    attempt's last step and this attempt's process start, less its outside_step time there; this
+    attempt's start-up to its first step; the seconds of this attempt's first steps that redo steps an
+    earlier attempt had done). ``None`` when no earlier attempt's step is in the spans."""
+    started = record.process_start or 0.0
+    earlier = [end for begin, end, _ in spans if end <= started]
+    this = sorted((begin, end) for begin, end, _ in spans if begin >= started)
+    if not earlier or not this:
+        return None
+    gap = max(0.0, started - max(earlier) - record.earlier_after_last_step_s)
+    count = 0 if record.resumed_from is None else max(0, record.earlier_progress - record.resumed_from)
+    redone = sum(end - begin for begin, end in this[:count])
+    return gap, max(0.0, this[0][0] - started), redone
+
+
+def _take_share(parts: list[float], seconds: float) -> None:
+    """Take ``seconds`` out of the step parts in proportion (the redone steps' share of each)."""
+    total = sum(parts)
+    if total > 0 and seconds > 0:
+        keep = max(0.0, 1 - seconds / total)
+        parts[:] = [part * keep for part in parts]
+
+
 def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
     launched_at: float | None, manifest_end: float | None,
@@ -225,15 +254,23 @@ def account_rank(
     window = last - first
     between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
     startup = (first - start) - before - stall_start
-    restarts = 0.0
+    restarts = redone = 0.0
     if record is not None and record.restart > 0 and record.process_start and record.process_start > start:
-        restarts = min(record.process_start - start, max(0.0, startup))  # earlier attempts, whole
-        startup -= restarts
+        split = _attempts(builder.spans, record)
+        if split is None:  # no step of an earlier attempt in the spans: count the earlier attempts whole
+            restarts = min(record.process_start - start, max(0.0, startup))
+            startup -= restarts
+        else:
+            restarts, this_startup, redone = split
+            startup += this_startup
+            between -= restarts + record.earlier_after_last_step_s + this_startup
+            _take_share(parts, redone)
     shutdown = (end - last) - after - stall_end
     for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
         if value < -0.05:
             notes.append(f"rank {rank}: {name} came out at {value:.2f} s (overlapping records); shown as 0")
     categories = [(RESTARTS, restarts)] if restarts else []
+    categories += [(REDONE_STEPS, redone)] if redone else []
     categories += [(STARTUP, max(0.0, startup))]
     categories += [(f"step.{name}", value) for name, value in zip(STEP_PARTS, parts, strict=True)]
     categories += [(f"outside.{o.kind}", o.seconds) for o in outside]
@@ -248,6 +285,9 @@ def _advice(category: str, seconds: float) -> tuple[str, str]:
     if category == RESTARTS:
         return "earlier attempts (restarts)", ("find why the earlier attempts failed (the manifest and hang "
                                                "records), and checkpoint more often so a restart redoes less")
+    if category == REDONE_STEPS:
+        return "steps redone after a restart", ("checkpoint more often (or asynchronously) so a restart "
+                                                "resumes closer to where the failed attempt stopped")
     if category == STARTUP:
         return "start-up", ("cache the dataset and compiled kernels, load checkpoints and imports lazily, "
                             "or run longer jobs so start-up is amortised")

@@ -2,20 +2,30 @@
 
 ``outside_step`` blocks, a FLOPs declaration or measurement, ``init()`` and shutdown update a
 :class:`TimeLedger`; it writes ``rank-R.time.json`` (:mod:`traceml_otel.wire.time_record`) at
-``init()``, after an ``outside_step`` block (at most once per ``min_interval_s``), after a FLOPs
-measurement and at shutdown. A step costs nothing here unless it declares ``flops=`` (two
-additions). A failed write is counted and said once; it never reaches training.
+``init()``, after an ``outside_step`` block (at once when it lasted ``min_interval_s`` or more, else
+at most once per ``min_interval_s``), after a FLOPs measurement, at ``resume_from()`` and at shutdown.
+A step costs nothing here unless it declares ``flops=`` (two additions). A failed write is counted
+and said once; it never reaches training.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceml_otel.wire.time_record import MAX_KINDS, FlopsRecord, OutsideTotal, TimeRecord, write_time_record
+from traceml_otel.contract import time_file_name
+from traceml_otel.wire.time_record import (
+    MAX_KINDS,
+    FlopsRecord,
+    OutsideTotal,
+    TimeRecord,
+    read_time_record,
+    write_time_record,
+)
 
 
 def process_start_time(pid: int | str = "self") -> float | None:
@@ -65,6 +75,7 @@ class TimeLedger:
         self._kinds: dict[str, _KindTotal] = {}
         self._open: list[float] = []
         self._last_write = 0.0
+        self._write_lock = threading.Lock()
         self.write_errors = 0
         self.declared_sum: float | None = None
         self.declared_steps = 0
@@ -75,6 +86,38 @@ class TimeLedger:
         self.peak_flops = peak_flops
         self.dtype = dtype
         self.device_name = ""
+        self.resumed_from: int | None = None
+        self.earlier_progress = 0
+        self.first_step = 0
+        """A restarted attempt's first step number (the earlier attempts' steps)."""
+        self.earlier_after_s = 0.0
+
+    # --- restarts -----------------------------------------------------------------------
+    def carry_earlier_attempt(self) -> None:
+        """A restarted attempt: keep how far the earlier attempts got (their record, about to be replaced)."""
+        if self.run_dir is None:
+            return
+        try:
+            earlier = read_time_record(Path(self.run_dir) / time_file_name(self.rank))
+        except (OSError, ValueError):  # none yet (it died before init), or unreadable
+            return
+        if earlier.run_id and earlier.run_id != self.run_id:
+            return
+        reached = (earlier.resumed_from or 0) + earlier.steps - earlier.first_step
+        self.earlier_progress = max(earlier.earlier_progress, reached)
+        self.first_step = earlier.steps
+        self.earlier_after_s = earlier.earlier_after_last_step_s
+        for outside in earlier.outside:  # the earlier attempts' outside_step time stays in the account
+            total = self._kinds.setdefault(outside.kind, _KindTotal())
+            total.seconds += outside.seconds
+            total.count += outside.count
+            total.before_first_step_s += outside.before_first_step_s
+            self.earlier_after_s += outside.after_last_step_s
+
+    def resume_from(self, step: int) -> None:
+        """This attempt resumed from a checkpoint taken after ``step`` completed steps; written at once."""
+        self.resumed_from = step
+        self.write()
 
     # --- outside_step -------------------------------------------------------------
     def enter_outside(self) -> None:
@@ -95,20 +138,22 @@ class TimeLedger:
         total.seconds += seconds
         total.count += 1
         steps = self._steps()
-        if steps == 0:
+        if steps == self.first_step:
             total.before_first_step_s += seconds
         if total.trailing_step == steps:
             total.trailing_s += seconds
         else:
             total.trailing_step, total.trailing_s = steps, seconds
-        if time.time() - self._last_write >= self.min_interval_s:
-            self.write()
+        if seconds >= self.min_interval_s or time.time() - self._last_write >= self.min_interval_s:
+            self.write()  # a long block (an evaluation) is written at once: the live counters wait for it
 
     # --- FLOPs ------------------------------------------------------------------------
     def declare_step_flops(self, flops: float) -> None:
         """One step declared its FLOPs (``trace_step(flops=)``)."""
         self.declared_sum = (self.declared_sum or 0.0) + flops
         self.declared_steps += 1
+        if self.declared_steps == 1:  # once, off this thread: the emitter's live FLOPs counter reads it
+            threading.Thread(target=self._write_in_background, daemon=True).start()
 
     def measured_flops(self, flops: float, step: int, device_name: str = "") -> None:
         """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once."""
@@ -122,14 +167,22 @@ class TimeLedger:
         steps = self._steps()
         outside = tuple(
             OutsideTotal(kind, t.seconds, t.count, t.before_first_step_s,
-                         t.trailing_s if t.trailing_step == steps and steps > 0 else 0.0)
+                         t.trailing_s if t.trailing_step == steps and steps > self.first_step else 0.0)
             for kind, t in self._kinds.items()
         )
         flops = FlopsRecord(self.declared_sum, self.declared_steps, self.per_sample, self.per_token,
                             self.measured, self.measured_step, self.peak_flops, self.dtype, self.device_name)
         return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
                           steps, outside, flops, restart=self.restart,
-                          launcher_start=self.launcher_start)
+                          launcher_start=self.launcher_start, resumed_from=self.resumed_from,
+                          earlier_progress=self.earlier_progress, first_step=self.first_step,
+                          earlier_after_last_step_s=self.earlier_after_s)
+
+    def _write_in_background(self) -> None:
+        try:
+            self.write()
+        except RuntimeError:  # the training thread added a kind while the record was read: next time
+            pass
 
     def write(self, ended: bool = False) -> None:
         """Write the record now (``ended``: with the end time); a failure is counted, said once."""
@@ -137,7 +190,8 @@ class TimeLedger:
             return
         self._last_write = time.time()
         try:
-            write_time_record(self.run_dir, self.record(self._last_write if ended else None))
+            with self._write_lock:  # the first FLOPs declaration writes from its own thread
+                write_time_record(self.run_dir, self.record(self._last_write if ended else None))
         except OSError as error:
             self.write_errors += 1
             if self.write_errors == 1 and self._warn is not None:

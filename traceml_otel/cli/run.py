@@ -46,6 +46,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (multi-node)")
     parser.add_argument("--master-port", type=_at_least(1, 65535), default=29500,
                         help="rendezvous port (multi-node)")
+    parser.add_argument("--max-restarts", type=_at_least(0), default=0,
+                        help="restart every rank up to N times after a failure (torchrun's --max-restarts)")
     parser.add_argument("--run-name", help="name of the run (default: the script name)")
     parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
     parser.add_argument("--html-report", "--html", action="store_true", help="also write report.html")
@@ -111,7 +113,7 @@ def run_run(args: argparse.Namespace) -> int:
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,
-        hang_action=args.hang_action, auto_attach=not args.no_auto_attach,
+        hang_action=args.hang_action, auto_attach=not args.no_auto_attach, max_restarts=args.max_restarts,
     )
     code, run_dir = launch(options)
     print()

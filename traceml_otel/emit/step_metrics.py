@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -31,6 +32,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.metric_export import CountingMetricExporter, MetricExportCounts
 from traceml_otel.emit.run_end import ScrapeLog, exit_of, linger_seconds
 from traceml_otel.emit.spans import SpanData, StepSpans, sampled_context
+from traceml_otel.emit.time_metrics import LiveTimeAccount, TimeInstruments
 from traceml_otel.step_records import PhaseTiming, StepRecord
 
 _NS = 1e-9
@@ -105,6 +107,8 @@ class LiveState:
         self.gpu_uuid: str = ""
         self.stalled: Callable[[], tuple[float, str]] = lambda: (0.0, "none")
         """Seconds without progress and the phase, from the rank's hang record (emit/hang_events.py)."""
+        self.time = TimeInstruments(LiveTimeAccount())
+        """The time counters and MFU inputs (emit/time_metrics.py)."""
 
     def info_labels(self) -> dict[str, str]:
         """Label values of the info series (Prometheus names, without run id and rank)."""
@@ -226,9 +230,11 @@ class StepMetrics:
             c.METRIC_PROGRESS_STALLED, [self._observe_stalled], unit="s",
             description="Seconds without progress once a hang was seen (0 otherwise), with the phase",
         )
+        self.state.time.register_otlp(meter, self._attributes)
 
     def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
+        self.state.time.account.add_step(record)
         on_gpu = record.gpu_duration_ns is not None
         step_s = (record.gpu_duration_ns if on_gpu else record.end_ns - record.start_ns) * _NS
         wait_s: float | None = None
@@ -281,6 +287,12 @@ class StepMetrics:
         """OTLP metric export calls delivered and failed so far; ``None`` without OTLP metrics."""
         return self._counted.counts if self._counted is not None else None
 
+    def watch_time_record(self, run_dir: Path, rank: int, hang: object | None = None) -> None:
+        """Read this rank's ``rank-R.time.json`` in ``run_dir`` for the time counters and MFU, and its
+        stalls from ``hang`` (the hang watch's state)."""
+        self.state.time.account.path = Path(run_dir) / c.time_file_name(rank)
+        self.state.time.account.hang = hang
+
     def set_device(self, index: int, uuid: str | None) -> None:
         """The CUDA device this rank uses (from the trainer, once CUDA is initialised)."""
         self.state.cuda_device = str(index)
@@ -290,6 +302,7 @@ class StepMetrics:
         """The rank ended and said goodbye with ``status`` (``ok``, ``exception X``, ``SIGTERM``): the
         next export (the final one) and scrapes carry the end marker and the exit status."""
         self.state.exit = exit_of(status)
+        self.state.time.account.end()
         self.state.ended_at = time.monotonic()
         self.state.ended = 1
 
@@ -527,6 +540,7 @@ class PrometheusStepMetrics:
                                     labels=[*keys, "traceml_phase_name"])
         stalled.add_metric([*values, phase], seconds)
         families.append(stalled)
+        families += state.time.prometheus_families(keys, values)
         if state.exit is not None:
             end = GaugeMetricFamily("traceml_run_exit", "Always 1 once the rank ended; labels say how",
                                     labels=[*keys, "traceml_exit_status", "traceml_exit_reason"])

@@ -159,6 +159,9 @@ class Emitter:
         self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
         if self.hang_watch is not None and self.metrics is not None:
             self.metrics.state.stalled = self.hang_watch.state.stalled
+        if run_dir is not None and self.metrics is not None:
+            self.metrics.watch_time_record(run_dir, rank.rank,
+                                           self.hang_watch.state if self.hang_watch is not None else None)
         self.write_stats()
 
     def _start_metrics(self, hello: Hello, resource: Resource, rank: RankInfo) -> StepMetrics | None:

@@ -58,6 +58,8 @@ class LaunchOptions:
     """What to do when the ranks hang: ``report`` (a line on stderr) or ``terminate`` (end the job)."""
     module: bool = False
     """``script`` is a module name, run as ``python -m`` (torchrun's ``--module``)."""
+    max_restarts: int = 0
+    """torchrun's ``--max-restarts``: a failed attempt restarts every rank up to this many times."""
 
     @property
     def default_name(self) -> str:
@@ -98,6 +100,8 @@ def torchrun_arguments(options: LaunchOptions) -> list[str]:
         ]
     else:  # one node: the rendezvous stays on the loopback interface (see launch/loopback.py)
         arguments += ["--standalone", f"--local-addr={LOOPBACK}"]
+    if options.max_restarts:
+        arguments.append(f"--max-restarts={options.max_restarts}")
     return [*arguments, *(["--module"] if options.module else []), options.script, *options.script_args]
 
 
@@ -169,7 +173,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     run_name = options.run_name or options.default_name
     run_dir = Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT).resolve() / run_id  # no link followed
     arguments = torchrun_arguments(options)
-    single = options.nproc_per_node == 1 and options.nnodes == 1  # no elastic agent needed
+    single = options.nproc_per_node == 1 and options.nnodes == 1 and not options.max_restarts  # no agent
     launcher = single_process_command(options.script, options.script_args, options.module) if single else [
         "torch.distributed.run", *arguments]
     manifest = Manifest(

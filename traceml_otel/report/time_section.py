@@ -14,7 +14,8 @@ MAX_RANK_BARS = 16
 """Ranks drawn in the chart: the job, then the lowest-goodput ranks."""
 
 _LABELS = {
-    "restarts": "earlier attempts (restarts)", "startup": "start-up",
+    "restarts": "restarts (failure to restart)", "redone_steps": "steps redone after a restart",
+    "startup": "start-up",
     "between_steps": "between steps (unnamed)", "stalled": "stalled", "shutdown": "shutdown",
     "step.input_wait": "step: input wait", "step.residual": "step: other (residual)",
 }

@@ -80,6 +80,9 @@ class Windows:
     for_failed: str = "0s"
     """A failed run pages at the first evaluation that sees its exit status."""
     for_dropping: str = "1m"
+    goodput_window: str = "1h"
+    """Window of the goodput the TraceMLGoodputLow alert reads (start-up must have left it)."""
+    for_goodput: str = "15m"
 
     @classmethod
     def short(cls) -> Windows:
@@ -89,7 +92,7 @@ class Windows:
             missing_lookback="5m",
             drop_window="20s", memory_window="2m", memory_recent="20s", memory_recent_offset="50s",
             for_drift="6s", for_straggler="6s", for_input="6s", for_stall="3s", for_memory="10s",
-            for_missing="3s", for_failed="0s", for_dropping="3s",
+            for_missing="3s", for_failed="0s", for_dropping="3s", goodput_window="40s", for_goodput="6s",
         )
 
     def with_overrides(self, overrides: dict[str, str]) -> Windows:

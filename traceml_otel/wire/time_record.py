@@ -76,6 +76,18 @@ class TimeRecord:
     launcher_start: float | None = None
     """When the launcher that started the process started (torchrun's or Accelerate's agent: the parent
     process), for a direct launch; ``None`` otherwise."""
+    resumed_from: int | None = None
+    """``traceml.resume_from(step)``: this attempt resumed from a checkpoint taken after that many
+    completed steps; ``None``: not said (a first attempt, or a program that does not say)."""
+    earlier_progress: int = 0
+    """The furthest step position the earlier attempts of this rank reached (their records, carried
+    over at ``init()`` of a restarted attempt): steps from ``resumed_from`` up to it are redone."""
+    first_step: int = 0
+    """The step number this attempt started at: a restarted attempt goes on numbering after the
+    earlier attempts' steps (``steps`` counts them all), so their spans keep distinct trace ids."""
+    earlier_after_last_step_s: float = 0.0
+    """``outside_step`` time the earlier attempts spent after their last step (their totals are
+    carried into ``outside``; this part lies between the attempts)."""
     version: int = TIME_RECORD_VERSION
 
 
@@ -86,7 +98,9 @@ def encode_time_record(record: TimeRecord) -> str:
         "time_record_version": TIME_RECORD_VERSION, "rank": record.rank, "run_id": record.run_id,
         "process_start": record.process_start, "init_at": record.init_at, "written_at": record.written_at,
         "ended_at": record.ended_at, "steps": record.steps, "launcher_start": record.launcher_start,
-        "restart": record.restart,
+        "restart": record.restart, "resumed_from": record.resumed_from,
+        "earlier_progress": record.earlier_progress, "first_step": record.first_step,
+        "earlier_after_last_step_s": record.earlier_after_last_step_s,
         "outside": [{"kind": o.kind, "seconds": o.seconds, "count": o.count,
                      "before_first_step_s": o.before_first_step_s, "after_last_step_s": o.after_last_step_s}
                     for o in record.outside],
@@ -125,6 +139,10 @@ def _flops(raw: object) -> FlopsRecord:
     )
 
 
+def _non_negative(value: int | None) -> int | None:
+    return None if value is None or value < 0 else value
+
+
 def decode_time_record(data: dict[str, Any]) -> TimeRecord:
     """The record in a decoded ``rank-R.time.json``.
 
@@ -143,6 +161,10 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
         ended_at=as_float(data.get("ended_at")), steps=max(0, as_int(data.get("steps")) or 0),
         outside=tuple(o for o in outside if o is not None), flops=_flops(data.get("flops")),
         launcher_start=as_float(data.get("launcher_start")), restart=max(0, as_int(data.get("restart")) or 0),
+        resumed_from=_non_negative(as_int(data.get("resumed_from"))),
+        earlier_progress=max(0, as_int(data.get("earlier_progress")) or 0),
+        first_step=max(0, as_int(data.get("first_step")) or 0),
+        earlier_after_last_step_s=max(0.0, as_float(data.get("earlier_after_last_step_s")) or 0.0),
         version=as_version(data.get("time_record_version")) or 1,
     )
 

@@ -20,6 +20,8 @@ parser.add_argument("--step", type=float, default=0.05, help="traced seconds per
 parser.add_argument("--slow-step", type=float, default=0.12, help="traced seconds per step after it")
 parser.add_argument("--loader-wait", type=float, default=0.005, help="seconds each batch takes to load")
 parser.add_argument("--gpu-uuid", default="")
+parser.add_argument("--flops", type=float, default=None, help="model FLOPs each step declares (MFU)")
+parser.add_argument("--evaluate-every", type=int, default=0, help="a 0.2 s evaluation every N steps")
 args = parser.parse_args()
 
 
@@ -43,6 +45,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=None, num_workers=0)
 start = time.monotonic()
 slow_since = None
+steps_done = 0
 for x in loader:
     elapsed = time.monotonic() - start
     if elapsed > args.fast_seconds + args.slow_seconds:
@@ -50,9 +53,13 @@ for x in loader:
     if elapsed > args.fast_seconds and slow_since is None:
         slow_since = time.time()
         print(f"slowdown {slow_since}", flush=True)
-    with traceml.trace_step(model):
+    with traceml.trace_step(model, flops=args.flops):
         optimizer.zero_grad()
         model(x).sum().backward()
         optimizer.step()
         time.sleep(args.step if slow_since is None else args.slow_step)
+    steps_done += 1
+    if args.evaluate_every and steps_done % args.evaluate_every == 0:
+        with traceml.outside_step("evaluation"):
+            time.sleep(0.2)
 print("done", flush=True)

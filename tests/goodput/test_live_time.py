@@ -1,0 +1,162 @@
+"""The live time counters and MFU inputs of the emitter (emit/time_metrics.py) on synthetic records:
+exact categories that add up to the wall time, the stall carved out of the step it happened in,
+redone steps after a restart, the first-zero report, and both metric paths. No subprocess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import generate_latest
+
+from traceml_otel import contract as c
+from traceml_otel.emit.step_metrics import RankLabels, StepMetrics
+from traceml_otel.emit.time_metrics import MAX_OUTSIDE_KINDS, FirstZero, LiveTimeAccount
+from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.hang_record import HangRecord
+from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord, write_time_record
+
+T0 = 1_700_000_000.0
+
+
+def _step(number: int, start: float, end: float, wait: float, between: float | None,
+          samples: int | None = 8) -> StepRecord:
+    return StepRecord(step=number, start_ns=int(start * 1e9), end_ns=int(end * 1e9),
+                      input_wait_ns=int(wait * 1e9), samples=samples,
+                      between_steps_ns=None if between is None else int(between * 1e9))
+
+
+def _record(tmp: Path, **extra: object) -> None:
+    fields = {"process_start": T0, "init_at": T0 + 1, "written_at": T0 + 7, "steps": 2,
+              "outside": (OutsideTotal("evaluation", 3.0, 1),)} | extra
+    write_time_record(tmp, TimeRecord(0, "r", **fields))  # type: ignore[arg-type]
+
+
+def _hang(since: float, until: float) -> SimpleNamespace:
+    record = HangRecord(rank=0, world_size=1, run_id="r", state="resolved", stalled_s=1.0, timeout_s=1.0,
+                        step=2, in_step=True, phase="step", detected_at=since + 1, written_at=since + 1.0,
+                        resolved_at=until)
+    return SimpleNamespace(record=record)
+
+
+def test_categories_are_exact_and_add_up_to_the_wall_time(tmp_path: Path) -> None:
+    # start-up 2 s; step 0 (0.1 s wait, 0.5 s block); a 4.1-s gap with a 3-s evaluation (1.0 s unnamed
+    # after its 0.1-s wait); step 1; step 2 holds a 2-s stall in a 3.2-s block; shutdown 1.5 s.
+    _record(tmp_path)
+    account = LiveTimeAccount(tmp_path, 0, hang=_hang(T0 + 8.0, T0 + 10.0))
+    account.add_step(_step(0, T0 + 2.1, T0 + 2.6, 0.1, None))
+    account.add_step(_step(1, T0 + 6.7, T0 + 7.2, 0.1, 1.1))
+    account.add_step(_step(2, T0 + 7.3, T0 + 10.5, 0.0, 0.1))
+    account.end(at=T0 + 12.0)
+    got = dict(account.totals())
+    assert got == pytest.approx({
+        "startup": 2.0, "step.input_wait": 0.2, "step.block": 2.2, "between_steps": 1.1, "stalled": 2.0,
+        "shutdown": 1.5, "outside.evaluation": 3.0,
+    })
+    assert sum(got.values()) == pytest.approx(12.0)
+
+
+def test_a_stall_after_the_last_step_is_counted_live_and_carved_from_the_next_gap(tmp_path: Path) -> None:
+    _record(tmp_path, outside=())
+    hang = SimpleNamespace(record=None)
+    account = LiveTimeAccount(tmp_path, 0, hang=hang)
+    account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
+    hang.record = HangRecord(rank=0, world_size=1, run_id="r", state="resolved", stalled_s=1.0, timeout_s=1.0,
+                             step=1, in_step=False, phase="between", detected_at=T0 + 4,
+                             written_at=T0 + 4.0, resolved_at=T0 + 8.0)
+    assert dict(account.totals())["stalled"] == pytest.approx(5.0)  # counted before the next step
+    account.add_step(_step(1, T0 + 9.0, T0 + 10.0, 0.5, 7.0))
+    got = dict(account.totals())
+    assert got["stalled"] == pytest.approx(5.0)  # not twice
+    assert got["between_steps"] == pytest.approx(1.5)  # 7 s gap - 0.5 s wait - 5 s stall
+    assert got["step.input_wait"] == pytest.approx(0.5)
+
+
+def test_a_stall_still_called_hung_ends_with_the_step_that_shows_progress(tmp_path: Path) -> None:
+    # The emitter reads the step before the hang record's resolution: the stall ends at that step's end.
+    _record(tmp_path, outside=())
+    hung = HangRecord(rank=0, world_size=1, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0,
+                      step=1, in_step=True, phase="step", detected_at=T0 + 4.0, written_at=T0 + 4.0)
+    account = LiveTimeAccount(tmp_path, 0, hang=SimpleNamespace(record=hung))
+    account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
+    account.add_step(_step(1, T0 + 2.5, T0 + 9.0, 0.0, 0.5))  # stalled from T0+3 to its end
+    got = dict(account.totals())
+    assert got["stalled"] == pytest.approx(6.0) and got["step.block"] == pytest.approx(1.0 + 0.5)
+
+
+def test_redone_steps_after_a_resume_count_as_lost(tmp_path: Path) -> None:
+    # The earlier attempt got to step 8; this one resumed from the checkpoint after step 5: its first
+    # 3 steps redo steps 6-8.
+    _record(tmp_path, outside=(), restart=1, resumed_from=5, earlier_progress=8)
+    account = LiveTimeAccount(tmp_path, 0)
+    t = T0 + 1.0
+    for number in range(5):
+        account.add_step(_step(number, t + 0.2, t + 1.2, 0.2, None if number == 0 else 0.2))
+        t += 1.2
+    got = dict(account.totals())
+    assert got["redone_steps"] == pytest.approx(3 * 1.2)
+    assert got["step.block"] == pytest.approx(2.0) and got["step.input_wait"] == pytest.approx(0.4)
+
+
+def test_each_reader_sees_a_category_at_zero_first() -> None:
+    zero = FirstZero()
+    assert zero.apply([("startup", 0.0), ("step.block", 2.0)]) == [("startup", 0.0), ("step.block", 0.0)]
+    assert zero.apply([("step.block", 3.0), ("outside.evaluation", 180.0)]) == [
+        ("step.block", 3.0), ("outside.evaluation", 0.0)]
+    assert zero.apply([("outside.evaluation", 180.0)]) == [("outside.evaluation", 180.0)]
+    assert FirstZero().apply([("shutdown", 4.0)], final=True) == [("shutdown", 4.0)]  # the final export
+
+
+def test_outside_kinds_are_bounded(tmp_path: Path) -> None:
+    kinds = tuple(OutsideTotal(f"kind{i}", 1.0, 1) for i in range(MAX_OUTSIDE_KINDS + 4))
+    _record(tmp_path, outside=kinds)
+    account = LiveTimeAccount(tmp_path, 0)
+    account.poll(force=True)
+    outside = {name: value for name, value in account.totals() if name.startswith("outside.")}
+    assert len(outside) == MAX_OUTSIDE_KINDS + 1 and outside["outside.other"] == 4.0
+
+
+LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9", job="nightly")
+
+
+def test_both_paths_carry_the_time_counter_and_the_mfu_inputs(tmp_path: Path) -> None:
+    _record(tmp_path, flops=FlopsRecord(declared_sum=2e9, declared_steps=2, peak_flops=1e12))
+    reader = InMemoryMetricReader()
+    metrics = StepMetrics(Resource.create({}), LABELS, None, metric_reader=reader)
+    from traceml_otel.emit.step_metrics import PrometheusStepMetrics
+
+    scrape = PrometheusStepMetrics(None, metrics.state)
+    metrics.watch_time_record(tmp_path, 0)
+
+    def otlp() -> dict[str, list]:
+        data = reader.get_metrics_data()
+        return {m.name: list(m.data.data_points) for rm in data.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics}
+
+    def exposition() -> str:
+        return generate_latest(scrape.registry).decode()
+
+    assert c.METRIC_MODEL_FLOPS not in otlp()  # no step: no FLOPs yet
+    first = exposition()
+    assert 'traceml_time_seconds_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1",' \
+           'traceml_time_category="step.block"} 0.0' in first
+    assert "traceml_peak_flops{" in first and "1e+12" in first
+    from tests.emit.test_metrics import step
+
+    for number in range(3):
+        record, spans = step(number, 0.25, 0.05)
+        metrics.record(record, spans)
+    points = otlp()  # its first look (above) reported every category at 0
+    blocks = {p.attributes[c.ATTR_TIME_CATEGORY]: p.value for p in points[c.METRIC_TIME]}
+    assert blocks["step.block"] == pytest.approx(0.75) and blocks["outside.evaluation"] == 3.0
+    assert [p.value for p in points[c.METRIC_MODEL_FLOPS]] == [0.0]  # first look: 0, then the value
+    assert [p.value for p in otlp()[c.METRIC_MODEL_FLOPS]] == [pytest.approx(3e9)]
+    assert [p.value for p in points[c.METRIC_PEAK_FLOPS]] == [1e12]
+    later = exposition()
+    assert 'traceml_time_category="step.block"} 0.75' in later
+    flops = 'traceml_model_flops_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1"}'
+    assert f"{flops} 0.0" in later  # the scrape's first look at the FLOPs counter
+    assert f"{flops} 3e+09" in exposition()

@@ -1,0 +1,79 @@
+"""The "Run" row: each attempt's step time against the job's baseline, throughput, live ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceml_otel.stack.grafana import dashed, row, stat, target, timeseries
+from traceml_otel.stack.queries import REC, RUN
+
+
+def run_row(y: int) -> list[dict[str, Any]]:
+    """Drift against the job's baseline, throughput, ranks live and the time since the last step."""
+    return [row("Run", y), _drift(y + 1), *_run_stats(y + 1)]
+
+
+def _drift(y: int) -> dict[str, Any]:
+    attempts = 'run:traceml_step_time_seconds:mean{traceml_job="$job"}'
+    baseline = 'job:traceml_step_time_seconds:baseline{traceml_job="$job"}'
+    return timeseries(
+        "Step time of each attempt against the job's baseline (drift)",
+        "Step time per step (input wait + traced step, all ranks, 5 m means) of every attempt (run id) "
+        "of the selected run's job, side by side, and the job's baseline: its best sustained pace "
+        "(10th percentile of its own means, across attempts, so a restart is compared with the "
+        "attempts before it). TraceMLStepTimeDrift fires above 1.2 x baseline for 10 m. Without a job "
+        "identity (TRACEML_JOB, torchrun's rendezvous id, Slurm) each run is its own job. Needs the "
+        "recording rules (prometheus/recording.yml).",
+        (0, y, 12, 8),
+        "s",
+        [
+            target("A", attempts, "attempt {{traceml_run_id}}"),
+            target("B", baseline, "baseline"),
+            target("C", f"1.2 * {baseline}", "alert threshold (1.2 x baseline)"),
+        ],
+        overrides=[
+            dashed(
+                "alert threshold (1.2 x baseline)",
+                {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}},
+            ),
+            {
+                "matcher": {"id": "byName", "options": "baseline"},
+                "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": "green"}}],
+            },
+        ],
+    )
+
+
+def _run_stats(y: int) -> list[dict[str, Any]]:
+    return [
+        timeseries(
+            "Throughput (all ranks)",
+            "Samples per second over all ranks (rate of traceml_samples_total: the batch dimension "
+            "the DataLoader returned, or trace_step(samples=)), and completed steps per second (rate of "
+            "traceml_steps_total). A flat zero is a stall; samples/s is empty when no step recorded its "
+            "work.",
+            (12, y, 6, 8),
+            "ops",
+            [
+                target("A", f"run:traceml_samples:rate{{{REC}}}", "samples/s"),
+                target("B", f"run:traceml_steps:rate{{{REC}}}", "steps/s"),
+            ],
+        ),
+        stat(
+            "Ranks live",
+            "Ranks reporting and not ended (traceml_run_ended == 0). A rank that vanished without a clean "
+            "end "
+            "fires TraceMLTelemetryMissing.",
+            (18, y, 3, 8),
+            "short",
+            f"count (traceml_run_ended{{{RUN}}} == 0)",
+        ),
+        stat(
+            "Since the last step",
+            "time() - newest traceml_step_last_timestamp_seconds of the run.",
+            (21, y, 3, 8),
+            "s",
+            f"time() - max (traceml_step_last_timestamp_seconds{{{RUN}}})",
+            threshold_steps=(("orange", 120), ("red", 300)),
+        ),
+    ]
