@@ -24,6 +24,7 @@ from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, Ship
 from traceml_otel.emit.export_errors import probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
 from traceml_otel.emit.local_copy import LocalCopyWriter
+from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
 from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
@@ -31,7 +32,7 @@ from traceml_otel.emit.span_export import (
     quiet_sdk_exporter_logs,
     sampler_from_settings,
 )
-from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder, StepSpans
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.step_records import StepRecord
@@ -133,14 +134,16 @@ class Emitter:
         endpoint, protocol = hello.traces_endpoint, hello.traces_protocol
         assert endpoint is not None and protocol is not None
         self.stats.otlp_endpoint = endpoint
+        encoder = SpanEncoder(resource, scope)  # OTLP protobuf straight from our spans (the SDK sends it)
         try:
             return OtlpSpanShipper(
                 make_span_exporter(protocol),
                 sampler_from_settings(hello.sampler, hello.sampler_arg),
                 endpoint,
-                ReadableSpanFactory(resource, scope).convert,
+                encoder.encode,
                 on_first_failure=self.warn,
                 protocol=protocol,
+                batch=lambda spans: EncodedSpans(encoder, spans),
             )
         except Exception as error:
             self.disable("OTLP span export", f"the exporter could not start ({describe(error)})")
