@@ -93,9 +93,39 @@ def batches():
 source = batches()
 time.sleep(2.0)  # the emitter finishes starting (imports) before anything is measured
 pids = tree_pids(os.getppid())  # traceml run and everything below it
+
+
+def settle():
+    """Wait until the tree is idle (< 2 ms CPU in 300 ms): the emitter has caught up. Returns its CPU."""
+    previous = tree_cpu_ns(pids)
+    for _ in range(100):
+        time.sleep(0.3)
+        now = tree_cpu_ns(pids)
+        if now - previous < 2_000_000:
+            return now
+        previous = now
+    return previous
+
+
+def per_task():
+    """CPU ns of each thread of the tree, by process and thread name."""
+    rows = {}
+    for pid in pids:
+        try:
+            name = open(f"/proc/{pid}/comm").read().strip()
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                ns = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+                rows[f"{pid} {name} {tid}"] = ns
+        except OSError:
+            pass
+    return rows
+
+
 walls = []
 for step in range(WARMUP + STEPS):
-    if step == WARMUP:
+    if step == WARMUP:  # the warm-up's steps are written and every process has finished starting
+        settle()
+        tasks_started = per_task()
         cpu_started = tree_cpu_ns(pids)
     started = time.perf_counter_ns()
     x, y = next(source)
@@ -105,16 +135,11 @@ for step in range(WARMUP + STEPS):
         optimizer.step()
     if step >= WARMUP:
         walls.append(time.perf_counter_ns() - started)
-# The emitter writes the last batches after the loop: wait until the tree is idle (< 2 ms CPU in 300 ms).
-previous = tree_cpu_ns(pids)
-for _ in range(100):
-    time.sleep(0.3)
-    now = tree_cpu_ns(pids)
-    if now - previous < 2_000_000:
-        break
-    previous = now
+previous = settle()  # the emitter writes the last batches after the loop
+tasks = {name: (ns - tasks_started.get(name, 0)) / STEPS for name, ns in per_task().items()}
 result = {"median_ns": statistics.median(walls), "mean_ns": statistics.fmean(walls),
-          "tree_cpu_ns": (previous - cpu_started) / STEPS, "processes": len(pids)}
+          "tree_cpu_ns": (previous - cpu_started) / STEPS, "processes": len(pids),
+          "tasks_ns": {name: ns for name, ns in tasks.items() if ns > 500}}
 with open(os.environ["OVERHEAD_PAIRS_OUT"], "w") as out:
     json.dump(result, out)
 '''
@@ -146,7 +171,8 @@ def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):+8.1f}   spread {min(values):+.1f}..{max(values):+.1f}"
 
 
-def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path) -> None:
+def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
+             show_tasks: bool = False) -> None:
     hidden, hog_count = SCENARIOS[name]
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
     hogs = _hogs(hog_count)
@@ -162,6 +188,10 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             mean_us.append((on["mean_ns"] - off["mean_ns"]) / 1000)
             cpu_us.append((on["tree_cpu_ns"] - off["tree_cpu_ns"]) / 1000)
             bare.append(off["median_ns"] / 1000)
+            if show_tasks:
+                for label, result in (("on", on), ("off", off)):
+                    busy = ", ".join(f"{task}: {ns / 1000:.0f}" for task, ns in result["tasks_ns"].items())
+                    print(f"    {label}: us/step by thread: {busy}")
             print(f"  {name} pair {pair + 1}: bare step {off['median_ns'] / 1e6:.3f} ms   wall "
                   f"{wall_us[-1]:+7.1f} us ({wall_pct[-1]:+.2f} %)   mean {mean_us[-1]:+7.1f} us   "
                   f"tree CPU {cpu_us[-1]:+7.1f} us/step (on {on['tree_cpu_ns'] / 1000:.0f}, "
@@ -185,6 +215,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3008, help="measured steps per run (a multiple of 64)")
     parser.add_argument("--warmup", type=int, default=192)
     parser.add_argument("--scenario", choices=["all", *SCENARIOS], default="all")
+    parser.add_argument("--tasks", action="store_true", help="also print each thread's CPU per step")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
@@ -193,7 +224,7 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
-            scenario(name, args.pairs, args.steps, args.warmup, workdir, script)
+            scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 

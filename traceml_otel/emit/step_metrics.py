@@ -222,6 +222,8 @@ class StepMetrics:
 
     def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
+        if self._provider is None and self._prometheus is None:
+            return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
         on_gpu = record.gpu_duration_ns is not None
         step_s = (record.gpu_duration_ns if on_gpu else record.end_ns - record.start_ns) * _NS
         wait_s: float | None = None
