@@ -281,8 +281,7 @@ class Emitter:
     def _record_metrics(self, records: list[StepRecord], built: list[StepSpans], sampled: list[bool]) -> None:
         if self.metrics is not None:
             try:
-                for record, spans, kept in zip(records, built, sampled, strict=False):
-                    self.metrics.record(record, spans, exemplar=kept)
+                self.metrics.record_batch(zip(records, built, sampled, strict=False))
             except Exception as error:
                 self.ledger.take_metric_counts(self.metrics.export_counts)
                 self.metrics = None
