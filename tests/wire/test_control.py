@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -51,8 +53,6 @@ def test_every_control_record_round_trips_with_its_pinned_keys() -> None:
     assert list(_frame(encode_bye(bye))) == WIRE_KEYS[Bye]
     line = encode_local_report(report)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
-    import json
-
     assert list(json.loads(line)) == WIRE_KEYS[LocalReport]
     assert decode_device(_frame(encode_device(device))) == device
     assert decode_bye(_frame(encode_bye(bye))) == bye
@@ -87,10 +87,17 @@ CAPTURE = """
 import os, sys
 from traceml_otel.emit.pipe_session import report
 from traceml_otel.wire.control import LocalReport
+from traceml_otel.wire.frames import FrameBuffer
+buffer, seen = FrameBuffer(), bytearray()
 with open(sys.argv[1], "wb") as out:
     while data := os.read(0, 1 << 16):
         out.write(data)
-report(LocalReport(rank=0, enabled=True, steps=41, traced=42, complete=False, disabled={"x": "y"}))
+        buffer.feed(data)
+        while (frame := buffer.next_frame()) is not None:
+            if frame["t"] == "bye":  # the trainer now waits for our report, as for a real emitter's
+                out.flush()
+                report(LocalReport(rank=0, enabled=True, steps=41, traced=42, complete=False,
+                                   disabled={"x": "y"}))
 """
 
 
@@ -102,7 +109,9 @@ def test_what_the_trainer_sends_the_emitter_reads_and_back(tmp_path: Path) -> No
     channel = EmitterChannel(hello, command=[sys.executable, "-c", CAPTURE, str(captured)])
     channel.send_device(2, "GPU-abc")
     channel.dropped_steps = 3  # as if the backlog had overflowed
+    started = time.monotonic()
     assert channel.close(timeout_s=30, status="SIGTERM", traced=42, stall_s=30)
+    assert time.monotonic() - started < 20  # the report ended the wait, not the stall timeout
     assert channel.local_report == LocalReport(rank=0, enabled=True, steps=41, traced=42, complete=False,
                                                disabled={"x": "y"})
     read, write = os.pipe()
