@@ -123,7 +123,11 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
             metrics = emitter.metrics
 
             def record_metrics() -> None:
+                batch_api = getattr(metrics, "record_batch", None)  # absent before the batch counters
                 for records, steps in zip(batches, built, strict=True):
+                    if batch_api is not None:
+                        batch_api([(r, spans, True) for r, spans in zip(records, steps, strict=True)])
+                        continue
                     for record, spans in zip(records, steps, strict=True):
                         metrics.record(record, spans)
                 metrics.shutdown(30.0)  # the final export: the same work as each periodic one
