@@ -1,19 +1,33 @@
-"""CPU the emitter process spends per step: the cost that competes with training for the machine.
+"""CPU the emitter process spends per step, stage by stage: the cost that competes with training.
 
-    .venv/bin/python benchmarks/emitter_cost.py
+    .venv/bin/python benchmarks/emitter_cost.py            # stage table + whole emitter, local copy only
+    .venv/bin/python benchmarks/emitter_cost.py --otlp     # also OTLP spans + metrics to a real rotel
 
-Feeds 2,000 synthetic 1 ms steps (step + forward + backward + optimizer spans) through the real
-``Emitter`` in this process and reports process CPU time per step: local copy only, then local
-copy plus OTLP gRPC export to a real rotel collector (blackhole exporter). CPU time, unlike wall
-time, is stable on these noisy VMs.
+One synthetic stream of 1 ms steps (a step, forward, backward and optimizer span, an input wait,
+CUDA peaks; sent in frames of 64 steps, as the trainer batches them) goes through each stage of
+the real emitter code in this process, and each stage's process CPU time (``time.process_time``:
+all threads, so an exporter's own thread counts) is divided by the steps:
+
+- frame decode: bytes to frame dicts (``FrameBuffer``);
+- record building: rows to ``StepRecord`` (``decode_step``);
+- span building: records to ``StepSpans`` (``StepSpanBuilder``);
+- OTLP encode + export: the span shipper with the SDK's gRPC exporter to rotel (blackhole);
+- local-copy encode + write: OTLP JSON Lines to a file (``LocalCopyWriter``);
+- metrics update + export: ``StepMetrics.record`` per step and the OTLP metric export at the end.
+
+Then the whole ``Emitter`` (what the worker runs) on the same stream, local copy only and, with
+``--otlp``, with OTLP spans and metrics, as a check that the stages add up. CPU time, unlike wall
+time, is stable on these noisy VMs; the ratio line compares with a bare loop over the same rows.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -21,11 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import _start_rotel
 
 from traceml_otel.emit.worker import Emitter
+from traceml_otel.wire.frames import FrameBuffer, encode_frame
 from traceml_otel.wire.hello import Hello
-from traceml_otel.wire.step_row import PhaseRow, StepRow
+from traceml_otel.wire.step_row import PhaseRow, StepRow, decode_step
 
-STEPS = 2000
+STEPS = 4000
+BATCH = 64
 MS = 1_000_000
+SPANS_PER_STEP = 4
 
 
 def _rows(first: int, count: int) -> list[StepRow]:
@@ -36,39 +53,144 @@ def _rows(first: int, count: int) -> list[StepRow]:
                   PhaseRow.timed("backward", 0, start + 350_000, start + 850_000, None),
                   PhaseRow.timed("optimizer", 0, start + 860_000, start + 950_000, None)]
         rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 990_000,
-                             input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
-                             phases=phases))
+                               input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
+                               peak_allocated_bytes=1 << 30, peak_reserved_bytes=2 << 30,
+                               phases=phases))
     return rows
 
 
-def cost(traces: list[str] | None) -> float:
-    if traces:  # the SDK exporters read their endpoint from the environment, as in a real emitter
-        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = traces[0]
+def stream() -> bytes:
+    """The synthetic step stream as the trainer writes it into the pipe (frames of ``BATCH`` steps)."""
+    return b"".join(encode_frame({"t": "steps", "s": _rows(first, min(BATCH, STEPS - first))})
+                    for first in range(0, STEPS, BATCH))
+
+
+def _hello(run_dir: str | None, traces: str | None = None, metrics: bool = False) -> Hello:
+    return Hello(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
+                 anchor_ns=time.time_ns(), shutdown_timeout_s=30.0, service_name="bench",
+                 run_dir=run_dir, traces_endpoint=traces, traces_protocol="grpc" if traces else None,
+                 metrics_endpoint=traces if metrics else None,
+                 metrics_protocol="grpc" if metrics and traces else None, sampler="always_on")
+
+
+def _per_step(work: Callable[[], object]) -> float:
+    started = time.process_time()
+    work()
+    return (time.process_time() - started) / STEPS * 1e6
+
+
+def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
+    """Each stage on the output of the one before (so each is timed alone on the same stream)."""
+    data = stream()
+    table: list[tuple[str, float]] = []
+    frames: list[dict] = []
+
+    def decode_frames() -> None:
+        buffer = FrameBuffer()
+        buffer.feed(data)
+        while (frame := buffer.next_frame()) is not None:
+            frames.append(frame)
+
+    table.append(("frame decode", _per_step(decode_frames)))
+    anchor = time.time_ns()
+    batches: list[list] = []
+    table.append(("record building", _per_step(
+        lambda: batches.extend([decode_step(row, anchor) for row in frame["s"]] for frame in frames))))
     with tempfile.TemporaryDirectory() as run_dir:
-        endpoint, protocol = traces if traces else (None, None)
-        hello = Hello(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
-                      anchor_ns=time.time_ns(), shutdown_timeout_s=10.0, service_name="bench",
-                      run_dir=run_dir, traces_endpoint=endpoint, traces_protocol=protocol,
-                      sampler="always_on")
-        emitter = Emitter(hello)
-        started = time.process_time()
-        for first in range(0, STEPS, 64):
-            emitter.handle_steps(_rows(first, min(64, STEPS - first)))
+        emitter = Emitter(_hello(run_dir, endpoint, metrics=endpoint is not None))
+        built: list[list] = []
+        table.append(("span building", _per_step(
+            lambda: built.extend([emitter.builder.build(record) for record in batch] for batch in batches))))
+        if emitter.shipper is not None:
+            shipper = emitter.shipper
+
+            def ship() -> None:
+                for batch in built:
+                    for spans in batch:
+                        shipper.offer(spans.all())
+                counts = shipper.close(60.0)
+                assert counts.exported == STEPS * SPANS_PER_STEP, counts
+
+            table.append(("OTLP encode + export (gRPC)", _per_step(ship)))
+            emitter.shipper = None
+        local = emitter.local
+        assert local is not None
+        table.append(("local-copy encode + write", _per_step(
+            lambda: [local.write([span for step in batch for span in step.all()], steps=len(batch))
+                     for batch in built])))
+        assert local.steps_written == STEPS
+        if emitter.metrics is not None and endpoint is not None:
+            metrics = emitter.metrics
+
+            def record_metrics() -> None:
+                batch_api = getattr(metrics, "record_batch", None)  # absent before the batch counters
+                for records, steps in zip(batches, built, strict=True):
+                    if batch_api is not None:
+                        batch_api([(r, spans, True) for r, spans in zip(records, steps, strict=True)])
+                        continue
+                    for record, spans in zip(records, steps, strict=True):
+                        metrics.record(record, spans)
+                metrics.shutdown(30.0)  # the final export: the same work as each periodic one
+
+            table.append(("metrics update + export", _per_step(record_metrics)))
+            emitter.metrics = None
         emitter.finish("ok", 0, True)
-        per_step = (time.process_time() - started) / STEPS * 1e6
-        assert emitter.stats.spans_local == STEPS * 4
-        if traces:
-            assert emitter.stats.otlp_exported == STEPS * 4, emitter.stats
+    return table
+
+
+def whole_emitter(endpoint: str | None) -> float:
+    """The worker's own loop on the same stream: frames in, every output, shutdown drain included."""
+    data = stream()
+    with tempfile.TemporaryDirectory() as run_dir:
+        emitter = Emitter(_hello(run_dir, endpoint, metrics=endpoint is not None))
+
+        def run() -> None:
+            buffer = FrameBuffer()
+            buffer.feed(data)
+            while (frame := buffer.next_frame()) is not None:
+                emitter.handle_steps(frame["s"])
+                while emitter.has_export_work:
+                    emitter.export_next()
+            emitter.finish("ok", 0, True)
+
+        per_step = _per_step(run)
+        assert emitter.stats.spans_local == STEPS * SPANS_PER_STEP
+        if endpoint:
+            assert emitter.stats.otlp_exported == STEPS * SPANS_PER_STEP, emitter.stats
         return per_step
 
 
+def bare_loop() -> float:
+    """A bare loop over the same rows (the floor any per-step work sits on)."""
+    rows = [row for first in range(0, STEPS, BATCH) for row in _rows(first, min(BATCH, STEPS - first))]
+    return _per_step(lambda: [row[0] for row in rows])
+
+
 def main() -> None:
-    print(f"local copy only:        {cost(None):7.1f} us CPU per step (4 spans)")
-    rotel, endpoint = _start_rotel()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--otlp", action="store_true", help="also export to a real rotel collector")
+    args = parser.parse_args()
+    rotel = endpoint = None
+    if args.otlp:
+        rotel, endpoint = _start_rotel()
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint  # the SDK exporters read it, as in the emitter
     try:
-        print(f"local copy + OTLP gRPC: {cost([endpoint, 'grpc']):7.1f} us CPU per step (4 spans)")
+        print(f"{STEPS} steps, {SPANS_PER_STEP} spans each, frames of {BATCH}; load average "
+              f"{os.getloadavg()[0]:.1f}")
+        print(f"{'stage':<32} us CPU/step")
+        table = stage_table(endpoint)
+        for name, cost in table:
+            print(f"{name:<32} {cost:8.1f}")
+        print(f"{'sum of stages':<32} {sum(cost for _, cost in table):8.1f}")
+        bare = bare_loop()
+        whole = whole_emitter(None)
+        print(f"{'whole emitter, local copy only':<32} {whole:8.1f}   (bare loop {bare:.2f}, "
+              f"ratio {whole / max(bare, 1e-3):.0f}x)")
+        if endpoint is not None:
+            print(f"{'whole emitter, + OTLP + metrics':<32} {whole_emitter(endpoint):8.1f}")
     finally:
-        rotel.kill()
+        if rotel is not None:
+            rotel.kill()
 
 
 if __name__ == "__main__":

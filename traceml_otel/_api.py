@@ -28,6 +28,7 @@ from typing import Any
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.sanitize import strip_control
 from traceml_otel.settings import Settings, linger_budget_s, load_settings, strict_requested
+from traceml_otel.wire.control import LocalReport
 from traceml_otel.wire.hello import Hello
 
 MODES = ("auto", "manual", "selective")
@@ -312,7 +313,7 @@ class _Telemetry(_NoopTelemetry):
 
 
 def local_copy_sentence(
-    report: dict[str, Any] | None, traced: int, run_dir: Any, handed: int | None = None,
+    report: LocalReport | None, traced: int, run_dir: Any, handed: int | None = None,
     fate: str = "exited",
 ) -> str | None:
     """What the trainer says about the local copy at exit, from the emitter's own count only."""
@@ -323,11 +324,10 @@ def local_copy_sentence(
         return (f"the telemetry process {fate} before reporting on the local copy, so it may be missing any "
                 f"of the {traced} traced steps{handed_text} (the account and rank-R.export.json say how many "
                 "it wrote)")
-    if not report.get("enabled"):
-        return (f"the local copy was turned off ({report.get('disabled')}); it holds {report.get('steps')} "
-                f"of {traced} steps")
-    if report.get("steps") != traced:
-        return f"the local copy holds {report.get('steps')} of {traced} steps"
+    if not report.enabled:
+        return f"the local copy was turned off ({report.disabled}); it holds {report.steps} of {traced} steps"
+    if report.steps != traced:
+        return f"the local copy holds {report.steps} of {traced} steps"
     return None
 
 

@@ -129,7 +129,7 @@ def test_shutdown_hands_over_a_backlog_far_larger_than_the_deadline_allows(tmp_p
     started = time.monotonic()
     channel.close(timeout_s=timeout_s, traced=20_000)
     assert channel.dropped_steps == 0, channel.broken
-    assert channel.local_report is None or channel.local_report["steps"] == 20_000
+    assert channel.local_report is None or channel.local_report.steps == 20_000
     stats = json.loads((tmp_path / c.export_stats_file_name(0)).read_text())
     assert stats["steps_local"] == 20_000 and stats["local_copy_complete"] is True
     assert time.monotonic() - started < 120

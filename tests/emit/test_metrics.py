@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -231,3 +232,31 @@ def test_linger_covers_the_longest_interval_any_scraper_was_seen_at() -> None:
     assert linger_seconds(20.0, 3600.0) == 120.0  # bounded: exit never waits longer
     assert linger_seconds(300.0, 10.0) == 300.0  # a configured linger above the bound is used
     assert linger_seconds(0.0, 60.0) == 0.0  # turned off
+
+
+def test_a_batch_counts_exactly_what_step_by_step_recording_counts() -> None:
+    """``record_batch`` moves the counters once per batch: the same totals as one call per step."""
+    def recorded(batched: bool) -> dict[str, list[Any]]:
+        reader = InMemoryMetricReader()
+        metrics = StepMetrics(Resource.create({}), LABELS, None, metric_reader=reader)
+        steps = []
+        for n in range(7):
+            record, spans = step(n)
+            record = replace(record, samples=32 if n % 2 else None, tokens=100 if n < 3 else None)
+            steps.append((record, spans, n != 4))
+        if batched:
+            metrics.record_batch(steps[:5])
+            metrics.record_batch(steps[5:])
+        else:
+            for record, spans, exemplar in steps:
+                metrics.record(record, spans, exemplar)
+        return otlp_points(reader)
+
+    batched, one_by_one = recorded(True), recorded(False)
+    for name in (c.METRIC_STEPS, c.METRIC_SAMPLES, c.METRIC_TOKENS):
+        assert [p.value for p in batched[name]] == [p.value for p in one_by_one[name]]
+    assert [p.value for p in batched[c.METRIC_STEPS]] == [7]
+    assert [p.value for p in batched[c.METRIC_SAMPLES]] == [3 * 32]
+    assert [p.value for p in batched[c.METRIC_TOKENS]] == [300]
+    for name in (c.METRIC_STEP_DURATION, c.METRIC_STEP_INPUT_WAIT):
+        assert sum(p.count for p in batched[name]) == sum(p.count for p in one_by_one[name]) > 0

@@ -119,3 +119,32 @@ def test_older_shorter_and_newer_longer_rows_still_decode() -> None:
         decode_step(first_layout[:-1], 0)
     with pytest.raises(WireError):
         decode_step({"step": 1}, 0)  # type: ignore[arg-type]
+
+
+def test_decode_step_puts_every_slot_in_the_field_of_its_name() -> None:
+    """``decode_step`` unpacks rows positionally (it is the emitter's per-step cost): each slot,
+    given a value no other slot has, must land in the record field of the same name."""
+    from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
+
+    phase = ["backward", 2, 40, 50, 3, 4, 5]
+    collective = ["all_reduce", "ddp", 41, 49, 6, True, 7, 8]
+    row = StepRow.of(step=1, start_ns=10, end_ns=90, gpu_duration_ns=11, input_wait_ns=12,
+                     input_wait_gpu_ns=13, input_fetches=14, prefetch_h2d_ns=15, optimizer_steps=16,
+                     parallelism="ddp", peak_allocated_bytes=17, peak_reserved_bytes=18,
+                     device_total_bytes=19, exception_type="E", phases=[phase], collectives=[collective],
+                     samples=20, tokens=21, loader=[1, True, False, 2, 22, "D"], source="inferred",
+                     between_ns=23)
+    expected = StepRecord(
+        step=1, start_ns=1010, end_ns=1090, gpu_duration_ns=11, input_wait_ns=12, input_wait_gpu_ns=13,
+        input_fetches=14, prefetch_h2d_ns=15, optimizer_steps=16, parallelism="ddp",
+        peak_allocated_bytes=17, peak_reserved_bytes=18, device_total_bytes=19, exception_type="E",
+        phases=(PhaseTiming(phase="backward", call=2, start_ns=1040, end_ns=1050, gpu_offset_ns=3,
+                            gpu_duration_ns=4, nbytes=5),),
+        collectives=(CollectiveTiming(kind="all_reduce", source="ddp", start_ns=1041, end_ns=1049, nbytes=6,
+                                      blocking=True, gpu_offset_ns=7, gpu_duration_ns=8),),
+        samples=20, tokens=21, loader=LoaderSettings(num_workers=1, pin_memory=True, persistent_workers=False,
+                                                     prefetch_factor=2, batch_size=22, dataset="D"),
+        source="inferred", between_steps_ns=23,
+    )
+    assert decode_step(json.loads(json.dumps(row)), anchor_ns=1000) == expected
+    assert decode_step(row, anchor_ns=1000) == expected  # a StepRow itself, not a plain list

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import fcntl
-import json
 import os
 import select
 import signal
@@ -26,8 +25,15 @@ import subprocess
 import sys
 import termios
 import time
-from typing import Any
 
+from traceml_otel.wire.control import (
+    Bye,
+    DeviceInfo,
+    LocalReport,
+    decode_local_report,
+    encode_bye,
+    encode_device,
+)
 from traceml_otel.wire.frames import encode_frame
 from traceml_otel.wire.hello import Hello, encode_hello
 from traceml_otel.wire.step_row import StepRow
@@ -71,7 +77,7 @@ class EmitterChannel:
         """Steps written whole into the pipe (the emitter may not have read them all)."""
         self.dropped_steps = 0
         self.broken: str | None = None
-        self.local_report: dict[str, Any] | None = None
+        self.local_report: LocalReport | None = None
         """The emitter's word on the local copy at shutdown: steps written, complete or not."""
         self._enqueue(encode_hello(hello), steps=0)
 
@@ -86,7 +92,7 @@ class EmitterChannel:
     def send_device(self, index: int, uuid: str | None) -> None:
         """Tell the emitter the CUDA device this rank uses (for the per-rank info series)."""
         if self.broken is None and self._fd is not None:
-            self._enqueue(encode_frame({"t": "device", "index": index, "uuid": uuid}), steps=0)
+            self._enqueue(encode_device(DeviceInfo(index, uuid)), steps=0)
 
     def close(
         self, timeout_s: float, status: str = "ok", traced: int | None = None, stall_s: float = MIN_STALL_S
@@ -102,8 +108,7 @@ class EmitterChannel:
         stall_s = max(timeout_s, stall_s)
         self._hurry()
         if self._fd is not None and self.broken is None:
-            bye = {"t": "bye", "status": status, "dropped": self.dropped_steps, "traced": traced}
-            self._enqueue(encode_frame(bye), 0)
+            self._enqueue(encode_bye(Bye(status, self.dropped_steps, traced)), 0)
             self._drain_backlog(stall_s)
             if self._backlog:
                 self.broken = self.broken or f"emitter made no progress for {stall_s:g} s at shutdown"
@@ -186,16 +191,13 @@ class EmitterChannel:
         except (OSError, ValueError):
             return
         for line in data.splitlines():
-            try:
-                message = json.loads(line)
-            except ValueError:
+            report = decode_local_report(line)
+            if report is None:
                 continue
-            if isinstance(message, dict) and message.get("t") == "local":
-                self.local_report = message
-                refused, discarded = message.get("refused"), message.get("dropped")
-                if refused:  # the emitter read our steps without using them: they are lost, and counted
-                    self.broken = f"the emitter refused the stream: {refused}"
-                    self.dropped_steps += discarded if type(discarded) is int and discarded > 0 else 0
+            self.local_report = report
+            if report.refused:  # the emitter read our steps without using them: they are lost, and counted
+                self.broken = f"the emitter refused the stream: {report.refused}"
+                self.dropped_steps += max(0, report.dropped)
 
     def _enqueue(self, frame: bytes, steps: int) -> None:
         if self._backlog_bytes + len(frame) > BACKLOG_LIMIT_BYTES:

@@ -27,7 +27,6 @@ from traceml_otel.wire._json import ensure_run_dir
 _SPAN_FLAGS_HAS_IS_REMOTE = 0x100  # a local parent (or none): "is remote" known and false
 _SPAN_KIND_INTERNAL = 1
 _dumps = json.dumps
-_key_json: dict[str, str] = {}
 _string_json: dict[str, str] = {}  # attribute strings repeat (run id, host, phase names)
 _STRING_CACHE_LIMIT = 4096
 
@@ -58,14 +57,92 @@ def _value_json(value: object) -> str:
     return '{"stringValue":' + _dumps(str(value)) + "}"
 
 
+_number_prefix: dict[tuple[str, type], str] = {}
+"""``{"key":K,"value":{"intValue":"`` (or ``doubleValue``) per key: numbers rarely repeat, keys do."""
+_pair_json: dict[tuple[str, type, object], str] = {}
+"""Whole encoded attributes whose values repeat (strings, booleans: run id, host, phase names)."""
+
+
+def _attribute_json(key: str, value: object) -> str:
+    """One ``KeyValue``; the cached fast paths give what :func:`_value_json` gives."""
+    kind = type(value)
+    if kind is float:
+        prefix = _number_prefix.get((key, float))
+        if prefix is None:
+            prefix = _number_prefix[key, float] = '{"key":' + _dumps(key) + ',"value":{"doubleValue":'
+        return prefix + (repr(value) if math.isfinite(value) else _dumps(value)) + "}}"  # type: ignore[arg-type]
+    if kind is int:
+        prefix = _number_prefix.get((key, int))
+        if prefix is None:
+            prefix = _number_prefix[key, int] = '{"key":' + _dumps(key) + ',"value":{"intValue":"'
+        return prefix + str(value) + '"}}'
+    if kind is str or kind is bool:
+        pair = (key, kind, value)
+        encoded = _pair_json.get(pair)
+        if encoded is None:
+            encoded = '{"key":' + _dumps(key) + ',"value":' + _value_json(value) + "}"
+            if len(_pair_json) < _STRING_CACHE_LIMIT:
+                _pair_json[pair] = encoded
+        return encoded
+    return '{"key":' + _dumps(key) + ',"value":' + _value_json(value) + "}"
+
+
+_SHAPE_LIMIT = 512
+_shapes: dict[tuple[tuple[str, ...], tuple[type, ...]], _Shape | None] = {}
+"""Attribute sets by their keys and value types: a span kind repeats one shape on every step."""
+
+
+class _Shape:
+    """The JSON of one attribute shape as a ``%`` template: the keys and punctuation are encoded once;
+    ints (``%d``) and floats (``%r``, the shortest round trip, as ``json.dumps`` writes them) are
+    formatted in C; only the string and boolean slots are looked up in Python."""
+
+    __slots__ = ("float_slots", "template", "text_slots")
+
+    def __init__(self, keys: tuple[str, ...], kinds: tuple[type, ...]) -> None:
+        parts = []
+        for key, kind in zip(keys, kinds, strict=True):
+            prefix = ('{"key":' + _dumps(key) + ',"value":').replace("%", "%%")
+            if kind is float:
+                parts.append(prefix + '{"doubleValue":%r}}')
+            elif kind is int:
+                parts.append(prefix + '{"intValue":"%d"}}')
+            elif kind is str:
+                parts.append(prefix + '{"stringValue":%s}}')
+            else:  # bool
+                parts.append(prefix + '{"boolValue":%s}}')
+        self.template = "[" + ",".join(parts) + "]"
+        self.text_slots = tuple(i for i, kind in enumerate(kinds) if kind is str or kind is bool)
+        self.float_slots = tuple(i for i, kind in enumerate(kinds) if kind is float)
+
+
+_TEMPLATE_KINDS = frozenset((str, bool, int, float))
+
+
 def _attributes_json(attributes: Any) -> str:
-    parts = []
-    for key, value in (attributes or {}).items():
-        key_json = _key_json.get(key)
-        if key_json is None:
-            key_json = _key_json[key] = '{"key":' + _dumps(key) + ',"value":'
-        parts.append(key_json + _value_json(value) + "}")
-    return "[" + ",".join(parts) + "]"
+    if not attributes:
+        return "[]"
+    values = list(attributes.values())
+    key = (tuple(attributes), tuple(map(type, values)))
+    shape = _shapes.get(key)
+    if shape is None:
+        if key in _shapes or not _TEMPLATE_KINDS.issuperset(key[1]) or len(_shapes) >= _SHAPE_LIMIT:
+            return _attributes_json_slowly(attributes)
+        shape = _shapes[key] = _Shape(*key)
+    for i in shape.float_slots:  # NaN and the infinities are not JSON numbers: the slow path spells them
+        if not _isfinite(values[i]):
+            return _attributes_json_slowly(attributes)
+    for i in shape.text_slots:
+        value = values[i]
+        values[i] = _str_json(value) if type(value) is str else ("true" if value else "false")
+    return shape.template % tuple(values)
+
+
+_isfinite = math.isfinite
+
+
+def _attributes_json_slowly(attributes: Any) -> str:
+    return "[" + ",".join([_attribute_json(key, value) for key, value in attributes.items()]) + "]"
 
 
 def _span_json(span: SpanData) -> str:

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from traceml_otel.emit.export_errors import failure_cause, install_log_recorder
+from traceml_otel.emit.otlp_encode import EncodedSpans
 from traceml_otel.emit.spans import SpanData
 
 MAX_QUEUED_SPANS = 200_000
@@ -34,12 +35,59 @@ BATCH_DELAY_S = 1.0
 
 
 def make_span_exporter(protocol: str) -> SpanExporter:
-    """The SDK OTLP span exporter for ``protocol``; it reads endpoint, headers, TLS from env."""
+    """The SDK OTLP span exporter for ``protocol``; it reads endpoint, headers, TLS from env.
+
+    It also takes :class:`~traceml_otel.emit.otlp_encode.EncodedSpans` (our spans already encoded)
+    and sends their bytes with the SDK's own transport, retries and settings; ``ReadableSpan`` lists
+    still go through the SDK's encoder.
+    """
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    return OTLPSpanExporter()
+        return _encoded_grpc_exporter()()
+    return _encoded_http_exporter()()
+
+
+def _encoded_grpc_exporter() -> type[SpanExporter]:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    class EncodedGrpcSpanExporter(OTLPSpanExporter):
+        """The SDK's gRPC exporter; a pre-encoded batch is parsed (in C) instead of encoded in Python."""
+
+        def _translate_data(self, data: Any) -> ExportTraceServiceRequest:
+            if isinstance(data, EncodedSpans):
+                return ExportTraceServiceRequest.FromString(data.request_bytes())
+            return super()._translate_data(data)
+
+    return EncodedGrpcSpanExporter
+
+
+def _encoded_http_exporter() -> type[SpanExporter]:
+    from opentelemetry.exporter.otlp.proto.http import trace_exporter
+
+    if not getattr(trace_exporter.encode_spans, "_traceml_encoded", False):
+        sdk_encode = trace_exporter.encode_spans
+
+        def encode_spans(spans: Any) -> Any:
+            """The SDK's encoder, or the bytes of a batch we encoded ourselves (this process is ours)."""
+            if isinstance(spans, EncodedSpans):
+                return _Serialized(spans.request_bytes())
+            return sdk_encode(spans)
+
+        encode_spans._traceml_encoded = True  # type: ignore[attr-defined]
+        trace_exporter.encode_spans = encode_spans
+    return trace_exporter.OTLPSpanExporter
+
+
+class _Serialized:
+    """What the SDK's HTTP exporter calls ``SerializePartialToString`` on: bytes already serialised."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def SerializePartialToString(self) -> bytes:  # the protobuf method's name
+        return self._data
+
+    SerializeToString = SerializePartialToString
 
 
 def quiet_sdk_exporter_logs() -> None:
@@ -86,17 +134,21 @@ class OtlpSpanShipper:
         exporter: SpanExporter,
         sampler: Sampler,
         endpoint: str,
-        convert: Callable[[SpanData], ReadableSpan],
+        convert: Callable[[SpanData], Any],
         on_first_failure: Callable[[str], None] | None = None,
         protocol: str = "",
+        batch: Callable[[list[Any]], Sequence[Any]] = list,
     ) -> None:
+        """``convert`` turns one span into what ``exporter`` takes (a ``ReadableSpan``, or encoded bytes);
+        ``batch`` wraps a list of converted spans into one ``export()`` argument."""
         self._exporter = exporter
+        self._batch = batch
         self._protocol = protocol or ("grpc" if "grpc" in type(exporter).__module__ else "http/protobuf")
         self._convert = convert
         self._sampler = sampler
         self._endpoint = endpoint
         self._on_first_failure = on_first_failure or _warn_stderr
-        self._queue: queue.Queue[list[ReadableSpan] | None] = queue.Queue()
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue()
         self._queued = 0
         self._in_flight = 0
         """Spans of the batch the exporter is sending now (counted by its outcome, even after close)."""
@@ -170,7 +222,7 @@ class OtlpSpanShipper:
         return self.counts
 
     def _run(self) -> None:
-        batch: list[ReadableSpan] = []
+        batch: list[Any] = []
         deadline = time.monotonic() + BATCH_DELAY_S
         while True:
             try:
@@ -186,7 +238,7 @@ class OtlpSpanShipper:
                 batch = []
                 deadline = time.monotonic() + BATCH_DELAY_S
 
-    def _send(self, batch: list[ReadableSpan]) -> None:
+    def _send(self, batch: list[Any]) -> None:
         with self._lock:
             if not batch or self._closed:
                 return
@@ -194,7 +246,7 @@ class OtlpSpanShipper:
         logs = install_log_recorder()
         logs.take()  # forget what earlier batches logged
         try:
-            result = self._exporter.export(batch)
+            result = self._exporter.export(self._batch(batch))
             error = None if result == SpanExportResult.SUCCESS else failure_cause(logs.take(), self._protocol,
                                                                                      self._endpoint)
         except Exception as exc:

@@ -1,10 +1,10 @@
 """Turn step records into spans, placed on the right timeline.
 
 The step span is a root in the trace derived from (run id, step)
-(``contract.step_trace_id``), and phase spans are its children. Spans are first built as
-light :class:`SpanData` records, which the local copy encodes directly; only spans that
-OTLP export keeps (after sampling) become SDK ``ReadableSpan`` objects
-(:class:`ReadableSpanFactory`), which costs about a third of the emitter's CPU otherwise.
+(``contract.step_trace_id``), and phase spans are its children. Spans are built as light
+:class:`SpanData` records, which the local copy (:mod:`traceml_otel.emit.local_copy`) and OTLP export
+(:mod:`traceml_otel.emit.otlp_encode`) encode directly; :class:`ReadableSpanFactory` makes the SDK's
+``ReadableSpan`` of one, which the tests use as the reference encoding.
 Runs in the emitter process only.
 """
 
@@ -39,9 +39,12 @@ class RankInfo:
     cpus: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SpanData:
-    """One finished span (kind INTERNAL, sampled), before any SDK object is made."""
+    """One finished span (kind INTERNAL, sampled), before any SDK object is made.
+
+    Treated as immutable, not declared ``frozen``: four or more are built per step, and a frozen
+    ``__init__`` costs about 0.5 us more each (see :mod:`traceml_otel.step_records`)."""
 
     name: str
     trace_id: int
@@ -53,7 +56,7 @@ class SpanData:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepSpans:
     """The spans of one step on one rank; ``step`` is the root."""
 
@@ -225,32 +228,38 @@ class StepSpanBuilder:
         exposures: list[CollectiveExposure],
     ) -> SpanData:
         start, end = phase.start_ns, phase.end_ns
-        if on_gpu and phase.gpu_offset_ns is not None and phase.gpu_duration_ns is not None:
-            start = record.start_ns + phase.gpu_offset_ns
-            end = start + phase.gpu_duration_ns
+        gpu_ns = phase.gpu_duration_ns
         attributes: dict[str, object] = {
-            **self._common,
-            c.ATTR_STEP: record.step,
-            c.ATTR_PHASE_NAME: phase.phase,
-            c.ATTR_PHASE_CALL: phase.call,
-            c.ATTR_PHASE_CPU_DURATION: (phase.end_ns - phase.start_ns) * _NS,
+            _RUN_ID: self._rank.run_id,
+            _RANK: self._rank.rank,
+            _STEP: record.step,
+            _PHASE_NAME: phase.phase,
+            _PHASE_CALL: phase.call,
+            _PHASE_CPU: (end - start) * _NS,
         }
-        if phase.gpu_duration_ns is not None:
-            attributes[c.ATTR_PHASE_GPU_DURATION] = phase.gpu_duration_ns * _NS
+        if gpu_ns is not None:
+            attributes[_PHASE_GPU] = gpu_ns * _NS
+            if on_gpu and phase.gpu_offset_ns is not None:
+                start = record.start_ns + phase.gpu_offset_ns
+                end = start + gpu_ns
         if phase.nbytes is not None:
             attributes[c.ATTR_H2D_BYTES] = phase.nbytes
-        inside = [e for e in exposures if e.phase is phase]
-        if inside:
-            optional = {
-                c.ATTR_PHASE_COMM_EXPOSED_CPU: _seconds(total([e.exposed_ns for e in inside])),
-                c.ATTR_PHASE_COMM_EXPOSED_GPU: _seconds(total([e.exposed_gpu_ns for e in inside])),
-            }
-            attributes.update((key, value) for key, value in optional.items() if value is not None)
-        return SpanData(
-            name=c.PHASE_SPAN_NAMES.get(phase.phase, f"traceml.{phase.phase}"), trace_id=trace_id,
-            span_id=self._span_id(), parent_span_id=parent_id, start_ns=start, end_ns=end,
-            attributes=attributes,
-        )
+        if exposures:
+            inside = [e for e in exposures if e.phase is phase]
+            if inside:
+                optional = {
+                    c.ATTR_PHASE_COMM_EXPOSED_CPU: _seconds(total([e.exposed_ns for e in inside])),
+                    c.ATTR_PHASE_COMM_EXPOSED_GPU: _seconds(total([e.exposed_gpu_ns for e in inside])),
+                }
+                attributes.update((key, value) for key, value in optional.items() if value is not None)
+        name = _PHASE_SPAN_NAMES.get(phase.phase) or f"traceml.{phase.phase}"
+        return SpanData(name, trace_id, self._random.getrandbits(64) or 1, parent_id, start, end, attributes)
+
+
+_RUN_ID, _RANK, _STEP = c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_STEP
+_PHASE_NAME, _PHASE_CALL = c.ATTR_PHASE_NAME, c.ATTR_PHASE_CALL
+_PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
+_PHASE_SPAN_NAMES = c.PHASE_SPAN_NAMES
 
 
 def _totals(

@@ -28,6 +28,9 @@ rank's steps as dropped):
   ``FrameBuffer``, ``WireError``, ``MAX_FRAME_BYTES``).
 - :mod:`traceml_otel.wire.hello`: ``Hello``, the first frame: rank identity, outputs, shutdown
   deadline, clock anchor.
+- :mod:`traceml_otel.wire.control`: the control records beside the hello and the steps: ``DeviceInfo``
+  (the ``device`` frame), ``Bye`` (the ``bye`` frame) and ``LocalReport`` (the emitter's one-line
+  answer on its stdout: what the local copy holds, or why it refused the stream).
 - :mod:`traceml_otel.wire.step_row`: ``StepRow`` (with ``PhaseRow`` and ``CollectiveRow``), one
   completed step as a list with named slots, built by the recorder on the training thread;
   ``decode_step`` turns it into a ``records.StepRecord`` on the emitter side. Slots are only ever

@@ -52,8 +52,12 @@ def ensure_run_dir(run_dir: Path) -> None:
         raise OSError(errno.ENOTDIR, f"{run_dir} is not a directory")
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, reserve_bytes: int = 0) -> None:
     """Replace ``path`` with ``text`` through a temporary file; never follows a link planted there.
+
+    ``reserve_bytes``: disk held beyond the new file's end without growing it (``fallocate`` with
+    ``KEEP_SIZE``, Linux; nothing elsewhere), so a later in-place overwrite of up to that size needs
+    no new blocks on a full disk.
 
     Raises:
         OSError: the folder is read-only or full, or a link sits at ``path`` or the temporary path.
@@ -64,9 +68,12 @@ def write_atomically(path: Path, text: str) -> None:
     try:
         fd = os.open(temporary, flags, 0o644)
         try:
-            view = memoryview(text.encode("utf-8"))
+            data = text.encode("utf-8")
+            view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            if reserve_bytes > len(data):
+                _reserve_beyond_end(fd, reserve_bytes)
         finally:
             os.close(fd)
         os.replace(temporary, path)
@@ -76,6 +83,26 @@ def write_atomically(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _reserve_beyond_end(fd: int, length: int) -> bool:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length)``: disk held for later writes, size unchanged."""
+    global _fallocate
+    if _fallocate is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fallocate
+            function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            _fallocate = function
+        except (OSError, AttributeError):
+            _fallocate = False
+    return bool(_fallocate) and _fallocate(fd, 1, 0, length) == 0  # 1: FALLOC_FL_KEEP_SIZE
+
+
+_fallocate: Any = None
+"""libc's ``fallocate`` once looked up (``False`` where there is none)."""
 
 
 def as_int(raw: object) -> int | None:

@@ -1,0 +1,448 @@
+"""One rank's outputs in the emitter process: spans, the local copy, OTLP export and metrics.
+
+Records become spans and go to the local copy as soon as they are read; OTLP export and metrics
+get the time the pipe leaves free (:mod:`traceml_otel.emit.pipe_session` decides when), so a busy
+machine delays export, never the local copy. Each output fails alone: a local copy on a full or
+read-only disk, a busy Prometheus port or a broken exporter turns off that output only, says so
+once on stderr and in ``rank-R.export.json``, and the others go on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from traceml_otel import contract as c
+from traceml_otel._version import __version__
+from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
+from traceml_otel.emit.export_errors import probe_protocol
+from traceml_otel.emit.hang_events import HangRecordWatch
+from traceml_otel.emit.local_copy import LocalCopyWriter
+from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
+from traceml_otel.emit.redact import Redactor, header_secrets
+from traceml_otel.emit.span_export import (
+    OtlpSpanShipper,
+    make_span_exporter,
+    quiet_sdk_exporter_logs,
+    sampler_from_settings,
+)
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
+from traceml_otel.emit.stats_file import StatsFile
+from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.step_table import StepTable
+from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.control import DeviceInfo, LocalReport
+from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.hello import Hello
+from traceml_otel.wire.step_row import decode_step
+
+SPAN_DRAIN_SHARE = 0.8
+"""Share of the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S`` that span export gets at shutdown; metrics'
+final export gets the rest."""
+PROBE_S = 0.5
+"""At shutdown, how long one endpoint gets to show it listens and speaks the protocol."""
+DEAD_ENDPOINT_DRAIN_S = 1.0
+"""Span drain at shutdown when the last export attempt failed (the endpoint is down), if shorter."""
+MAX_EXPORT_BACKLOG_SPANS = 100_000
+"""Spans written locally but not yet offered to OTLP; beyond this, export is skipped (counted)."""
+EMITTER_BEHIND = "emitter behind (CPU busy); kept in the local copy"
+EXPORT_TURNED_OFF = "OTLP export turned off after an error"
+
+REDACT = Redactor(header_secrets())
+"""Header values (tokens) never reach stderr or the statistics."""
+
+
+def describe(error: BaseException) -> str:
+    """An error in one line, header values redacted."""
+    return REDACT(f"{type(error).__name__}: {error}")
+
+
+def build_resource(hello: Hello) -> Resource:
+    """Our resource attributes, merged under ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
+    attributes: dict[str, Any] = {
+        "service.instance.id": f"{hello.run_id}/rank-{hello.rank}",
+        "host.name": hello.host,
+        "process.pid": hello.pid,
+        c.ATTR_RUN_ID: hello.run_id,
+        c.ATTR_JOB: hello.job or hello.run_id,
+    }
+    if hello.service_name:
+        attributes["service.name"] = hello.service_name
+    # Resource.create merges the env detector (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) under ours;
+    # service.name is only ours when the env named none. A provider the program set up wins over both.
+    resource = Resource.create(attributes)
+    if hello.user_resource:
+        resource = resource.merge(Resource({**hello.user_resource, c.ATTR_RUN_ID: hello.run_id}))
+    return resource
+
+
+def _span_count(built: list[StepSpans]) -> int:
+    return sum(len(step.phases) + 1 for step in built)
+
+
+class Emitter:
+    """Spans, local copy, OTLP and metrics for one rank; each output can fail on its own."""
+
+    def __init__(self, hello: Hello) -> None:
+        self.anchor_ns = hello.anchor_ns
+        rank = RankInfo(
+            run_id=hello.run_id, rank=hello.rank, local_rank=hello.local_rank,
+            world_size=hello.world_size, node_rank=hello.node_rank, host=hello.host, cpus=hello.cpus,
+        )
+        resource = build_resource(hello)
+        scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
+        self.builder = StepSpanBuilder(rank)
+        self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
+        self.ledger = DropLedger(self.stats, REDACT)
+        self.drain_s = float(hello.shutdown_timeout_s)
+        """The trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``: all OTLP export at shutdown fits in it."""
+        self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
+        self._export_backlog_spans = 0
+        run_dir = Path(hello.run_dir) if hello.run_dir else None
+        stats_path = None  # a link planted at the run folder: nothing written through it
+        if run_dir is not None and not run_dir.is_symlink():
+            stats_path = run_dir / c.export_stats_file_name(rank.rank)
+        self.stats_file = StatsFile(stats_path, self._stats_failed)
+        self.local: LocalCopyWriter | None = None
+        self.table: StepTable | None = None
+        if run_dir is not None:
+            try:
+                self.local = LocalCopyWriter(run_dir / c.traces_file_name(rank.rank), resource, scope)
+            except OSError as error:
+                self.disable("local copy", f"cannot open it in {run_dir} ({describe(error)})")
+            if self.local is not None:  # the table sits beside the spans it summarizes
+                self.table = StepTable(run_dir, rank.run_id, rank.rank, self.warn,
+                                       str(resource.attributes.get("service.name", "")))
+        quiet_sdk_exporter_logs()
+        self.shipper: OtlpSpanShipper | None = None
+        if hello.traces_endpoint and hello.traces_protocol:
+            self.shipper = self._start_shipper(hello, resource, scope)
+        self.metrics: StepMetrics | None = self._start_metrics(hello, resource, rank)
+        self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
+        if self.hang_watch is not None and self.metrics is not None:
+            self.metrics.state.stalled = self.hang_watch.state.stalled
+        if run_dir is not None and self.metrics is not None:
+            self.metrics.watch_time_record(run_dir, rank.rank,
+                                           self.hang_watch.state if self.hang_watch is not None else None)
+        self.write_stats()
+
+    @property
+    def stats_path(self) -> Path | None:
+        """``rank-R.export.json`` (None: no run folder)."""
+        return self.stats_file.path
+
+    def _start_shipper(self, hello: Hello, resource: Resource, scope: InstrumentationScope,
+                       ) -> OtlpSpanShipper | None:
+        endpoint, protocol = hello.traces_endpoint, hello.traces_protocol
+        assert endpoint is not None and protocol is not None
+        self.stats.otlp_endpoint = endpoint
+        encoder = SpanEncoder(resource, scope)  # OTLP protobuf straight from our spans (the SDK sends it)
+        try:
+            return OtlpSpanShipper(
+                make_span_exporter(protocol),
+                sampler_from_settings(hello.sampler, hello.sampler_arg),
+                endpoint,
+                encoder.encode,
+                on_first_failure=self.warn,
+                protocol=protocol,
+                batch=lambda spans: EncodedSpans(encoder, spans),
+            )
+        except Exception as error:
+            self.disable("OTLP span export", f"the exporter could not start ({describe(error)})")
+            return None
+
+    def _start_metrics(self, hello: Hello, resource: Resource, rank: RankInfo) -> StepMetrics | None:
+        protocol = hello.metrics_protocol
+        self.metrics_protocol = protocol
+        self.stats.metrics_endpoint = hello.metrics_endpoint
+        labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
+                            version=__version__, job=hello.job)
+        self.linger_s = float(hello.prometheus_linger_s)
+        endpoint = _prometheus_endpoint(hello)
+        if endpoint is not None:
+            try:
+                return StepMetrics(resource, labels, protocol, endpoint, dropped_spans=self._dropped_spans,
+                                   metrics_endpoint=self.stats.metrics_endpoint, on_export_failure=self.warn)
+            except OSError as error:
+                self.disable("Prometheus endpoint", f"cannot serve on {endpoint.address}:{endpoint.port} "
+                                                    f"({describe(error)})")
+        try:
+            return StepMetrics(resource, labels, protocol, None, dropped_spans=self._dropped_spans,
+                               metrics_endpoint=self.stats.metrics_endpoint, on_export_failure=self.warn)
+        except Exception as error:
+            self.disable("metrics", f"could not start ({describe(error)})")
+            return None
+
+    def _dropped_spans(self) -> int:
+        """Spans OTLP has not delivered so far (read by the live dropped-spans series, on its thread)."""
+        return self.ledger.dropped(lambda: self.shipper.counts.dropped if self.shipper is not None else 0)
+
+    def poll_hang(self, force: bool = False) -> None:
+        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP)."""
+        span = self.hang_watch.poll(force) if self.hang_watch is not None else None
+        if span is None:
+            return
+        if self.local is not None:
+            try:
+                self.local.write([span])
+            except OSError as error:
+                self._local_failed(error)
+        if self.shipper is not None:
+            try:
+                self.shipper.offer([span])
+            except Exception as error:
+                self.warn(f"the hang span could not be offered to OTLP ({describe(error)})")
+
+    def handle_device(self, device: DeviceInfo) -> None:
+        """The trainer reported its CUDA device (index, UUID) for the info series."""
+        if self.metrics is not None:
+            self.metrics.set_device(device.index, device.uuid)
+
+    # --- faults -----------------------------------------------------------------
+    def warn(self, message: str) -> None:
+        """One ``traceml: rank R: ...`` line on stderr (header values redacted)."""
+        print(f"traceml: rank {self.stats.rank}: {REDACT(message)}", file=sys.stderr, flush=True)
+
+    def disable(self, output: str, reason: str) -> None:
+        """Turn one output off: recorded in the statistics and said once; the others go on."""
+        if output in self.stats.outputs_disabled:
+            return
+        self.stats.outputs_disabled[output] = reason
+        self.warn(f"{output} turned off: {reason}; training and the other outputs continue")
+        self.write_stats()
+
+    def _stats_failed(self, reason: str) -> None:
+        self.stats.outputs_disabled.setdefault("export statistics", REDACT(reason))
+        self.warn(f"export statistics turned off: {reason}")
+
+    # --- steps ------------------------------------------------------------------
+    def handle_steps(self, rows: list[Any]) -> None:
+        """Build one batch of steps and write it to the local copy; export waits its turn."""
+        records = [decode_step(row, self.anchor_ns) for row in rows]
+        built = [self.builder.build(record) for record in records]
+        self.stats.steps_received += len(records)
+        if self.local is not None:
+            try:
+                self.local.write([span for step in built for span in step.all()], steps=len(records))
+            except OSError as error:
+                self._local_failed(error)
+            self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
+            self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+        if self.table is not None:
+            self.table.write(built)
+        self.stats_file.mark_dirty()
+        self.refresh_stats()
+        spans = _span_count(built)
+        if self._export_backlog_spans + spans > MAX_EXPORT_BACKLOG_SPANS:
+            self._skip_export(EMITTER_BEHIND, records, built)
+            return
+        self._export_backlog.append((records, built))
+        self._export_backlog_spans += spans
+
+    def refresh_stats(self) -> None:
+        """Rewrite the statistics when steps arrived since the last write, at most every
+        ``STATS_INTERVAL_S`` (bounded cost; a dead or stopped emitter leaves counts that recent)."""
+        self.stats_file.refresh(self.stats)
+
+    def write_stats(self) -> None:
+        """Replace ``rank-R.export.json`` now (:class:`~traceml_otel.emit.stats_file.StatsFile`)."""
+        self.stats_file.write(self.stats)
+
+    def _local_failed(self, error: OSError) -> None:
+        local, self.local = self.local, None
+        assert local is not None
+        self.stats.spans_local, self.stats.steps_local = local.spans_written, local.steps_written
+        try:
+            local.close()
+        except OSError:
+            pass
+        self.disable("local copy", f"writing {local.path} failed after {local.steps_written} steps "
+                                   f"({describe(error)})")
+
+    @property
+    def has_export_work(self) -> bool:
+        return bool(self._export_backlog)
+
+    def export_next(self) -> None:
+        """Offer the oldest written batch to OTLP export and metrics."""
+        records, built = self._export_backlog.popleft()
+        self._export_backlog_spans -= _span_count(built)
+        sampled = [True] * len(built)  # exemplars point only at traces that are sent
+        if self.shipper is not None:
+            offered = 0
+            try:
+                for spans in built:
+                    sampled[offered] = self.shipper.offer(spans.all())
+                    offered += 1
+            except Exception as error:
+                self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built[offered:]))
+                self.disable("OTLP span export", f"failed ({describe(error)})")
+                self._stop_shipper()
+        elif self.stats.otlp_endpoint is not None:
+            self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
+        self._record_metrics(records, built, sampled)
+
+    def _record_metrics(self, records: list[StepRecord], built: list[StepSpans], sampled: list[bool]) -> None:
+        if self.metrics is not None:
+            try:
+                self.metrics.record_batch(zip(records, built, sampled, strict=False))
+            except Exception as error:
+                self.ledger.take_metric_counts(self.metrics.export_counts)
+                self.metrics = None
+                self.disable("metrics", f"recording failed ({describe(error)})")
+        else:
+            self.stats.metrics_skipped_steps += len(records)
+
+    def _skip_export(self, reason: str, records: list[StepRecord], built: list[StepSpans]) -> None:
+        if self.stats.otlp_endpoint is not None:
+            self.ledger.skip(reason, _span_count(built))
+        self.stats.metrics_skipped_steps += len(records)
+
+    def _stop_shipper(self) -> None:
+        shipper = self.shipper
+        if shipper is not None:
+            self._retire_shipper(shipper, shipper.close(0.0))
+
+    def _retire_shipper(self, shipper: OtlpSpanShipper, counts: ShipperCounts,
+                        not_sent: str = NOT_SENT_AT_SHUTDOWN) -> None:
+        with self.ledger.lock:
+            self.shipper = None
+            self.ledger.take_shipper(counts, not_sent)
+
+    # --- shutdown ---------------------------------------------------------------
+    def finish_local(self, status: str, capture_dropped: int, clean: bool,
+                     steps_traced: int | None) -> LocalReport:
+        """Close the local copy and say what it holds (the trainer is waiting for this)."""
+        stats = self.stats
+        stats.capture_dropped_steps = capture_dropped
+        stats.clean_shutdown = clean
+        stats.end_status = status
+        stats.steps_traced = steps_traced
+        if clean and self.metrics is not None:
+            self.metrics.mark_ended(status)  # the final export and scrapes carry the end and its status
+        if self.local is not None:
+            try:
+                self.local.close()
+            except OSError as error:
+                self._local_failed(error)
+        if self.table is not None:
+            self.table.close()
+        stats.local_copy_closed_unix = time.time()
+        local_on = "local copy" not in stats.outputs_disabled and self.stats_path is not None
+        if steps_traced is not None and self.stats_path is not None:
+            stats.local_copy_complete = local_on and stats.steps_local == steps_traced
+        self.write_stats()
+        return LocalReport(rank=stats.rank, enabled=local_on, steps=stats.steps_local, traced=steps_traced,
+                           complete=stats.local_copy_complete, disabled=dict(stats.outputs_disabled))
+
+    def finish_export(self) -> None:
+        """Offer what is left to OTLP within the deadline, shut export down, write the final stats.
+
+        All of it fits in ``drain_s`` (the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``): spans get the
+        first ``SPAN_DRAIN_SHARE`` of it, metrics' final export the rest. An endpoint that is down or
+        speaks the other protocol (:func:`probe_protocol`, at most ``PROBE_S`` per endpoint) gets no
+        wait at all: what is left is counted as not sent, with that cause.
+        """
+        started = time.monotonic()
+        span_down, metric_down = self._endpoints_down()
+        drain_s = self.drain_s * SPAN_DRAIN_SHARE
+        if span_down is not None:
+            drain_s = 0.0
+        elif self.shipper is not None and self.shipper.last_export_failed:
+            drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is failing
+        deadline = started + drain_s
+        not_sent = NOT_SENT_AT_SHUTDOWN if span_down is None else f"not sent: {span_down}"
+        self._drain_backlog(deadline, started + self.drain_s * SPAN_DRAIN_SHARE, span_down, not_sent)
+        if self.shipper is not None:
+            shipper = self.shipper
+            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget,
+            # unless the endpoint is down (then nothing it holds can be delivered).
+            grace = 0.0 if span_down is not None else max(
+                0.0, started + self.drain_s - max(deadline, time.monotonic()))
+            counts = shipper.close(max(0.0, deadline - time.monotonic()), grace)
+            if span_down is not None:
+                counts.last_error = span_down
+            self._retire_shipper(shipper, counts, not_sent)
+        if metric_down is not None and self.metrics is not None:
+            self.metrics.give_up_export(metric_down)
+        self.ledger.settle()
+        self._finish_metrics(max(0.0, started + self.drain_s - time.monotonic()), metric_down)
+        stats = self.stats
+        if stats.otlp_dropped:
+            self.warn(f"{stats.otlp_dropped} span(s) were not delivered over OTLP to {stats.otlp_endpoint} "
+                      f"({stats.otlp_drop_reasons}); "
+                      + ("the local copy has them" if stats.local_copy_complete else "see the account"))
+        stats.final = True
+        self.write_stats()
+        if stats.clean_shutdown and self.metrics is not None:
+            # Every scraper sees the end marker, so the end is not mistaken for a dead rank.
+            self.metrics.linger(self.linger_s)
+
+    def _drain_backlog(self, deadline: float, metrics_until: float, span_down: str | None,
+                       not_sent: str) -> None:
+        """Offer the export backlog until ``deadline``; count the rest as ``not_sent``."""
+        while self._export_backlog and time.monotonic() < deadline:
+            self.export_next()
+        # Recording a step in the metrics is in-memory work: with the span endpoint down, the spans' share
+        # of the budget goes to it, so a loaded machine does not lose the last steps from the metrics.
+        while self._export_backlog:
+            records, built = self._export_backlog.popleft()
+            if span_down is not None and time.monotonic() < metrics_until:
+                # The span endpoint is down, the metrics' may not be: the steps still count in the metrics.
+                self.ledger.skip(not_sent, _span_count(built))
+                self._record_metrics(records, built, [False] * len(built))
+            else:
+                self._skip_export(not_sent, records, built)
+        self._export_backlog_spans = 0
+
+    def _finish_metrics(self, left_s: float, metric_down: str | None) -> None:
+        if self.metrics is not None:
+            try:
+                # Down: the final export fails at once; only an export already hung in a read is waited for.
+                self.metrics.shutdown(timeout_s=min(left_s, DEAD_ENDPOINT_DRAIN_S) if metric_down else left_s)
+            except Exception as error:
+                self.stats.problems.append(f"metrics shutdown failed ({describe(error)})")
+            self.ledger.take_metric_counts(self.metrics.export_counts)
+
+    def finish(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None = None) -> None:
+        """Both shutdown stages at once (tests and benchmarks)."""
+        self.finish_local(status, capture_dropped, clean, steps_traced)
+        self.finish_export()
+
+    def _endpoints_down(self) -> tuple[str | None, str | None]:
+        """Why OTLP span and metric export cannot work now (``None``: not known to fail)."""
+        probed: dict[tuple[str, str], str | None] = {}
+
+        def probe(endpoint: str | None, protocol: str | None) -> str | None:
+            if not endpoint or not protocol:
+                return None
+            if (endpoint, protocol) not in probed:
+                probed[endpoint, protocol] = probe_protocol(endpoint, protocol, PROBE_S)
+            return probed[endpoint, protocol]
+
+        spans = metrics = None
+        if self.shipper is not None:
+            spans = probe(self.stats.otlp_endpoint, self.shipper.protocol) or self.shipper.failing_cause()
+            if spans is not None and not _endpoint_level(spans):
+                spans = None  # failing for another reason (an HTTP status): the short drain applies
+        if self.metrics is not None and self.metrics.export_counts is not None:
+            metrics = probe(self.stats.metrics_endpoint, self.metrics_protocol)
+        return spans, metrics
+
+
+def _endpoint_level(cause: str) -> bool:
+    """A cause about the endpoint itself (nothing listens, the other protocol, no answer)."""
+    return cause.startswith(
+        ("connection refused", "wrong protocol", "timeout", "cannot connect", "host name"))
+
+
+def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:
+    if hello.prometheus_port is None:
+        return None
+    return PrometheusEndpoint(hello.prometheus_port + hello.local_rank, hello.prometheus_addr or "127.0.0.1")
