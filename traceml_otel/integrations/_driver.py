@@ -22,6 +22,8 @@ class StepDriver:
         self.source = source
         """``traceml.step.source`` of the steps this driver opens (``hf_trainer``, ``lightning``)."""
         self._open: Any = None
+        self._batches = 0
+        """Batches in the open step (gradient accumulation: several per update)."""
         self._outside: list[Any] = []
         self.undo: list[Callable[[], None]] = []
 
@@ -41,6 +43,7 @@ class StepDriver:
         context = _api.trace_step(model, samples=samples)
         context.__enter__()
         self._open = context
+        self._batches = 0
         recorder = _api._telemetry.recorder
         if recorder is not None:
             recorder.source = self.source
@@ -54,6 +57,16 @@ class StepDriver:
             context.__exit__(None, None, None)
         else:
             _api._telemetry.end_step(exception_type)
+
+    def end_after_update(self, batches_per_update: int) -> None:
+        """A batch ended: close the open step once it holds an optimizer update (gradient accumulation
+        keeps one step open over the update's micro-batches), or after ``batches_per_update`` batches
+        without one (a skipped update)."""
+        self._batches += 1
+        recorder = _api._telemetry.recorder
+        if (recorder is None or not recorder.in_step or recorder.updates_in_step
+                or self._batches >= batches_per_update):
+            self.end()
 
     def forget_input_wait(self) -> None:
         """Evaluation fetched batches between two training steps: not the next step's input wait."""
