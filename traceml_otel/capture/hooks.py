@@ -53,24 +53,40 @@ class ForwardHooks:
         if model in self._handles:
             return
         self._handles[model] = [
-            model.register_forward_pre_hook(self._pre),
-            model.register_forward_hook(self._post, always_call=True),
+            model.register_forward_pre_hook(self.before_forward),
+            model.register_forward_hook(self.after_forward, always_call=True),
         ]
 
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+    def before_forward(self, module: torch.nn.Module | None, args: Any) -> None:
+        """A module call starts (a forward pre-hook; also called directly by step inference)."""
         if self._recorder.foreign_thread():
             return
         self._depth += 1
         if self._depth == 1:
             self._token = self._recorder.phase_begin()
 
-    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+    def after_forward(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
+        """A module call ends (a forward hook, also run when the call raised)."""
         if self._recorder.foreign_thread(ending=True):
             return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self._token is not None:
             self._recorder.phase_end("forward", self._token)
             self._token = None
+
+    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` timed as an outermost forward (a framework's training-step method)."""
+        hooks = self
+
+        @functools.wraps(call)
+        def traceml_timed_forward(*args: Any, **kwargs: Any) -> Any:
+            hooks.before_forward(None, args)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                hooks.after_forward(None, args, None)
+
+        return traceml_timed_forward
 
     def install(self) -> None:
         """Nothing global: models are hooked as they are traced."""
@@ -93,7 +109,9 @@ class BackwardPatch:
         self._depth = 0
         self._original: Any = None
 
-    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original`` timed as the outermost backward."""
+
         @functools.wraps(original)
         def traceml_timed_backward(*args: Any, **kwargs: Any) -> Any:
             if self._recorder.foreign_thread(ending=True):
@@ -113,14 +131,14 @@ class BackwardPatch:
     def wrap_method(self, owner: type, name: str) -> Callable[[], None]:
         """Time ``owner.name`` as the outermost backward (e.g. ``Accelerator.backward``); returns an undo."""
         original = owner.__dict__[name]
-        setattr(owner, name, self._timed(original))
+        setattr(owner, name, self.timed(original))
         return lambda: setattr(owner, name, original)
 
     def install(self) -> None:
         if self._original is not None:
             return
         self._original = torch.autograd.backward
-        torch.autograd.backward = self._timed(self._original)
+        torch.autograd.backward = self.timed(self._original)
 
     def uninstall(self) -> None:
         if self._original is not None:

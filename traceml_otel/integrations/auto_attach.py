@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_otel.settings import (
     TRACEML_AUTO,
@@ -38,6 +38,9 @@ from traceml_otel.settings import (
     auto_attach_requested,
     auto_requested,
 )
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.inferred_steps import InferredSteps
 
 _ATTACHED_PID = "TRACEML_AUTO_ATTACHED_PID"
 """Set in a direct launch by the first process that attached: programs it starts do not attach."""
@@ -223,7 +226,7 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
     """Append the Lightning callback of ``package`` to ``trainer.callbacks`` unless one is there."""
     from traceml_otel.integrations import lightning_callback
 
-    ours = tuple(lightning_callback._BUILT.values()) or (lightning_callback.callback_class(package),)
+    ours = lightning_callback.built_classes() or (lightning_callback.callback_class(package),)
     if not any(isinstance(callback, ours) for callback in trainer.callbacks):
         trainer.callbacks.append(lightning_callback.callback_class(package)())
 
@@ -231,12 +234,21 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
 def _torch_imported(module: ModuleType) -> None:
     from traceml_otel.capture.inferred_steps import arm_inference
 
-    arm_inference()
+    arm_inference(start_inference)
+
+
+def start_inference() -> InferredSteps | None:
+    """Start telemetry (``init()``, unless the script called it) and infer the steps of a plain loop
+    until an explicit step appears; called at the loop's first fetch or module call."""
+    from traceml_otel import session_root
+    from traceml_otel.capture.session import current
+
+    if not session_root.start_automatically():
+        return None
+    return current().start_inference()
 
 
 def _accelerate_imported(module: ModuleType) -> None:
-    from traceml_otel import _api
+    from traceml_otel.capture.session import current
 
-    catch_up = getattr(_api._telemetry, "_catch_up_on_accelerate", None)
-    if catch_up is not None:
-        catch_up()
+    current().catch_up_on_accelerate()

@@ -92,6 +92,11 @@ def _methods(package: str) -> dict[str, Any]:
     return {name: value for name, value in locals().items() if callable(value) and name != "optimizer_module"}
 
 
+def built_classes() -> tuple[type, ...]:
+    """The callback classes built so far in this process (one per Lightning package name)."""
+    return tuple(_BUILT.values())
+
+
 def callback_class(package: str = "lightning.pytorch") -> type:
     """The callback class for ``package`` (``lightning.pytorch`` or ``pytorch_lightning``)."""
     if package not in _BUILT:
