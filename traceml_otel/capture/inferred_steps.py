@@ -140,9 +140,15 @@ class InferredSteps:
 
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
+        training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if recorder.in_step:
+            # A second model trained in the step (a GAN's discriminator): time its forwards after the
+            # warm-up too. Modules without parameters (a loss module) are no model.
+            if training and not known and module not in self._roots and _has_parameters(module):
+                self._roots.add(module)
+                self._session.model_seen(module)
             return
-        if module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+        if training:
             if not known and module not in self._roots:
                 self._roots.add(module)
                 self._session.model_seen(module)  # forward hooks, parallelism, collectives
@@ -204,6 +210,10 @@ class InferredSteps:
                 self._root_handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
             if forward is not None:
                 forward.watch(root)
+
+
+def _has_parameters(module: torch.nn.Module) -> bool:
+    return next(module.parameters(), None) is not None
 
 
 class _OptimizerRegistry:
