@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from traceml_otel.capture import hooks
+from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.wire.frames import encode_frame
 
@@ -127,7 +127,7 @@ def accelerate_case(recorder: StepRecorder, model: nn.Module, x: torch.Tensor) -
     prepared = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
     optimizer_hooks = hooks.OptimizerHooks(recorder)
     backward_patch = hooks.BackwardPatch(recorder)
-    patch = hooks.AccelerateCallsPatch(optimizer_hooks, backward_patch)
+    patch = accelerate_hooks.AccelerateCallsPatch(optimizer_hooks, backward_patch)
     cases = [
         ("Accelerate step", lambda: prepared.step()),
         ("acc. backward", lambda: accelerator.backward(model(x).sum())),

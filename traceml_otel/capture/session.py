@@ -152,7 +152,7 @@ class TrainingSession(Session):
 
     def _install_capture(self, config: CaptureConfig) -> None:
         """Build and install the hooks ``config`` asks for."""
-        from traceml_otel.capture import hooks
+        from traceml_otel.capture import accelerate_hooks, hooks
         from traceml_otel.capture.parallelism import WrapperRegistry
 
         self.config = config
@@ -161,9 +161,9 @@ class TrainingSession(Session):
         self.optimizer_hooks = hooks.OptimizerHooks(recorder)
         self.backward = hooks.BackwardPatch(recorder)
         self.installed: list[Any] = []
-        self.prefetch = hooks.AcceleratePrefetchPatch(recorder) if config.h2d else None
+        self.prefetch = accelerate_hooks.AcceleratePrefetchPatch(recorder) if config.h2d else None
         self.collectives = self._collective_timing(config)
-        self.accelerate_calls = hooks.AccelerateCallsPatch(
+        self.accelerate_calls = accelerate_hooks.AccelerateCallsPatch(
             self.optimizer_hooks if config.optimizer else None, self.backward if config.backward else None
         )
         self.wrappers = WrapperRegistry()
