@@ -163,7 +163,7 @@ class InferredSteps:
         recorder = self._recorder
         stepped = optimizer_of(optimizer, args)
         if not recorder.in_step:  # no training forward seen (a new model, or a functional one)
-            start = self._pending_start if self._pending_start is not None else recorder._last_end_ns
+            start = self._pending_start if self._pending_start is not None else recorder.last_step_end_ns
             self._pending_start = None
             recorder.begin_step(start_ns=start)
             recorder.optimizer_stepped()
