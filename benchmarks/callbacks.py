@@ -25,15 +25,16 @@ import time
 
 def _toggle(on: bool) -> None:
     """Install or uninstall every automatic hook of the running telemetry."""
-    from traceml_otel import _api
+    from traceml_otel.capture.session import TrainingSession, current
 
-    telemetry = _api._telemetry
-    hooks = [*telemetry._installed, telemetry.forward]
+    session = current()
+    assert isinstance(session, TrainingSession)
+    hooks = [*session.installed, session.forward]
     for hook in hooks if on else reversed(hooks):  # patches of one attribute nest: undo last first
         if hook is None:
             continue
         hook.install() if on else hook.uninstall()
-    telemetry._model = object()  # the next traced step hooks its model again
+    session._model = object()  # the next traced step hooks its model again (a benchmark-only reset)
 
 
 def hf_blocks(rounds: int, updates: int, accum: int) -> dict[str, list[float]]:

@@ -43,12 +43,14 @@ def worker(rounds: int, block_steps: int, hidden: int) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     import traceml_otel as traceml
-    from traceml_otel import _api
+    from traceml_otel.capture.session import TrainingSession, current
 
     torch.set_num_threads(1)
     assert traceml.init(mode="auto", strict=True)
     dist.init_process_group("gloo")
-    timing = _api._telemetry.collectives  # the benchmark switches the torch.distributed patch itself
+    session = current()
+    assert isinstance(session, TrainingSession)
+    timing = session.collectives  # the benchmark switches the torch.distributed patch itself
     assert timing is not None
 
     def make() -> nn.Module:

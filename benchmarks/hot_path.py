@@ -8,7 +8,9 @@ calls whose batches are encoded into pipe frames as the emitter channel does on 
 taking the best of five repeats so machine noise mostly drops out. The emitter is not involved (a
 sink that discards).
 The DataLoader case includes reading the batch dimension and checking for a new iterator.
-Accelerate's optimizer step and backward are timed too when ``accelerate`` is installed.
+Accelerate's optimizer step and backward are timed too when ``accelerate`` is installed. Last, an
+empty ``trace_step()`` block through the public API (facade and training session) with a real
+``init()``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from traceml_otel.capture import hooks
+from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.wire.frames import encode_frame
 
@@ -125,7 +127,7 @@ def accelerate_case(recorder: StepRecorder, model: nn.Module, x: torch.Tensor) -
     prepared = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
     optimizer_hooks = hooks.OptimizerHooks(recorder)
     backward_patch = hooks.BackwardPatch(recorder)
-    patch = hooks.AccelerateCallsPatch(optimizer_hooks, backward_patch)
+    patch = accelerate_hooks.AccelerateCallsPatch(optimizer_hooks, backward_patch)
     cases = [
         ("Accelerate step", lambda: prepared.step()),
         ("acc. backward", lambda: accelerator.backward(model(x).sum())),
@@ -172,7 +174,7 @@ def inferred_case() -> None:
         forward.watch(model)
         telemetry = SimpleNamespace(recorder=recorder, forward=forward, optimizer_hooks=optimizer_hooks,
                                     config=SimpleNamespace(optimizer=True), inferred=None,
-                                    _first_step_with=forward.watch)
+                                    model_seen=forward.watch)
         inferred = InferredSteps(telemetry)
         if mode == "inferred":
             inferred.start()
@@ -196,5 +198,30 @@ def inferred_case() -> None:
           f"{results['inferred'] - results['trace_step']:+6.2f} us")
 
 
+def api_case() -> None:
+    """``with traceml.trace_step(model):`` through the public API (facade, session, recorder) against
+    the recorder's own ``begin_step``/``end_step``, with a real ``init()`` (its emitter process
+    receives the steps; no local copy, no OTLP)."""
+    import os
+    import tempfile
+
+    import traceml_otel as traceml
+
+    with tempfile.TemporaryDirectory() as runs:
+        os.environ.update(TRACEML_RUNS_DIR=runs, TRACEML_LOCAL_COPY="0", TRACEML_HANG_TIMEOUT_S="0")
+        for name in [k for k in os.environ if k.startswith("OTEL_EXPORTER_OTLP")]:
+            del os.environ[name]
+        assert traceml.init(mode="manual", collectives=False, strict=True)
+        model = nn.Linear(4, 4)
+
+        def api_step() -> None:
+            with traceml.trace_step(model):
+                pass
+
+        print(f"trace_step() block via the public API:        {per_call_us(api_step):6.2f} us")
+        traceml.shutdown()
+
+
 if __name__ == "__main__":
     main()
+    api_case()

@@ -36,13 +36,14 @@ def worker(hidden: int, block_steps: int, rounds: int) -> None:
     from torch import nn
 
     import traceml_otel as traceml
-    from traceml_otel import _api
+    from traceml_otel.capture.session import TrainingSession, current
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     assert traceml.init(mode="auto", strict=True)
-    telemetry = _api._telemetry  # the benchmark switches hooks off for bare blocks
-    hooks = [*telemetry._installed, telemetry.forward]
+    telemetry = current()  # the benchmark switches hooks off for bare blocks
+    assert isinstance(telemetry, TrainingSession)
+    hooks = [*telemetry.installed, telemetry.forward]
     data = torch.utils.data.TensorDataset(torch.randn(256, hidden), torch.randint(0, 10, (256,)))
     loader = torch.utils.data.DataLoader(data, batch_size=64, shuffle=False)
     model = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),

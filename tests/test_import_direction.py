@@ -125,7 +125,7 @@ def test_the_plain_import_of_the_analyzer_loads_no_layer_above_it_and_no_trainin
     probe = ("import sys, traceml_otel.analyze; "
              "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
              "[['traceml_otel', layer] for layer in "
-             "('report', 'cli', 'launch', 'capture', 'emit', '_api', 'integrations')]))")
+             "('report', 'cli', 'launch', 'capture', 'emit', '_api', 'session_root', 'integrations')]))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                             check=False, cwd=PACKAGE.parent)
     assert result.returncode == 0, result.stderr

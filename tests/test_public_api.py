@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import traceml_otel
-from traceml_otel._api import capture_config
+from traceml_otel.capture.capture_config import capture_config
 
 
 def test_exported_members() -> None:

@@ -12,9 +12,9 @@ local OTLP-JSON copy lands in ``traceml-runs/<run-id>/`` for ``traceml analyze``
 API loads on first use (``__getattr__``), so the analyzer imports none of it.
 """
 
-from typing import TYPE_CHECKING
-
 from traceml_otel._version import __version__
+
+TYPE_CHECKING = False  # not typing's: start-up hooks import this package in every process (typing costs ms)
 
 if TYPE_CHECKING:
     from traceml_otel._api import (

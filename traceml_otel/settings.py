@@ -80,6 +80,11 @@ TRACEML_AUTO_ATTACH = "TRACEML_AUTO_ATTACH"
 """Zero-code tracing of scripts that never import traceml (see README, "Launching"): ``traceml run``
 sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstrap.BOOTSTRAP_DIR`) on
 ``PYTHONPATH``; ``0`` (or ``traceml run --no-auto-attach``) turns it off."""
+TRACEML_AUTO = "TRACEML_AUTO"
+"""``1`` turns zero-code tracing on for a direct launch (``torchrun``, ``accelerate launch``,
+``python``), as ``traceml run`` does: the ``traceml-otel-auto.pth`` file installed with the package
+loads the start-up hook (:mod:`traceml_otel.launch.startup`) in each process that sees it, and the
+training processes attach. ``TRACEML_AUTO_ATTACH=0`` still turns it off."""
 TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
 """Under zero-code tracing, ``0`` turns step inference for plain loops off (the framework callbacks stay)."""
 TRACEML_BOOT_SCRIPT = "TRACEML_BOOT_SCRIPT"
@@ -188,6 +193,17 @@ def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, b
     off = ("0", "false", "no", "off")
     attach = env.get(TRACEML_AUTO_ATTACH, "1").strip().lower() not in off
     return attach, attach and env.get(TRACEML_INFER_STEPS, "1").strip().lower() not in off
+
+
+def auto_requested(env: Mapping[str, str] | None = None) -> bool:
+    """``TRACEML_AUTO``: on for ``1``/``true``/``yes``/``on``, off unset or ``0``/``false``/``no``/``off``;
+    any other value is a :class:`SettingsError` (a typo must not look like a silent opt-out)."""
+    raw = (os.environ if env is None else env).get(TRACEML_AUTO, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{TRACEML_AUTO}={raw[:20]!r} is neither 1 nor 0")
 
 
 def strict_requested(env: Mapping[str, str] | None = None) -> bool:

@@ -4,8 +4,8 @@
     traceml run examples/integrations/lightning_train.py --nproc-per-node 2
     torchrun --nproc-per-node 2 examples/integrations/lightning_train.py   # direct launch works too
 
-One ``traceml.step`` span per training batch; with ``--grad-accum k`` the batches that only
-accumulate are micro-steps (``traceml.optimizer.steps = 0``). ``--val-every N`` validates every N
+One ``traceml.step`` span per optimizer update; with ``--grad-accum k`` it holds the update's k
+micro-batches (k forward and backward spans). ``--val-every N`` validates every N
 batches and ``--save-every N`` checkpoints every N updates, between steps. ``--independent`` runs one
 device per process without DDP (each process trains alone: ``traceml.parallelism = independent``).
 ``--package pytorch_lightning`` uses the older package name.

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.capture.test_hooks import ListSink
-from traceml_otel.capture import hooks
+from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 
 accelerate = pytest.importorskip("accelerate")
@@ -26,7 +26,7 @@ def capture():
     optimizer_hooks = hooks.OptimizerHooks(recorder)
     backward = hooks.BackwardPatch(recorder)
     installed = [backward, optimizer_hooks, hooks.DataLoaderPatch(recorder),
-                 hooks.AccelerateCallsPatch(optimizer_hooks, backward)]
+                 accelerate_hooks.AccelerateCallsPatch(optimizer_hooks, backward)]
     for hook in installed:
         hook.install()
     forward = hooks.ForwardHooks(recorder)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from tests.capture.list_sink import ListSink
-from traceml_otel.capture import hooks
+from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 
 
@@ -275,7 +275,7 @@ def test_accelerate_loader_copies_become_prefetch_h2d_of_the_next_step() -> None
     fetches = hooks.DataLoaderPatch(recorder)
     fetches.install()
     # On CPU nothing goes to a device: the seam treats the CPU as one so the copy path runs.
-    prefetch = hooks.AcceleratePrefetchPatch(recorder, is_device=lambda device: True)
+    prefetch = accelerate_hooks.AcceleratePrefetchPatch(recorder, is_device=lambda device: True)
     prefetch.install()
     assert prefetch.installed and accelerate.data_loader.send_to_device.__wrapped__ is not None
     try:

@@ -33,17 +33,19 @@ def test_lightning_callback(
     run = run_example(tmp_path, "lightning_train.py", nproc, "--steps", str(BATCHES),
                       "--grad-accum", str(ACCUM), "--val-every", "8", "--save-every", "3",
                       "--checkpoint-dir", str(tmp_path / "out"), "--package", package, *extra, env=env)
-    # one step span per training batch; the batches that only accumulate are micro-steps
-    assert_steps(run, parallelism=parallelism, updates=BATCHES // ACCUM, steps_per_update=ACCUM,
-                 calls_per_step=1)
+    # one step span per optimizer update, holding its ACCUM micro-batches
+    assert_steps(run, parallelism=parallelism, updates=BATCHES // ACCUM, steps_per_update=1,
+                 calls_per_step=ACCUM)
     for rank_run in run.ranks.values():
         kinds = [kind for kind, _, _ in rank_run.windows]
         # validation and checkpoints ran, between steps (assert_steps: no step span overlaps them)
         assert kinds.count("evaluation") == BATCHES // 8 and kinds.count("checkpoint") >= 2, kinds
         flags = [s.attributes["traceml.optimizer.steps"] for s in rank_run.steps]
-        assert flags == [0, 0, 0, 1] * (BATCHES // ACCUM)
+        assert flags == [1] * (BATCHES // ACCUM)
         fetches = [s.attributes["traceml.input_wait.fetches"] for s in rank_run.steps]
         assert all(1 <= f <= 2 for f in fetches), fetches  # validation batches are not input wait
+        samples = [s.attributes["traceml.step.samples"] for s in rank_run.steps]
+        assert samples == [ACCUM * 32] * (BATCHES // ACCUM), samples  # every micro-batch of the update
     assert run.report["run"]["parallelism"] == parallelism
     if parallelism == "independent":
         issues = run.report["issues"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.emit.test_emitter_faults import _hello
-from traceml_otel import _api
+from traceml_otel import session_root
 from traceml_otel.emit import emitter as emitter_module
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.settings import load_settings
@@ -68,7 +68,7 @@ def test_the_emitter_reads_every_field_of_the_hello() -> None:
 
 def test_the_shutdown_timeout_setting_reaches_the_emitter() -> None:
     settings = load_settings({"TRACEML_SHUTDOWN_TIMEOUT_S": "3", "TRACEML_LOCAL_COPY": "0"})
-    hello = decode_hello(_read(encode_hello(_api._hello(settings))))
+    hello = decode_hello(_read(encode_hello(session_root.hello(settings))))
     assert hello.shutdown_timeout_s == 3
     emitter = Emitter(hello)
     assert emitter.drain_s == 3

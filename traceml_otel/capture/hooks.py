@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Mapping
-from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -53,24 +52,40 @@ class ForwardHooks:
         if model in self._handles:
             return
         self._handles[model] = [
-            model.register_forward_pre_hook(self._pre),
-            model.register_forward_hook(self._post, always_call=True),
+            model.register_forward_pre_hook(self.before_forward),
+            model.register_forward_hook(self.after_forward, always_call=True),
         ]
 
-    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+    def before_forward(self, module: torch.nn.Module | None, args: Any) -> None:
+        """A module call starts (a forward pre-hook; also called directly by step inference)."""
         if self._recorder.foreign_thread():
             return
         self._depth += 1
         if self._depth == 1:
             self._token = self._recorder.phase_begin()
 
-    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+    def after_forward(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
+        """A module call ends (a forward hook, also run when the call raised)."""
         if self._recorder.foreign_thread(ending=True):
             return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self._token is not None:
             self._recorder.phase_end("forward", self._token)
             self._token = None
+
+    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` timed as an outermost forward (a framework's training-step method)."""
+        hooks = self
+
+        @functools.wraps(call)
+        def traceml_timed_forward(*args: Any, **kwargs: Any) -> Any:
+            hooks.before_forward(None, args)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                hooks.after_forward(None, args, None)
+
+        return traceml_timed_forward
 
     def install(self) -> None:
         """Nothing global: models are hooked as they are traced."""
@@ -93,7 +108,9 @@ class BackwardPatch:
         self._depth = 0
         self._original: Any = None
 
-    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original`` timed as the outermost backward."""
+
         @functools.wraps(original)
         def traceml_timed_backward(*args: Any, **kwargs: Any) -> Any:
             if self._recorder.foreign_thread(ending=True):
@@ -113,14 +130,14 @@ class BackwardPatch:
     def wrap_method(self, owner: type, name: str) -> Callable[[], None]:
         """Time ``owner.name`` as the outermost backward (e.g. ``Accelerator.backward``); returns an undo."""
         original = owner.__dict__[name]
-        setattr(owner, name, self._timed(original))
+        setattr(owner, name, self.timed(original))
         return lambda: setattr(owner, name, original)
 
     def install(self) -> None:
         if self._original is not None:
             return
         self._original = torch.autograd.backward
-        torch.autograd.backward = self._timed(self._original)
+        torch.autograd.backward = self.timed(self._original)
 
     def uninstall(self) -> None:
         if self._original is not None:
@@ -297,61 +314,6 @@ class HostToDevicePatch:
             self._originals = None
 
 
-def is_accelerator_device(device: Any) -> bool:
-    """True for a CUDA (or other non-CPU) target of Accelerate's ``send_to_device``."""
-    try:
-        return torch.device(device).type not in ("cpu", "meta")
-    except (RuntimeError, TypeError):
-        return False
-
-
-class AcceleratePrefetchPatch:
-    """Times the copies Accelerate's prepared loaders make between steps (``send_to_device``).
-
-    ``DataLoaderShard`` moves each batch to the device after fetching it and before handing
-    it over, outside both the fetch and the step, so TraceML never sees these copies. They
-    are recorded as the next step's prefetch h2d. Installs only once ``accelerate`` is imported.
-    """
-
-    def __init__(
-        self, recorder: StepRecorder, is_device: Callable[[Any], bool] = is_accelerator_device
-    ) -> None:
-        self._recorder = recorder
-        self._is_device = is_device
-        self._module: Any = None
-        self._original: Any = None
-
-    def install(self) -> None:
-        import sys
-
-        module = sys.modules.get("accelerate.data_loader")
-        if module is None or self._original is not None or not hasattr(module, "send_to_device"):
-            return
-        recorder, is_device, original = self._recorder, self._is_device, module.send_to_device
-
-        @functools.wraps(original)
-        def timed_send(batch: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
-            if recorder.in_step or not is_device(device):
-                return original(batch, device, *args, **kwargs)
-            started = perf_counter_ns()
-            try:
-                return original(batch, device, *args, **kwargs)
-            finally:
-                recorder.add_prefetch_h2d(perf_counter_ns() - started)
-
-        self._module, self._original = module, original
-        module.send_to_device = timed_send
-
-    @property
-    def installed(self) -> bool:
-        return self._original is not None
-
-    def uninstall(self) -> None:
-        if self._original is not None:
-            self._module.send_to_device = self._original
-            self._module = self._original = None
-
-
 def batch_samples(batch: Any) -> int | None:
     """The batch dimension of what a loader returned: the leading size of its first tensor.
 
@@ -390,51 +352,6 @@ def loader_settings(iterator: Any) -> tuple[Any, ...]:
         batch_size if isinstance(batch_size, int) else None,
         type(getattr(iterator, "_dataset", None)).__name__[:64] if hasattr(iterator, "_dataset") else None,
     )
-
-
-def _accelerate_micro_step(optimizer: Any) -> bool:
-    """An ``AcceleratedOptimizer.step`` that does nothing: gradients are still accumulating."""
-    state = getattr(optimizer, "gradient_state", None)
-    return state is not None and not state.sync_gradients
-
-
-class AccelerateCallsPatch:
-    """Times Accelerate's ``AcceleratedOptimizer.step`` and ``Accelerator.backward`` as the user calls them.
-
-    ``optimizer.step()`` on a prepared optimizer runs Accelerate's wrapper (gradient-state checks,
-    a GradScaler's step and update) around torch's step, and ``accelerator.backward`` scales the
-    loss before ``loss.backward()``. Timed only inside, that work showed up as residual. Both are
-    timed from the outside with the same depth counters as the torch hooks, so the inner calls count
-    once. A micro-step's ``optimizer.step()`` (a no-op under ``accumulate``) is not timed. Installs
-    only once ``accelerate`` is imported.
-    """
-
-    def __init__(self, optimizer_hooks: OptimizerHooks | None, backward: BackwardPatch | None) -> None:
-        self._optimizer_hooks = optimizer_hooks
-        self._backward = backward
-        self._undo: list[Callable[[], None]] = []
-        self.installed = False
-
-    def install(self) -> None:
-        import sys
-
-        optimizer_module = sys.modules.get("accelerate.optimizer")
-        accelerator_module = sys.modules.get("accelerate.accelerator")
-        if self.installed or optimizer_module is None or accelerator_module is None:
-            return
-        self.installed = True
-        wrapper = getattr(optimizer_module, "AcceleratedOptimizer", None)
-        if self._optimizer_hooks is not None and wrapper is not None and "step" in wrapper.__dict__:
-            self._undo.append(self._optimizer_hooks.wrap_outer_step(wrapper, _accelerate_micro_step))
-        accelerator = getattr(accelerator_module, "Accelerator", None)
-        if self._backward is not None and accelerator is not None and "backward" in accelerator.__dict__:
-            self._undo.append(self._backward.wrap_method(accelerator, "backward"))
-
-    def uninstall(self) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo = []
-        self.installed = False
 
 
 class DataLoaderPatch:

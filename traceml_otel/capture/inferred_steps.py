@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.session import TrainingSession
 
 WARM_UP_STEPS = 3
 """Steps timed with global module hooks before only the modules found then are hooked."""
@@ -45,9 +49,9 @@ def optimizer_of(optimizer: Any, args: Any) -> Any:
 class InferredSteps:
     """Opens and closes the recorder's steps from a plain loop's fetches, forwards and updates."""
 
-    def __init__(self, telemetry: Any) -> None:
-        self._telemetry = telemetry
-        self._recorder = telemetry.recorder
+    def __init__(self, session: TrainingSession) -> None:
+        self._session = session
+        self._recorder = session.recorder
         self._pending_start: int | None = None
         self._depth = 0
         self._roots: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
@@ -62,9 +66,10 @@ class InferredSteps:
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         """Hook the loop: fetches, outermost forwards (global module hooks) and updates."""
-        hooks = getattr(self._telemetry, "optimizer_hooks", None)
-        if hooks is None or not self._telemetry.config.optimizer:
+        session = self._session
+        if session.config is None or not session.config.optimizer:
             return
+        hooks = session.optimizer_hooks
         hooks.after_update = self._updated
         self._recorder.after_fetch = self._fetched
         self._recorder.source = "inferred"
@@ -96,14 +101,14 @@ class InferredSteps:
         _OPTIMIZERS.on_new = None
         self._remove(self._global_handles)
         self._remove(self._root_handles)
-        hooks = getattr(self._telemetry, "optimizer_hooks", None)
-        if hooks is not None and hooks.after_update == self._updated:
-            hooks.after_update = None
+        session = self._session
+        if session.optimizer_hooks.after_update == self._updated:
+            session.optimizer_hooks.after_update = None
         self._recorder.after_fetch = None
         self._recorder.cancel_step()
         self._recorder.source = "trace_step"
-        if getattr(self._telemetry, "inferred", None) is self:
-            self._telemetry.inferred = None
+        if session.inferred is self:
+            session.inferred = None
 
     @staticmethod
     def _remove(handles: list[Any]) -> None:
@@ -119,28 +124,34 @@ class InferredSteps:
         self._depth += 1
         if self._depth == 1:
             self._outermost_call(module)
-            forward = self._telemetry.forward
+            forward = self._session.forward
             if forward is not None:
-                forward._pre(module, args)
+                forward.before_forward(module, args)
 
     def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
-            forward = self._telemetry.forward
+            forward = self._session.forward
             if forward is not None:
-                forward._post(module, args, output)
+                forward.after_forward(module, args, output)
 
     def _root_pre(self, module: torch.nn.Module, args: Any) -> None:
         self._outermost_call(module, known=True)
 
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
+        training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if recorder.in_step:
+            # A second model trained in the step (a GAN's discriminator): time its forwards after the
+            # warm-up too. Modules without parameters (a loss module) are no model.
+            if training and not known and module not in self._roots and _has_parameters(module):
+                self._roots.add(module)
+                self._session.model_seen(module)
             return
-        if module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+        if training:
             if not known and module not in self._roots:
                 self._roots.add(module)
-                self._telemetry._first_step_with(module)  # forward hooks, parallelism, collectives
+                self._session.model_seen(module)  # forward hooks, parallelism, collectives
             start, self._pending_start = self._pending_start, None
             recorder.begin_step(start_ns=start)
         elif not recorder.outside:  # evaluation between updates: its fetches feed no step
@@ -152,7 +163,7 @@ class InferredSteps:
         recorder = self._recorder
         stepped = optimizer_of(optimizer, args)
         if not recorder.in_step:  # no training forward seen (a new model, or a functional one)
-            start = self._pending_start if self._pending_start is not None else recorder._last_end_ns
+            start = self._pending_start if self._pending_start is not None else recorder.last_step_end_ns
             self._pending_start = None
             recorder.begin_step(start_ns=start)
             recorder.optimizer_stepped()
@@ -192,13 +203,17 @@ class InferredSteps:
         if not roots:
             return
         self._remove(self._global_handles)
-        forward = self._telemetry.forward
+        forward = self._session.forward
         for root in roots:
             if root not in self._hooked:
                 self._hooked.add(root)
                 self._root_handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
             if forward is not None:
                 forward.watch(root)
+
+
+def _has_parameters(module: torch.nn.Module) -> bool:
+    return next(module.parameters(), None) is not None
 
 
 class _OptimizerRegistry:
@@ -253,34 +268,19 @@ class _OptimizerRegistry:
 _OPTIMIZERS = _OptimizerRegistry()
 
 
-def start_inference() -> InferredSteps | None:
-    """Start telemetry (if the script has not) and infer steps until an explicit step appears."""
-    from traceml_otel import _api
-
-    if not _api.init_automatically():
-        return None
-    telemetry = _api._telemetry
-    recorder = getattr(telemetry, "recorder", None)
-    if recorder is None or recorder.step or recorder.in_step or getattr(telemetry, "inferred", None):
-        return None
-    inferred = InferredSteps(telemetry)
-    inferred.start()
-    if inferred.active:
-        telemetry.inferred = inferred
-    return inferred if inferred.active else None
-
-
 class _Arming:
     """Waits, at almost no cost, for the loop's first batch fetch or module call, then starts.
 
     Installed when torch is imported. Telemetry does not start then: the script may still call
     ``traceml.init()`` with its own arguments (or ``disabled=True``), and a script that never trains
     starts no emitter. At the first ``DataLoader`` ``next()`` or the first module call, after the
-    script's own setup, :func:`start_inference` runs (``init()`` only if the script has not called
+    script's own setup, ``start`` runs (``init()`` only if the script has not called
     it), and that first fetch or forward is already part of what it times.
     """
 
     def __init__(self) -> None:
+        self.start: Callable[[], InferredSteps | None] | None = None
+        """What starts telemetry and inference (zero-code tracing's ``start_inference``)."""
         self.fired = False
         self._forward_handle: Any = None
         self._original_next: Any = None
@@ -319,7 +319,7 @@ class _Arming:
             self._forward_handle.remove()
             self._forward_handle = None
         try:
-            return start_inference()
+            return self.start() if self.start is not None else None
         except Exception as error:  # never a reason not to train
             _warn(f"step inference is off: {type(error).__name__}: {error}")
             return None
@@ -328,7 +328,9 @@ class _Arming:
 _ARMING = _Arming()
 
 
-def arm_inference() -> None:
-    """Start telemetry and step inference at the loop's first fetch or forward (see :class:`_Arming`)."""
+def arm_inference(start: Callable[[], InferredSteps | None]) -> None:
+    """Call ``start`` (telemetry and step inference) at the loop's first fetch or forward (see
+    :class:`_Arming`)."""
     if not _ARMING.fired and _ARMING._original_next is None:
+        _ARMING.start = start
         _ARMING.arm()

@@ -233,6 +233,16 @@ class StepRecorder:
         if self.in_step and get_ident() == self.owner:
             self._state.optimizer_steps += 1
 
+    @property
+    def last_step_end_ns(self) -> int | None:
+        """``perf_counter_ns`` at the end of the last step (``None`` before the first)."""
+        return self._last_end_ns
+
+    @property
+    def updates_in_step(self) -> int:
+        """Optimizer updates counted in the open step so far (0 when none is open)."""
+        return self._state.optimizer_steps if self.in_step else 0
+
     # --- collectives -------------------------------------------------------------
     def collective_begin(
         self, kind: str, source: str, nbytes: int, blocking: bool

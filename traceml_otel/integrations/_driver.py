@@ -2,7 +2,8 @@
 
 A callback cannot wrap the step in a ``with`` block, so it enters and exits ``trace_step`` at the
 framework's step boundaries. Phase timing reuses the hooks of ``init()`` (same depth counters), so a
-framework method timed here and the torch call inside it count once.
+framework method timed here and the torch call inside it count once. Everything goes through the
+public API and the process's training session (:mod:`traceml_otel.capture.session`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from traceml_otel import _api
+import traceml_otel as traceml
+from traceml_otel import session_root
+from traceml_otel.capture.session import current
 
 
 class StepDriver:
@@ -22,13 +25,15 @@ class StepDriver:
         self.source = source
         """``traceml.step.source`` of the steps this driver opens (``hf_trainer``, ``lightning``)."""
         self._open: Any = None
+        self._batches = 0
+        """Batches in the open step (gradient accumulation: several per update)."""
         self._outside: list[Any] = []
         self.undo: list[Callable[[], None]] = []
 
     def start(self) -> None:
         """``traceml.init(**init_kwargs)`` unless the program already called it."""
-        if _api._init_config is None:
-            _api.init(**self._init_kwargs)
+        if not session_root.init_called():
+            traceml.init(**self._init_kwargs)
 
     @property
     def in_step(self) -> bool:
@@ -38,10 +43,11 @@ class StepDriver:
         """Open a step (closing one left open first); ``samples`` is the step's declared work."""
         if self._open is not None:
             self.end("IncompleteStep")
-        context = _api.trace_step(model, samples=samples)
+        context = traceml.trace_step(model, samples=samples)
         context.__enter__()
         self._open = context
-        recorder = _api._telemetry.recorder
+        self._batches = 0
+        recorder = current().recorder
         if recorder is not None:
             recorder.source = self.source
 
@@ -53,17 +59,27 @@ class StepDriver:
         if exception_type is None:
             context.__exit__(None, None, None)
         else:
-            _api._telemetry.end_step(exception_type)
+            current().end_step(exception_type)
+
+    def end_after_update(self, batches_per_update: int) -> None:
+        """A batch ended: close the open step once it holds an optimizer update (gradient accumulation
+        keeps one step open over the update's micro-batches), or after ``batches_per_update`` batches
+        without one (a skipped update)."""
+        self._batches += 1
+        recorder = current().recorder
+        if (recorder is None or not recorder.in_step or recorder.updates_in_step
+                or self._batches >= batches_per_update):
+            self.end()
 
     def forget_input_wait(self) -> None:
         """Evaluation fetched batches between two training steps: not the next step's input wait."""
-        recorder = _api._telemetry.recorder
+        recorder = current().recorder
         if recorder is not None and self._open is None:
             recorder.discard_input_wait()
 
     def begin_outside(self, kind: str) -> None:
         """Evaluation or a checkpoint starts between steps (``traceml.outside_step(kind)``, opened)."""
-        context = _api.outside_step(kind)
+        context = traceml.outside_step(kind)
         context.__enter__()
         self._outside.append(context)
 
@@ -77,7 +93,7 @@ class StepDriver:
         original = getattr(owner, name, None)
         if original is None or getattr(original, "__traceml_outside__", False):
             return
-        outside = _api.outside_step(kind)
+        outside = traceml.outside_step(kind)
 
         @functools.wraps(original)
         def between_steps(*args: Any, **kwargs: Any) -> Any:
@@ -89,37 +105,21 @@ class StepDriver:
 
     def time_forward(self, owner: Any, name: str) -> None:
         """Time ``owner.name(...)`` (an instance attribute) as the outermost forward."""
-        telemetry = _api._telemetry
-        if telemetry.recorder is None:
-            return
-        from traceml_otel.capture.hooks import ForwardHooks
-
-        if getattr(telemetry, "forward", None) is None:
-            telemetry.forward = ForwardHooks(telemetry.recorder)  # type: ignore[attr-defined]
-        hooks = telemetry.forward  # type: ignore[attr-defined]
-        original = getattr(owner, name)
-
-        @functools.wraps(original)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            hooks._pre(None, args)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                hooks._post(None, args, None)
-
-        self._patch(owner, name, timed)
+        session = current()
+        if session.recorder is not None:
+            self._patch(owner, name, session.timed_forward(getattr(owner, name)))
 
     def time_backward(self, owner: Any, name: str) -> None:
         """Time ``owner.name(...)`` (an instance attribute) as the outermost backward."""
-        backward = getattr(_api._telemetry, "backward", None)
-        if backward is not None:
-            self._patch(owner, name, backward._timed(getattr(owner, name)))
+        session = current()
+        if session.recorder is not None:
+            self._patch(owner, name, session.timed_backward(getattr(owner, name)))
 
     def time_optimizer_class(self, cls: type) -> None:
         """Time ``cls.step`` as the outermost optimizer call (e.g. Lightning's ``LightningOptimizer``)."""
-        hooks = getattr(_api._telemetry, "optimizer_hooks", None)
-        if hooks is not None and not hasattr(cls.__dict__.get("step"), "__traceml_original__"):
-            self.undo.append(hooks.wrap_outer_step(cls))
+        undo = current().time_optimizer_class(cls)
+        if undo is not None:
+            self.undo.append(undo)
 
     def _patch(self, owner: Any, name: str, replacement: Callable[..., Any]) -> None:
         had_own = name in getattr(owner, "__dict__", {})

@@ -1,9 +1,10 @@
 """Zero-code tracing: attach to the Hugging Face ``Trainer``, Lightning and plain loops at import.
 
-The start-up hook (:mod:`traceml_otel.launch.bootstrap`) calls :func:`start_in_process` in each
-training process. It puts one finder on ``sys.meta_path`` that watches a handful of module names and
-returns ``None`` for every other import (a dictionary lookup); nothing is imported eagerly. When a
-watched module has been executed, its action runs:
+The start-up hook (:mod:`traceml_otel.launch.startup`: ``traceml run``'s ``sitecustomize``, or the
+``.pth`` file with ``TRACEML_AUTO=1``) calls :func:`start_in_process` in each training process. It
+puts one finder on ``sys.meta_path`` that watches a handful of module names and returns ``None`` for
+every other import (a dictionary lookup); nothing is imported eagerly. When a watched module has
+been executed, its action runs:
 
 - ``transformers.trainer``: ``Trainer.train`` (subclasses included) first adds a
   :class:`~traceml_otel.integrations.hf_trainer.TraceMLCallback` unless the trainer already has one;
@@ -28,9 +29,18 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceml_otel.settings import TRACEML_BOOT_SCRIPT, auto_attach_requested
+from traceml_otel.settings import (
+    TRACEML_AUTO,
+    TRACEML_BOOT_SCRIPT,
+    SettingsError,
+    auto_attach_requested,
+    auto_requested,
+)
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.inferred_steps import InferredSteps
 
 _ATTACHED_PID = "TRACEML_AUTO_ATTACHED_PID"
 """Set in a direct launch by the first process that attached: programs it starts do not attach."""
@@ -138,9 +148,19 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def start_in_process(argv: Sequence[str] | None = None) -> bool:
-    """Install the import hooks in this process if it is a training process; True when installed."""
+def start_in_process(argv: Sequence[str] | None = None, requested_by: str = "traceml run") -> bool:
+    """Install the import hooks in this process if it is a training process; True when installed.
+
+    ``requested_by``: ``traceml run`` (its start-up hook) or ``TRACEML_AUTO`` (the ``.pth`` file of a
+    direct launch, which starts nothing when the variable says off or is not a yes/no value)."""
     global _finder
+    if requested_by == TRACEML_AUTO:
+        try:
+            if not auto_requested():
+                return False
+        except SettingsError as error:
+            _warn(f"{error}; zero-code tracing is off")
+            return False
     attach, infer = auto_attach_requested()
     argv = list(getattr(sys, "orig_argv", None) or sys.argv) if argv is None else argv
     if not attach or _finder is not None or not is_training_process(argv, os.environ):
@@ -206,7 +226,7 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
     """Append the Lightning callback of ``package`` to ``trainer.callbacks`` unless one is there."""
     from traceml_otel.integrations import lightning_callback
 
-    ours = tuple(lightning_callback._BUILT.values()) or (lightning_callback.callback_class(package),)
+    ours = lightning_callback.built_classes() or (lightning_callback.callback_class(package),)
     if not any(isinstance(callback, ours) for callback in trainer.callbacks):
         trainer.callbacks.append(lightning_callback.callback_class(package)())
 
@@ -214,12 +234,21 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
 def _torch_imported(module: ModuleType) -> None:
     from traceml_otel.capture.inferred_steps import arm_inference
 
-    arm_inference()
+    arm_inference(start_inference)
+
+
+def start_inference() -> InferredSteps | None:
+    """Start telemetry (``init()``, unless the script called it) and infer the steps of a plain loop
+    until an explicit step appears; called at the loop's first fetch or module call."""
+    from traceml_otel import session_root
+    from traceml_otel.capture.session import current
+
+    if not session_root.start_automatically():
+        return None
+    return current().start_inference()
 
 
 def _accelerate_imported(module: ModuleType) -> None:
-    from traceml_otel import _api
+    from traceml_otel.capture.session import current
 
-    catch_up = getattr(_api._telemetry, "_catch_up_on_accelerate", None)
-    if catch_up is not None:
-        catch_up()
+    current().catch_up_on_accelerate()

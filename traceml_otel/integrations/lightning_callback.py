@@ -6,11 +6,12 @@
     from traceml_otel.integrations.lightning_callback import PLTraceMLCallback   # pytorch_lightning
 
 The callback calls ``traceml.init()`` (mode ``auto``) unless the program did, and opens one
-``traceml.step`` span per training batch, from ``on_train_batch_start`` to ``on_train_batch_end``.
-With ``accumulate_grad_batches=k`` a batch that only accumulates gradients is a micro-step
-(``traceml.optimizer.steps = 0``, no optimizer span) and every k-th batch carries the update: Lightning
-fetches each micro-batch between the micro-steps, so folding k batches into one span would put that
-fetch inside the step, where it would read as residual instead of input wait.
+``traceml.step`` span per optimizer update: from ``on_train_batch_start`` of its first batch to
+``on_train_batch_end`` of the batch whose optimizer step ran. With ``accumulate_grad_batches=k`` the
+step holds the update's k micro-batches (``traceml.phase.call`` 0..k-1); Lightning fetches micro-batches
+2..k between them, so those fetches are inside the step (not input wait), as in a ``trace_step``
+block around a whole update. Manual optimization (``automatic_optimization = False``): one step per
+training batch.
 
 Phases: ``forward`` is the strategy's ``training_step`` (your ``training_step``, loss included,
 through the DDP wrapper when there is one), ``backward`` the strategy's ``backward``, and
@@ -56,13 +57,21 @@ def _methods(package: str) -> dict[str, Any]:
         self._driver.forget_input_wait()  # the sanity check's validation batches
 
     def on_train_batch_start(self: Any, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._driver.begin(pl_module)
+        if not self._driver.in_step:  # else: a micro-batch of the update whose step is open
+            self._driver.begin(pl_module)
 
     def on_train_batch_end(self: Any, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        self._driver.end()
+        if getattr(pl_module, "automatic_optimization", True):
+            self._driver.end_after_update(max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1)))
+        else:  # manual optimization: the module steps its optimizers inside training_step
+            self._driver.end()
+
+    def on_train_epoch_end(self: Any, trainer: Any, pl_module: Any) -> None:
+        self._driver.end()  # an update's window never spans epochs
 
     def on_validation_start(self: Any, trainer: Any, pl_module: Any) -> None:
+        self._driver.end()  # validation between two micro-batches of one update stays outside steps
         self._driver.begin_outside("evaluation")
 
     def on_validation_end(self: Any, trainer: Any, pl_module: Any) -> None:
@@ -81,6 +90,11 @@ def _methods(package: str) -> dict[str, Any]:
         self._driver.restore()
 
     return {name: value for name, value in locals().items() if callable(value) and name != "optimizer_module"}
+
+
+def built_classes() -> tuple[type, ...]:
+    """The callback classes built so far in this process (one per Lightning package name)."""
+    return tuple(_BUILT.values())
 
 
 def callback_class(package: str = "lightning.pytorch") -> type:

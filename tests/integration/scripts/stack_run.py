@@ -36,9 +36,11 @@ class SlowDataset(torch.utils.data.Dataset):
 
 traceml.init(mode="auto")
 if args.gpu_uuid:
-    from traceml_otel import _api
+    from traceml_otel.capture.session import TrainingSession, current
 
-    _api._telemetry.channel.send_device(0, args.gpu_uuid)
+    session = current()
+    assert isinstance(session, TrainingSession)
+    session.link.send_device(0, args.gpu_uuid)  # as a CUDA rank's recorder would
 torch.set_num_threads(1)
 model = nn.Linear(8, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

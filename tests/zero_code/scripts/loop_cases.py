@@ -4,6 +4,9 @@ so that both see the same machine load.
 
     loop_cases.py inferred|trace_step   # writes $WINDOWS_DIR/cases-<version>.json: [[case, start_ns, end_ns]]
 
+``LOOP_UPDATES`` (5), ``LOOP_SLEEP_MS`` (150: each forward sleeps) and ``LOOP_WIDTH`` (16: the MLP's
+hidden width) size the loops.
+
 Cases: ``eval`` (a DataLoader, evaluation every 3 updates inside the loop), ``accumulation`` (3
 micro-batches per update from a generator, no DataLoader), ``two_optimizers`` (a GAN-style
 generator and discriminator, one update each per iteration, batches sliced from tensors) and
@@ -20,7 +23,10 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-UPDATES = 5
+UPDATES = int(os.environ.get("LOOP_UPDATES", "5"))
+SLEEP_S = float(os.environ.get("LOOP_SLEEP_MS", "150")) / 1e3
+WIDTH = int(os.environ.get("LOOP_WIDTH", "16"))
+"""The benchmark (benchmarks/inferred_steps_match.py) sets these: more updates, CPU-bound steps."""
 ANCHOR = time.time_ns() - time.perf_counter_ns()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -34,13 +40,14 @@ class Net(torch.nn.Module):
     """A tiny MLP whose forward also sleeps 150 ms: step times that CPU load barely moves, so the two
     versions' step durations compare where the step boundaries are, not how busy the machine was."""
 
-    def __init__(self, width=16, out=1):
+    def __init__(self, width=WIDTH, out=1):
         super().__init__()
         self.layers = torch.nn.Sequential(
             torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Linear(width, out))
 
     def forward(self, x):
-        time.sleep(0.150)
+        if SLEEP_S:
+            time.sleep(SLEEP_S)
         return self.layers(x)
 
 

@@ -1,10 +1,11 @@
 """An unmodified Lightning script: no traceml import (zero-code tracing test).
 
-    plain_lightning.py OUT_DIR [--callback] [--pl]
+    plain_lightning.py OUT_DIR [--callback] [--pl] [--accumulate K]
 
-4 updates of a tiny model, validation every 2 batches, a checkpoint at the end of the epoch.
+4 updates of a tiny model, validation every 2 updates, a checkpoint at the end of the epoch.
 ``--pl`` uses ``pytorch_lightning`` instead of ``lightning.pytorch``; ``--callback`` also adds
-traceml's callback by hand (it must be traced once).
+traceml's callback by hand (it must be traced once); ``--accumulate K`` accumulates gradients over K
+batches per update (``accumulate_grad_batches``).
 """
 
 import os
@@ -40,15 +41,17 @@ def main():
     out = sys.argv[1]
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
+    accumulate = int(sys.argv[sys.argv.index("--accumulate") + 1]) if "--accumulate" in sys.argv else 1
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    data = TensorDataset(torch.randn(32 * accumulate * world, 8), torch.randn(32 * accumulate * world, 1))
     callbacks = []
     if "--callback" in sys.argv:
         from traceml_otel.integrations.lightning_callback import PLTraceMLCallback, TraceMLCallback
 
         callbacks.append(PLTraceMLCallback() if "--pl" in sys.argv else TraceMLCallback())
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     trainer = L.Trainer(
-        max_steps=4, limit_val_batches=2, val_check_interval=2, accelerator="cpu",
+        max_steps=4, limit_val_batches=2, val_check_interval=2 * accumulate, accelerator="cpu",
+        accumulate_grad_batches=accumulate,
         devices=world, strategy="ddp" if world > 1 else "auto",
         default_root_dir=out, logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=1, callbacks=callbacks,

@@ -1,0 +1,95 @@
+"""What ties a training session to its process: exit, SIGTERM, uncaught exceptions, fork, the launcher.
+
+:func:`install` runs once, when ``init()`` started a session. Each hook ends the process's session
+(:func:`traceml_otel.capture.session.take`) at most once, whoever comes first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from types import TracebackType
+from typing import Any
+
+from traceml_otel.capture import session as sessions
+
+_exit_status = "ok"
+"""How the program is ending, for the emitter's ``end_status``: an uncaught exception or Ctrl-C."""
+
+
+def exit_status() -> str:
+    """``ok``, ``SIGINT (Ctrl-C)`` or ``exception <Type>`` (an uncaught exception seen so far)."""
+    return _exit_status
+
+
+def end_session(status: str | None = None) -> None:
+    """End the process's session (``shutdown()``, at exit): ``status`` defaults to :func:`exit_status`."""
+    sessions.take().shutdown(status=_exit_status if status is None else status)
+
+
+def install() -> None:
+    """Flush at exit and on SIGTERM, name an uncaught exception, forget the session in forked
+    children, and stop with the launcher."""
+    atexit.register(end_session)
+    os.register_at_fork(after_in_child=_forget_in_child)
+    _install_sigterm_flush()
+    _install_exit_status_hook()
+    _stop_with_launcher()
+
+
+def _forget_in_child() -> None:
+    """After fork (DataLoader workers): the child must not write to the parent's pipe."""
+    sessions.take().forget_in_child()
+
+
+def _install_sigterm_flush() -> None:
+    """On SIGTERM, flush completed steps, then let the previous handler act."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    flushing = False
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # A repeated SIGTERM must not cut the first one's flush short: Python runs a handler again
+        # inside a running one, and the kernel sends the parent-death signal once per exiting thread
+        # of a SIGKILLed launcher. The first call ends the process when its flush is done.
+        nonlocal flushing
+        if flushing:
+            return
+        flushing = True
+        try:
+            end_session("SIGTERM")  # bounded by TRACEML_SHUTDOWN_TIMEOUT_S
+        finally:
+            flushing = False
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _install_exit_status_hook() -> None:
+    """Record an uncaught exception (Ctrl-C included) so the exit-time flush names it, not "ok"."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        global _exit_status
+        interrupted = issubclass(kind, KeyboardInterrupt)
+        _exit_status = "SIGINT (Ctrl-C)" if interrupted else f"exception {kind.__name__}"
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+def _stop_with_launcher() -> None:
+    try:
+        from traceml_otel.capture.orphan import stop_with_launcher
+
+        stop_with_launcher()
+    except Exception as error:  # never a reason not to train
+        sessions.warn(f"cannot arrange to stop with the launcher: {type(error).__name__}: {error}")

@@ -1,0 +1,364 @@
+"""The training session: one process's step telemetry behind one small, typed interface.
+
+Everything else goes through :class:`Session`: the public API (``traceml.init``, ``trace_step``,
+``outside_step``, the ``wrap_*`` helpers, ``shutdown``), the framework callbacks
+(``integrations/_driver.py``), zero-code tracing (``integrations/auto_attach.py``) and the process
+hooks (``capture/process_hooks.py``). :func:`current` is the process's session.
+
+- :class:`Session` is what every call reaches before ``init()`` and after a failed or disabled one:
+  each method does nothing.
+- :class:`TrainingSession` holds the step recorder, the capture hooks, the hang watchdog, the time
+  ledger and the link to this rank's emitter. It is built by the composition root
+  (``traceml_otel/session_root.py``), which alone knows the emitter (capture never imports emit).
+
+Training-thread cost: ``begin_step``/``end_step`` add one method call to the recorder's; the rest
+runs once per model, optimizer or framework method.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from traceml_otel.capture.capture_config import CaptureConfig
+from traceml_otel.capture.recorder import StepRecorder
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.inferred_steps import InferredSteps
+    from traceml_otel.capture.time_ledger import TimeLedger
+    from traceml_otel.settings import Settings
+
+_UNSEEN = object()
+
+
+def warn(message: str) -> None:
+    """One ``traceml:`` line on stderr."""
+    print(f"traceml: {message}", file=sys.stderr, flush=True)
+
+
+class EmitterLink(Protocol):
+    """What the session needs of the channel to its emitter (``emit/channel.py``'s ``EmitterChannel``)."""
+
+    steps_offered: int
+    steps_handed: int
+    dropped_steps: int
+    broken: str | None
+    local_report: dict[str, Any] | None
+
+    def send_steps(self, rows: list[Any]) -> None: ...
+
+    def close(self, timeout_s: float, status: str = "ok", traced: int | None = None,
+              stall_s: float = ...) -> bool: ...
+
+    def emitter_fate(self) -> str: ...
+
+    def detach(self) -> None: ...
+
+
+class Finishable(Protocol):
+    """The run manifest a direct launch's rank 0 writes (``launch/direct.py``)."""
+
+    def finish(self, status: str) -> None: ...
+
+
+class Session:
+    """The interface, and the session of a process where telemetry is off: every call is a no-op."""
+
+    active = False
+    config: CaptureConfig | None = None
+    recorder: StepRecorder | None = None
+    time_ledger: TimeLedger | None = None
+
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        """Open a step; False when none was opened (telemetry off, a nested block, another thread)."""
+        return False
+
+    def end_step(self, exception_type: str | None) -> None:
+        """Close the open step."""
+
+    def flush(self) -> None:
+        """Hand every completed step to the emitter now."""
+
+    def shutdown(self, status: str = "ok") -> None:
+        """Flush, stop the emitter (bounded) and undo every hook; ``status`` is how the program ends."""
+
+    def count_internal_error(self) -> None:
+        """An error of our own was caught on the training thread (warned once, counted at exit)."""
+
+    def watch_model(self, model: Any) -> None:
+        """Time ``model``'s outermost forward and find its parallelism (``wrap_forward``)."""
+
+    def watch_optimizer(self, optimizer: Any) -> None:
+        """Time ``optimizer.step()`` with per-optimizer hooks (``wrap_optimizer``)."""
+
+    def timed_forward(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` timed as an outermost forward (a framework's training-step method)."""
+        return call
+
+    def timed_backward(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` timed as an outermost backward (a framework's backward method)."""
+        return call
+
+    def time_optimizer_class(self, cls: type) -> Callable[[], None] | None:
+        """Time ``cls.step`` as the outermost optimizer call; returns an undo (``None``: nothing done)."""
+        return None
+
+    def model_seen(self, model: Any) -> None:
+        """``model`` is the one traced now (a step's, or an outermost training forward inference saw)."""
+
+    def catch_up_on_accelerate(self) -> None:
+        """Install Accelerate's patches once ``accelerate`` is imported."""
+
+    def start_inference(self) -> InferredSteps | None:
+        """Infer the steps of a plain loop until an explicit step appears (zero-code tracing)."""
+        return None
+
+    def reconfigure(self, config: CaptureConfig) -> None:
+        """Swap the hooks for ``config``'s, keeping the emitter (a script's ``init()`` after zero-code's)."""
+
+    def forget_in_child(self) -> None:
+        """In a forked child (a DataLoader worker): never write to the parent's emitter."""
+
+
+class TrainingSession(Session):
+    """Capture hooks, the step recorder and the link to this rank's emitter process."""
+
+    active = True
+
+    def __init__(self, config: CaptureConfig, settings: Settings, link: EmitterLink,
+                 manifest: Finishable | None = None) -> None:
+        from traceml_otel.capture.device_clock import default_clock
+        from traceml_otel.capture.session_services import start_time_ledger, start_watchdog
+
+        self.settings = settings
+        self.link = link
+        self.manifest = manifest
+        self.internal_errors = 0
+        self.closed = False
+        self.recorder = StepRecorder(
+            link, default_clock(), flush_steps=settings.flush_steps,
+            flush_interval_ns=settings.flush_interval_ns,
+        )
+        self.wrapped_model: Any = None  # the model given to wrap_forward()
+        self.inferred: InferredSteps | None = None
+        """Step inference for a plain loop (zero-code tracing), until an explicit step replaces it."""
+        self._install_capture(config)
+        self.catch_up_on_accelerate()
+        self.watchdog = start_watchdog(self.recorder, self.collectives, settings, warn)
+        self.time_ledger = start_time_ledger(self.recorder, settings, warn)
+
+    def _install_capture(self, config: CaptureConfig) -> None:
+        """Build and install the hooks ``config`` asks for."""
+        from traceml_otel.capture import accelerate_hooks, hooks
+        from traceml_otel.capture.parallelism import WrapperRegistry
+
+        self.config = config
+        recorder = self.recorder
+        self.forward = hooks.ForwardHooks(recorder) if config.forward else None
+        self.optimizer_hooks = hooks.OptimizerHooks(recorder)
+        self.backward = hooks.BackwardPatch(recorder)
+        self.installed: list[Any] = []
+        self.prefetch = accelerate_hooks.AcceleratePrefetchPatch(recorder) if config.h2d else None
+        self.collectives = self._collective_timing(config)
+        self.accelerate_calls = accelerate_hooks.AccelerateCallsPatch(
+            self.optimizer_hooks if config.optimizer else None, self.backward if config.backward else None
+        )
+        self.wrappers = WrapperRegistry()
+        self._model: Any = _UNSEEN
+        self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        for wanted, hook in (
+            (True, self.wrappers),
+            (config.backward, self.backward),
+            (config.optimizer, self.optimizer_hooks),
+            # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
+            (config.h2d and recorder.clock.has_device, hooks.HostToDevicePatch(recorder)),
+            (config.dataloader, hooks.DataLoaderPatch(recorder)),
+        ):
+            if wanted:
+                hook.install()
+                self.installed.append(hook)
+
+    def _collective_timing(self, config: CaptureConfig) -> Any:
+        """The collective hooks, installed; ``None`` when off or when they cannot be installed."""
+        if not (config.collectives and self.settings.collectives):
+            return None
+        try:
+            from traceml_otel.capture.collectives import CollectiveTiming
+
+            timing = CollectiveTiming(self.recorder, warn)
+            timing.install()
+        except Exception as error:
+            warn(f"collective timing is off for this run: {type(error).__name__}: {error}")
+            return None
+        self.installed.append(timing)
+        return timing
+
+    def reconfigure(self, config: CaptureConfig) -> None:
+        """The script called ``init()`` with its own configuration after zero-code tracing started
+        telemetry: swap the hooks, keep the emitter (no step was lost: inference stops first)."""
+        from traceml_otel.capture.session_services import start_watchdog
+
+        if self.inferred is not None:
+            self.inferred.stop()
+        for hook in reversed(self.installed):
+            hook.uninstall()
+        self._install_capture(config)
+        self.catch_up_on_accelerate()
+        if self.watchdog is not None:  # it watches the new collective hooks' progress
+            self.watchdog.stop(clean=True)
+        self.watchdog = start_watchdog(self.recorder, self.collectives, self.settings, warn)
+
+    # --- steps -------------------------------------------------------------------
+    def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        if self.inferred is not None:  # an explicit step (trace_step or a framework callback) takes over
+            self.inferred.stop()
+        if model is not self._model:
+            self.model_seen(model)
+        recorder = self.recorder
+        other_threads = recorder.other_thread_steps
+        if recorder.begin_step(samples, tokens):
+            return True
+        if recorder.other_thread_steps != other_threads:
+            if other_threads == 0:
+                warn(f"trace_step() was called on a second thread ({threading.current_thread().name}); "
+                     "telemetry traces one training thread per process (the first to call it), so this "
+                     "thread's steps and phases are ignored, never merged (counted at exit; warned once)")
+            return False
+        if recorder.nested_steps == 1:
+            warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
+                 "not counted; warned once)")
+        return False
+
+    def end_step(self, exception_type: str | None) -> None:
+        self.recorder.end_step(exception_type)
+
+    def model_seen(self, model: Any) -> None:
+        """The traced model changed: hook it, find its parallelism (once per model, so loops that
+        alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
+        self._model = model
+        if model is not None and self.forward is not None:
+            self.forward.watch(model)
+        if model is not None and self.collectives is not None:
+            self.collectives.watch(model)
+        try:
+            known = self._parallelism_by_model.get(model)
+        except TypeError:  # None or not weak-referenceable
+            known = None
+        if known is None:
+            from traceml_otel.capture.parallelism import detect_parallelism
+
+            known = detect_parallelism(
+                model if model is not None else self.wrapped_model, self.settings.identity.world_size,
+                self.wrappers,
+            )
+            try:
+                self._parallelism_by_model[model] = known
+            except TypeError:
+                pass
+        self.recorder.parallelism = known
+        self.catch_up_on_accelerate()
+
+    def catch_up_on_accelerate(self) -> None:
+        for patch in (self.prefetch, self.accelerate_calls):
+            if patch is not None and not patch.installed:
+                patch.install()
+                if patch.installed:
+                    self.installed.append(patch)
+
+    def start_inference(self) -> InferredSteps | None:
+        recorder = self.recorder
+        if recorder.step or recorder.in_step or self.inferred is not None:
+            return None
+        from traceml_otel.capture.inferred_steps import InferredSteps
+
+        inferred = InferredSteps(self)
+        inferred.start()
+        if not inferred.active:
+            return None
+        self.inferred = inferred
+        return inferred
+
+    # --- what the wrap_* helpers and the framework callbacks time ------------------------
+    def watch_model(self, model: Any) -> None:
+        from traceml_otel.capture.hooks import ForwardHooks
+        from traceml_otel.capture.parallelism import detect_parallelism
+
+        if self.forward is None:
+            self.forward = ForwardHooks(self.recorder)
+        self.forward.watch(model)
+        self.wrapped_model = model
+        world_size = self.settings.identity.world_size
+        self.recorder.parallelism = detect_parallelism(model, world_size, self.wrappers)
+        if self.collectives is not None:
+            self.collectives.watch(model)
+
+    def watch_optimizer(self, optimizer: Any) -> None:
+        from traceml_otel.capture.wrappers import watch_optimizer
+
+        watch_optimizer(optimizer, self.optimizer_hooks.pre, self.optimizer_hooks.post)
+
+    def timed_forward(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        from traceml_otel.capture.hooks import ForwardHooks
+
+        if self.forward is None:
+            self.forward = ForwardHooks(self.recorder)
+        return self.forward.timed(call)
+
+    def timed_backward(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        return self.backward.timed(call)
+
+    def time_optimizer_class(self, cls: type) -> Callable[[], None] | None:
+        if hasattr(cls.__dict__.get("step"), "__traceml_original__"):
+            return None
+        return self.optimizer_hooks.wrap_outer_step(cls)
+
+    # --- the end -------------------------------------------------------------------
+    def flush(self) -> None:
+        self.recorder.flush()
+
+    def count_internal_error(self) -> None:
+        if self.internal_errors == 0:
+            warn("an internal instrumentation error was ignored (training continues)")
+        self.internal_errors += 1
+
+    def shutdown(self, status: str = "ok") -> None:
+        if self.closed:
+            return
+        self.closed = True
+        from traceml_otel.capture.session_end import close_session
+
+        close_session(self, status)
+
+    def forget_in_child(self) -> None:
+        self.closed = True
+        self.link.detach()
+        if self.watchdog is not None:  # its thread did not survive the fork; its parent may ask
+            self.watchdog = None  # for this child's stacks (a DataLoader worker) on a hang
+            from traceml_otel.capture.worker_stacks import arm_in_child
+
+            arm_in_child()
+
+
+NOOP = Session()
+_current: Session = NOOP
+
+
+def current() -> Session:
+    """The process's session (:data:`NOOP` before ``init()``, after ``shutdown()``, when off)."""
+    return _current
+
+
+def install(session: Session) -> None:
+    """Make ``session`` the process's session."""
+    global _current
+    _current = session
+
+
+def take() -> Session:
+    """Detach the process's session for its caller to end; every call reaches :data:`NOOP` from now on."""
+    global _current
+    session, _current = _current, NOOP
+    return session
