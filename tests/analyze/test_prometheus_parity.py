@@ -61,7 +61,7 @@ ALL = (
     Scenario("loader_free_ddp", "loader_free_ddp.py", ranks=2, steps=15),
 )
 # tiny_collectives: no DDP constructor syncs its ranks, so under load one rank's first all_reduce
-# waits up to ~1 s for the other's first forward (seen: 0.93 s, against 8 ms of exposed time per
+# waits up to ~1.5 s for the other's first forward (seen: 0.93 and 1.49 s; 8 ms exposed per
 # step). The span reader's per-step split calls that transfer; the metrics' clock-free split on
 # the run's means cannot tell one step from another and calls it waiting (STRAGGLER) unless the run
 # is long enough to amortize it, as any run of minutes does: 1,000 steps (~10-20 s) instead of 25.
