@@ -136,8 +136,15 @@ def test_measured_zero_input_wait_is_not_missing() -> None:
 
 def test_missing_input_wait_is_judged_on_traced_time() -> None:
     # no fetch measured (a loop without a DataLoader): the traced time is still judged, not INCOMPLETE_DATA
-    diagnosis = diagnose_step_time([rank(input_wait=None)], Clock.CPU, "none")
+    from dataclasses import replace
+
+    diagnosis = diagnose_step_time([replace(rank(input_wait=None), between_steps=0.0)], Clock.CPU, "none")
     assert diagnosis.primary.kind is StepKind.COMPUTE_BOUND
+    # compute-bound needs the time between steps under 10 % too: unknown (metrics from a run shorter
+    # than a scrape interval), it is not claimed
+    unknown = diagnose_step_time([rank(input_wait=None)], Clock.CPU, "none")
+    assert unknown.primary.kind is StepKind.INCOMPLETE_DATA
+    assert "between_steps 0/1 ranks" in unknown.primary.why
     heavy = diagnose_step_time([rank(input_wait=None, residual=0.3)], Clock.CPU, "none")
     assert heavy.primary.kind is StepKind.RESIDUAL_HEAVY
     assert heavy.primary.score == pytest.approx(0.25)  # 0.3 of a 1.2 s traced step

@@ -70,6 +70,23 @@ def test_input_bound_from_sums() -> None:
     assert "not available from metrics" in " ".join(analysis.run.warnings)
 
 
+def test_time_between_steps_from_the_wall_time_between_scrapes() -> None:
+    """No fetch timed: the wall time between step ends, less the traced time, is the time between
+    steps; unknown (a run inside one scrape interval), compute-bound is not claimed."""
+    unmeasured = counters(wait=0.0, wait_steps=0, traced=7.0)  # 7 s traced over 40 steps
+    slow = replace(unmeasured, between_steps=3.9, between_steps_counted=39)  # 0.1 s a step between
+    analysis = analyze_metrics(MetricRun("r", "Prometheus x", (slow,)))
+    assert analysis.step.primary.kind is StepKind.BETWEEN_STEPS
+    assert analysis.ranks[0].between_steps == pytest.approx(0.1)
+    assert analysis.step.primary.score == pytest.approx(0.1 / (0.1 + 7.0 / STEPS))
+    quick = replace(unmeasured, between_steps=0.039, between_steps_counted=39)
+    quick_run = MetricRun("r", "Prometheus x", (quick,))
+    assert analyze_metrics(quick_run).step.primary.kind is StepKind.COMPUTE_BOUND
+    unknown = analyze_metrics(MetricRun("r", "Prometheus x", (unmeasured,)))
+    assert unknown.step.primary.kind is StepKind.INCOMPLETE_DATA
+    assert "fewer than two scrapes saw their steps" in " ".join(unknown.run.warnings)
+
+
 def test_totals_are_differences_of_cumulative_series_not_increase() -> None:
     reader = PrometheusReader("http://x", run_id='a"b', when=TimeRange(1000.0, 4600.0))
     query = reader.total("traceml_steps_total", since_offset_s=3600.5)

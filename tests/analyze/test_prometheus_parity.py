@@ -55,15 +55,19 @@ ALL = (
     Scenario("slow_rank", "slow_rank.py", ranks=2),
     Scenario("incomplete_data", "incomplete_data.py"),
     Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
-    Scenario("tiny_collectives", "tiny_collectives.py", ranks=2, steps=25),
+    Scenario("tiny_collectives", "tiny_collectives.py", ranks=2, steps=1000),
     Scenario("preloaded_compute", "preloaded_compute.py", steps=25),
-    Scenario("slow_generator", "slow_generator.py", steps=20),
+    Scenario("slow_generator", "slow_generator.py", steps=200),
     Scenario("loader_free_ddp", "loader_free_ddp.py", ranks=2, steps=15),
 )
-# tiny_collectives on metrics: in a 25-step run, rank 1's first step waits ~0.5 s in its first all_reduce for
-# rank 0 to start. The span reader's per-step split counts that as transfer (COMMUNICATION_BOUND,
-# latency); on metrics it is 20 ms per step more exposed time on rank 1, which the clock-free split
-# calls waiting for rank 0 (STRAGGLER). Over a rate window of minutes, or a longer run, it vanishes.
+# tiny_collectives: no DDP constructor syncs its ranks, so under load one rank's first all_reduce
+# waits up to ~1.5 s for the other's first forward (seen: 0.93 and 1.49 s; 8 ms exposed per
+# step). The span reader's per-step split calls that transfer; the metrics' clock-free split on
+# the run's means cannot tell one step from another and calls it waiting (STRAGGLER) unless the run
+# is long enough to amortize it, as any run of minutes does: 1,000 steps (~10-20 s) instead of 25.
+# slow_generator: 20 steps of ~17 ms end inside one 1 s scrape interval, so metrics see no time
+# between steps (the wall time between two scrapes' last-step times); 200 steps (~4 s) give
+# several scrapes, as any real run of minutes does. Shorter, the metrics verdict is INCOMPLETE_DATA.
 DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank")
 SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
 
@@ -104,6 +108,9 @@ def _finish(tmp: Path, scenario: Scenario, proc: subprocess.Popen[str]) -> tuple
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     (run_dir,) = (tmp / scenario.name).iterdir()
+    for stats in sorted(run_dir.glob("rank-*.export.json")):  # every rank served its scrape endpoint
+        disabled = json.loads(stats.read_text()).get("outputs_disabled") or {}
+        assert "Prometheus endpoint" not in disabled, (stats.name, disabled)
     return run_dir.name, json.loads((run_dir / "report.json").read_text())
 
 

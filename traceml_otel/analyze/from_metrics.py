@@ -15,6 +15,9 @@ reader builds, and the same rules decide. What metrics cannot tell, and how it i
 - Loader-side prefetch copies, optimizer updates and device memory totals are not metrics; the
   clock is GPU when CUDA memory gauges exist, else CPU; the parallelism is inferred from the
   collectives seen (:func:`infer_parallelism`).
+- The time between steps is the wall time between the first and the last step end seen in the
+  range, less the traced time of the steps ended in between (it includes ``outside_step`` blocks,
+  which the span attribute leaves out).
 - Drift is read per time bucket, not per step; step numbers of the slowest steps are unknown
   (the trace ids of the slowest sampled steps come from exemplars when the engine keeps them).
 """
@@ -86,6 +89,8 @@ def rank_totals(counters: RankCounters) -> RankTotals:
         communication_measured=measured,
         communication_calls=counters.collective_calls if measured else None,
         communication_bytes=counters.collective_bytes if measured else None,
+        between_steps=counters.between_steps,
+        between_steps_counted=round(counters.between_steps_counted),
     )
 
 
@@ -108,7 +113,7 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
     parallelism = infer_parallelism(run.ranks)
     counts = tuple(RankCount(m.rank, m.steps, 0, max(m.steps - 1, 0)) for m in ranks)
     observed = tuple(m.rank for m in ranks)
-    warnings = (*run.warnings, NOT_FROM_METRICS, *_exemplar_lines(run))
+    warnings = (*run.warnings, NOT_FROM_METRICS, *_between_steps_line(run), *_exemplar_lines(run))
     info = RunInfo(
         run_id=run.run_id, source=run.source, world_size=len(ranks) or None, ranks=observed,
         parallelism=parallelism, steps_read=sum(m.steps for m in ranks), warnings=warnings,
@@ -141,6 +146,16 @@ def _drift(run: MetricRun) -> DriftAnalysis:
     if not run.step_time_series:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
     return detect_drift(list(run.step_points), list(run.step_time_series))
+
+
+def _between_steps_line(run: MetricRun) -> tuple[str, ...]:
+    """Why the time between steps is unknown on some rank, when it is (and no fetch was timed)."""
+    unknown = [r.rank for r in run.ranks if r.between_steps is None and r.input_wait_steps < r.steps]
+    if not unknown:
+        return ()
+    return (f"time between steps: not known from metrics on {len(unknown)} rank(s) (first: rank "
+            f"{unknown[0]}): fewer than two scrapes saw their steps (a run shorter than the scrape "
+            "interval)",)
 
 
 def _exemplar_lines(run: MetricRun) -> tuple[str, ...]:

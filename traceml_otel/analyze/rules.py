@@ -15,7 +15,12 @@ from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
-from traceml_otel.analyze.between_steps import between_steps_rule, input_unmeasured, traced_basis
+from traceml_otel.analyze.between_steps import (
+    between_steps_rule,
+    between_steps_share,
+    input_unmeasured,
+    traced_basis,
+)
 from traceml_otel.analyze.communication_rules import communication_rule, sync_straggler_rule, waits_measured
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.independent import independent_ranks_rule
@@ -144,8 +149,11 @@ def diagnose_step_time(
         if applies
     ) + tuple(extra_caps)
     between: Finding | None = None
+    compute: Finding | Abstention | None = None
     if input_unmeasured(ranks):  # no fetch timed: judge the traced time, report the time between steps
         between = between_steps_rule(ranks)
+        if between_steps_share(ranks) is None:  # compute-bound needs the time between steps small
+            compute = _abstention("compute", ranks, ("between_steps",))
         ranks = traced_basis(ranks)
     outcomes = [
         _rank_rule(ranks, parallelism),
@@ -154,7 +162,7 @@ def diagnose_step_time(
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
         share_rule(StepKind.RESIDUAL_HEAVY, ranks),
         communication_rule(ranks),
-        compute_rule(ranks),
+        compute if compute is not None else compute_rule(ranks),
     ]
     issues = [_cap(o, caps) for o in outcomes if isinstance(o, Finding)
               and not (between is not None and o.kind is StepKind.COMPUTE_BOUND)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
@@ -75,6 +75,11 @@ class RankCounters:
     tokens: float | None = None
     peak_allocated: float | None = None
     peak_reserved: float | None = None
+    between_steps: float | None = None
+    """Time between steps summed over ``between_steps_counted`` steps: the wall time from the end of
+    the first step seen in the range to the end of the last, less the traced time of the steps
+    between (:meth:`PrometheusReader.between_steps`); ``None`` without two scrapes of the run."""
+    between_steps_counted: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,12 +250,37 @@ class PrometheusReader:
             for rank, steps in sorted(by_rank.items())
             if steps > 0
         )
+        between, counted = self.between_steps(span, at)
+        ranks = tuple(
+            replace(r, between_steps=between.get(r.rank), between_steps_counted=counted.get(r.rank, 0.0))
+            for r in ranks
+        )
         series = self._over_the_run(extent)
         exemplars, queried = self._exemplars(extent)
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
             queries=self.queries, warnings=tuple(self.log.warnings),
         )
+
+    def between_steps(self, span: str, at: float) -> tuple[dict[int, float], dict[int, float]]:
+        """Per rank: the time between steps summed over the steps ended in the range, and how many.
+
+        The wall time from the end of the first step a scrape saw in the range (``min_over_time`` of
+        the last-step time: it only grows) to the end of the last, less the traced time of the
+        steps ended in between, is the time between those steps (input wait, loading, logging, and
+        ``outside_step`` blocks, which the span attribute leaves out). Its clock is wall time.
+        """
+        counted = {r: n for r, n in self._vector(self._grown(STEP_COUNT, span), at).items() if n >= 1}
+        wall = self._vector(f"{self._grown(LAST_STEP, span)} - {self._grown(STEP_SUM, span)}", at)
+        return {r: max(0.0, v) for r, v in wall.items() if r in counted}, counted
+
+    def _grown(self, metric: str, span: str, *by: str) -> str:
+        """Per rank (and ``by``): the last value less the first one a scrape saw in ``span`` (the series
+        only grow over a run)."""
+        labels = ", ".join((RANK_LABEL, *by))
+        last = f"max by ({labels}) (last_over_time({self.selector(metric)}[{LOOKBACK}]))"
+        first = f"max by ({labels}) (min_over_time({self.selector(metric)}[{span}]))"
+        return f"({last} - {first})"
 
     def _over_the_run(self, extent: RunExtent) -> tuple[
         tuple[int, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...], float
