@@ -167,9 +167,8 @@ def test_the_live_time_counters_match_the_known_times(runs: dict[str, dict]) -> 
     assert live["shutdown"] >= 0.95 * float(KNOWN["KNOWN_SHUTDOWN"])
     assert _near(sum(live.values()) - live["shutdown"], rank.wall_s - got["shutdown"], 0.02)
     productive = sum(v for k, v in got.items() if k in PRODUCTIVE)
-    # goodput's numerator, the same both ways: ~0.1 s of tiny steps here, so 5 % is 5 ms, less than a
-    # loaded machine moves the stall's end between the live hang-record read (1 s cadence) and the
-    # analyzer's; 20 ms absolute is the floor (seen: 91 vs 98 ms at load 12, equal when idle)
+    # goodput's numerator, the same both ways: ~0.1 s of tiny steps here, so 5 % is 5 ms, and a loaded
+    # machine moved it 7 ms once (91 vs 98 ms at load 12; it passed at load 3): 20 ms absolute is the floor
     assert abs(live["step.block"] - productive) <= max(0.05 * productive, 0.02)
 
 
