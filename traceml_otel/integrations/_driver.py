@@ -77,6 +77,14 @@ class StepDriver:
         if recorder is not None and self._open is None:
             recorder.discard_input_wait()
 
+    def resumed_at(self, updates: Any) -> None:
+        """The framework resumed from a checkpoint after ``updates`` optimizer updates (its global step).
+
+        After a restart, the updates the earlier attempt made beyond it are redone
+        (``traceml.resume_from``)."""
+        if isinstance(updates, int) and not isinstance(updates, bool) and updates > 0:
+            traceml.resume_from(updates)
+
     def begin_outside(self, kind: str) -> None:
         """Evaluation or a checkpoint starts between steps (``traceml.outside_step(kind)``, opened)."""
         context = traceml.outside_step(kind)

@@ -43,6 +43,7 @@ class TraceMLCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._driver.start()
+        self._driver.resumed_at(getattr(state, "global_step", 0))  # loaded from resume_from_checkpoint
         self._driver.forget_input_wait()
         self._driver.time_outside(Trainer, "evaluate", "evaluation")
         self._driver.time_outside(Trainer, "_save_checkpoint", "checkpoint")

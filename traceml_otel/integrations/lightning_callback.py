@@ -54,6 +54,7 @@ def _methods(package: str) -> dict[str, Any]:
         driver.time_outside(trainer, "save_checkpoint", "checkpoint")
 
     def on_train_start(self: Any, trainer: Any, pl_module: Any) -> None:
+        self._driver.resumed_at(getattr(trainer, "global_step", 0))  # restored from fit(ckpt_path=...)
         self._driver.forget_input_wait()  # the sanity check's validation batches
 
     def on_train_batch_start(self: Any, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
