@@ -38,6 +38,31 @@ def thresholds(*steps: tuple[str, float]) -> dict[str, Any]:
     }
 
 
+def _panel(kind: str, title: str, description: str, grid: Grid, defaults: dict[str, Any],
+           overrides: list[dict[str, Any]], options: dict[str, Any],
+           targets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields every panel has, in Grafana's order."""
+    x, y, w, h = grid
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": PROM,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": defaults, "overrides": overrides},
+        "options": options,
+        "targets": targets,
+    }
+
+
+def _limits(defaults: dict[str, Any], maximum: float | None, no_value: str | None) -> dict[str, Any]:
+    if maximum is not None:
+        defaults["max"] = maximum
+    if no_value:
+        defaults["noValue"] = no_value
+    return defaults
+
+
 def timeseries(
     title: str,
     description: str,
@@ -52,7 +77,6 @@ def timeseries(
     maximum: float | None = None,
 ) -> dict[str, Any]:
     """A time series panel with a table legend (mean, max); ``stacked`` stacks the series."""
-    x, y, w, h = grid
     defaults: dict[str, Any] = {
         "unit": unit,
         "min": 0,
@@ -67,28 +91,13 @@ def timeseries(
         },
         "thresholds": thresholds(*threshold_steps),
     }
-    if maximum is not None:
-        defaults["max"] = maximum
-    if no_value:
-        defaults["noValue"] = no_value
-    return {
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": PROM,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
-        "options": {
-            "legend": {
-                "displayMode": "table",
-                "placement": "right",
-                "showLegend": True,
-                "calcs": ["mean", "max"],
-            },
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": targets,
+    options = {
+        "legend": {"displayMode": "table", "placement": "right", "showLegend": True,
+                   "calcs": ["mean", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
     }
+    return _panel("timeseries", title, description, grid, _limits(defaults, maximum, no_value),
+                  overrides or [], options, targets)
 
 
 def bars(
@@ -102,27 +111,14 @@ def bars(
     no_value: str | None = None,
 ) -> dict[str, Any]:
     """A bar gauge of instant queries (one bar per series): the ranked-ranks panels."""
-    x, y, w, h = grid
-    defaults: dict[str, Any] = {"unit": unit, "min": 0}
-    if maximum is not None:
-        defaults["max"] = maximum
-    if no_value:
-        defaults["noValue"] = no_value
-    return {
-        "type": "bargauge",
-        "title": title,
-        "description": description,
-        "datasource": PROM,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "orientation": "horizontal",
-            "displayMode": "basic",
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "showUnfilled": True,
-        },
-        "targets": targets,
+    options = {
+        "orientation": "horizontal",
+        "displayMode": "basic",
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "showUnfilled": True,
     }
+    return _panel("bargauge", title, description, grid, _limits({"unit": unit, "min": 0}, maximum, no_value),
+                  [], options, targets)
 
 
 def stat(
@@ -135,25 +131,15 @@ def stat(
     no_value: str | None = None,
 ) -> dict[str, Any]:
     """A single-value panel (last value, with its sparkline)."""
-    x, y, w, h = grid
     defaults: dict[str, Any] = {"unit": unit, "thresholds": thresholds(*threshold_steps)}
-    if no_value:
-        defaults["noValue"] = no_value
-    return {
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": PROM,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
-        },
-        "targets": [target("A", expr, "")],
+    options = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "value",
+        "graphMode": "area",
+        "textMode": "auto",
     }
+    return _panel("stat", title, description, grid, _limits(defaults, None, no_value), [], options,
+                  [target("A", expr, "")])
 
 
 def row(title: str, y: int) -> dict[str, Any]:
