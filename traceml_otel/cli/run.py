@@ -8,12 +8,12 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from traceml_otel.cli.analyze import diagnose_run_directory
 from traceml_otel.cli.common import EXIT_ERROR
-from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB
+from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
 
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -98,7 +98,7 @@ def run_run(args: argparse.Namespace) -> int:
         render_export_report,
         wait_for_final_exports,
     )
-    from traceml_otel.launch.launcher import LaunchOptions, launch, shutdown_timeout_s
+    from traceml_otel.launch.launcher import LaunchOptions, launch, ranks_shutdown_timeout_s
 
     script_args = list(args.script_args)
     problem = _script_problem(args)
@@ -115,7 +115,7 @@ def run_run(args: argparse.Namespace) -> int:
     )
     code, run_dir = launch(options)
     print()
-    exports = wait_for_final_exports(run_dir, shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
+    exports = wait_for_final_exports(run_dir, ranks_shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
     if not exports and code != 0 and run_dir.is_dir() and os.access(run_dir, os.W_OK):
         # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
         # (A runs folder we could not write holds no statistics either: the account below says why.)
@@ -171,19 +171,6 @@ def _diagnosis(run_dir: Path, html: bool) -> str:
 _OUT_OF_BUDGET = 3
 _CHILD = "import sys; from traceml_otel.cli.run import diagnose_child; sys.exit(diagnose_child(sys.argv[1:]))"
 _MAX_REPORT_BYTES = 16 << 20
-
-
-def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
-    """The end-of-run diagnosis' address-space budget: ``TRACEML_DIAGNOSIS_MEMORY_MB``, else a quarter
-    of physical memory (at least 2 GiB)."""
-    raw = (os.environ if env is None else env).get(TRACEML_DIAGNOSIS_MEMORY_MB, "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        physical = 8 << 30
-    return max(2048, physical // 4 >> 20)
 
 
 def diagnose_child(argv: list[str]) -> int:
