@@ -25,13 +25,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "traceml_otel"
 ALLOWED = {
     "analyze": (
         "traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize", "traceml_otel.wire",
+        "traceml_otel.errors",
     ),
     "report": (
         "traceml_otel.report", "traceml_otel.analyze", "traceml_otel.contract", "traceml_otel.sanitize",
-        "traceml_otel.wire",
+        "traceml_otel.wire", "traceml_otel.errors",
     ),
     "wire": (
         "traceml_otel.wire", "traceml_otel.contract", "traceml_otel.sanitize", "traceml_otel.step_records",
+        "traceml_otel.errors",
     ),
 }
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from traceml_otel.contract import RUNS_DIR_DEFAULT
+from traceml_otel.errors import TracemlError
 
 TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
@@ -126,7 +127,7 @@ OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-class SettingsError(ValueError):
+class SettingsError(TracemlError, ValueError):
     """A traceml or OTel environment variable has a value we cannot use."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from traceml_otel.cli.analyze import diagnose_run_directory
 from traceml_otel.cli.common import EXIT_ERROR
+from traceml_otel.errors import TracemlError
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
 
@@ -189,8 +190,11 @@ def diagnose_child(argv: list[str]) -> int:
         text = diagnose_run_directory(run_dir, html=html)
     except MemoryError:
         return _OUT_OF_BUDGET
-    except Exception as error:
+    except (TracemlError, OSError) as error:
         text = f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
+    except Exception as error:  # the launcher survives a bug too; it says it is one
+        text = (f"traceml: could not diagnose {run_dir}: internal error (a bug in traceml-otel; please "
+                f"report it): {type(error).__name__}: {error}")
     sys.stdout.write(text)
     sys.stdout.flush()
     return 0

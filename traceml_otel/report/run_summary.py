@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from traceml_otel.analyze.compare_policy import PHASES, RunSummary
+from traceml_otel.errors import TracemlError
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
 
-class ReportFormatError(ValueError):
+class ReportFormatError(TracemlError, ValueError):
     """A JSON file that is not a traceml-otel report this version can read."""
 
 

@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from traceml_otel.errors import TracemlError
 from traceml_otel.wire.bounded_file import RefusedFile, read_bounded
 
 MAX_RECORD_BYTES = 1 << 20
 """A record file larger than this is not read (they are a few KiB)."""
 
 
-class RecordError(ValueError):
+class RecordError(TracemlError, ValueError):
     """A record file is unreadable, corrupt, or not the record it should be (the message says which)."""
 
 
