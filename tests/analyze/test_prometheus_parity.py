@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,12 +24,11 @@ import yaml
 
 from tests.analyze.test_diagnosis_scenarios import SCENARIOS
 from tests.ports import free_port, free_port_pair
+from tests.tools import PROMETHEUS, requires_tool
 from traceml_otel.contract import step_trace_id
 
 REPO = Path(__file__).resolve().parents[2]
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None,
-                                reason="prometheus not installed (apt-get install prometheus)")
+pytestmark = requires_tool("prometheus")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ scrapes both every second and evaluates the rules of `traceml stack render --pro
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,16 +23,14 @@ import pytest
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
 from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, start_prometheus, wait_until
 from tests.ports import free_port_pair
+from tests.tools import requires_tool
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
-PROMETHEUS = shutil.which("prometheus")
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "comm_run.py"
 RUN_ID = "comm"
 RUN_SECONDS = 24.0  # steps; the drift baseline needs about 18 s of them
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
-)
+pytestmark = requires_tool("prometheus")
 COMMUNICATION = ("traceml_collective_", "traceml_communication_share")
 
 

@@ -29,12 +29,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.test_stack_live import PROMETHEUS, Prometheus, wait_until
+from tests.integration.test_stack_live import Prometheus, wait_until
 from tests.ports import free_port, free_port_pair
+from tests.tools import PROMETHEUS, requires_tool
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "lifecycle_run.py"
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed")
+pytestmark = requires_tool("prometheus")
 
 
 def _start(tmp: Path, name: str, interval: str, targets: list[str]) -> Prometheus:

@@ -14,7 +14,6 @@ import http.server
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,18 +31,15 @@ import yaml
 
 from tests.integration.otlp_stack import free_port
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
+from tests.tools import NODE_EXPORTER, PROMETHEUS, requires_tool
 from traceml_otel import contract as c
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
-PROMETHEUS = shutil.which("prometheus")
-NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "stack_run.py"
 GPU_UUID = "GPU-5fb2a1c4-7d7e-4c1b-9f0e-1a2b3c4d5e6f"
 OTHER_GPU_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 FAST_S, SLOW_S = 30.0, 20.0
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
-)
+pytestmark = requires_tool("prometheus")
 
 # The DCGM exporter's exposition (its documented metric and label names): this run's GPU and
 # another node's, which the join must leave out.
@@ -396,7 +392,7 @@ def test_dcgm_panels_get_this_runs_gpu_through_the_info_join(live: LiveRun) -> N
     }  # this run's GPU only, not the other node's
 
 
-@pytest.mark.skipif(NODE_EXPORTER is None, reason="prometheus-node-exporter not installed")
+@requires_tool("prometheus-node-exporter", "node_exporter")
 def test_host_cpu_panel_joins_node_exporter(live: LiveRun) -> None:
     lines = [v for e, v in live.dashboard.items() if "node_cpu_seconds_total" in e]
     assert len(lines) == 3  # busiest, median and least busy host of the run: here the one host
