@@ -10,7 +10,7 @@ import pytest
 
 
 def wait_for(check: Callable[[], object], timeout_s: float, what: str, log: Path | None = None,
-             poll_s: float = 0.05) -> None:
+             poll_s: float = 0.1) -> None:
     """Return as soon as ``check()`` is true; fail the test with ``what`` (and the tail of ``log``) when it
     is not within ``timeout_s``. An ``OSError`` from ``check`` (a server not up yet) counts as not yet."""
     deadline = time.monotonic() + timeout_s
