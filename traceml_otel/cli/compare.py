@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, unusable_summary
+from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, summary_of, unusable_summary
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.cli.common import (
@@ -20,7 +20,6 @@ from traceml_otel.cli.common import (
     window_spec,
     write_output,
 )
-from traceml_otel.report import report_json
 from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
 from traceml_otel.report.run_summary import summary_from_report
 from traceml_otel.sanitize import strip_control
@@ -54,10 +53,10 @@ def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
             return unusable_summary(label, f"not JSON ({str(error)[:80]})")
         if isinstance(document, dict) and "schema" in document:
             return summary_from_report(document, label)
-    report = report_json(analyze_path([path], window=window))
-    if not report["run"]["spans_read"]:  # type: ignore[index]
+    analysis = analyze_path([path], window=window)
+    if not analysis.run.spans_read:
         return unusable_summary(label, "neither a traceml report nor a run with traceml spans")
-    return summary_from_report(report, label)
+    return summary_of(analysis, label)
 
 
 def run_compare(args: argparse.Namespace) -> int:
