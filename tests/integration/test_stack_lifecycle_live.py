@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import SideBySide
 from tests.ports import free_port, free_port_pair
 from tests.prometheus_server import Prometheus, start_prometheus, static_targets
 from tests.tools import requires_tool
@@ -92,8 +94,15 @@ def _targets_down(server: Prometheus, targets: list[str], since: float) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
-    tmp = tmp_path_factory.mktemp("stack-lifecycle")
+def lifecycle(side_by_side: SideBySide) -> Iterator[Lifecycle]:
+    """The scenario below, run side by side with test_stack_live.py's (tests/integration/conftest.py)."""
+    yield side_by_side.result(__name__)
+    side_by_side.close(__name__)
+
+
+def lifecycle_scenario(tmp: Path, settled: threading.Event | None = None) -> Iterator[Lifecycle]:
+    """Three Prometheus replicas and three jobs' ranks: driven through the scenario (see :func:`_observe`),
+    then yielded; everything stops when it is closed."""
     # the short profile, with the drift windows halved again (the restart must fire within the run)
     windows = Windows.short().with_overrides({"rate": "10s", "baseline_min_history": "5s", "for_drift": "4s"})
     write_files(render_all(StackConfig(windows=windows)), tmp)
@@ -112,7 +121,7 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         ranks += [_rank(tmp, "crash", "crash", r, 2, crash, "--seconds", "8", "--raise-oom") for r in (0, 1)]
         attempt1 = _rank(tmp, "nightly", "nightly-1", 0, 1, first, "--seconds", "120", "--step", "0.05")
         ranks.append(attempt1)
-        _observe(run, tmp, ranks, attempt1, second)
+        _observe(run, tmp, ranks, attempt1, second, settled or threading.Event())
         yield run
     finally:
         for rank in ranks:
@@ -124,7 +133,8 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
 
 
 def _observe(run: Lifecycle, tmp: Path, ranks: list[subprocess.Popen[str]],
-             attempt1: subprocess.Popen[str], second_port: int) -> None:
+             attempt1: subprocess.Popen[str], second_port: int, settled: threading.Event) -> None:
+    """Drive the scenario; ``settled`` is set once every trainer has started (the restart is live)."""
     fast = run.servers["fast"]
     # attempt 1 builds the job's baseline (5 s of means here), then dies
     wait_for(lambda: bool(fast.query('job:traceml_step_time_seconds:baseline{traceml_job="nightly"}')),
@@ -136,9 +146,11 @@ def _observe(run: Lifecycle, tmp: Path, ranks: list[subprocess.Popen[str]],
     run.missing_fired_first = True
     attempt2 = _rank(tmp, "nightly", "nightly-2", 0, 1, second_port, "--seconds", "120", "--step", "0.07")
     ranks.append(attempt2)
-    wait_for(lambda: bool(fast.query('run:traceml_live_ranks:count{traceml_run_id="nightly-2"}')), 30,
-               "the restart is not live", fast.log)
-    time.sleep(2)
+    wait_for(lambda: bool(fast.query('run:traceml_live_ranks:count{traceml_run_id="nightly-2"}')), 60,
+             "the restart is not live (a process start on a loaded machine)", fast.log)
+    settled.set()
+    wait_for(lambda: not _alerts(fast, "TraceMLTelemetryMissing", "nightly-1"), 10,
+             "the killed attempt still pages with the restart live", fast.log)
     run.missing_after_restart = _alerts(fast, "TraceMLTelemetryMissing", "nightly-1")
     wait_for(lambda: bool(_alerts(fast, "TraceMLStepTimeDrift", "nightly-2", "firing")), 45,
                "the 40 % slower restart did not fire drift", fast.log)

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import SideBySide
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
 from tests.ports import free_port
 from tests.prometheus_server import Prometheus, serve_exposition, start_prometheus, static_targets
@@ -97,8 +99,15 @@ def _trainer(name: str, port: int, runs_dir: Path, *extra: str) -> subprocess.Po
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
-    tmp = tmp_path_factory.mktemp("stack-live")
+def live(side_by_side: SideBySide) -> Iterator[LiveRun]:
+    """The scenario below, run side by side with the lifecycle test's (tests/integration/conftest.py)."""
+    yield side_by_side.result(__name__)
+    side_by_side.close(__name__)
+
+
+def live_scenario(tmp: Path, settled: threading.Event | None = None) -> Iterator[LiveRun]:
+    """Two trainers, the DCGM exposition and a node exporter, scraped by one Prometheus: driven through
+    the scenario (see :func:`_observe`), then yielded; everything stops when it is closed."""
     write_files(render_all(StackConfig(windows=Windows.short())), tmp)
     drift_port = free_port()
     loader_port = free_port(avoid=(drift_port,))
@@ -256,16 +265,10 @@ def test_input_bound_variant_fires_and_a_killed_run_is_missing(live: LiveRun) ->
         'run:traceml_input_wait_share:median{traceml_run_id="loader"} > 0.4', live.started, live.loader_killed
     )
     assert share, "input wait share of the slow loader not recorded"
-    wait_for(
-        lambda: bool(
-            p.query(
-                'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="loader", alertstate="firing"}'
-            )
-        ),
-        15,
-        "killed run not reported missing",
-        p.log,
-    )
+    missing = 'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="loader", alertstate="firing"}'
+    latest = live.drift_ended + 6 + 15  # the scenario's end, then up to 15 s more
+    wait_for(lambda: p.series_times(missing, live.loader_killed, min(time.time(), latest)),
+             max(1.0, latest - time.time()), "killed run not reported missing", p.log)
     assert not p.series_times(
         'ALERTS{alertname="TraceMLInputBound", traceml_run_id="loader", alertstate="firing"}',
         live.loader_killed + 3,
