@@ -74,7 +74,11 @@ def decode_attributes(attributes: list, wanted: frozenset[str]) -> dict[str, obj
 
 
 def as_int(raw: object) -> int | None:
-    """An OTLP integer (a JSON number or a decimal string) or ``None``."""
+    """An OTLP integer (a JSON number or a decimal string) or ``None``.
+
+    OTLP JSON writes 64-bit integers as strings, so these readers accept them; the record readers of
+    the same names in ``wire/_json.py`` do not (our own files hold JSON numbers).
+    """
     if isinstance(raw, bool) or raw is None:
         return None
     if isinstance(raw, int):

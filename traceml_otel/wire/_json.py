@@ -80,7 +80,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def as_int(raw: object) -> int | None:
-    """A JSON integer, or ``None`` (booleans, fractions, ``1e400`` and non-numbers are not integers)."""
+    """A JSON integer, or ``None`` (booleans, fractions, ``1e400`` and non-numbers are not integers).
+
+    Stricter than ``analyze.otlp_decode.as_int``: a record field written as a string is malformed here,
+    where OTLP JSON writes 64-bit integers as strings.
+    """
     if isinstance(raw, bool) or raw is None:
         return None
     if isinstance(raw, int):
