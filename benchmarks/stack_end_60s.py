@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.test_stack_lifecycle_live import _port_pair, _rank, _start
+from tests.integration.test_stack_lifecycle_live import _rank, _start
+from tests.ports import free_port_pair
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 
@@ -39,7 +40,7 @@ def _until(check, timeout: float) -> bool:
 def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="stack-end-60s-"))
     write_files(render_all(StackConfig(windows=Windows.short(), scrape_interval="60s", linger_s=65)), tmp)
-    port = _port_pair()
+    port = free_port_pair()
     targets = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
     server = _start(tmp, "slow", "60s", targets)
     stop = tmp / "stop"
@@ -76,8 +77,7 @@ def main() -> int:
         for rank in ranks:
             if rank.poll() is None:
                 rank.kill()
-        server.proc.terminate()
-        server.proc.wait(timeout=15)
+        server.stop()
 
 
 if __name__ == "__main__":

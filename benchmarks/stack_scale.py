@@ -26,8 +26,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,12 +33,13 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.ports import free_port
+from tests.prometheus_server import serve_exposition, start_prometheus, static_targets
 from traceml_otel.emit.step_metrics import CollectiveSample, LiveState, PrometheusStepMetrics, RankLabels
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 from traceml_otel.step_records import StepRecord
@@ -53,12 +52,6 @@ BUDGET_SAMPLES = 2_000_000
 BUDGET_LINES = 20
 ROUND_S = 2.0
 PHASES = (("forward", 0.30), ("backward", 0.45), ("optimizer", 0.10), ("h2d", 0.02))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class _Ranks:
@@ -133,21 +126,8 @@ def _serve(ranks: range, world: int, port: int, seed: int, ready: Any) -> None:
         group.step_all(2)
         latest[0] = group.exposition()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = latest[0]
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
     refresh()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_exposition(lambda: latest[0], port)
     ready.set()
     while True:  # a round at most every 2 s: the shape of the values, not their count, matters here
         started = time.monotonic()
@@ -194,7 +174,7 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
     files = render_all(StackConfig(windows=Windows.short()))
     write_files(files, tmp)
     dashboard = json.loads(files["grafana/dashboards/traceml-training.json"])
-    ports = [_free_port() for _ in range(workers)]
+    ports = [free_port() for _ in range(workers)]
     context = multiprocessing.get_context("spawn")
     procs = []
     per = -(-ranks // workers)
@@ -205,17 +185,10 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
         proc.start()
         ready.wait(120)
         procs.append(proc)
-    prom_port = _free_port()
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-              "rule_files": [str(tmp / "prometheus" / name) for name in ("recording.yml", "alerts.yml")],
-              "scrape_configs": [{"job_name": "traceml", "static_configs": [
-                  {"targets": [f"127.0.0.1:{p}" for p in ports]}]}]}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    server = subprocess.Popen([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
-                               f"--web.listen-address=127.0.0.1:{prom_port}",
-                               f"--storage.tsdb.path={tmp / 'data'}", "--query.max-samples=200000000"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{prom_port}"
+    server = start_prometheus(tmp / "server", [static_targets("traceml", [f"127.0.0.1:{p}" for p in ports])],
+                              rules_dir=tmp / "prometheus", flags=["--query.max-samples=200000000"],
+                              port=free_port(avoid=tuple(ports)))
+    url = server.url
     try:
         time.sleep(seconds)
         end = time.time()
@@ -244,8 +217,7 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
                 "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
                 "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs}
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
         for proc in procs:
             proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,11 +7,15 @@ import socket
 from pathlib import Path
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_port(avoid: tuple[int, ...] = ()) -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it), none of ``avoid`` (ports
+    handed out already, that their servers have not bound yet)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 def free_port_pair() -> int:

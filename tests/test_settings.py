@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from traceml_otel.settings import SettingsError, load_settings
@@ -108,3 +111,70 @@ def test_job_identity_survives_a_restart_under_a_new_run_id() -> None:
     first = load_settings({"TRACEML_JOB": "nightly", "TRACEML_RUN_ID": "attempt-1"})
     second = load_settings({"TRACEML_JOB": "nightly", "TRACEML_RUN_ID": "attempt-2"})
     assert first.job == second.job == "nightly" and first.run_id != second.run_id
+
+
+@pytest.mark.parametrize("name", ["TRACEML_SHUTDOWN_TIMEOUT_S", "TRACEML_EMITTER_STALL_S",
+                                  "TRACEML_HANG_TIMEOUT_S", "TRACEML_HANG_FACTOR"])
+def test_durations_and_factors_take_decimals(name: str) -> None:
+    field = {"TRACEML_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s", "TRACEML_EMITTER_STALL_S": "emitter_stall_s",
+             "TRACEML_HANG_TIMEOUT_S": "hang_timeout_s", "TRACEML_HANG_FACTOR": "hang_factor"}[name]
+    assert getattr(load_settings({name: " 2.5 "}), field) == 2.5
+    for bad, message in (("2,5", "is not a number"), ("nan", "not a finite number"), ("-1", ">= ")):
+        with pytest.raises(SettingsError, match=f"{name}=.*{message}"):
+            load_settings({name: bad})
+    assert load_settings({"TRACEML_PROMETHEUS_PORT": "9464",
+                          "TRACEML_PROMETHEUS_LINGER_S": "30.5"}).prometheus_linger_s == 30.5
+
+
+def test_the_launcher_reads_the_shutdown_timeout_as_the_ranks_do() -> None:
+    """The launcher waits for the ranks' last exports as long as the ranks' own parser says; a value
+    the ranks refuse (they say so and export nothing) leaves the launcher at the default."""
+    from traceml_otel.launch.launcher import ranks_shutdown_timeout_s
+
+    for raw in ("2.5", "0", "7", ""):
+        env = {"TRACEML_SHUTDOWN_TIMEOUT_S": raw}
+        assert ranks_shutdown_timeout_s(env) == load_settings(env).shutdown_timeout_s
+    assert ranks_shutdown_timeout_s({"TRACEML_SHUTDOWN_TIMEOUT_S": "soon"}) == 10.0
+
+
+def test_the_launcher_and_the_ranks_agree_on_the_run_folder(tmp_path) -> None:
+    from traceml_otel.launch.launcher import LaunchOptions, resolve_run_id
+    from traceml_otel.settings import runs_dir
+
+    env = {"TRACEML_RUN_ID": " r-7 ", "TRACEML_RUNS_DIR": f" {tmp_path} "}
+    launched = runs_dir(env) / resolve_run_id(LaunchOptions(script="train.py"), env)
+    assert launched == load_settings(env).run_dir == tmp_path.resolve() / "r-7"
+
+
+_ENV_READERS = ("get", "getenv", "pop", "setdefault")
+_EXEMPT = ("settings.py", "launch/_boot/sitecustomize.py")  # the start-up hook may not import traceml_otel
+
+
+def _traceml_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("TRACEML_"):
+        return node.value
+    if isinstance(node, ast.Name) and node.id.startswith("TRACEML_"):
+        return node.id
+    return None
+
+
+def test_only_settings_reads_traceml_variables() -> None:
+    """No module outside settings.py names a TRACEML_* variable of its own or reads one from an
+    environment mapping (``env.get(TRACEML_X)``, ``os.environ[TRACEML_X]``, ``os.getenv("TRACEML_X")``)."""
+    package = Path(__file__).resolve().parents[1] / "traceml_otel"
+    modules = sorted(package.rglob("*.py"))
+    found = []
+    for path in modules:
+        relative = path.relative_to(package).as_posix()
+        if relative in _EXEMPT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), relative)):
+            if isinstance(node, ast.Assign) and _traceml_name(node.value):
+                found.append(f"{relative}:{node.lineno} defines {_traceml_name(node.value)}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _ENV_READERS and node.args and _traceml_name(node.args[0])):
+                found.append(f"{relative}:{node.lineno} reads {_traceml_name(node.args[0])}")
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                    and _traceml_name(node.slice)):
+                found.append(f"{relative}:{node.lineno} reads {_traceml_name(node.slice)}")
+    assert len(modules) > 50 and found == []

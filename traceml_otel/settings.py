@@ -1,9 +1,18 @@
 """Every environment variable traceml-otel reads, parsed once into frozen settings.
 
-Components take a :class:`Settings` (or the :class:`RankIdentity` in it) and never read
-``os.environ`` themselves. The ``OTEL_*`` exporter variables (headers, timeout,
+Components take a :class:`Settings` (or the :class:`RankIdentity` in it), or call one of the readers
+here for the few variables read outside a rank's settings (the launcher's shutdown wait, the
+diagnosis budget, the launcher pid, the zero-code markers), and never read ``TRACEML_*`` from
+``os.environ`` themselves: one parser, so the launcher and the ranks cannot disagree on a value.
+The one exception is the start-up hook (``launch/_boot/sitecustomize.py``), which runs in every
+Python process ``traceml run`` starts and must not import traceml_otel before it knows it attaches;
+it reads ``TRACEML_AUTO_ATTACH`` and ``TRACEML_BOOT_SCRIPT`` as :func:`auto_attach_requested` and
+:func:`boot_script` do. The ``OTEL_*`` exporter variables (headers, timeout,
 compression, certificates, insecure) are read by the OTel SDK's exporters inside the
 emitter process; we only read the ones that decide *whether* and *how* to export.
+
+Durations (the ``*_S`` variables) and ``TRACEML_HANG_FACTOR`` take decimals (``2.5``); counts,
+ports and milliseconds take whole numbers.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from traceml_otel.contract import RUNS_DIR_DEFAULT
+from traceml_otel.errors import TracemlError
 
 TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
@@ -69,13 +79,13 @@ TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 """Floor of the hang timeout in seconds (default 60; ``0`` turns the hang watchdog off). A rank is hung
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
+"""How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 TRACEML_PEAK_FLOPS = "TRACEML_PEAK_FLOPS"
 """Peak FLOP/s of one rank's device for MFU (e.g. ``989e12``); required on CPU and for devices
 outside the table in ``docs/goodput.md``."""
 TRACEML_MFU_DTYPE = "TRACEML_MFU_DTYPE"
 """Which column of the peak table MFU uses: ``bf16`` (default), ``fp16``, ``tf32``, ``fp32`` or ``fp8``."""
 MFU_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
-"""How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 TRACEML_AUTO_ATTACH = "TRACEML_AUTO_ATTACH"
 """Zero-code tracing of scripts that never import traceml (see README, "Launching"): ``traceml run``
 sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstrap.BOOTSTRAP_DIR`) on
@@ -90,6 +100,10 @@ TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
 TRACEML_BOOT_SCRIPT = "TRACEML_BOOT_SCRIPT"
 """Set by ``traceml run``: the script each rank runs, so the start-up hook attaches in the ranks only
 (not in DataLoader workers, the emitter or other programs the script starts)."""
+TRACEML_AUTO_ATTACHED_PID = "TRACEML_AUTO_ATTACHED_PID"
+"""Set in a direct launch by the first process that attached: programs it starts do not attach."""
+TRACEML_LAUNCHER_PID = "TRACEML_LAUNCHER_PID"
+"""Set by ``traceml run`` to its own pid: a rank whose parent it is stops when it dies (capture/orphan.py)."""
 
 PROMETHEUS_LINGER_MAX_S = 120.0
 """The longest the endpoint's linger grows to cover a scraper seen scraping less often (intervals up
@@ -118,7 +132,7 @@ OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-class SettingsError(ValueError):
+class SettingsError(TracemlError, ValueError):
     """A traceml or OTel environment variable has a value we cannot use."""
 
 
@@ -224,6 +238,80 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    """A finite decimal (a duration in seconds, a factor) of at least ``minimum``."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{name}={raw!r} is not a finite number")
+    if value < minimum:
+        raise SettingsError(f"{name}={raw} must be >= {minimum:g}")
+    return value
+
+
+SHUTDOWN_TIMEOUT_DEFAULT_S = 10.0
+
+
+def shutdown_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """``TRACEML_SHUTDOWN_TIMEOUT_S`` as every rank reads it (the launcher waits as long for the ranks'
+    last exports). Raises :class:`SettingsError` on an unusable value."""
+    return _number(os.environ if env is None else env, TRACEML_SHUTDOWN_TIMEOUT_S, SHUTDOWN_TIMEOUT_DEFAULT_S)
+
+
+def explicit_run_id(env: Mapping[str, str] | None = None) -> str | None:
+    """``TRACEML_RUN_ID`` when set (surrounding blanks dropped), else None."""
+    return (os.environ if env is None else env).get(TRACEML_RUN_ID, "").strip() or None
+
+
+def explicit_job(env: Mapping[str, str] | None = None) -> str | None:
+    """``TRACEML_JOB`` when set (surrounding blanks dropped), else None."""
+    return (os.environ if env is None else env).get(TRACEML_JOB, "").strip() or None
+
+
+def runs_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The parent folder of the run folders (``TRACEML_RUNS_DIR``, else ``traceml-runs``), resolved:
+    a link at the run folder itself is then refused, never followed."""
+    raw = (os.environ if env is None else env).get(TRACEML_RUNS_DIR, "").strip()
+    return Path(raw or RUNS_DIR_DEFAULT).resolve()
+
+
+def launcher_pid(env: Mapping[str, str] | None = None) -> int | None:
+    """The ``traceml run`` launcher's pid (``TRACEML_LAUNCHER_PID``), or None outside one."""
+    raw = (os.environ if env is None else env).get(TRACEML_LAUNCHER_PID, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def boot_script(env: Mapping[str, str] | None = None) -> str | None:
+    """The script ``traceml run`` runs in each rank (``TRACEML_BOOT_SCRIPT``), or None."""
+    return (os.environ if env is None else env).get(TRACEML_BOOT_SCRIPT) or None
+
+
+def auto_attached_pid(env: Mapping[str, str] | None = None) -> str | None:
+    """The pid of the process that attached first in a direct launch (``TRACEML_AUTO_ATTACHED_PID``)."""
+    return (os.environ if env is None else env).get(TRACEML_AUTO_ATTACHED_PID) or None
+
+
+DIAGNOSIS_MEMORY_MIN_MB = 2048
+
+
+def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
+    """The end-of-run diagnosis' address-space budget: ``TRACEML_DIAGNOSIS_MEMORY_MB``, else a quarter
+    of physical memory (at least 2 GiB). A value that is not a positive whole number counts as unset."""
+    raw = (os.environ if env is None else env).get(TRACEML_DIAGNOSIS_MEMORY_MB, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 8 << 30
+    return max(DIAGNOSIS_MEMORY_MIN_MB, physical // 4 >> 20)
+
+
 def rank_identity(env: Mapping[str, str]) -> RankIdentity:
     """Read the torchrun / accelerate rank variables (single process when absent)."""
     return RankIdentity(
@@ -243,7 +331,7 @@ def new_run_id(run_name: str) -> str:
 
 
 def _run_id(env: Mapping[str, str], run_name: str) -> str:
-    explicit = env.get(TRACEML_RUN_ID, "").strip()
+    explicit = explicit_run_id(env)
     if explicit:
         return explicit
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
@@ -269,7 +357,7 @@ def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> 
     standalone rendezvous id is new each launch), else the run id itself: without an identity each
     attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
     """
-    explicit = env.get(TRACEML_JOB, "").strip()
+    explicit = explicit_job(env)
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     slurm_id, slurm_name = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_JOB_NAME", "").strip()
     if explicit:
@@ -369,7 +457,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     run_id = _run_id(env, run_name)
     job = job_identity(env, run_id, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
-    runs_dir = Path(env.get(TRACEML_RUNS_DIR, "").strip() or RUNS_DIR_DEFAULT)
     port = _int(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
     return Settings(
         run_id=run_id,
@@ -377,7 +464,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         identity=rank_identity(env),
         job=job,
         service_name=None if _service_name_is_set(env) else f"traceml-{run_name}",
-        run_dir=runs_dir.resolve() / run_id if local_copy else None,  # a link at the run folder: refused
+        run_dir=runs_dir(env) / run_id if local_copy else None,
         traces=_signal_export(
             env, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
         ),
@@ -391,15 +478,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         strict=strict_requested(env),
         flush_steps=_int(env, TRACEML_FLUSH_STEPS, 64),
         flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
-        shutdown_timeout_s=float(_int(env, TRACEML_SHUTDOWN_TIMEOUT_S, 10, minimum=0)),
+        shutdown_timeout_s=shutdown_timeout_s(env),
         prometheus_port=port or None,
         prometheus_addr=_bind_address(env),
-        prometheus_linger_s=float(_int(env, TRACEML_PROMETHEUS_LINGER_S, 20, minimum=0)) if port else 0.0,
+        prometheus_linger_s=_number(env, TRACEML_PROMETHEUS_LINGER_S, 20.0) if port else 0.0,
         launcher=launcher_name(env),
-        emitter_stall_s=float(_int(env, TRACEML_EMITTER_STALL_S, 30, minimum=1)),
+        emitter_stall_s=_number(env, TRACEML_EMITTER_STALL_S, 30.0, minimum=1.0),
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
-        hang_timeout_s=float(_int(env, TRACEML_HANG_TIMEOUT_S, 60, minimum=0)),
-        hang_factor=float(_int(env, TRACEML_HANG_FACTOR, 5, minimum=1)),
+        hang_timeout_s=_number(env, TRACEML_HANG_TIMEOUT_S, 60.0),
+        hang_factor=_number(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
         peak_flops=_peak_flops(env),
         mfu_dtype=_mfu_dtype(env),
     )

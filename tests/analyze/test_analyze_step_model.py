@@ -185,3 +185,23 @@ def test_every_traceml_span_name_comes_from_the_contract() -> None:
     (step,) = assemble([SyntheticStep(rank=0, step=0, h2d=0.001)])
     assert step.phase_calls == (1, 1, 1, 1)
     assert set(c.SPAN_NAME_TO_PHASE) == {f"traceml.{p}" for p in c.PHASES}
+
+
+@pytest.mark.parametrize("clock", [Clock.CPU, Clock.GPU])
+def test_the_per_step_values_and_the_rank_means_share_their_formulas(clock: Clock) -> None:
+    """The slowest-steps table (step_values) and the per-rank means (rank_metrics) agree on every
+    component: steps with DDP waits inside backward, loader-side copies and copies in the block."""
+    steps = assemble([
+        SyntheticStep(rank=0, step=n, gpu=True, ddp_wait=0.002 if n % 2 else None, h2d=0.0005,
+                      prefetch_h2d=0.001 if n % 3 else None, residual=0.0001 * n,
+                      optimizer=0.001 + 0.0001 * n)
+        for n in range(12)
+    ])
+    metrics, seconds = rank_metrics(0, steps, clock)
+    values = [step_values(step, clock) for step in steps]
+    assert seconds == pytest.approx([v.step_time for v in values])
+    for name in ("step_time", "input_wait", "traced", "forward", "backward", "optimizer", "h2d", "compute",
+                 "residual", "communication"):
+        per_step = [getattr(v, name) for v in values]
+        assert getattr(metrics, name) == pytest.approx(sum(per_step) / len(per_step)), name
+    assert metrics.communication > 0 and metrics.residual > 0

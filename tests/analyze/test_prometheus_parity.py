@@ -13,26 +13,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.analyze.test_diagnosis_scenarios import SCENARIOS
 from tests.ports import free_port, free_port_pair
+from tests.prometheus_server import running_prometheus, static_targets
+from tests.tools import requires_tool
+from tests.waiting import wait_for
 from traceml_otel.contract import step_trace_id
 
 REPO = Path(__file__).resolve().parents[2]
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None,
-                                reason="prometheus not installed (apt-get install prometheus)")
+pytestmark = requires_tool("prometheus")
 
 
 @dataclass(frozen=True)
@@ -119,41 +117,24 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parity]:
     tmp = tmp_path_factory.mktemp("prometheus-parity")
     scenarios = _selected()
     ports = {s.name: free_port_pair() for s in scenarios}
-    targets = [f"127.0.0.1:{ports[s.name] + r}" for s in scenarios for r in range(s.ranks)]
-    config = {"global": {"scrape_interval": "1s"},
-              "scrape_configs": [{"job_name": "traceml", "static_configs": [{"targets": targets}]}]}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    assert PROMETHEUS is not None
-    with open(tmp / "prometheus.log", "wb") as log:
-        server = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
-             f"--storage.tsdb.path={tmp / 'data'}", "--enable-feature=exemplar-storage"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (tmp / "prometheus.log").read_text()[-2000:]
-            time.sleep(0.2)
+    endpoints = [ports[s.name] + r for s in scenarios for r in range(s.ranks)]
+    with running_prometheus(tmp, [static_targets("traceml", [f"127.0.0.1:{p}" for p in endpoints])],
+                            flags=["--enable-feature=exemplar-storage"],
+                            port=free_port(avoid=tuple(endpoints))) as server:
         # Side by side: each comparison is between two readers of the same run, so runs may share the CPU.
         running = [(s, _start(tmp, s, ports[s.name])) for s in scenarios]
         reports, run_ids = {}, {}
         for scenario, launched in running:
             run_ids[scenario.name], reports[scenario.name] = _finish(tmp, scenario, launched)
-        time.sleep(1.5)  # the last scrape's samples become queryable
-        yield Parity(url, ports, reports, run_ids,
+
+        def every_end_marker_stored() -> bool:  # the last scrape of every rank is queryable
+            ended = server.query("count by (traceml_run_id) (last_over_time(traceml_run_ended[10m]) == 1)")
+            stored = {r["metric"]["traceml_run_id"]: int(r["value"][1]) for r in ended}
+            return all(stored.get(run_ids[s.name]) == s.ranks for s in scenarios)
+
+        wait_for(every_end_marker_stored, 30, "the runs' end markers did not reach Prometheus", server.log)
+        yield Parity(server.url, ports, reports, run_ids,
                      {name: tmp / name / run_id for name, run_id in run_ids.items()})
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def _prometheus_report(parity: Parity, name: str, capsys: pytest.CaptureFixture[str]) -> dict:

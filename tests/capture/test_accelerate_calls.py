@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from tests.capture.test_hooks import ListSink
+from tests.tools import import_or_missing
 from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 
-accelerate = pytest.importorskip("accelerate")
+accelerate = import_or_missing("accelerate")
 
 
 @pytest.fixture

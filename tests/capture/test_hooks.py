@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tests.capture.list_sink import ListSink
+from tests.tools import import_or_missing
 from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
 
@@ -267,7 +268,7 @@ def test_optimizer_step_is_timed_from_outside_for_every_class() -> None:
 
 
 def test_accelerate_loader_copies_become_prefetch_h2d_of_the_next_step() -> None:
-    accelerate = pytest.importorskip("accelerate")
+    accelerate = import_or_missing("accelerate")
     from accelerate.data_loader import DataLoaderShard
 
     sink = ListSink()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tests.integration.otlp_receiver import OtlpHttpReceiver
 from tests.integration.otlp_stack import free_port
+from tests.waiting import wait_for
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 
@@ -65,7 +66,8 @@ def test_drops_are_exported_while_the_run_goes_on(tmp_path: Path) -> None:
             time.sleep(0.1)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode == 0, stderr
-        time.sleep(0.5)
+        wait_for(lambda: 1 in [value(p) for p in points(receiver, c.METRIC_RUN_ENDED)], 10,
+                 "the final export (run ended = 1) did not reach the receiver")
 
         dropped = [value(p) for p in points(receiver, c.METRIC_SPANS_DROPPED)]
         assert dropped[0] == 0  # present at 0 from the first export

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
+from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
 
 STEADY = Path(__file__).resolve().parents[1] / "launch" / "scripts" / "steady_loop.py"
@@ -24,8 +25,8 @@ def stack() -> Iterator[tuple[OtlpHttpReceiver, RotelCollector]]:
         collector = RotelCollector(receiver.endpoint)
         try:
             collector.start()
-        except FileNotFoundError as error:
-            pytest.fail(f"rotel is a test dependency and must be installed: {error}")
+        except FileNotFoundError:
+            missing("rotel (the rotel-agent collector)", PIP_TEST)
         yield receiver, collector
         collector.stop()
 

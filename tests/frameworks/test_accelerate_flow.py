@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.frameworks.harness import assert_steps, run_example
+from tests.tools import import_or_missing
 
-pytest.importorskip("accelerate")
+import_or_missing("accelerate")
 
 MICRO, ACCUM = 24, 4  # micro-batches per process, accumulation
 

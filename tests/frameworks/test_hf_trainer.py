@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.frameworks.harness import FrameworkRun, assert_steps, run_example
+from tests.tools import import_or_missing
 
-pytest.importorskip("transformers")
+import_or_missing("transformers")
 
 UPDATES, ACCUM = 6, 4
 

@@ -3,13 +3,13 @@ and two independent trainings (one device per process, no DDP) with one of them 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.frameworks.harness import assert_steps, run_example
+from tests.tools import import_or_missing
 
 BATCHES, ACCUM = 24, 4
 
@@ -28,8 +28,7 @@ BATCHES, ACCUM = 24, 4
 def test_lightning_callback(
     tmp_path: Path, nproc: int, package: str, parallelism: str, extra: tuple, env: dict
 ) -> None:
-    if importlib.util.find_spec(package.split(".")[0]) is None:
-        pytest.skip(f"{package} is not installed")
+    import_or_missing(package.split(".")[0])
     run = run_example(tmp_path, "lightning_train.py", nproc, "--steps", str(BATCHES),
                       "--grad-accum", str(ACCUM), "--val-every", "8", "--save-every", "3",
                       "--checkpoint-dir", str(tmp_path / "out"), "--package", package, *extra, env=env)

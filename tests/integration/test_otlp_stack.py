@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.integration.otlp_stack import OtlpHttpReceiver, ReceivedSpan, RotelCollector, free_port, port_open
+from tests.tools import PIP_TEST, missing
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,8 @@ def rotel(receiver: OtlpHttpReceiver) -> Iterator[RotelCollector]:
     collector = RotelCollector(receiver.endpoint)
     try:
         collector.start()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    except FileNotFoundError:
+        missing("rotel (the rotel-agent collector)", PIP_TEST)
     yield collector
     collector.stop()
 

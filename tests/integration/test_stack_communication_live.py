@@ -9,12 +9,9 @@ scrapes both every second and evaluates the rules of `traceml stack render --pro
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,18 +19,18 @@ from pathlib import Path
 import pytest
 
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
-from tests.integration.test_stack_live import Prometheus, finite, run_dashboard, start_prometheus, wait_until
-from tests.ports import free_port_pair
+from tests.integration.test_stack_live import finite, run_dashboard
+from tests.ports import free_port, free_port_pair
+from tests.prometheus_server import Prometheus, start_prometheus, static_targets
+from tests.tools import requires_tool
+from tests.waiting import wait_for
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
-PROMETHEUS = shutil.which("prometheus")
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "comm_run.py"
 RUN_ID = "comm"
 RUN_SECONDS = 24.0  # steps; the drift baseline needs about 18 s of them
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
-)
+pytestmark = requires_tool("prometheus")
 COMMUNICATION = ("traceml_collective_", "traceml_communication_share")
 
 
@@ -61,17 +58,10 @@ def _alert(prometheus: Prometheus, state: str) -> list[dict]:
 def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]:
     tmp = tmp_path_factory.mktemp("stack-comm")
     write_files(render_all(StackConfig(windows=Windows.short())), tmp)
-    port, prom_port = free_port_pair(), None
-    while prom_port is None or prom_port in (port, port + 1):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            prom_port = int(sock.getsockname()[1])
-    prometheus = start_prometheus(
-        tmp,
-        prom_port,
-        [{"job_name": "traceml",
-          "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in (port, port + 1)]}]}],
-    )
+    port = free_port_pair()
+    ranks = [f"127.0.0.1:{p}" for p in (port, port + 1)]
+    prometheus = start_prometheus(tmp, [static_targets("traceml", ranks)], rules_dir=tmp / "prometheus",
+                                  port=free_port(avoid=(port, port + 1)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(
         TRACEML_RUN_ID=RUN_ID,
@@ -83,12 +73,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
     )
     launcher = None
     try:
-        wait_until(
-            lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
-            15,
-            "prometheus not ready",
-            prometheus.log,
-        )
+        prometheus.wait_ready()
         run = CommunicationRun(prometheus, started=time.time())
         baseline = f'job:traceml_step_time_seconds:baseline{{traceml_job="{RUN_ID}"}}'
         share = f'run_rank:traceml_communication_share:ratio{{traceml_run_id="{RUN_ID}"}}'
@@ -112,7 +97,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
             text=True,
         )
         # the alert fires, and the drift baseline exists, so every panel has something to show
-        wait_until(
+        wait_for(
             lambda: bool(_alert(prometheus, "firing")) and bool(prometheus.query(baseline)),
             RUN_SECONDS + 30,  # + the launcher's start (torch import, process group)
             "TraceMLCommunicationBound did not fire during the run",
@@ -140,8 +125,7 @@ def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]
         if launcher is not None and launcher.poll() is None:
             launcher.kill()
             launcher.communicate(timeout=30)
-        prometheus.proc.terminate()
-        prometheus.proc.wait(timeout=15)
+        prometheus.stop()
 
 
 def test_communication_bound_fires_on_a_real_ddp_job(comm: CommunicationRun) -> None:

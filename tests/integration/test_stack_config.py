@@ -7,13 +7,13 @@ unit-tests the alert rules. test_stack_live.py runs a real Prometheus server.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.integration.stack_files import (
     ALERTS,
@@ -35,12 +35,10 @@ from tests.integration.stack_files import (
     promql_metric_names,
     rules,
 )
+from tests.tools import PROMTOOL, requires_tool
 
 SERVICES = {"otel-collector", "tempo", "prometheus", "grafana"}
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)"
-)
+needs_promtool = requires_tool("promtool")
 
 
 def compose_services() -> dict[str, Any]:
@@ -67,19 +65,24 @@ def test_compose_defines_the_four_services() -> None:
 
 
 def test_compose_bind_mounts_exist() -> None:
-    for name, service in compose_services().items():
-        for source in bind_mounts(service):
-            assert (REPO / source).exists(), f"{name} mounts missing ./{source}"
+    mounted = {(name, source) for name, service in compose_services().items()
+               for source in bind_mounts(service)}
+    assert {name for name, _ in mounted} == SERVICES  # every service mounts its configuration
+    for name, source in sorted(mounted):
+        assert (REPO / source).exists(), f"{name} mounts missing ./{source}"
 
 
 def test_compose_publishes_ports_on_localhost_only() -> None:
-    for name, service in compose_services().items():
-        for port in service.get("ports", []):
-            host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).split(":")[0]
-            assert host_ip == "127.0.0.1", f"{name} publishes {port!r} beyond 127.0.0.1"
+    published = [(name, port) for name, service in compose_services().items()
+                 for port in service.get("ports", [])]
+    assert {name for name, _ in published} >= {"grafana", "prometheus"}  # what a user opens in a browser
+    for name, port in published:
+        host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).split(":")[0]
+        assert host_ip == "127.0.0.1", f"{name} publishes {port!r} beyond 127.0.0.1"
 
 
 def test_compose_images_are_pinned() -> None:
+    assert set(compose_services()) == SERVICES
     for name, service in compose_services().items():
         assert re.search(r":v?\d+\.\d+\.\d+$", service["image"]), f"{name}: pin the image version"
 
@@ -91,7 +94,9 @@ def test_prometheus_service_stores_exemplars_and_mounts_its_rules() -> None:
     mounts = bind_mounts(service)
     assert mounts["prometheus/prometheus.yml"] == config_path
     config_dir = Path(config_path).parent
-    for rule_file in load_yaml(PROMETHEUS_DIR / "prometheus.yml")["rule_files"]:
+    rule_files = load_yaml(PROMETHEUS_DIR / "prometheus.yml")["rule_files"]
+    assert sorted(rule_files) == ["alerts.yml", "recording.yml"]
+    for rule_file in rule_files:
         assert mounts[f"prometheus/{rule_file}"] == str(config_dir / rule_file)
 
 
@@ -171,11 +176,12 @@ def test_dashboard_identity_and_variables() -> None:
 def test_every_panel_uses_a_datasource_variable() -> None:
     dashboard = load_dashboard()
     allowed = {"prometheus": "${datasource}", "tempo": "${tempo}"}
-    for panel in dashboard["panels"]:
-        if panel["type"] == "row":
-            continue
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    targets = list(dashboard_targets(dashboard))
+    assert len(panels) >= 10 and len(targets) >= len(panels)
+    for panel in panels:
         assert allowed[panel["datasource"]["type"]] == panel["datasource"]["uid"], panel["title"]
-    for panel, target in dashboard_targets(dashboard):
+    for panel, target in targets:
         assert target["datasource"] == panel["datasource"], panel["title"]
 
 
@@ -186,7 +192,9 @@ JOINED_EXPORTERS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_F
 
 def test_dashboard_promql_uses_only_contract_metrics() -> None:
     known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)} | JOINED_EXPORTERS
-    for expr in prometheus_exprs(load_dashboard()):
+    exprs = prometheus_exprs(load_dashboard())
+    assert len(exprs) >= 20
+    for expr in exprs:
         names = promql_metric_names(expr)
         assert names, f"no metric found in {expr!r}"
         assert names <= known, f"not in docs/telemetry.md: {names - known} in {expr!r}"
@@ -206,10 +214,11 @@ def test_dashboard_traceql_uses_contract_names() -> None:
     doc = TELEMETRY_DOC.read_text()
     targets = [t for _, t in dashboard_targets(load_dashboard())]
     queries = [t["query"] for t in targets if t["datasource"]["type"] == "tempo"]
-    assert queries
-    for query in queries:
-        for name in re.findall(r'name = "([\w.]+)"', query) + re.findall(r"span\.([\w.]+) =", query):
-            assert f"`{name}`" in doc, f"{name} (in {query!r}) is not in docs/telemetry.md"
+    names = [(query, name) for query in queries
+             for name in re.findall(r'name = "([\w.]+)"', query) + re.findall(r"span\.([\w.]+) =", query)]
+    assert queries and names
+    for query, name in names:
+        assert f"`{name}`" in doc, f"{name} (in {query!r}) is not in docs/telemetry.md"
 
 
 def test_promql_name_scan() -> None:
@@ -222,6 +231,7 @@ def test_promql_name_scan() -> None:
 
 def test_rules_use_only_contract_metrics_and_recorded_series() -> None:
     known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)}
+    assert len(list(rules(RECORDING))) >= 10 and len(list(rules(ALERTS))) >= 10
     for rule in [*rules(RECORDING), *rules(ALERTS)]:
         unknown = promql_metric_names(rule["expr"]) - known
         assert not unknown, f"{rule.get('alert') or rule['record']}: {unknown}"
@@ -229,6 +239,7 @@ def test_rules_use_only_contract_metrics_and_recorded_series() -> None:
 
 def test_alerts_have_severity_and_runbook() -> None:
     headings = {h.strip().lower() for h in re.findall(r"^#+ (.*)$", STACK_DOC.read_text(), flags=re.M)}
+    assert len(list(rules(ALERTS))) >= 10
     for rule in rules(ALERTS):
         assert rule["labels"]["severity"] in {"info", "warning", "critical"}
         assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
@@ -247,7 +258,9 @@ def promtool_cases() -> list[dict[str, Any]]:
 
 def test_every_alert_has_firing_and_silent_unit_tests() -> None:
     cases = promtool_cases()
-    for name in {rule["alert"] for rule in rules(ALERTS)}:
+    alerts = {rule["alert"] for rule in rules(ALERTS)}
+    assert len(alerts) >= 10 and sum(len(case["exp_alerts"]) for case in cases) >= len(alerts)
+    for name in alerts:
         mine = [case for case in cases if case["alertname"] == name]
         assert any(case["exp_alerts"] for case in mine), f"{name}: no test where it fires"
         assert any(not case["exp_alerts"] for case in mine), f"{name}: no test where it stays silent"
@@ -277,7 +290,30 @@ def test_promtool_check_config() -> None:
 
 
 @needs_promtool
-def test_promtool_unit_tests() -> None:
-    files = sorted(str(p.relative_to(PROMETHEUS_DIR)) for p in (PROMETHEUS_DIR / "tests").glob("*.yml"))
-    assert files
-    run_promtool("test", "rules", *files)
+def test_promtool_unit_tests(tmp_path: Path) -> None:
+    """Every unit test of prometheus/tests, each test group in its own promtool, side by side (the
+    drift shapes alone take about 25 s in one process). A group is its file's text cut at the test
+    (no YAML round trip: 0x30 is a hexadecimal number to PyYAML, a series to promtool)."""
+    (tmp_path / "tests").mkdir()
+    for name in ("recording.yml", "alerts.yml"):  # the groups' rule_files: [../recording.yml, ...]
+        shutil.copy(PROMETHEUS_DIR / name, tmp_path / name)
+    groups = []
+    for path in sorted((PROMETHEUS_DIR / "tests").glob("*.yml")):
+        head, marker, body = path.read_text().partition("\ntests:\n")
+        tests = re.split(r"(?m)^(?=  - )", body)[1:]
+        assert marker and len(tests) == len(load_yaml(path)["tests"]), path.name
+        for index, test in enumerate(tests):
+            group = tmp_path / "tests" / f"{path.stem}-{index}.yml"
+            group.write_text(head + marker + test)
+            groups.append(group)
+    assert len(groups) > len(list((PROMETHEUS_DIR / "tests").glob("*.yml"))) >= 8
+
+    def run(group: Path) -> subprocess.CompletedProcess[str]:
+        assert PROMTOOL is not None
+        return subprocess.run([PROMTOOL, "test", "rules", str(group)], capture_output=True, text=True,
+                              timeout=120)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = dict(zip(groups, pool.map(run, groups), strict=True))
+    failed = {group.name: r.stdout + r.stderr for group, r in results.items() if r.returncode != 0}
+    assert failed == {}

@@ -19,44 +19,33 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.integration.test_stack_live import PROMETHEUS, Prometheus, wait_until
+from tests.integration.conftest import SideBySide
 from tests.ports import free_port, free_port_pair
+from tests.prometheus_server import Prometheus, start_prometheus, static_targets
+from tests.tools import requires_tool
+from tests.waiting import wait_for
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "lifecycle_run.py"
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed")
+pytestmark = requires_tool("prometheus")
 
 
 def _start(tmp: Path, name: str, interval: str, targets: list[str]) -> Prometheus:
-    folder = tmp / name
-    folder.mkdir()
-    port = free_port()
-    config = {
-        "global": {"scrape_interval": interval, "evaluation_interval": "1s",
-                   "external_labels": {"replica": name}},
-        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
-        "scrape_configs": [{"job_name": "traceml", "static_configs": [{"targets": targets}]}],
-    }
-    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = folder / "prometheus.log"
-    assert PROMETHEUS is not None
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}",
-             f"--web.listen-address=127.0.0.1:{port}", f"--storage.tsdb.path={folder / 'data'}"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-    return Prometheus(f"http://127.0.0.1:{port}", proc, log)
+    """One replica (external label ``replica``) scraping ``targets`` every ``interval`` with the rules in
+    ``tmp/prometheus``, evaluated every second."""
+    taken = tuple(int(target.rsplit(":", 1)[1]) for target in targets)
+    return start_prometheus(tmp / name, [static_targets("traceml", targets)], rules_dir=tmp / "prometheus",
+                            scrape_interval=interval, external_labels={"replica": name},
+                            port=free_port(avoid=taken))
 
 
 def _rank(
@@ -105,8 +94,15 @@ def _targets_down(server: Prometheus, targets: list[str], since: float) -> bool:
 
 
 @pytest.fixture(scope="module")
-def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
-    tmp = tmp_path_factory.mktemp("stack-lifecycle")
+def lifecycle(side_by_side: SideBySide) -> Iterator[Lifecycle]:
+    """The scenario below, run side by side with test_stack_live.py's (tests/integration/conftest.py)."""
+    yield side_by_side.result(__name__)
+    side_by_side.close(__name__)
+
+
+def lifecycle_scenario(tmp: Path, settled: threading.Event | None = None) -> Iterator[Lifecycle]:
+    """Three Prometheus replicas and three jobs' ranks: driven through the scenario (see :func:`_observe`),
+    then yielded; everything stops when it is closed."""
     # the short profile, with the drift windows halved again (the restart must fire within the run)
     windows = Windows.short().with_overrides({"rate": "10s", "baseline_min_history": "5s", "for_drift": "4s"})
     write_files(render_all(StackConfig(windows=windows)), tmp)
@@ -119,14 +115,13 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     ranks: list[subprocess.Popen[str]] = []
     try:
         for server in servers.values():
-            wait_until(lambda s=server: urllib.request.urlopen(f"{s.url}/-/ready", timeout=2).status == 200,
-                       20, "prometheus not ready", server.log)
+            server.wait_ready()
         run = Lifecycle(servers, clean_targets)
         ranks += [_rank(tmp, "ha-clean", "ha-clean", r, 2, clean, "--seconds", "16") for r in (0, 1)]
         ranks += [_rank(tmp, "crash", "crash", r, 2, crash, "--seconds", "8", "--raise-oom") for r in (0, 1)]
         attempt1 = _rank(tmp, "nightly", "nightly-1", 0, 1, first, "--seconds", "120", "--step", "0.05")
         ranks.append(attempt1)
-        _observe(run, tmp, ranks, attempt1, second)
+        _observe(run, tmp, ranks, attempt1, second, settled or threading.Event())
         yield run
     finally:
         for rank in ranks:
@@ -134,28 +129,30 @@ def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
                 rank.kill()
             rank.communicate(timeout=30)
         for server in servers.values():
-            server.proc.terminate()
-            server.proc.wait(timeout=15)
+            server.stop()
 
 
 def _observe(run: Lifecycle, tmp: Path, ranks: list[subprocess.Popen[str]],
-             attempt1: subprocess.Popen[str], second_port: int) -> None:
+             attempt1: subprocess.Popen[str], second_port: int, settled: threading.Event) -> None:
+    """Drive the scenario; ``settled`` is set once every trainer has started (the restart is live)."""
     fast = run.servers["fast"]
     # attempt 1 builds the job's baseline (5 s of means here), then dies
-    wait_until(lambda: bool(fast.query('job:traceml_step_time_seconds:baseline{traceml_job="nightly"}')),
+    wait_for(lambda: bool(fast.query('job:traceml_step_time_seconds:baseline{traceml_job="nightly"}')),
                120, "no baseline for job nightly", fast.log)
     time.sleep(3)
     attempt1.send_signal(signal.SIGKILL)
-    wait_until(lambda: bool(_alerts(fast, "TraceMLTelemetryMissing", "nightly-1", "firing")), 30,
+    wait_for(lambda: bool(_alerts(fast, "TraceMLTelemetryMissing", "nightly-1", "firing")), 30,
                "the killed attempt did not page TelemetryMissing", fast.log)
     run.missing_fired_first = True
     attempt2 = _rank(tmp, "nightly", "nightly-2", 0, 1, second_port, "--seconds", "120", "--step", "0.07")
     ranks.append(attempt2)
-    wait_until(lambda: bool(fast.query('run:traceml_live_ranks:count{traceml_run_id="nightly-2"}')), 30,
-               "the restart is not live", fast.log)
-    time.sleep(2)
+    wait_for(lambda: bool(fast.query('run:traceml_live_ranks:count{traceml_run_id="nightly-2"}')), 60,
+             "the restart is not live (a process start on a loaded machine)", fast.log)
+    settled.set()
+    wait_for(lambda: not _alerts(fast, "TraceMLTelemetryMissing", "nightly-1"), 10,
+             "the killed attempt still pages with the restart live", fast.log)
     run.missing_after_restart = _alerts(fast, "TraceMLTelemetryMissing", "nightly-1")
-    wait_until(lambda: bool(_alerts(fast, "TraceMLStepTimeDrift", "nightly-2", "firing")), 45,
+    wait_for(lambda: bool(_alerts(fast, "TraceMLStepTimeDrift", "nightly-2", "firing")), 45,
                "the 40 % slower restart did not fire drift", fast.log)
     run.drift = _alerts(fast, "TraceMLStepTimeDrift", "nightly-2", "firing")
     # the clean job: wait until both replicas found its endpoints closed, then past `for:` and more
@@ -164,7 +161,7 @@ def _observe(run: Lifecycle, tmp: Path, ranks: list[subprocess.Popen[str]],
     closed = time.time()
     for name in ("a", "b"):
         server = run.servers[name]
-        wait_until(lambda s=server: _targets_down(s, run.clean_targets, closed), 40,
+        wait_for(lambda s=server: _targets_down(s, run.clean_targets, closed), 40,
                    f"replica {name} did not scrape the closed endpoints", server.log)
     time.sleep(5)  # two evaluations past for_missing (3 s)
     for name, server in run.servers.items():

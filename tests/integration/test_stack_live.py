@@ -10,19 +10,15 @@ with second-long windows), evaluated every second.
 
 from __future__ import annotations
 
-import http.server
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,22 +26,22 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.otlp_stack import free_port
+from tests.integration.conftest import SideBySide
 from tests.integration.stack_files import prometheus_exprs, substitute_grafana_vars
+from tests.ports import free_port
+from tests.prometheus_server import Prometheus, serve_exposition, start_prometheus, static_targets
+from tests.tools import NODE_EXPORTER, requires_tool
+from tests.waiting import wait_for
 from traceml_otel import contract as c
 from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 
-PROMETHEUS = shutil.which("prometheus")
-NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "stack_run.py"
 GPU_UUID = "GPU-5fb2a1c4-7d7e-4c1b-9f0e-1a2b3c4d5e6f"
 OTHER_GPU_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 FAST_S, SLOW_S = 30.0, 20.0
 DRIFT_FLOPS = 1e10
 """Model FLOPs each of the drift run's steps declares (peak 1e12): MFU about 1e10 / 0.055 s / 1e12."""
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"
-)
+pytestmark = requires_tool("prometheus")
 
 # The DCGM exporter's exposition (its documented metric and label names): this run's GPU and
 # another node's, which the join must leave out.
@@ -65,80 +61,6 @@ DCGM_EXPOSITION = "".join(
         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", 512.5),
     )
 )
-
-
-class _DcgmHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = DCGM_EXPOSITION.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@dataclass
-class Prometheus:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def api(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=5) as response:
-            body = json.load(response)
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return list(self.api("query", query=expr)["result"])
-
-    def series_times(self, expr: str, start: float, end: float) -> list[float]:
-        """Timestamps (1 s resolution) at which ``expr`` had a value."""
-        data = self.api("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step="1")
-        return sorted(float(t) for series in data["result"] for t, _ in series["values"])
-
-
-def start_prometheus(tmp: Path, port: int, scrape_configs: list[dict[str, Any]], *flags: str) -> Prometheus:
-    """A real Prometheus on 127.0.0.1:``port`` that loads the rendered rules in ``tmp/prometheus``,
-    scrapes and evaluates every second, and logs to ``tmp/prometheus.log``."""
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(tmp / "prometheus" / "recording.yml"), str(tmp / "prometheus" / "alerts.yml")],
-        "scrape_configs": scrape_configs,
-    }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = tmp / "prometheus.log"
-    assert PROMETHEUS is not None
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                *flags,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    return Prometheus(f"http://127.0.0.1:{port}", proc, log)
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"{what} within {timeout} s; prometheus log:\n{log.read_text(errors='replace')[-3000:]}")
 
 
 def finite(result: list[dict[str, Any]]) -> list[float]:
@@ -182,12 +104,21 @@ def _trainer(name: str, port: int, runs_dir: Path, *extra: str) -> subprocess.Po
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
-    tmp = tmp_path_factory.mktemp("stack-live")
+def live(side_by_side: SideBySide) -> Iterator[LiveRun]:
+    """The scenario below, run side by side with the lifecycle test's (tests/integration/conftest.py)."""
+    yield side_by_side.result(__name__)
+    side_by_side.close(__name__)
+
+
+def live_scenario(tmp: Path, settled: threading.Event | None = None) -> Iterator[LiveRun]:
+    """Two trainers, the DCGM exposition and a node exporter, scraped by one Prometheus: driven through
+    the scenario (see :func:`_observe`), then yielded; everything stops when it is closed."""
     write_files(render_all(StackConfig(windows=Windows.short())), tmp)
-    drift_port, loader_port, dcgm_port, node_port, prom_port = (free_port() for _ in range(5))
-    dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", dcgm_port), _DcgmHandler)
-    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    drift_port = free_port()
+    loader_port = free_port(avoid=(drift_port,))
+    node_port = free_port(avoid=(drift_port, loader_port))
+    dcgm = serve_exposition(DCGM_EXPOSITION.encode)
+    dcgm_port = dcgm.server_address[1]
     node = None
     if NODE_EXPORTER:
         node = subprocess.Popen(
@@ -203,25 +134,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
         )
     prometheus = start_prometheus(
         tmp,
-        prom_port,
-        [
-            {
-                "job_name": "traceml",
-                "static_configs": [{"targets": [f"127.0.0.1:{drift_port}", f"127.0.0.1:{loader_port}"]}],
-            },
-            {"job_name": "dcgm", "static_configs": [{"targets": [f"127.0.0.1:{dcgm_port}"]}]},
-            {"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{node_port}"]}]},
-        ],
-        "--enable-feature=exemplar-storage",
+        [static_targets("traceml", [f"127.0.0.1:{drift_port}", f"127.0.0.1:{loader_port}"]),
+         static_targets("dcgm", [f"127.0.0.1:{dcgm_port}"]),
+         static_targets("node", [f"127.0.0.1:{node_port}"])],
+        rules_dir=tmp / "prometheus", flags=["--enable-feature=exemplar-storage"],
+        port=free_port(avoid=(drift_port, loader_port, node_port)),
     )
     trainers: list[subprocess.Popen[str]] = []
     try:
-        wait_until(
-            lambda: urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2).status == 200,
-            15,
-            "prometheus not ready",
-            prometheus.log,
-        )
+        prometheus.wait_ready()
         run = LiveRun(prometheus, tmp / "prometheus", drift_port, started=time.time())
         drift = _trainer(
             "drift",
@@ -257,8 +178,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             if trainer.poll() is None:
                 trainer.kill()
             trainer.communicate(timeout=30)
-        prometheus.proc.terminate()
-        prometheus.proc.wait(timeout=15)
+        prometheus.stop()
         if node is not None:
             node.terminate()
             node.wait(timeout=10)
@@ -275,7 +195,7 @@ def _observe(run: LiveRun, drift: subprocess.Popen[str], loader: subprocess.Pope
             prometheus.query(f'ALERTS{{alertname="{name}", traceml_run_id="{run_id}", alertstate="{state}"}}')
         )
 
-    wait_until(
+    wait_for(
         lambda: alert("TraceMLInputBound", "loader"), 60, "the input-bound alert did not fire", prometheus.log
     )
     loader.send_signal(signal.SIGKILL)
@@ -284,7 +204,7 @@ def _observe(run: LiveRun, drift: subprocess.Popen[str], loader: subprocess.Pope
     line = drift.stdout.readline()
     assert line.startswith("slowdown "), line + (drift.stderr.read() if drift.stderr else "")
     run.slowdown = float(line.split()[1])
-    wait_until(
+    wait_for(
         lambda: alert("TraceMLStepTimeDrift", "drift"), SLOW_S, "the drift alert did not fire", prometheus.log
     )
     dashboard = run_dashboard()
@@ -355,16 +275,10 @@ def test_input_bound_variant_fires_and_a_killed_run_is_missing(live: LiveRun) ->
         'run:traceml_input_wait_share:median{traceml_run_id="loader"} > 0.4', live.started, live.loader_killed
     )
     assert share, "input wait share of the slow loader not recorded"
-    wait_until(
-        lambda: bool(
-            p.query(
-                'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="loader", alertstate="firing"}'
-            )
-        ),
-        15,
-        "killed run not reported missing",
-        p.log,
-    )
+    missing = 'ALERTS{alertname="TraceMLTelemetryMissing", traceml_run_id="loader", alertstate="firing"}'
+    latest = live.drift_ended + 6 + 15  # the scenario's end, then up to 15 s more
+    wait_for(lambda: p.series_times(missing, live.loader_killed, min(time.time(), latest)),
+             max(1.0, latest - time.time()), "killed run not reported missing", p.log)
     assert not p.series_times(
         'ALERTS{alertname="TraceMLInputBound", traceml_run_id="loader", alertstate="firing"}',
         live.loader_killed + 3,
@@ -419,7 +333,7 @@ def test_dcgm_panels_get_this_runs_gpu_through_the_info_join(live: LiveRun) -> N
     }  # this run's GPU only, not the other node's
 
 
-@pytest.mark.skipif(NODE_EXPORTER is None, reason="prometheus-node-exporter not installed")
+@requires_tool("prometheus-node-exporter", "node_exporter")
 def test_host_cpu_panel_joins_node_exporter(live: LiveRun) -> None:
     lines = [v for e, v in live.dashboard.items() if "node_cpu_seconds_total" in e]
     assert len(lines) == 3  # busiest, median and least busy host of the run: here the one host

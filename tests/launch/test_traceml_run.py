@@ -66,12 +66,15 @@ def test_traceml_run_quickstart_writes_local_copy_and_manifest(tmp_path: Path) -
 
 
 def test_ddp_ranks_share_one_trace_per_step(tmp_path: Path) -> None:
+    """Also: a decimal ``TRACEML_SHUTDOWN_TIMEOUT_S`` (2.5) is read alike by the launcher and every rank,
+    and no rank loses its telemetry over it (each rank's every step is below)."""
     result = subprocess.run(
         [sys.executable, "-m", "traceml_otel.cli", "run", str(REPO / "examples" / "ddp_minimal.py"),
          "--nproc-per-node", "2", "--no-report", "--", "--steps", "12"],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=180,
+        env=_env(tmp_path, TRACEML_SHUTDOWN_TIMEOUT_S="2.5"), capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, result.stderr
+    assert "telemetry disabled" not in result.stderr and "TRACEML_SHUTDOWN_TIMEOUT_S" not in result.stderr
     traces: dict[int, dict[int, str]] = defaultdict(dict)
     for span in read_run(_only_run_dir(tmp_path)):
         if span.name == c.SPAN_STEP:

@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from traceml_otel.analyze.compare_policy import RunSummary, compare_runs
 
@@ -64,11 +67,46 @@ def _cli(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
                           cwd=tmp_path, capture_output=True, text=True, timeout=180)
 
 
-def test_batch_16_against_batch_64_over_the_same_samples_is_not_a_regression(tmp_path: Path) -> None:
-    runs = {}
+ACCELERATE = REPO / "examples" / "integrations" / "accelerate_minimal.py"
+LAUNCHES = {  # run id: the `traceml run` arguments; all four run side by side (no timing is judged)
+    "batch-16": (str(SCRIPT), "--batch-size", "16", "--samples", "2048"),
+    "batch-64": (str(SCRIPT), "--batch-size", "64", "--samples", "2048"),
+    # The same 6,144 samples on each side. A step costs about the same at either batch size here (the
+    # per-step overhead dominates: 2.0 vs 1.8 ms), so 64 is about 4x faster per sample (126 -> 28 us
+    # on a loaded 2-core box). 96 steps on the short side keep a 100 ms scheduling stall from
+    # undoing a 4x margin; 24 steps (43 ms in all) did not.
+    "acc-16": (str(ACCELERATE), "--", "--steps", "384", "--batch-size", "16", "--grad-accum", "1"),
+    "acc-64": (str(ACCELERATE), "--", "--steps", "96", "--batch-size", "64", "--grad-accum", "1"),
+}
+
+
+@dataclass(frozen=True)
+class Launched:
+    folder: Path
+    """The ``tmp_path`` the runs share (``runs/<run id>`` in it)."""
+    results: dict[str, subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    folder = tmp_path_factory.mktemp("compare-work")
+    running = {}
+    for run_id, arguments in LAUNCHES.items():  # output to files: a full pipe would stall a run
+        with open(folder / f"{run_id}.out", "w") as out, open(folder / f"{run_id}.err", "w") as err:
+            command = [sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", run_id, *arguments]
+            running[run_id] = subprocess.Popen(command, env=_env(folder), cwd=folder, stdout=out, stderr=err)
+    results = {}
+    for run_id, process in running.items():
+        process.wait(timeout=300)
+        output, errors = ((folder / f"{run_id}.{kind}").read_text() for kind in ("out", "err"))
+        results[run_id] = subprocess.CompletedProcess(process.args, process.returncode, output, errors)
+    return Launched(folder, results)
+
+
+def test_batch_16_against_batch_64_over_the_same_samples_is_not_a_regression(launched: Launched) -> None:
+    tmp_path, runs = launched.folder, {}
     for batch in (16, 64):
-        result = _cli(tmp_path, "run", "--run-id", f"batch-{batch}", str(SCRIPT), "--batch-size", str(batch),
-                      "--samples", "2048")
+        result = launched.results[f"batch-{batch}"]
         assert result.returncode == 0, result.stderr
         assert "samples/s" in result.stdout  # the report shows throughput
         runs[batch] = tmp_path / "runs" / f"batch-{batch}"
@@ -106,18 +144,12 @@ def test_compare_against_garbage_is_inconclusive_and_fails_the_gate(tmp_path: Pa
     assert analyzed.returncode == 2 and "is a traceml report" in analyzed.stderr
 
 
-def test_accelerate_batch_16_against_64_is_an_improvement_per_sample(tmp_path: Path) -> None:
+def test_accelerate_batch_16_against_64_is_an_improvement_per_sample(launched: Launched) -> None:
     """Accelerate's prepared loader pre-fetches: its last step used to carry no count, which voided
     the run's throughput and turned compare into a step-time 'regression' that failed the gate."""
-    example = REPO / "examples" / "integrations" / "accelerate_minimal.py"
-    runs = {}
-    # The same 6,144 samples on each side. A step costs about the same at either batch size here (the
-    # per-step overhead dominates: 2.0 vs 1.8 ms), so 64 is about 4x faster per sample (126 -> 28 us
-    # on a loaded 2-core box). 96 steps on the short side keep a 100 ms scheduling stall from
-    # undoing a 4x margin; 24 steps (43 ms in all) did not.
-    for batch, steps in ((16, 384), (64, 96)):
-        result = _cli(tmp_path, "run", "--run-id", f"acc-{batch}", str(example), "--", "--steps", str(steps),
-                      "--batch-size", str(batch), "--grad-accum", "1")
+    tmp_path, runs = launched.folder, {}
+    for batch in (16, 64):
+        result = launched.results[f"acc-{batch}"]
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"({batch} samples per step;" in result.stdout and "counted on" not in result.stdout
         runs[batch] = tmp_path / "runs" / f"acc-{batch}"

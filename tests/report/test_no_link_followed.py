@@ -10,9 +10,10 @@ import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.cli.analyze import diagnose_run_directory
-from traceml_otel.cli.run import _diagnosis, diagnosis_memory_mb
+from traceml_otel.cli.run import _diagnosis
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.launch.export_report import render_export_report
+from traceml_otel.settings import diagnosis_memory_mb
 from traceml_otel.wire.manifest import Manifest, write_manifest
 
 

@@ -122,3 +122,25 @@ def test_compare_command_on_a_run_and_a_report(tmp_path: Path, capsys: pytest.Ca
     assert "Verdict      IMPROVEMENT (material)" in text
     assert run_compare(compare_args(str(base), str(slow), "--fail-on-regression")) == 1
     assert run_compare(compare_args(str(base), str(tmp_path / "missing"))) == 2
+
+
+def test_a_fresh_analysis_and_its_stored_report_give_the_same_summary(tmp_path: Path) -> None:
+    """``compare`` reads a fresh run from its analysis and an old one from its ``report.json``: both
+    readings of the same run agree field by field, so neither can drift from the other."""
+    from traceml_otel.analyze.compare_policy import summary_of
+    from traceml_otel.analyze.pipeline import analyze_path
+    from traceml_otel.report import render
+
+    gpu = [SyntheticStep(rank=r, step=n, gpu=True, peak_allocated=(3 + r) << 30,
+                         peak_reserved=None if r else 5 << 30, memory_total=80 << 30, samples=32,
+                         input_wait=0.02 if n > 20 else 0.001)
+           for r in (0, 1) for n in range(40)]
+    cpu = [SyntheticStep(rank=0, step=n, backward=0.03 if n % 7 else 0.2) for n in range(40)]
+    for name, steps in (("gpu", gpu), ("cpu", cpu)):
+        analysis = analyze_path([write_run(tmp_path / name, name, steps)])
+        fresh = summary_of(analysis, name)
+        stored = summary_from_report(json.loads(render(analysis, "json")), name)
+        assert fresh == stored
+        assert fresh.step_time is not None and fresh.steps > 0
+    assert fresh.peak_memory is None  # the CPU run
+    assert summary_of(analyze_path([tmp_path / "gpu"]), "g").peak_memory == 5 << 30  # rank 0's reserved

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.tools import PROMTOOL, requires_tool
 from traceml_otel.cli import main
 from traceml_otel.stack import StackConfig, StackConfigError, Windows, render_all
 from traceml_otel.stack.config import parse_selector
 
 REPO = Path(__file__).resolve().parents[2]
-PROMTOOL = shutil.which("promtool")
 SELECTOR = 'namespace="ml-prod", cluster=~"eu-.*"'
 RUN_METRIC = re.compile(r"(?<![\w:])(traceml_[a-z_]+)(?![\w:])(\{[^}]*\})?")
 
@@ -150,7 +149,7 @@ def test_import_copy_has_inputs_and_keeps_the_variables() -> None:
     assert variables["datasource"]["current"]["value"] == "${DS_PROMETHEUS}"
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed")
+@requires_tool("promtool")
 @pytest.mark.parametrize("profile", ["default", "short"])
 def test_rendered_rules_pass_promtool(tmp_path: Path, profile: str) -> None:
     assert main(["stack", "render", "-o", str(tmp_path), "--profile", profile, "--selector", SELECTOR]) == 0

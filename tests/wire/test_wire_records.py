@@ -139,14 +139,15 @@ def test_the_launcher_account_shows_failed_metric_exports(tmp_path: Path) -> Non
 
 
 def test_the_wire_package_imports_only_the_standard_library_the_contract_and_records() -> None:
-    """``step_records`` (the step records the step row decodes into) and ``sanitize`` (control characters
-    out of what a record quotes) import only the standard library too."""
+    """``step_records`` (the step records the step row decodes into), ``sanitize`` (control characters
+    out of what a record quotes) and ``errors`` (the error root) import only the standard library too."""
     wire = Path(__file__).resolve().parents[2] / "traceml_otel" / "wire"
     for module in wire.glob("*.py"):
         for line in module.read_text().splitlines():
             if line.startswith(("import ", "from ")) and "traceml_otel" in line:
                 allowed = ("from traceml_otel.contract", "from traceml_otel.wire",
-                           "from traceml_otel.step_records ", "from traceml_otel.sanitize ")
+                           "from traceml_otel.step_records ", "from traceml_otel.sanitize ",
+                           "from traceml_otel.errors ")
                 assert line.startswith(allowed), (module, line)
 
 

@@ -7,12 +7,12 @@ hand is traced once. One and two processes each (two: DDP over gloo, with the ha
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests.frameworks.harness import FrameworkRun, assert_steps, run_example
+from tests.tools import import_or_missing
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 UPDATES = 4
@@ -32,7 +32,7 @@ def _check(run: FrameworkRun, *, source: str, parallelism: str, calls: int, wind
     (2, ("--callback",), "ddp"),
 ], ids=["1proc-subclass", "2proc-with-callback"])
 def test_unmodified_trainer(tmp_path: Path, nproc: int, extra: tuple, parallelism: str) -> None:
-    pytest.importorskip("transformers")
+    import_or_missing("transformers")
     run = run_example(tmp_path, str(SCRIPTS / "plain_trainer.py"), nproc, str(tmp_path / "out"), *extra)
     _check(run, source="hf_trainer", parallelism=parallelism, calls=2, windows={"evaluation", "checkpoint"})
 
@@ -44,7 +44,6 @@ def test_unmodified_trainer(tmp_path: Path, nproc: int, extra: tuple, parallelis
 def test_unmodified_lightning(
     tmp_path: Path, nproc: int, package: str, extra: tuple, parallelism: str
 ) -> None:
-    if importlib.util.find_spec(package) is None:
-        pytest.skip(f"{package} is not installed")
+    import_or_missing(package)
     run = run_example(tmp_path, str(SCRIPTS / "plain_lightning.py"), nproc, str(tmp_path / "out"), *extra)
     _check(run, source="lightning", parallelism=parallelism, calls=1, windows={"evaluation", "checkpoint"})

@@ -9,6 +9,8 @@ million spans fits in a few hundred megabytes. :meth:`StepAssembler.steps` freez
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import NamedTuple
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.otlp_decode import (
@@ -88,6 +90,20 @@ _N = len(c.PHASES)
 assert _N == 4, "_freeze spells out the four phases"
 
 
+class _StepComm(NamedTuple):
+    """A step span's collective totals (``traceml.communication.*``)."""
+
+    calls: int | None
+    bytes: int | None
+    cpu: float | None
+    gpu: float | None
+    exposed_cpu: float | None
+    exposed_gpu: float | None
+
+
+_NO_COMM = _StepComm(None, None, None, None, None, None)
+
+
 class _StepAccumulator:
     """Mutable numbers of one (rank, step) while spans arrive."""
 
@@ -146,7 +162,7 @@ class _StepAccumulator:
         self.calls = [0] * _N
         self.cpu: list[float | None] = [0.0] * _N
         self.gpu: list[float | None] = [0.0] * _N
-        self.comm: tuple[object, ...] | None = None  # step-level totals: calls, bytes, cpu, gpu, exposed x2
+        self.comm: _StepComm | None = None
         self.comm_cpu = [0.0] * _N
         self.comm_gpu = [0.0] * _N
         self.comm_entries: tuple[int, ...] | None = None
@@ -276,13 +292,13 @@ class StepAssembler:
             acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
         calls = as_int(attrs.get(c.ATTR_COMM_CALLS))
         if calls is not None:
-            acc.comm = (
-                calls,
-                as_int(attrs.get(c.ATTR_COMM_BYTES)),
-                self._seconds(attrs.get(c.ATTR_COMM_CPU)),
-                self._seconds(attrs.get(c.ATTR_COMM_GPU)),
-                self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
-                self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
+            acc.comm = _StepComm(
+                calls=calls,
+                bytes=as_int(attrs.get(c.ATTR_COMM_BYTES)),
+                cpu=self._seconds(attrs.get(c.ATTR_COMM_CPU)),
+                gpu=self._seconds(attrs.get(c.ATTR_COMM_GPU)),
+                exposed_cpu=self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_CPU)),
+                exposed_gpu=self._seconds(attrs.get(c.ATTR_COMM_EXPOSED_GPU)),
             )
             acc.comm_entries = as_int_list(attrs.get(c.ATTR_COMM_ENTRIES), c.MAX_COMM_ENTRIES)
             acc.comm_work = as_int_list(attrs.get(c.ATTR_COMM_WORK), c.MAX_COMM_ENTRIES)
@@ -332,18 +348,20 @@ class StepAssembler:
 
     def hosts(self, run_id: str) -> tuple[RankHost, ...]:
         """Per rank: the host's CPUs and the last DataLoader settings recorded (by step number)."""
-        found: dict[int, list[object]] = {}
+        found: dict[int, RankHost] = {}
         for (rank, _step), acc in sorted(self._runs.get(run_id, {}).items()):
             if acc.cpus is None and acc.loader is None:
                 continue
-            entry = found.setdefault(rank, [None] * 7)
+            host = found.get(rank) or RankHost(rank)
             if acc.cpus is not None:
-                entry[0] = acc.cpus
+                host = replace(host, cpus=acc.cpus)
             if acc.loader is not None:
                 workers, pin, persistent, prefetch, batch, dataset = acc.loader
-                entry[1:] = [as_int(workers), _as_bool(pin), _as_bool(persistent), as_int(prefetch),
-                             as_int(batch), as_str(dataset)]
-        return tuple(RankHost(rank, *entry) for rank, entry in sorted(found.items()))  # type: ignore[arg-type]
+                host = replace(host, num_workers=as_int(workers), pin_memory=_as_bool(pin),
+                               persistent_workers=_as_bool(persistent), prefetch_factor=as_int(prefetch),
+                               batch_size=as_int(batch), dataset=as_str(dataset))
+            found[rank] = host
+        return tuple(host for _, host in sorted(found.items()))
 
     def steps(self, run_id: str) -> tuple[list[StepTiming], int]:
         """Frozen steps of ``run_id`` sorted by (rank, step), and how many had no step span."""
@@ -391,44 +409,50 @@ def _span_seconds(start_ns: object, end_ns: object) -> float | None:
 
 def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTiming:
     calls, cpu, gpu = acc.calls, acc.cpu, acc.gpu
+    comm = acc.comm or _NO_COMM
     return StepTiming(
-        run_id,
-        rank,
-        step,
-        acc.trace_id,
-        acc.start,
-        acc.parallelism,
-        acc.world_size,
-        acc.traced_cpu,
-        acc.traced_gpu,
-        acc.wait_cpu,
-        acc.wait_gpu,
-        acc.prefetch,
-        tuple(calls),
-        (
+        run_id=run_id,
+        rank=rank,
+        step=step,
+        trace_id=acc.trace_id,
+        start_unix_nano=acc.start,
+        parallelism=acc.parallelism,
+        world_size=acc.world_size,
+        traced_cpu=acc.traced_cpu,
+        traced_gpu=acc.traced_gpu,
+        input_wait_cpu=acc.wait_cpu,
+        input_wait_gpu=acc.wait_gpu,
+        prefetch_h2d_cpu=acc.prefetch,
+        phase_calls=tuple(calls),
+        phase_cpu=(
             cpu[0] if calls[0] else None,
             cpu[1] if calls[1] else None,
             cpu[2] if calls[2] else None,
             cpu[3] if calls[3] else None,
         ),
-        (
+        phase_gpu=(
             gpu[0] if calls[0] else None,
             gpu[1] if calls[1] else None,
             gpu[2] if calls[2] else None,
             gpu[3] if calls[3] else None,
         ),
-        acc.optimizer_steps,
-        acc.peak_alloc,
-        acc.peak_res,
-        acc.mem_total,
-        acc.error,
-        acc.samples,
-        acc.tokens,
-        *(acc.comm or (None,) * 6),
-        tuple(acc.comm_cpu),
-        tuple(acc.comm_gpu),
-        acc.comm_entries,
-        acc.comm_work,
-        acc.between,
-        acc.source,
+        optimizer_steps=acc.optimizer_steps,
+        peak_allocated=acc.peak_alloc,
+        peak_reserved=acc.peak_res,
+        memory_total=acc.mem_total,
+        error=acc.error,
+        samples=acc.samples,
+        tokens=acc.tokens,
+        comm_calls=comm.calls,
+        comm_bytes=comm.bytes,
+        comm_cpu=comm.cpu,
+        comm_gpu=comm.gpu,
+        comm_exposed_cpu=comm.exposed_cpu,
+        comm_exposed_gpu=comm.exposed_gpu,
+        phase_comm_cpu=tuple(acc.comm_cpu),
+        phase_comm_gpu=tuple(acc.comm_gpu),
+        comm_entries=acc.comm_entries,
+        comm_work=acc.comm_work,
+        between_cpu=acc.between,
+        source=acc.source,
     )

@@ -8,9 +8,10 @@ said plainly). Phases are compared only when both runs were analysed on the same
 without usable step data makes the verdict INCONCLUSIVE; otherwise any regression makes it
 REGRESSION, any improvement IMPROVEMENT, else EQUIVALENT.
 
-The thresholds are in :mod:`traceml_otel.analyze.thresholds` (``COMPARE_*``). Both sides are read
-from the JSON report form (``traceml_otel.report.run_summary``; a run is analysed and rendered to it
-first), so comparing a fresh run with last week's ``report.json`` works the same.
+The thresholds are in :mod:`traceml_otel.analyze.thresholds` (``COMPARE_*``). A side is a
+:class:`RunSummary`: :func:`summary_of` takes it from a run's analysis, and
+``traceml_otel.report.run_summary`` reads the same fields from a stored ``report.json``, so comparing a
+fresh run with last week's report works the same.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from traceml_otel.analyze import thresholds as t
-from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, StepKind
+from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, SEVERITY_ORDER, Severity, StepKind
 
 PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
-_SEVERITY_RANK = {"info": 1, "warning": 1, "critical": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,43 @@ class RunSummary:
         """False when the side has no step time to compare (no data, unreadable, warm-up only)."""
         return not self.problem and self.step_time is not None and self.kind not in (
             StepKind.NO_DATA, StepKind.WARMUP)
+
+
+def summary_of(analysis: RunAnalysis, label: str) -> RunSummary:
+    """What ``compare`` needs from one run's analysis (the fields ``report.json`` carries, read directly)."""
+    primary = analysis.step.primary
+    throughput = analysis.throughput
+    account = analysis.time_account
+    return RunSummary(
+        label=label,
+        run_id=analysis.run.run_id,
+        kind=str(primary.kind),
+        severity=str(primary.severity),
+        clock=str(analysis.clock),
+        steps=analysis.window.steps,
+        step_time=_median(analysis, "step_time"),
+        phases=tuple((name, _median(analysis, name)) for name in PHASES),
+        peak_memory=peak_memory([(m.peak_reserved, m.peak_allocated) for m in analysis.memory.ranks]),
+        samples_per_step=throughput.samples_per_step,
+        time_per_sample=throughput.time_per_sample_s,
+        tokens_per_step=throughput.tokens_per_step,
+        time_per_token=throughput.time_per_token_s,
+        goodput=None if account is None else account.goodput,
+        mfu=None if analysis.mfu is None else analysis.mfu.mfu,
+    )
+
+
+def _median(analysis: RunAnalysis, name: str) -> float | None:
+    summary = analysis.summary(name)
+    return None if summary is None else summary.median
+
+
+def peak_memory(ranks: list[tuple[float | None, float | None]]) -> int | None:
+    """The highest peak of any rank, from (reserved, allocated) pairs: reserved where a rank recorded
+    it (above 0), else allocated; ``None`` without any."""
+    peaks = [reserved or allocated for reserved, allocated in ranks]
+    known = [peak for peak in peaks if peak is not None]
+    return int(max(known)) if known else None
 
 
 def unusable_summary(label: str, problem: str) -> RunSummary:
@@ -116,12 +154,18 @@ def _change(
 
 
 def _badness(summary: RunSummary) -> int | None:
-    """0 healthy, 1 a warning-level problem, 2 critical; ``None`` when the data could not decide."""
+    """0 healthy, 1 a warning-level problem, 2 critical; ``None`` when the data could not decide.
+
+    A problem kind counts at least as a warning, whatever severity it carries (an ``info`` one too)."""
     if summary.kind in INCONCLUSIVE_KINDS:
         return None
     if summary.kind in HEALTHY_KINDS:
         return 0
-    return _SEVERITY_RANK.get(summary.severity, 1)
+    warning = SEVERITY_ORDER[Severity.WARNING]
+    try:
+        return max(warning, SEVERITY_ORDER[Severity(summary.severity)])
+    except ValueError:  # a severity this version does not know (a newer report's)
+        return warning
 
 
 def _diagnosis(a: RunSummary, b: RunSummary) -> str:

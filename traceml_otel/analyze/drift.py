@@ -4,8 +4,9 @@ Drift: per aligned step, the median over ranks of the step time. Warm-up steps a
 baseline is the typical (median of normal) step time of the next band of steps, the recent level
 the same over the last band. "Normal" leaves out spikes more than 3 scaled MADs from the median
 (checkpoints, evaluation). A change counts only when it is large (10 %), beyond the noise of the
-two bands (3 standard errors of the difference of their medians) and held over the whole recent
-band (both of its halves moved the same way). The onset is where the run is best split into an
+two bands (4 standard errors of the difference of their medians) and held over the whole recent
+band (both of its halves moved the same way). Every number is in :mod:`~traceml_otel.analyze.thresholds`
+(``DRIFT_*``). The onset is where the run is best split into an
 early and a late level (see :func:`_onset`). The method and its minimum are in docs/analyzer.md.
 """
 
@@ -27,12 +28,13 @@ MAX_POINTS = 400
 
 
 def typical(values: Sequence[float]) -> float:
-    """Median of the values within 3 scaled median absolute deviations of the median."""
+    """Median of the values within ``DRIFT_SPIKE_MADS`` (3) scaled median absolute deviations of the
+    median."""
     median = statistics.median(values)
-    spread = 1.4826 * statistics.median(abs(v - median) for v in values)
+    spread = _spread(values)
     if spread <= 0:
         return median
-    return statistics.median(v for v in values if abs(v - median) <= 3 * spread)
+    return statistics.median(v for v in values if abs(v - median) <= t.DRIFT_SPIKE_MADS * spread)
 
 
 def step_series(
@@ -66,7 +68,7 @@ def warmup_steps(series: Sequence[float]) -> int:
     n = len(series)
     skip = max(t.DRIFT_MIN_SKIP, int(n * t.DRIFT_SKIP))
     level = typical(series)
-    limit = level + 3 * _spread(series)
+    limit = level + t.DRIFT_SPIKE_MADS * _spread(series)
     while skip < n // 4 and series[skip] > limit:
         skip += 1
     return skip

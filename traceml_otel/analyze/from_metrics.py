@@ -37,7 +37,14 @@ from traceml_otel.analyze.findings import (
     WindowInfo,
 )
 from traceml_otel.analyze.kinds import Clock, DriftKind
-from traceml_otel.analyze.measures import COMPONENTS, RankTotals, residual_time, summarize, throughput
+from traceml_otel.analyze.measures import (
+    COMPONENTS,
+    RankTotals,
+    compute_time,
+    residual_time,
+    summarize,
+    throughput,
+)
 from traceml_otel.analyze.memory import memory_analysis
 from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.analyze.sources.prometheus import MetricRun, RankCounters
@@ -64,7 +71,7 @@ def rank_totals(counters: RankCounters) -> RankTotals:
     if backward is not None and DDP_SOURCE in exposed:
         backward = max(0.0, backward - exposed[DDP_SOURCE])
     optimizer, h2d = times[OPTIMIZER], times[H2D]
-    compute = None if forward is None or backward is None else forward + backward + optimizer
+    compute = compute_time(forward, backward, optimizer)
     wait = counters.input_wait if counters.input_wait_steps >= steps > 0 else None
     measured = communication is not None or counters.collective_time is not None
     return RankTotals(

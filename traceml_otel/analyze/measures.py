@@ -34,11 +34,61 @@ COMPONENTS = (
 """Summary names, in report order."""
 
 
+def step_parts(step: StepTiming, gpu: bool) -> tuple[float | None, float | None, float | None, float | None,
+                                                     float, float, float, float | None]:
+    """One step's parts on one clock, read once for every formula below: (input wait, traced,
+    forward, backward, optimizer, h2d, h2d inside the block, exposed communication).
+
+    Where the step's collectives were measured, the waits measured inside forward, backward and the
+    optimizer are communication, not that phase's compute, and are taken out of them. ``h2d`` adds
+    the loader-side prefetch copies to the copies inside the block. Communication is 0 in a step
+    without collectives and ``None`` where they were not measured. A plain tuple: this runs once per
+    step of a run (:func:`rank_metrics`).
+    """
+    times = step.phase_gpu if gpu else step.phase_cpu
+    forward, backward = times[FORWARD], times[BACKWARD]
+    optimizer, h2d_in = times[OPTIMIZER] or 0.0, times[H2D] or 0.0
+    exposed: float | None = 0.0
+    if step.comm_calls is not None:
+        exposed = step.comm_exposed_gpu if gpu else step.comm_exposed_cpu
+        if exposed is not None:
+            inside = step.phase_comm_gpu if gpu else step.phase_comm_cpu
+            forward = None if forward is None else max(0.0, forward - inside[FORWARD])
+            backward = None if backward is None else max(0.0, backward - inside[BACKWARD])
+            optimizer = max(0.0, optimizer - inside[OPTIMIZER])
+    return (step.input_wait_gpu if gpu else step.input_wait_cpu, step.traced_gpu if gpu else step.traced_cpu,
+            forward, backward, optimizer, h2d_in + (step.prefetch_h2d_cpu or 0.0), h2d_in, exposed)
+
+
+def step_time(input_wait: float | None, traced: float | None, h2d: float, h2d_in_step: float) -> float | None:
+    """Input wait + traced block + loader-side copies (``h2d`` outside the block); ``None`` if a part
+    is missing."""
+    if input_wait is None or traced is None:
+        return None
+    return input_wait + traced + (h2d - h2d_in_step)
+
+
+def compute_time(forward: float | None, backward: float | None, optimizer: float) -> float | None:
+    """Forward + backward + optimizer; ``None`` without forward or backward."""
+    if forward is None or backward is None:
+        return None
+    return forward + backward + optimizer
+
+
+def residual_time(traced: float, h2d_in_step: float, compute: float, communication: float) -> float:
+    """Time inside the block outside the phases and the exposed collectives (never below 0).
+
+    The one definition of the residual: per step for spans, over a rank's totals for metrics.
+    """
+    return max(0.0, traced - h2d_in_step - compute - communication)
+
+
 @dataclass(frozen=True, slots=True)
 class StepValues:
     """One step's components on the window clock; ``None`` where not measured.
 
-    Built for single steps (the slowest ones, tests); whole-run passes use :func:`rank_metrics`.
+    Built for single steps (the slowest ones, tests); whole-run passes use :func:`rank_metrics`. Both
+    read a step with :func:`step_parts` and apply the same formulas.
     """
 
     step: int
@@ -56,56 +106,23 @@ class StepValues:
     @property
     def step_time(self) -> float | None:
         """Input wait + traced block + loader-side copies, or ``None`` if a part is missing."""
-        if self.input_wait is None or self.traced is None:
-            return None
-        return self.input_wait + self.traced + (self.h2d - self.h2d_in_step)
+        return step_time(self.input_wait, self.traced, self.h2d, self.h2d_in_step)
 
     @property
     def compute(self) -> float | None:
-        if self.forward is None or self.backward is None:
-            return None
-        return self.forward + self.backward + self.optimizer
+        return compute_time(self.forward, self.backward, self.optimizer)
 
     @property
     def residual(self) -> float | None:
         compute = self.compute
         if compute is None or self.traced is None:
             return None
-        return max(0.0, self.traced - self.h2d_in_step - compute - (self.communication or 0.0))
+        return residual_time(self.traced, self.h2d_in_step, compute, self.communication or 0.0)
 
 
 def step_values(step: StepTiming, clock: Clock) -> StepValues:
     """Read one step's components on ``clock``."""
-    h2d_in_step = step.phase(H2D, clock) or 0.0
-    exposed = step.communication(clock)
-
-    def without_waits(index: int) -> float | None:
-        value = step.phase(index, clock)
-        if value is None or exposed is None:
-            return value
-        return max(0.0, value - step.phase_communication(index, clock))
-
-    return StepValues(
-        step=step.step,
-        rank=step.rank,
-        trace_id=step.trace_id,
-        input_wait=step.input_wait(clock),
-        traced=step.traced(clock),
-        forward=without_waits(FORWARD),
-        backward=without_waits(BACKWARD),
-        optimizer=without_waits(OPTIMIZER) or 0.0,
-        h2d=h2d_in_step + (step.prefetch_h2d_cpu or 0.0),
-        h2d_in_step=h2d_in_step,
-        communication=exposed,
-    )
-
-
-def residual_time(traced: float, h2d_in_step: float, compute: float, communication: float) -> float:
-    """Time inside the block outside the phases and the exposed collectives (never below 0).
-
-    The one definition of the residual: per step for spans, over a rank's totals for metrics.
-    """
-    return max(0.0, traced - h2d_in_step - compute - communication)
+    return StepValues(step.step, step.rank, step.trace_id, *step_parts(step, clock is Clock.GPU))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +208,9 @@ def rank_metrics(
     """
     gpu = clock is Clock.GPU
     n = len(steps)
-    sums = [0.0] * 8  # input wait, traced, forward, backward, optimizer, h2d, compute, residual
-    missing = [False] * 4  # input wait, traced, forward, backward
-    step_sum, step_missing = 0.0, False
+    wait_sum = traced_sum = forward_sum = backward_sum = optimizer_sum = h2d_sum = 0.0
+    compute_sum = residual_sum = step_sum = 0.0
+    wait_missing = traced_missing = forward_missing = backward_missing = step_missing = False
     seconds: list[float | None] = []
     h2d_measured = False
     updates: int | None = None
@@ -213,12 +230,12 @@ def rank_metrics(
         if s.tokens is not None:
             tokens_sum += s.tokens
             tokens_steps += 1
-        wait = s.input_wait_gpu if gpu else s.input_wait_cpu
-        traced = s.traced_gpu if gpu else s.traced_cpu
-        times = s.phase_gpu if gpu else s.phase_cpu
-        forward, backward = times[FORWARD], times[BACKWARD]
-        optimizer, h2d_in = times[OPTIMIZER] or 0.0, times[H2D] or 0.0
-        exposed = 0.0
+        if s.optimizer_steps is not None:
+            updates = (updates or 0) + s.optimizer_steps
+            micro += s.optimizer_steps == 0
+        if s.prefetch_h2d_cpu is not None or s.phase_calls[H2D]:
+            h2d_measured = True
+        wait, traced, forward, backward, optimizer, h2d, h2d_in, exposed = step_parts(s, gpu)
         if s.comm_calls is not None:
             comm_seen = True
             comm_bytes += s.comm_bytes or 0
@@ -226,58 +243,55 @@ def rank_metrics(
             whole = s.comm_gpu if gpu else s.comm_cpu
             total_missing |= whole is None
             comm_total += whole or 0.0
-            measured = s.comm_exposed_gpu if gpu else s.comm_exposed_cpu
-            if measured is None:
+            if exposed is None:
                 comm_missing = True
             else:
-                exposed = measured
-                comm_sum += measured
-                inside = s.phase_comm_gpu if gpu else s.phase_comm_cpu
-                # The waits measured inside a phase are communication, not that phase's compute.
-                forward = None if forward is None else max(0.0, forward - inside[FORWARD])
-                backward = None if backward is None else max(0.0, backward - inside[BACKWARD])
-                optimizer = max(0.0, optimizer - inside[OPTIMIZER])
-        prefetch = s.prefetch_h2d_cpu
-        h2d = h2d_in + (prefetch or 0.0)
-        if prefetch is not None or s.phase_calls[H2D]:
-            h2d_measured = True
-        if s.optimizer_steps is not None:
-            updates = (updates or 0) + s.optimizer_steps
-            micro += s.optimizer_steps == 0
-        sums[4] += optimizer
-        sums[5] += h2d
-        for slot, value in enumerate((wait, traced, forward, backward)):
-            if value is None:
-                missing[slot] = True
-            else:
-                sums[slot] += value
-        if forward is not None and backward is not None:
-            compute = forward + backward + optimizer
-            sums[6] += compute
-            if traced is not None:
-                sums[7] += residual_time(traced, h2d_in, compute, exposed)
-        if wait is not None and traced is not None:
-            whole = wait + traced + (h2d - h2d_in)
-            step_sum += whole
-            seconds.append(whole)
+                comm_sum += exposed
+        optimizer_sum += optimizer
+        h2d_sum += h2d
+        if wait is None:
+            wait_missing = True
         else:
+            wait_sum += wait
+        if traced is None:
+            traced_missing = True
+        else:
+            traced_sum += traced
+        if forward is None:
+            forward_missing = True
+        else:
+            forward_sum += forward
+        if backward is None:
+            backward_missing = True
+        else:
+            backward_sum += backward
+        compute = compute_time(forward, backward, optimizer)
+        if compute is not None:
+            compute_sum += compute
+            if traced is not None:
+                residual_sum += residual_time(traced, h2d_in, compute, exposed or 0.0)
+        whole_step = step_time(wait, traced, h2d, h2d_in)
+        if whole_step is None:
             step_missing = True
             seconds.append(traced)
+        else:
+            step_sum += whole_step
+            seconds.append(whole_step)
 
-    no_compute = missing[2] or missing[3]
+    no_compute = forward_missing or backward_missing
     totals = RankTotals(
         rank=rank,
         steps=n,
         step_time=None if step_missing else step_sum,
-        input_wait=None if missing[0] else sums[0],
-        traced=None if missing[1] else sums[1],
-        forward=None if missing[2] else sums[2],
-        backward=None if missing[3] else sums[3],
-        optimizer=sums[4],
-        h2d=sums[5],
+        input_wait=None if wait_missing else wait_sum,
+        traced=None if traced_missing else traced_sum,
+        forward=None if forward_missing else forward_sum,
+        backward=None if backward_missing else backward_sum,
+        optimizer=optimizer_sum,
+        h2d=h2d_sum,
         h2d_measured=h2d_measured,
-        compute=None if no_compute else sums[6],
-        residual=None if no_compute or missing[1] else sums[7],
+        compute=None if no_compute else compute_sum,
+        residual=None if no_compute or traced_missing else residual_sum,
         optimizer_updates=updates,
         micro_steps=micro,
         samples=samples_sum if samples_steps else None,

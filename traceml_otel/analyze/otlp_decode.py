@@ -12,6 +12,8 @@ import base64
 import binascii
 from collections.abc import Iterator, Mapping
 
+from traceml_otel.errors import TracemlError
+
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _ENVELOPE_KEYS = ("trace", "result")
 _RESOURCE_SPANS_KEYS = ("resourceSpans", "resource_spans", "batches")
@@ -19,7 +21,7 @@ _SCOPE_SPANS_KEYS = ("scopeSpans", "scope_spans", "instrumentationLibrarySpans")
 STATUS_ERROR_VALUES = frozenset({2, "2", "STATUS_CODE_ERROR", "ERROR", "error"})
 
 
-class ForeignDocument(ValueError):
+class ForeignDocument(TracemlError, ValueError):
     """A JSON document that is valid but holds no OTLP traces."""
 
 
@@ -72,7 +74,11 @@ def decode_attributes(attributes: list, wanted: frozenset[str]) -> dict[str, obj
 
 
 def as_int(raw: object) -> int | None:
-    """An OTLP integer (a JSON number or a decimal string) or ``None``."""
+    """An OTLP integer (a JSON number or a decimal string) or ``None``.
+
+    OTLP JSON writes 64-bit integers as strings, so these readers accept them; the record readers of
+    the same names in ``wire/_json.py`` do not (our own files hold JSON numbers).
+    """
     if isinstance(raw, bool) or raw is None:
         return None
     if isinstance(raw, int):

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.contract import PHASES
+from traceml_otel.errors import UsageError
 
 PHASE_INDEX = {phase: index for index, phase in enumerate(PHASES)}
 FORWARD, BACKWARD, OPTIMIZER, H2D = (PHASE_INDEX[p] for p in ("forward", "backward", "optimizer", "h2d"))
@@ -151,9 +152,9 @@ class WindowSpec:
 
     def __post_init__(self) -> None:
         if self.last is not None and self.last < 1:
-            raise ValueError("window size must be at least 1 step")
+            raise UsageError("window size must be at least 1 step")
         if self.last is not None and (self.first_step is not None or self.last_step is not None):
-            raise ValueError("choose either the last N steps or a step range, not both")
+            raise UsageError("choose either the last N steps or a step range, not both")
 
     @property
     def mode(self) -> str:

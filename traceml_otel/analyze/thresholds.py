@@ -51,6 +51,9 @@ DRIFT_MIN_BAND = 10
 DRIFT_SKIP = 0.10
 """Fraction of the first steps skipped as warm-up before the baseline (at least DRIFT_MIN_SKIP)."""
 DRIFT_MIN_SKIP = 5
+DRIFT_SPIKE_MADS = 3.0
+"""A step more than this many scaled MADs from the median is a spike (left out of a band's typical
+step time) or, at the start, still warm-up."""
 WORST_STEPS = 5
 """How many of the slowest steps the report lists."""
 

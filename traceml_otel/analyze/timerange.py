@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from traceml_otel.errors import UsageError
+
 DEFAULT_LOOKBACK_S = 24 * 3600.0
 """Search range of a trace backend when ``--since`` is not given."""
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
@@ -22,7 +24,7 @@ class TimeRange:
 
     def __post_init__(self) -> None:
         if self.end <= self.start:
-            raise ValueError("the time range is empty: --until must be after --since")
+            raise UsageError("the time range is empty: --until must be after --since")
 
 
 def parse_time(text: str, now: float | None = None) -> float:
@@ -44,7 +46,7 @@ def parse_time(text: str, now: float | None = None) -> float:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
+        raise UsageError(
             f"cannot read the time {text!r}: use unix seconds, ISO 8601, 'now' or an age like 2h"
         ) from None
     if parsed.tzinfo is None:

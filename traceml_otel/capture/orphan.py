@@ -16,17 +16,16 @@ import signal
 import sys
 from collections.abc import Mapping
 
-TRACEML_LAUNCHER_PID = "TRACEML_LAUNCHER_PID"
+from traceml_otel.settings import launcher_pid
+
 _PR_SET_PDEATHSIG = 1
 
 
 def stop_with_launcher(env: Mapping[str, str] | None = None) -> bool:
     """Arm the parent-death signal when our parent is the ``traceml run`` launcher. True if armed."""
-    env = os.environ if env is None else env
-    raw = env.get(TRACEML_LAUNCHER_PID, "").strip()
-    if not raw.isdigit() or not sys.platform.startswith("linux"):
+    launcher = launcher_pid(env)
+    if launcher is None or not sys.platform.startswith("linux"):
         return False
-    launcher = int(raw)
     if os.getppid() != launcher:
         return False  # not a direct child (e.g. a DataLoader worker's own child): leave it
     try:

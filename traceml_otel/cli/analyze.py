@@ -23,18 +23,18 @@ from traceml_otel.analyze.sources.prometheus import PrometheusReader
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import rfc3339, time_range
 from traceml_otel.cli.common import (
-    EXIT_ERROR,
     EXIT_NO_DATA,
     EXIT_OK,
     add_format_aliases,
     add_window_arguments,
-    fail,
+    run_command,
     window_spec,
     write_output,
 )
+from traceml_otel.errors import UsageError
 from traceml_otel.report import FORMATS, render
 from traceml_otel.sanitize import strip_control
-from traceml_otel.settings import trace_url_template
+from traceml_otel.settings import SettingsError, trace_url_template
 from traceml_otel.wire._json import write_atomically
 
 REPORT_JSON = "report.json"
@@ -95,7 +95,7 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _limits(args: argparse.Namespace) -> ReadLimits:
     if args.read_deadline <= 0 or args.max_response_mb <= 0 or args.timeout <= 0:
-        raise ValueError("--timeout, --read-deadline and --max-response-mb must be positive")
+        raise UsageError("--timeout, --read-deadline and --max-response-mb must be positive")
     return ReadLimits(timeout=args.timeout, total_s=args.read_deadline,
                       max_bytes=int(args.max_response_mb * 2**20))
 
@@ -118,12 +118,12 @@ def _backend(args: argparse.Namespace) -> SpanSource:
 def _from_prometheus(args: argparse.Namespace) -> RunAnalysis:
     """The diagnosis from the run's metrics, summed by the engine (``--since``/``--until`` bound it)."""
     if args.inputs:
-        raise ValueError("give either files or a backend (--prometheus), not both")
+        raise UsageError("give either files or a backend (--prometheus), not both")
     if window_spec(args).mode != "run":
-        raise ValueError("--prometheus reads totals over a time range: choose it with --since/--until, "
+        raise UsageError("--prometheus reads totals over a time range: choose it with --since/--until, "
                          "not a step window")
     if not args.run_id:
-        raise ValueError("--prometheus needs --run-id (the traceml_run_id label of the run)")
+        raise UsageError("--prometheus needs --run-id (the traceml_run_id label of the run)")
     when = time_range(args.since, args.until)
     reader = PrometheusReader(args.prometheus, run_id=args.run_id, when=when, timeout=args.timeout,
                               limits=_limits(args))
@@ -137,10 +137,10 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
     window = window_spec(args)
     if args.tempo or args.jaeger:
         if args.inputs:
-            raise ValueError("give either files or a backend (--tempo/--jaeger), not both")
+            raise UsageError("give either files or a backend (--tempo/--jaeger), not both")
         return analyze_source(_backend(args), window)
     if not args.inputs:
-        raise ValueError("nothing to analyse: give a run directory, OTLP JSON files, --tempo or --jaeger")
+        raise UsageError("nothing to analyse: give a run directory, OTLP JSON files, --tempo or --jaeger")
     if len(args.inputs) == 1:
         listing = runs_inside(args.inputs[0])
         if listing:
@@ -148,7 +148,7 @@ def _analyze(args: argparse.Namespace) -> RunAnalysis:
     for path in args.inputs:
         kind = _report_kind(path)
         if kind:
-            raise ValueError(
+            raise UsageError(
                 f"{path} is a traceml {kind} (its diagnosis is already in it), not spans: analyse the run "
                 "directory or span files, or compare reports with `traceml compare A.json B.json`"
             )
@@ -204,20 +204,20 @@ def _report_kind(path: Path) -> str:
     return ""
 
 
-class RunsFolderGiven(ValueError):
+class RunsFolderGiven(UsageError):
     """A folder of runs was named instead of one run; the message lists them, one per line."""
+
+    multiline = True  # our own lines (paths already stripped of control characters)
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    """Run ``traceml analyze``; returns the exit code."""
-    try:
-        trace_url = trace_url_template(getattr(args, "trace_url", None))
-        analysis = _analyze(args)
-    except RunsFolderGiven as listing:  # our own lines (paths already stripped of control characters)
-        print(f"traceml analyze: error: {listing}", file=sys.stderr)
-        return EXIT_ERROR
-    except (SourceError, ValueError, OSError) as error:
-        return fail("analyze", str(error))
+    """Run ``traceml analyze``; returns the exit code (see ``common``)."""
+    return run_command("analyze", lambda: _analyze_and_write(args))
+
+
+def _analyze_and_write(args: argparse.Namespace) -> int:
+    trace_url = trace_url_template(getattr(args, "trace_url", None))
+    analysis = _analyze(args)
     write_output(render(analysis, args.format, trace_url=trace_url), args.output)
     return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
 
@@ -236,7 +236,7 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
         return f"traceml: no diagnosis: {error}\n"
     try:
         trace_url = trace_url_template()
-    except ValueError as error:
+    except SettingsError as error:
         print(f"traceml: trace links off: {error}", file=sys.stderr)
         trace_url = None
     lines = []

@@ -5,28 +5,61 @@ Exit codes of ``analyze`` and ``compare``: 0 done; 1 nothing to analyse (no usab
 3 with ``--fail-on-regression``, an inconclusive comparison (a side without usable data).
 ``stack render`` exits 0 or 2 (a bad option); ``run`` exits with the script's code, or 2 when it
 cannot launch it; argparse exits 2 on an unknown option.
+
+Every command: 2 and ``traceml CMD: error: MESSAGE`` for a user's error (a
+:class:`~traceml_otel.errors.TracemlError` or an ``OSError``: input, configuration, a file, a
+backend); 70 (``EX_SOFTWARE``) and ``traceml CMD: internal error`` with the traceback for any other
+exception, which is a bug in traceml-otel, never reported as bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from traceml_otel.analyze.run_model import WindowSpec
+from traceml_otel.errors import TracemlError
 from traceml_otel.sanitize import strip_control
 
 EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_REGRESSION = EXIT_NO_DATA
 """``compare --fail-on-regression`` on a regression: 1, as ``analyze`` with no usable steps."""
+EXIT_INTERNAL = 70
+"""A bug in traceml-otel (an exception that is not a user's error): ``EX_SOFTWARE`` of sysexits.h."""
 
 
-def fail(command: str, message: str) -> int:
-    """Print ``traceml COMMAND: error: MESSAGE`` to stderr, as one line without control characters
-    (messages quote what servers and files hold); returns ``EXIT_ERROR``."""
-    line = " ".join(strip_control(message).split())
-    print(f"traceml {command}: error: {line}", file=sys.stderr)
+def fail(command: str, error: str | BaseException) -> int:
+    """Print ``traceml COMMAND: error: MESSAGE`` to stderr without control characters; returns
+    ``EXIT_ERROR``. The message is one line (messages quote what servers and files hold), unless the
+    error is a :class:`TracemlError` whose ``multiline`` says its lines are our own."""
+    text = strip_control(str(error))
+    if not getattr(error, "multiline", False):
+        text = " ".join(text.split())
+    print(f"traceml {command}: error: {text}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def internal_error(command: str) -> int:
+    """Say that the exception being handled is a bug in traceml-otel, with its traceback; returns
+    ``EXIT_INTERNAL``."""
+    print(f"traceml {command}: internal error: this is a bug in traceml-otel, not in your input; please "
+          "report it with the traceback below", file=sys.stderr)
+    print(strip_control(traceback.format_exc()), end="", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def run_command(command: str, body: Callable[[], int]) -> int:
+    """``body()``, with a user's error (:class:`TracemlError`, ``OSError``) as exit 2 and one line, and
+    any other exception as an internal error (exit 70 and the traceback)."""
+    try:
+        return body()
+    except (TracemlError, OSError) as error:
+        return fail(command, error)
+    except Exception:
+        return internal_error(command)
 
 
 def write_output(text: str, output: Path | None) -> None:

@@ -7,23 +7,21 @@ import json
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, unusable_summary
+from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, summary_of, unusable_summary
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.run_model import WindowSpec
-from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.cli.common import (
     EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_REGRESSION,
     add_format_aliases,
     add_window_arguments,
-    fail,
+    run_command,
     window_spec,
     write_output,
 )
-from traceml_otel.report import report_json
 from traceml_otel.report.compare_report import render_comparison_json, render_comparison_text
-from traceml_otel.report.run_summary import ReportFormatError, summary_from_report
+from traceml_otel.report.run_summary import summary_from_report
 from traceml_otel.sanitize import strip_control
 
 
@@ -51,24 +49,25 @@ def load_summary(path: Path, window: WindowSpec, label: str) -> RunSummary:
     if path.is_file() and path.suffix == ".json" and path.stat().st_size <= REPORT_READ_LIMIT:
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
+        except (ValueError, UnicodeDecodeError, RecursionError) as error:  # json.loads on any text
             return unusable_summary(label, f"not JSON ({str(error)[:80]})")
         if isinstance(document, dict) and "schema" in document:
             return summary_from_report(document, label)
-    report = report_json(analyze_path([path], window=window))
-    if not report["run"]["spans_read"]:  # type: ignore[index]
+    analysis = analyze_path([path], window=window)
+    if not analysis.run.spans_read:
         return unusable_summary(label, "neither a traceml report nor a run with traceml spans")
-    return summary_from_report(report, label)
+    return summary_of(analysis, label)
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """Run ``traceml compare``; returns the exit code."""
+    """Run ``traceml compare``; returns the exit code (see ``common``)."""
+    return run_command("compare", lambda: _compare_and_write(args))
+
+
+def _compare_and_write(args: argparse.Namespace) -> int:
     window = window_spec(args)
-    try:
-        a = load_summary(args.a, window, str(args.a))
-        b = load_summary(args.b, window, str(args.b))
-    except (SourceError, ReportFormatError, ValueError, OSError) as error:
-        return fail("compare", str(error))
+    a = load_summary(args.a, window, str(args.a))
+    b = load_summary(args.b, window, str(args.b))
     comparison = compare_runs(a, b)
     text = (render_comparison_json(comparison) if args.format == "json"
             else strip_control(render_comparison_text(comparison)))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from traceml_otel._version import __version__
 from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
+from traceml_otel.cli.common import run_command
 from traceml_otel.cli.compare import add_compare_arguments, run_compare
 from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments, unknown_launcher_option
 from traceml_otel.cli.stack import add_stack_arguments, run_stack
@@ -40,8 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     args = build_parser().parse_args(argv)
+    # Each command maps its own errors; what still escapes is a user's error (exit 2) or a bug (exit 70).
     if args.command == "run":
-        return run_run(split_script_arguments(args, argv))
+        return run_command("run", lambda: run_run(split_script_arguments(args, argv)))
     if args.command == "stack":
-        return run_stack(args)
-    return run_analyze(args) if args.command == "analyze" else run_compare(args)
+        return run_command("stack", lambda: run_stack(args))
+    command = run_analyze if args.command == "analyze" else run_compare
+    return run_command(args.command, lambda: command(args))

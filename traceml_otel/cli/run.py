@@ -8,12 +8,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from traceml_otel.cli.analyze import diagnose_run_directory
 from traceml_otel.cli.common import EXIT_ERROR
-from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB
+from traceml_otel.errors import TracemlError
+from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
 
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -100,7 +101,7 @@ def run_run(args: argparse.Namespace) -> int:
         render_export_report,
         wait_for_final_exports,
     )
-    from traceml_otel.launch.launcher import LaunchOptions, launch, shutdown_timeout_s
+    from traceml_otel.launch.launcher import LaunchOptions, launch, ranks_shutdown_timeout_s
 
     script_args = list(args.script_args)
     problem = _script_problem(args)
@@ -117,7 +118,7 @@ def run_run(args: argparse.Namespace) -> int:
     )
     code, run_dir = launch(options)
     print()
-    exports = wait_for_final_exports(run_dir, shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
+    exports = wait_for_final_exports(run_dir, ranks_shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
     if not exports and code != 0 and run_dir.is_dir() and os.access(run_dir, os.W_OK):
         # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
         # (A runs folder we could not write holds no statistics either: the account below says why.)
@@ -175,19 +176,6 @@ _CHILD = "import sys; from traceml_otel.cli.run import diagnose_child; sys.exit(
 _MAX_REPORT_BYTES = 16 << 20
 
 
-def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
-    """The end-of-run diagnosis' address-space budget: ``TRACEML_DIAGNOSIS_MEMORY_MB``, else a quarter
-    of physical memory (at least 2 GiB)."""
-    raw = (os.environ if env is None else env).get(TRACEML_DIAGNOSIS_MEMORY_MB, "").strip()
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        physical = 8 << 30
-    return max(2048, physical // 4 >> 20)
-
-
 def diagnose_child(argv: list[str]) -> int:
     """The diagnosis process (``--diagnose RUN_DIR BUDGET_MB [--html]``): the report on stdout."""
     run_dir, budget_mb, html = Path(argv[1]), int(argv[2]), "--html" in argv[3:]
@@ -204,8 +192,11 @@ def diagnose_child(argv: list[str]) -> int:
         text = diagnose_run_directory(run_dir, html=html)
     except MemoryError:
         return _OUT_OF_BUDGET
-    except Exception as error:
+    except (TracemlError, OSError) as error:
         text = f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
+    except Exception as error:  # the launcher survives a bug too; it says it is one
+        text = (f"traceml: could not diagnose {run_dir}: internal error (a bug in traceml-otel; please "
+                f"report it): {type(error).__name__}: {error}")
     sys.stdout.write(text)
     sys.stdout.flush()
     return 0

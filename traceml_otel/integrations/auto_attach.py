@@ -33,17 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from traceml_otel.settings import (
     TRACEML_AUTO,
-    TRACEML_BOOT_SCRIPT,
+    TRACEML_AUTO_ATTACHED_PID,
     SettingsError,
     auto_attach_requested,
+    auto_attached_pid,
     auto_requested,
+    boot_script,
 )
 
 if TYPE_CHECKING:
     from traceml_otel.capture.inferred_steps import InferredSteps
 
-_ATTACHED_PID = "TRACEML_AUTO_ATTACHED_PID"
-"""Set in a direct launch by the first process that attached: programs it starts do not attach."""
 _LAUNCHER_MODULES = ("torch.distributed", "accelerate", "traceml_otel", "multiprocessing", "pip",
                      "deepspeed", "pytest", "ensurepip", "venv")
 _LAUNCHER_SCRIPTS = ("torchrun", "accelerate", "deepspeed", "traceml", "traceml-otel", "pip", "pip3")
@@ -78,10 +78,10 @@ def main_target(argv: Sequence[str]) -> tuple[str, str | None]:
 def is_training_process(argv: Sequence[str], env: dict[str, str] | os._Environ[str]) -> bool:
     """True in the process running the user's script: not a launcher, worker or helper it starts."""
     kind, target = main_target(argv)
-    expected = env.get(TRACEML_BOOT_SCRIPT)
+    expected = boot_script(env)
     if expected:  # traceml run: exactly the ranks of its script
         return kind == "script" and target is not None and _same_file(target, expected)
-    owner = env.get(_ATTACHED_PID)
+    owner = auto_attached_pid(env)
     if owner and owner != str(os.getpid()):
         return False  # a program the training process started
     if kind == "module" and target is not None:
@@ -165,8 +165,8 @@ def start_in_process(argv: Sequence[str] | None = None, requested_by: str = "tra
     argv = list(getattr(sys, "orig_argv", None) or sys.argv) if argv is None else argv
     if not attach or _finder is not None or not is_training_process(argv, os.environ):
         return False
-    if not os.environ.get(TRACEML_BOOT_SCRIPT):
-        os.environ[_ATTACHED_PID] = str(os.getpid())
+    if not boot_script():
+        os.environ[TRACEML_AUTO_ATTACHED_PID] = str(os.getpid())  # programs it starts do not attach
     actions: dict[str, Callable[[ModuleType], None]] = {
         "transformers.trainer": patch_hf_trainer,
         "lightning.pytorch.trainer.trainer": functools.partial(patch_lightning, package="lightning.pytorch"),

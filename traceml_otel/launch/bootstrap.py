@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from traceml_otel.settings import TRACEML_AUTO_ATTACH, TRACEML_BOOT_SCRIPT
+from traceml_otel.settings import TRACEML_AUTO_ATTACH, TRACEML_BOOT_SCRIPT, auto_attach_requested
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_boot"
 """The folder holding the start-up hook (``sitecustomize.py``)."""
@@ -29,7 +29,7 @@ def auto_attach_env(env: Mapping[str, str], script: str) -> dict[str, str]:
 
     Nothing when ``TRACEML_AUTO_ATTACH=0`` is already set (the user's opt-out wins).
     """
-    if env.get(TRACEML_AUTO_ATTACH, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not auto_attach_requested(env)[0]:
         return {}
     path = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path, TRACEML_AUTO_ATTACH: "1", TRACEML_BOOT_SCRIPT: str(Path(script).resolve())}

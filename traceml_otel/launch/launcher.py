@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from traceml_otel import contract as c
-from traceml_otel.capture.orphan import TRACEML_LAUNCHER_PID
 from traceml_otel.capture.time_ledger import process_start_time
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
@@ -28,14 +27,19 @@ from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.single import run_single_process, single_process_command
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
+    SHUTDOWN_TIMEOUT_DEFAULT_S,
     TRACEML_AUTO_ATTACH,
     TRACEML_JOB,
     TRACEML_LAUNCHER,
+    TRACEML_LAUNCHER_PID,
     TRACEML_RUN_ID,
     TRACEML_RUN_NAME,
-    TRACEML_RUNS_DIR,
-    TRACEML_SHUTDOWN_TIMEOUT_S,
+    SettingsError,
+    explicit_job,
+    explicit_run_id,
     new_run_id,
+    runs_dir,
+    shutdown_timeout_s,
 )
 from traceml_otel.wire.manifest import Manifest, write_manifest
 
@@ -77,8 +81,9 @@ def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
     """
     if options.run_id:
         return options.run_id
-    if env.get(TRACEML_RUN_ID):
-        return env[TRACEML_RUN_ID]
+    explicit = explicit_run_id(env)
+    if explicit:
+        return explicit
     name = options.run_name or options.default_name
     if options.nnodes > 1:
         seed = f"{name}:{options.master_addr}:{options.master_port}"
@@ -139,13 +144,13 @@ def save_manifest(run_dir: Path, manifest: Manifest) -> bool:
     return True
 
 
-def shutdown_timeout_s(env: dict[str, str] | None = None) -> float:
-    """``TRACEML_SHUTDOWN_TIMEOUT_S`` as the ranks read it (10 s when unset or not a number)."""
-    raw = (os.environ if env is None else env).get(TRACEML_SHUTDOWN_TIMEOUT_S, "").strip()
+def ranks_shutdown_timeout_s(env: dict[str, str] | None = None) -> float:
+    """``TRACEML_SHUTDOWN_TIMEOUT_S`` read by the ranks' own parser (:func:`traceml_otel.settings.
+    shutdown_timeout_s`); the default when unusable (the ranks then say so and export nothing)."""
     try:
-        return max(0.0, float(raw)) if raw else 10.0
-    except ValueError:
-        return 10.0
+        return shutdown_timeout_s(env)
+    except SettingsError:
+        return SHUTDOWN_TIMEOUT_DEFAULT_S
 
 
 def end_status_of(code: int) -> str:
@@ -171,7 +176,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     env = {**os.environ, **options.extra_env}
     run_id = resolve_run_id(options, env)
     run_name = options.run_name or options.default_name
-    run_dir = Path(env.get(TRACEML_RUNS_DIR) or c.RUNS_DIR_DEFAULT).resolve() / run_id  # no link followed
+    run_dir = runs_dir(env) / run_id  # the ranks' own folder: no link followed
     arguments = torchrun_arguments(options)
     single = options.nproc_per_node == 1 and options.nnodes == 1 and not options.max_restarts  # no agent
     launcher = single_process_command(options.script, options.script_args, options.module) if single else [
@@ -195,7 +200,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
                        **options.extra_env, **attach,
                        TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
-    if options.run_name and not os.environ.get(TRACEML_JOB):
+    if options.run_name and not explicit_job():
         os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
     monitor.start()

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.errors import UsageError
 from traceml_otel.report.html import HtmlReporter
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION, JsonReporter, report_json
 from traceml_otel.report.text import TextReporter
@@ -39,7 +40,7 @@ def render(analysis: RunAnalysis, fmt: str = "text", *, trace_url: str | None = 
     try:
         reporter = _REPORTERS[fmt](trace_url=trace_url)
     except KeyError:
-        raise ValueError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}") from None
+        raise UsageError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}") from None
     document = reporter.render(analysis)
     # Span data reaches the terminal in text: no escape sequences from a hostile run id or host name.
     return strip_control(document) if fmt == "text" else document

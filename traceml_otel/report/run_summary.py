@@ -1,20 +1,38 @@
-"""A run's summary for ``compare``, read from its JSON report (``report.json`` or a fresh rendering)."""
+"""A run's summary for ``compare``, read from a stored JSON report (``report.json``).
+
+A fresh run is summarised from its analysis directly (``analyze.compare_policy.summary_of``); this
+reads the same fields from the report's documented form (docs/report-schema.md).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from traceml_otel.analyze.compare_policy import PHASES, RunSummary
+from traceml_otel.analyze.compare_policy import PHASES, RunSummary, peak_memory
+from traceml_otel.errors import TracemlError
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
 
-class ReportFormatError(ValueError):
+class ReportFormatError(TracemlError, ValueError):
     """A JSON file that is not a traceml-otel report this version can read."""
-
 
 
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _section(report: Mapping[str, object], name: str, label: str) -> Mapping[str, object]:
+    value = report.get(name)
+    if not isinstance(value, Mapping):
+        raise ReportFormatError(f"{label}: report lacks '{name}'")
+    return value
+
+
+def _records(value: object, what: str, label: str) -> list[Mapping[str, object]]:
+    """The objects of a list member (other items passed over)."""
+    if not isinstance(value, list):
+        raise ReportFormatError(f"{label}: report lacks '{what}'")
+    return [item for item in value if isinstance(item, Mapping)]
 
 
 def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
@@ -24,32 +42,29 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
     version = report.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise ReportFormatError(f"{label}: report schema version {version!r} is newer than this tool reads")
+    primary = _section(report, "primary_diagnosis", label)
+    run = _section(report, "run", label)
+    window = _section(report, "window", label)
+    phases = _records(report.get("phases"), "phases", label)
     try:
-        primary = report["primary_diagnosis"]
-        phases = {p["name"]: _number(p["median_s"]) for p in report["phases"]}  # type: ignore[index, union-attr]
-        memory = report["memory"]["ranks"]  # type: ignore[index]
-        run = report["run"]
-        window = report["window"]
-    except (KeyError, TypeError) as error:
+        medians = {str(p["name"]): _number(p["median_s"]) for p in phases}
+    except KeyError as error:
         raise ReportFormatError(f"{label}: report lacks {error}") from None
-    peaks = [
-        _number(m.get("peak_reserved_bytes")) or _number(m.get("peak_allocated_bytes"))
-        for m in memory
-        if isinstance(m, dict)
-    ]
-    known = [p for p in peaks if p is not None]
+    memory = _records(_section(report, "memory", label).get("ranks"), "memory.ranks", label)
     work = report.get("throughput")
-    work = work if isinstance(work, dict) else {}
+    work = work if isinstance(work, Mapping) else {}
+    steps = _number(window.get("steps"))
     return RunSummary(
         label=label,
-        run_id=str(run.get("run_id", "")),  # type: ignore[union-attr]
-        kind=str(primary.get("kind", "")),  # type: ignore[union-attr]
-        severity=str(primary.get("severity", "")),  # type: ignore[union-attr]
+        run_id=str(run.get("run_id", "")),
+        kind=str(primary.get("kind", "")),
+        severity=str(primary.get("severity", "")),
         clock=str(report.get("clock", "")),
-        steps=int(window.get("steps") or 0),  # type: ignore[union-attr]
-        step_time=phases.get("step_time"),
-        phases=tuple((name, phases.get(name)) for name in PHASES),
-        peak_memory=int(max(known)) if known else None,
+        steps=int(steps or 0),
+        step_time=medians.get("step_time"),
+        phases=tuple((name, medians.get(name)) for name in PHASES),
+        peak_memory=peak_memory([(_number(m.get("peak_reserved_bytes")),
+                                  _number(m.get("peak_allocated_bytes"))) for m in memory]),
         samples_per_step=_number(work.get("samples_per_step")),
         time_per_sample=_number(work.get("time_per_sample_s")),
         tokens_per_step=_number(work.get("tokens_per_step")),
@@ -62,6 +77,4 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
 def _member(report: Mapping[str, object], section: str, name: str) -> float | None:
     """A number inside an optional section of the report (``None`` when absent or malformed)."""
     value = report.get(section)
-    return _number(value.get(name)) if isinstance(value, dict) else None
-
-
+    return _number(value.get(name)) if isinstance(value, Mapping) else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, replace
 
+from traceml_otel.errors import TracemlError
+
 _DURATION = re.compile(r"^(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?$")
 _UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\\n]|\\.)*)"\s*(?:,|$)')
@@ -23,7 +25,7 @@ DEFAULT_DASHBOARD_URL = "http://127.0.0.1:3000/d/traceml-training"
 DEFAULT_POD_LABELS = (("traceml.io/scrape", "true"),)
 
 
-class StackConfigError(ValueError):
+class StackConfigError(TracemlError, ValueError):
     """A render setting cannot be used."""
 
 

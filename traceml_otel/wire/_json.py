@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from traceml_otel.errors import TracemlError
 from traceml_otel.wire.bounded_file import RefusedFile, read_bounded
 
 MAX_RECORD_BYTES = 1 << 20
 """A record file larger than this is not read (they are a few KiB)."""
 
 
-class RecordError(ValueError):
+class RecordError(TracemlError, ValueError):
     """A record file is unreadable, corrupt, or not the record it should be (the message says which)."""
 
 
@@ -106,7 +107,11 @@ _fallocate: Any = None
 
 
 def as_int(raw: object) -> int | None:
-    """A JSON integer, or ``None`` (booleans, fractions, ``1e400`` and non-numbers are not integers)."""
+    """A JSON integer, or ``None`` (booleans, fractions, ``1e400`` and non-numbers are not integers).
+
+    Stricter than ``analyze.otlp_decode.as_int``: a record field written as a string is malformed here,
+    where OTLP JSON writes 64-bit integers as strings.
+    """
     if isinstance(raw, bool) or raw is None:
         return None
     if isinstance(raw, int):

@@ -26,13 +26,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceml_otel.errors import TracemlError
+
 MAX_LINE_BYTES = 64 << 20
 """Longest line :func:`bounded_lines` hands out (a local-copy line holds one batch: a few hundred KiB)."""
 _CHUNK = 1 << 20
 _NUL_LIKE = b"\0 \t\r\n"
 
 
-class RefusedFile(OSError):
+class RefusedFile(TracemlError, OSError):
     """A path that is not a readable regular file (the message is one line saying why)."""
 
 

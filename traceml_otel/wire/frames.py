@@ -15,6 +15,8 @@ import struct
 from collections.abc import Iterator
 from typing import IO, Any
 
+from traceml_otel.errors import TracemlError
+
 WIRE_VERSION = 2
 """Version of the trainer -> emitter stream: the frames, the hello and the step row layout.
 
@@ -28,7 +30,7 @@ _HEADER = struct.Struct(">I")
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 
 
-class WireError(ValueError):
+class WireError(TracemlError, ValueError):
     """A frame could not be read: the stream is corrupt or was cut."""
 
 

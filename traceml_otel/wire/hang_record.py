@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel.contract import hang_file_name
-from traceml_otel.wire._json import as_float, as_int, as_str, as_version, read_json_object, write_atomically
+from traceml_otel.wire._json import (
+    RecordError,
+    as_float,
+    as_int,
+    as_str,
+    as_version,
+    read_json_object,
+    write_atomically,
+)
 
 HANG_RECORD_VERSION = 1
 MAX_THREADS = 32
@@ -177,10 +185,10 @@ def _collective(raw: object) -> OpenCollective | None:
 
 
 def decode_hang_record(value: dict[str, Any]) -> HangRecord:
-    """A record from its JSON object; raises ``ValueError`` when the rank is missing."""
+    """A record from its JSON object; raises :class:`RecordError` when the rank is missing."""
     rank = as_int(value.get("rank"))
     if rank is None or rank < 0:
-        raise ValueError("a hang record without a rank")
+        raise RecordError("a hang record without a rank")
     threads_raw = value.get("threads") if isinstance(value.get("threads"), list) else []
     threads = []
     for raw in threads_raw[:MAX_THREADS]:

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel.contract import time_file_name
-from traceml_otel.wire._json import as_float, as_int, as_str, as_version, read_json_object, write_atomically
+from traceml_otel.wire._json import (
+    RecordError,
+    as_float,
+    as_int,
+    as_str,
+    as_version,
+    read_json_object,
+    write_atomically,
+)
 
 TIME_RECORD_VERSION = 1
 MAX_KINDS = 32
@@ -147,11 +155,11 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
     """The record in a decoded ``rank-R.time.json``.
 
     Raises:
-        ValueError: it names no rank.
+        RecordError: it names no rank.
     """
     rank = as_int(data.get("rank"))
     if rank is None or rank < 0:
-        raise ValueError("no rank in the time record")
+        raise RecordError("no rank in the time record")
     raw_outside = data.get("outside")
     items = raw_outside[:MAX_KINDS + 1] if isinstance(raw_outside, list) else []
     outside = [_outside(item) for item in items]

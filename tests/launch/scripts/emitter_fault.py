@@ -12,8 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
+from busy_steps import BusySteps
 
 import traceml_otel as traceml
 
@@ -37,29 +36,21 @@ def emitter_pids() -> list[int]:
     return pids
 
 
+def fault(step: int) -> None:
+    if step != args.at:
+        return
+    time.sleep(1.5)  # the emitter catches up and writes its periodic counts, as in a long run
+    for pid in emitter_pids():
+        if args.action == "kill":
+            os.kill(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGSTOP)
+            if args.stop_s > 0:  # 0: whoever runs the script sends SIGCONT
+                resume = f"sleep {args.stop_s}; kill -CONT {pid}"
+                subprocess.Popen(["sh", "-c", resume], start_new_session=True)
+        print(f"emitter {pid} {args.action} at step {step}", flush=True)
+
+
 traceml.init(mode="auto")
-torch.set_num_threads(1)
-model = nn.Linear(8, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(4, 8)
-step_ns = int(args.step_ms * 1e6)
-for step in range(args.steps):
-    if step == args.at:
-        time.sleep(1.5)  # the emitter catches up and writes its periodic counts, as in a long run
-        for pid in emitter_pids():
-            if args.action == "kill":
-                os.kill(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGSTOP)
-                if args.stop_s > 0:  # 0: whoever runs the script sends SIGCONT
-                    resume = f"sleep {args.stop_s}; kill -CONT {pid}"
-                    subprocess.Popen(["sh", "-c", resume], start_new_session=True)
-            print(f"emitter {pid} {args.action} at step {step}", flush=True)
-    with traceml.trace_step(model):
-        begin = time.perf_counter_ns()
-        optimizer.zero_grad()
-        model(x).sum().backward()
-        optimizer.step()
-        while time.perf_counter_ns() - begin < step_ns:
-            pass
+BusySteps(args.step_ms).run(args.steps, before_step=fault)
 print("loop_done", flush=True)

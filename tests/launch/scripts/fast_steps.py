@@ -6,8 +6,7 @@ Prints ``loop_done <unix time>`` when the training loop ends, so a caller can ti
 import argparse
 import time
 
-import torch
-from torch import nn
+from busy_steps import BusySteps
 
 import traceml_otel as traceml
 
@@ -17,19 +16,8 @@ parser.add_argument("--step-ms", type=float, default=0.5)
 args = parser.parse_args()
 
 traceml.init(mode="auto")
-torch.set_num_threads(1)
-model = nn.Linear(8, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(4, 8)
-step_ns = int(args.step_ms * 1e6)
+trainer = BusySteps(args.step_ms)
 started = time.perf_counter()
-for _ in range(args.steps):
-    with traceml.trace_step(model):
-        begin = time.perf_counter_ns()
-        optimizer.zero_grad()
-        model(x).sum().backward()
-        optimizer.step()
-        while time.perf_counter_ns() - begin < step_ns:
-            pass
+trainer.run(args.steps)
 print(f"loop_s {time.perf_counter() - started:.3f}", flush=True)
 print(f"loop_done {time.time():.6f}", flush=True)

@@ -9,10 +9,11 @@ from typing import TextIO
 
 from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.run_model import LoadedRun
+from traceml_otel.errors import TracemlError
 from traceml_otel.sanitize import strip_control
 
 
-class SourceError(RuntimeError):
+class SourceError(TracemlError, RuntimeError):
     """The source cannot be read at all: no files, an unreachable backend, a refused query."""
 
 

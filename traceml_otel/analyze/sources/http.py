@@ -18,7 +18,8 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traceml_otel.analyze.sources.base import SourceError
+from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
+from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
 DEFAULT_TOTAL_S = 600.0
@@ -48,6 +49,48 @@ class ReadLimits:
 
 class _Cancelled(Exception):
     pass
+
+
+class HttpSpanSource(SpanSource):
+    """A span source behind an HTTP search API (Tempo, Jaeger): its address, search range, page size
+    and read bounds, and the requests, counted in pages, that every search of it makes."""
+
+    backend = "HTTP"
+    """The backend's name in messages (``Tempo``, ``Jaeger``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        when: TimeRange,
+        run_id: str | None = None,
+        service: str | None = None,
+        page_size: int = 500,
+        timeout: float = 30.0,
+        log: ReadLog | None = None,
+        limits: ReadLimits | None = None,
+    ) -> None:
+        super().__init__(run_id=run_id, service=service, log=log)
+        self.url = url
+        self.when = when
+        self.page_size = page_size
+        self.timeout = timeout
+        self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
+        self.pages = 0
+
+    def describe(self) -> str:
+        return f"{self.backend} {self.url}"
+
+    def get_page(self, path: str, params: Mapping[str, object], *, missing_ok: bool = False) -> list[object]:
+        """One page of the search (:func:`get_documents`, within this source's bounds)."""
+        self.pages += 1
+        return get_documents(self.url, path, params, what=self.backend, timeout=self.timeout,
+                             missing_ok=missing_ok, limits=self.limits)
+
+    def skipped(self, exc: BaseException, what: str = "a malformed span") -> None:
+        """Say that part of the current page could not be read (the rest is)."""
+        self.log.warn(f"{self.backend} {self.url} page {self.pages}: skipped {what} "
+                      f"({type(exc).__name__}: {str(exc)[:80]})")
 
 
 def get_documents(

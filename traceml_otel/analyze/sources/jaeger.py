@@ -17,16 +17,16 @@ from traceml_otel.analyze.otlp_decode import (
     span_id_hex,
     trace_id_hex,
 )
-from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
-from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.base import SourceError
+from traceml_otel.analyze.sources.http import HttpSpanSource
 from traceml_otel.analyze.sources.otlp_json import MALFORMED, feed_resource_spans
-from traceml_otel.analyze.timerange import TimeRange, rfc3339
+from traceml_otel.analyze.timerange import rfc3339
 
 MIN_WINDOW_S = 0.001
 """The narrowest page: a full page this short is accepted with a warning."""
 
 
-class JaegerSpanSource(SpanSource):
+class JaegerSpanSource(HttpSpanSource):
     """Spans of one service (and run) from Jaeger's ``/api/v3/traces``.
 
     Args:
@@ -35,28 +35,7 @@ class JaegerSpanSource(SpanSource):
         when: the search range; ``page_size``: ``query.search_depth`` (traces per page).
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        service: str | None,
-        when: TimeRange,
-        run_id: str | None = None,
-        page_size: int = 500,
-        timeout: float = 30.0,
-        log: ReadLog | None = None,
-        limits: ReadLimits | None = None,
-    ) -> None:
-        super().__init__(run_id=run_id, service=service, log=log)
-        self.url = url
-        self.when = when
-        self.page_size = page_size
-        self.timeout = timeout
-        self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
-        self.pages = 0
-
-    def describe(self) -> str:
-        return f"Jaeger {self.url}"
+    backend = "Jaeger"
 
     def feed(self, assembler: StepAssembler) -> None:
         if not self.service:
@@ -78,8 +57,7 @@ class JaegerSpanSource(SpanSource):
             try:
                 feed_resource_spans(resources, assembler, service=self.service)
             except MALFORMED as exc:
-                self.log.warn(f"Jaeger {self.url} page {self.pages}: skipped malformed spans "
-                              f"({type(exc).__name__}: {str(exc)[:80]})")
+                self.skipped(exc, "malformed spans")
             self.log.progress(f"Jaeger: {self.pages} pages, {assembler.spans:,} spans")
 
     def _search(self, start: float, end: float) -> tuple[list[dict], int]:
@@ -90,11 +68,7 @@ class JaegerSpanSource(SpanSource):
             "query.start_time_max": rfc3339(end),
             "query.search_depth": self.page_size,
         }
-        self.pages += 1
-        documents = get_documents(
-            self.url, "/api/v3/traces", params, what="Jaeger", timeout=self.timeout, missing_ok=True,
-            limits=self.limits,
-        )
+        documents = self.get_page("/api/v3/traces", params, missing_ok=True)
         resources: list[dict] = []
         for document in documents:
             try:

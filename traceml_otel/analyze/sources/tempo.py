@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from traceml_otel import contract as c
 from traceml_otel.analyze.assembler import WANTED_ATTRIBUTES, StepAssembler
 from traceml_otel.analyze.otlp_decode import as_int, decode_attributes, span_id_hex, trace_id_hex
-from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
-from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.base import ReadLog, SourceError
+from traceml_otel.analyze.sources.http import HttpSpanSource, ReadLimits
 from traceml_otel.analyze.sources.otlp_json import MALFORMED
 from traceml_otel.analyze.timerange import TimeRange
 
@@ -31,7 +31,7 @@ def traceql_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class TempoSpanSource(SpanSource):
+class TempoSpanSource(HttpSpanSource):
     """Spans of one run from Tempo's ``/api/search``.
 
     Args:
@@ -41,30 +41,14 @@ class TempoSpanSource(SpanSource):
         page_size: traces asked per page (``limit``); ``spans_per_set``: Tempo's ``spss``.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        run_id: str | None,
-        when: TimeRange,
-        service: str | None = None,
-        page_size: int = 500,
-        spans_per_set: int = 100,
-        timeout: float = 30.0,
-        log: ReadLog | None = None,
-        limits: ReadLimits | None = None,
-    ) -> None:
-        super().__init__(run_id=run_id, service=service, log=log)
-        self.url = url
-        self.when = when
-        self.page_size = page_size
-        self.spans_per_set = spans_per_set
-        self.timeout = timeout
-        self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
-        self.pages = 0
+    backend = "Tempo"
 
-    def describe(self) -> str:
-        return f"Tempo {self.url}"
+    def __init__(self, url: str, *, run_id: str | None, when: TimeRange, service: str | None = None,
+                 page_size: int = 500, spans_per_set: int = 100, timeout: float = 30.0,
+                 log: ReadLog | None = None, limits: ReadLimits | None = None) -> None:
+        super().__init__(url, run_id=run_id, when=when, service=service, page_size=page_size,
+                         timeout=timeout, log=log, limits=limits)
+        self.spans_per_set = spans_per_set
 
     def query(self, ranks: tuple[int, int] | None = None) -> str:
         """The TraceQL query for this run, optionally limited to ranks ``[low, high)``."""
@@ -100,12 +84,12 @@ class TempoSpanSource(SpanSource):
             try:
                 split = self._rank_split(traces, ranks)
             except MALFORMED as exc:
-                self._skipped(exc)
+                self.skipped(exc)
                 split = None
             if split is not None:
                 pending += [(start, end, half, limit) for half in split]
                 continue
-            for span in _spans(traces, self._skipped):
+            for span in _spans(traces, self.skipped):
                 key = (span["traceId"], span["spanId"])
                 if key in seen:
                     continue
@@ -118,12 +102,8 @@ class TempoSpanSource(SpanSource):
                         self.run_id,
                     )
                 except MALFORMED as exc:
-                    self._skipped(exc)
+                    self.skipped(exc)
             self.log.progress(f"Tempo: {self.pages} pages, {assembler.spans:,} spans")
-
-    def _skipped(self, exc: BaseException) -> None:
-        self.log.warn(f"Tempo {self.url} page {self.pages}: skipped a malformed span "
-                      f"({type(exc).__name__}: {str(exc)[:80]})")
 
     def _search(self, start: int, end: int, ranks: tuple[int, int] | None, limit: int) -> list[dict]:
         params = {
@@ -133,9 +113,7 @@ class TempoSpanSource(SpanSource):
             "start": start,
             "end": end,
         }
-        self.pages += 1
-        documents = get_documents(self.url, "/api/search", params, what="Tempo", timeout=self.timeout,
-                                   limits=self.limits)
+        documents = self.get_page("/api/search", params)
         document = documents[0] if documents else {}
         if not isinstance(document, dict):
             raise SourceError("Tempo answered a search with something other than a JSON object")
