@@ -12,6 +12,7 @@ The types, by where they are raised:
 - ``settings.SettingsError``: an environment variable with a value we cannot use;
 - ``stack.config.StackConfigError``: a ``traceml stack render`` setting we cannot use;
 - ``analyze.sources.base.SourceError``: a span or metric source that cannot be read at all;
+- ``analyze.sources.step_table.ColumnarUnavailable``: ``--engine columnar`` cannot serve this run;
 - ``analyze.otlp_decode.ForeignDocument``: valid JSON that holds no OTLP traces;
 - ``report.run_summary.ReportFormatError``: a JSON file that is not a report this version reads;
 - ``wire._json.RecordError``: a record file that is unreadable, corrupt or another record;

@@ -4,10 +4,11 @@ Components take a :class:`Settings` (or the :class:`RankIdentity` in it), or cal
 here for the few variables read outside a rank's settings (the launcher's shutdown wait, the
 diagnosis budget, the launcher pid, the zero-code markers), and never read ``TRACEML_*`` from
 ``os.environ`` themselves: one parser, so the launcher and the ranks cannot disagree on a value.
-The one exception is the start-up hook (``launch/_boot/sitecustomize.py``), which runs in every
-Python process ``traceml run`` starts and must not import traceml_otel before it knows it attaches;
-it reads ``TRACEML_AUTO_ATTACH`` and ``TRACEML_BOOT_SCRIPT`` as :func:`auto_attach_requested` and
-:func:`boot_script` do. The ``OTEL_*`` exporter variables (headers, timeout,
+The one exception is the start-up filter (``launch/startup.py``, run by ``traceml run``'s
+``sitecustomize`` and by the ``.pth`` file of ``TRACEML_AUTO=1``), which runs in every Python process
+they reach and must not import the rest of traceml_otel before it knows it attaches; it reads
+``TRACEML_AUTO``, ``TRACEML_AUTO_ATTACH`` and ``TRACEML_BOOT_SCRIPT`` as :func:`auto_requested`,
+:func:`auto_attach_requested` and :func:`boot_script` do. The ``OTEL_*`` exporter variables (headers, timeout,
 compression, certificates, insecure) are read by the OTel SDK's exporters inside the
 emitter process; we only read the ones that decide *whether* and *how* to export.
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.run_model import StepTiming
+from traceml_otel.errors import TracemlError
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.step_table import (
     COLUMN_TYPES,
@@ -37,7 +38,7 @@ MAX_ROW_BYTES = 8192
 read (a row is about 260 bytes; the collective entry lists are bounded by ``MAX_COMM_ENTRIES``)."""
 
 
-class ColumnarUnavailable(RuntimeError):
+class ColumnarUnavailable(TracemlError, RuntimeError):
     """The columnar engine cannot serve this run (the message says why; the spans can)."""
 
 
