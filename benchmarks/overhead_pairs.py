@@ -12,11 +12,19 @@ The script measures, over its steps after a warm-up:
 - process-tree CPU per step: the CPU time (``/proc/PID/task/*/schedstat``, in ns) of every
   process under ``traceml run`` (the launcher, the training process, its emitter) from the first
   measured step until the emitter has gone idle after the last one (it finishes its last batches
-  then), divided by the steps. Unlike wall time this barely moves with the machine's load.
+  then), divided by the steps. It moves with the machine's load too: the training thread's own CPU
+  time per step grows when other processes share its cores and caches (``--control`` shows how much).
 
 Scenarios: ``fast`` (~0.5 ms CPU steps), ``hogs`` (~2 ms steps while two busy-loop processes
 compete for the CPUs). Printed: each pair's differences, then the median and the spread (min..max)
 over the pairs, and the 1-minute load average at the start of every run.
+
+``--tasks``: also each thread's CPU per step (the training process's threads by their Python name:
+``trainer main`` is the training thread, ``trainer traceml-hang-watchdog`` the hang watchdog; the
+emitter's and launcher's by process), the training process's garbage collections per 1,000 steps and
+their time (``gc.callbacks``), and the median and spread of each one's on - off difference.
+``--control``: an A/A run, telemetry off on both sides of every pair, so the printed spreads are the
+noise floor the real pairs must be read against.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import time
 from pathlib import Path
 
 TRAINER = r'''
-import json, os, statistics, sys, time
+import gc, json, os, statistics, sys, threading, time
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -107,18 +115,42 @@ def settle():
     return previous
 
 
+def role(pid):
+    """Which process of the tree: the launcher, this training process, or a child of it (the emitter)."""
+    if pid == os.getpid():
+        return "trainer"
+    if pid == os.getppid():
+        return "launcher"
+    return "emitter"
+
+
 def per_task():
-    """CPU ns of each thread of the tree, by process and thread name."""
+    """CPU ns of each thread of the tree, as 'role thread' (this process's threads by Python name)."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
     rows = {}
     for pid in pids:
         try:
-            name = open(f"/proc/{pid}/comm").read().strip()
             for tid in os.listdir(f"/proc/{pid}/task"):
                 ns = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
-                rows[f"{pid} {name} {tid}"] = ns
+                own = names.get(int(tid), "thread") if pid == os.getpid() else "thread"
+                thread = "main" if int(tid) == pid else own
+                label = f"{role(pid)} {thread}"
+                rows[label] = rows.get(label, 0) + ns
         except OSError:
             pass
     return rows
+
+
+gc_ns = [0, 0]  # collections, ns spent in them (the training process, measured steps only)
+gc_started = [0]
+
+
+def gc_watch(phase, info):
+    if phase == "start":
+        gc_started[0] = time.perf_counter_ns()
+    else:
+        gc_ns[0] += 1
+        gc_ns[1] += time.perf_counter_ns() - gc_started[0]
 
 
 walls = []
@@ -127,6 +159,7 @@ for step in range(WARMUP + STEPS):
         settle()
         tasks_started = per_task()
         cpu_started = tree_cpu_ns(pids)
+        gc.callbacks.append(gc_watch)
     started = time.perf_counter_ns()
     x, y = next(source)
     with traceml.trace_step(model):
@@ -135,11 +168,12 @@ for step in range(WARMUP + STEPS):
         optimizer.step()
     if step >= WARMUP:
         walls.append(time.perf_counter_ns() - started)
+gc.callbacks.remove(gc_watch)
 previous = settle()  # the emitter writes the last batches after the loop
 tasks = {name: (ns - tasks_started.get(name, 0)) / STEPS for name, ns in per_task().items()}
 result = {"median_ns": statistics.median(walls), "mean_ns": statistics.fmean(walls),
           "tree_cpu_ns": (previous - cpu_started) / STEPS, "processes": len(pids),
-          "tasks_ns": {name: ns for name, ns in tasks.items() if ns > 500}}
+          "tasks_ns": tasks, "gc_per_1000_steps": gc_ns[0] * 1000 / STEPS, "gc_ns": gc_ns[1] / STEPS}
 with open(os.environ["OVERHEAD_PAIRS_OUT"], "w") as out:
     json.dump(result, out)
 '''
@@ -172,16 +206,18 @@ def _spread(values: list[float]) -> str:
 
 
 def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
-             show_tasks: bool = False) -> None:
+             show_tasks: bool = False, control: bool = False) -> None:
     hidden, hog_count = SCENARIOS[name]
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
+    by_thread: dict[str, list[float]] = {}
     hogs = _hogs(hog_count)
     try:
         for pair in range(pairs):
             results = {}
             for telemetry in ((True, False) if pair % 2 == 0 else (False, True)):
                 loads.append(os.getloadavg()[0])
-                results[telemetry] = run_once(script, telemetry, steps, warmup, hidden, workdir)
+                traced = telemetry and not control
+                results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir)
             on, off = results[True], results[False]
             wall_us.append((on["median_ns"] - off["median_ns"]) / 1000)
             wall_pct.append((on["median_ns"] / off["median_ns"] - 1) * 100)
@@ -189,9 +225,17 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             cpu_us.append((on["tree_cpu_ns"] - off["tree_cpu_ns"]) / 1000)
             bare.append(off["median_ns"] / 1000)
             if show_tasks:
+                for task in sorted({*on["tasks_ns"], *off["tasks_ns"]}):
+                    by_thread.setdefault(task, []).append(
+                        (on["tasks_ns"].get(task, 0) - off["tasks_ns"].get(task, 0)) / 1000)
+                by_thread.setdefault("trainer GC collections per 1000 steps", []).append(
+                    on["gc_per_1000_steps"] - off["gc_per_1000_steps"])
+                by_thread.setdefault("trainer GC time", []).append((on["gc_ns"] - off["gc_ns"]) / 1000)
                 for label, result in (("on", on), ("off", off)):
-                    busy = ", ".join(f"{task}: {ns / 1000:.0f}" for task, ns in result["tasks_ns"].items())
-                    print(f"    {label}: us/step by thread: {busy}")
+                    busy = ", ".join(f"{task}: {ns / 1000:.1f}"
+                                     for task, ns in sorted(result["tasks_ns"].items()))
+                    print(f"    {label}: us/step by thread: {busy}; GC {result['gc_per_1000_steps']:.1f} "
+                          f"per 1000 steps, {result['gc_ns'] / 1000:.1f} us/step")
             print(f"  {name} pair {pair + 1}: bare step {off['median_ns'] / 1e6:.3f} ms   wall "
                   f"{wall_us[-1]:+7.1f} us ({wall_pct[-1]:+.2f} %)   mean {mean_us[-1]:+7.1f} us   "
                   f"tree CPU {cpu_us[-1]:+7.1f} us/step (on {on['tree_cpu_ns'] / 1000:.0f}, "
@@ -201,12 +245,15 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             hog.kill()
             hog.wait()
     bare_ms = statistics.median(bare) / 1000
-    print(f"{name}: {pairs} pairs, {steps} steps each, bare step median {bare_ms:.3f} ms, "
+    label = f"{name} (A/A control: telemetry off on both sides)" if control else name
+    print(f"{label}: {pairs} pairs, {steps} steps each, bare step median {bare_ms:.3f} ms, "
           f"{hog_count} CPU hogs, load average {min(loads):.1f}..{max(loads):.1f}")
     print(f"  wall per step (median step), us:   {_spread(wall_us)}")
     print(f"  wall per step (median step), %:    {_spread(wall_pct)}")
     print(f"  wall per step (mean step), us:     {_spread(mean_us)}")
     print(f"  process-tree CPU per step, us:     {_spread(cpu_us)}", flush=True)
+    for task, values in by_thread.items():
+        print(f"    {task + ', on - off:':<42} {_spread(values)}", flush=True)
 
 
 def main() -> None:
@@ -216,6 +263,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=192)
     parser.add_argument("--scenario", choices=["all", *SCENARIOS], default="all")
     parser.add_argument("--tasks", action="store_true", help="also print each thread's CPU per step")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A: telemetry off on both sides of each pair (the noise floor of the numbers)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
@@ -224,7 +273,7 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
-            scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks)
+            scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 
