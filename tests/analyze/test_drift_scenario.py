@@ -41,8 +41,8 @@ def test_ten_steady_100_step_runs_report_no_drift(tmp_path: Path) -> None:
         texts.append(text)
         said = ("slowing" in text or "speeding up" in text)
         assert said == (analysis.drift.kind is not DriftKind.STABLE), text  # the text names the verdict
-    # Each block lasts about 30 ms, so one burst of the machine's other work (a 2-core VM, the emitter
-    # on the other core) can hold a sustained 2x for the last third of one block: at most one false
-    # drift in ten runs, never more (the rule's noise bound, not a promise about the machine).
+    # Each block lasts a few hundred ms of 1-2 ms steps; with 0.3 ms steps (30 ms blocks) one burst of
+    # the machine's other work (a 2-core VM, the emitter on the other core) held a 2x for the last
+    # third of a block. At most one false drift in ten runs, never more (the rule's noise bound).
     drifting = [(i, v) for i, v in enumerate(verdicts) if v[0] is not DriftKind.STABLE]
     assert len(drifting) <= 1, (drifting, [texts[i] for i, _ in drifting])
