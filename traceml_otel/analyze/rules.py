@@ -51,7 +51,7 @@ _SHARE_TEXT = {
     StepKind.RESIDUAL_HEAVY: (
         "residual",
         "Much of the step is outside the model",
-        "{share:.0%} of the step time is inside trace_step() but outside forward, backward, optimizer and "
+        "{share:.0%} of the traced step time is outside forward, backward, optimizer and "
         "copies: per-step logging, metrics, .item() or .cpu() syncs, Python work or callbacks.",
         "Profile the step body for work outside the model: log and compute metrics every N steps instead of "
         "every step, avoid host syncs (.item(), .cpu(), print of tensors), and move expensive callbacks out.",
