@@ -146,6 +146,55 @@ def _attributes_json_slowly(attributes: Any) -> str:
 
 
 def _span_json(span: SpanData) -> str:
+    """One span's JSON: by its whole-span template when it has one (every span of a kind repeats one
+    shape on every step), else field by field."""
+    attributes = span.attributes
+    values = list(attributes.values())
+    parent = span.parent_span_id
+    key = (span.name, parent is None, tuple(attributes), tuple(map(type, values)))
+    shape = _span_shapes.get(key)
+    if shape is None:
+        if key in _span_shapes or span.error is not None or len(_span_shapes) >= _SHAPE_LIMIT \
+                or not _TEMPLATE_KINDS.issuperset(key[3]):
+            return _span_json_slowly(span)
+        shape = _span_shapes[key] = _SpanShape(span.name, parent is not None, key[2], key[3])
+    elif span.error is not None:
+        return _span_json_slowly(span)
+    for i in shape.float_slots:  # NaN and the infinities are not JSON numbers: the slow path spells them
+        if not _isfinite(values[i]):
+            return _span_json_slowly(span)
+    for i in shape.text_slots:
+        value = values[i]
+        values[i] = _str_json(value) if type(value) is str else ("true" if value else "false")
+    if parent is None:
+        return shape.template % (span.trace_id, span.span_id, span.start_ns, span.end_ns, *values)
+    return shape.template % (span.trace_id, span.span_id, parent, span.start_ns, span.end_ns, *values)
+
+
+class _SpanShape:
+    """A whole span's JSON as one ``%`` template: ids (``%032x``, ``%016x``), times (``%d``), the name
+    and every attribute key encoded once; only the attribute values are filled in per span."""
+
+    __slots__ = ("float_slots", "template", "text_slots")
+
+    def __init__(self, name: str, has_parent: bool, keys: tuple[str, ...], kinds: tuple[type, ...]) -> None:
+        attributes = _Shape(keys, kinds)
+        parent = ',"parentSpanId":"%016x"' if has_parent else ""
+        self.template = (
+            '{"traceId":"%032x","spanId":"%016x"' + parent + ',"name":' + _dumps(name).replace("%", "%%")
+            + f',"kind":{_SPAN_KIND_INTERNAL},"startTimeUnixNano":"%d","endTimeUnixNano":"%d",'
+            + '"attributes":' + attributes.template + ',"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE)
+            + "}"
+        )
+        self.text_slots = attributes.text_slots
+        self.float_slots = attributes.float_slots
+
+
+_span_shapes: dict[tuple[str, bool, tuple[str, ...], tuple[type, ...]], _SpanShape | None] = {}
+"""Whole-span templates by (name, root or not, attribute keys, value types); bounded by _SHAPE_LIMIT."""
+
+
+def _span_json_slowly(span: SpanData) -> str:
     parent = "" if span.parent_span_id is None else f',"parentSpanId":"{span.parent_span_id:016x}"'
     status = "{}" if span.error is None else '{"message":' + _str_json(span.error) + ',"code":2}'
     return (

@@ -118,10 +118,11 @@ class StepSpanBuilder:
         step_id = self._span_id()
         on_gpu = record.gpu_duration_ns is not None
         exposures = step_exposures(record)
-        phases = tuple(
+        phases = tuple([
             self._phase_span(p, record, trace_id, step_id, on_gpu, exposures) for p in record.phases
-        )
-        collectives = self._collective_spans(exposures, record, trace_id, step_id, on_gpu)
+        ])
+        collectives = (self._collective_spans(exposures, record, trace_id, step_id, on_gpu)
+                       if exposures else ())
         end_ns = record.end_ns
         if on_gpu:
             end_ns = max(end_ns, record.start_ns + record.gpu_duration_ns, *(p.end_ns for p in phases))
@@ -188,19 +189,27 @@ class StepSpanBuilder:
             c.ATTR_STEP_CPU_DURATION: (record.end_ns - record.start_ns) * _NS,
             c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
         }
-        optional = {
-            c.ATTR_STEP_GPU_DURATION: _seconds(record.gpu_duration_ns),
-            c.ATTR_INPUT_WAIT_CPU: _seconds(record.input_wait_ns),
-            c.ATTR_INPUT_WAIT_GPU: _seconds(record.input_wait_gpu_ns),
-            c.ATTR_PREFETCH_H2D_CPU: _seconds(record.prefetch_h2d_ns),
-            c.ATTR_MEM_PEAK_ALLOCATED: record.peak_allocated_bytes,
-            c.ATTR_MEM_PEAK_RESERVED: record.peak_reserved_bytes,
-            c.ATTR_MEM_TOTAL: record.device_total_bytes,
-            c.ATTR_EXCEPTION_TYPE: record.exception_type,
-            c.ATTR_STEP_SOURCE: record.source,
-            c.ATTR_BETWEEN_STEPS_CPU: _seconds(record.between_steps_ns),
-        }
-        attributes.update((key, value) for key, value in optional.items() if value is not None)
+        # Optional values by hand, in the contract's order (a dict of them filtered after costs ~2 us a step).
+        if record.gpu_duration_ns is not None:
+            attributes[c.ATTR_STEP_GPU_DURATION] = record.gpu_duration_ns * _NS
+        if record.input_wait_ns is not None:
+            attributes[c.ATTR_INPUT_WAIT_CPU] = record.input_wait_ns * _NS
+        if record.input_wait_gpu_ns is not None:
+            attributes[c.ATTR_INPUT_WAIT_GPU] = record.input_wait_gpu_ns * _NS
+        if record.prefetch_h2d_ns is not None:
+            attributes[c.ATTR_PREFETCH_H2D_CPU] = record.prefetch_h2d_ns * _NS
+        if record.peak_allocated_bytes is not None:
+            attributes[c.ATTR_MEM_PEAK_ALLOCATED] = record.peak_allocated_bytes
+        if record.peak_reserved_bytes is not None:
+            attributes[c.ATTR_MEM_PEAK_RESERVED] = record.peak_reserved_bytes
+        if record.device_total_bytes is not None:
+            attributes[c.ATTR_MEM_TOTAL] = record.device_total_bytes
+        if record.exception_type is not None:
+            attributes[c.ATTR_EXCEPTION_TYPE] = record.exception_type
+        if record.source is not None:
+            attributes[c.ATTR_STEP_SOURCE] = record.source
+        if record.between_steps_ns is not None:
+            attributes[c.ATTR_BETWEEN_STEPS_CPU] = record.between_steps_ns * _NS
         if record.input_fetches:
             attributes[c.ATTR_INPUT_WAIT_FETCHES] = record.input_fetches
         if record.samples is not None:

@@ -46,6 +46,7 @@ def step_row(spans: StepSpans) -> list[object]:
     """One step's row, in :data:`~traceml_otel.wire.step_table.COLUMNS` order (``None``: empty field)."""
     step: SpanData = spans.step
     a = step.attributes
+    get = a.get
     calls = [0] * _N
     cpu: list[float | None] = [0.0] * _N
     gpu: list[float | None] = [0.0] * _N
@@ -57,39 +58,53 @@ def step_row(spans: StepSpans) -> list[object]:
             continue
         p = phase.attributes
         calls[slot] += 1
-        seconds = p.get(c.ATTR_PHASE_CPU_DURATION)
+        seconds = p.get(_PHASE_CPU)
         total = cpu[slot]
         cpu[slot] = None if total is None or seconds is None else total + seconds  # type: ignore[operator]
-        seconds = p.get(c.ATTR_PHASE_GPU_DURATION)
+        seconds = p.get(_PHASE_GPU)
         total = gpu[slot]
         gpu[slot] = None if total is None or seconds is None else total + seconds  # type: ignore[operator]
-        if c.ATTR_PHASE_COMM_EXPOSED_CPU in p or c.ATTR_PHASE_COMM_EXPOSED_GPU in p:
-            comm_cpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_CPU) or 0.0  # type: ignore[operator]
-            comm_gpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_GPU) or 0.0  # type: ignore[operator]
-    has_comm = c.ATTR_COMM_CALLS in a
-    loader = [a.get(name) for name in _LOADER] if c.ATTR_LOADER_NUM_WORKERS in a else [None] * len(_LOADER)
+        if _PHASE_COMM_CPU in p or _PHASE_COMM_GPU in p:
+            comm_cpu[slot] += p.get(_PHASE_COMM_CPU) or 0.0  # type: ignore[operator]
+            comm_gpu[slot] += p.get(_PHASE_COMM_GPU) or 0.0  # type: ignore[operator]
+    for slot in range(_N):
+        if not calls[slot]:
+            cpu[slot] = gpu[slot] = None
+    if c.ATTR_COMM_CALLS in a:
+        communication = [
+            get(c.ATTR_COMM_CALLS), get(c.ATTR_COMM_BYTES), get(c.ATTR_COMM_CPU), get(c.ATTR_COMM_GPU),
+            get(c.ATTR_COMM_EXPOSED_CPU), get(c.ATTR_COMM_EXPOSED_GPU), *comm_cpu, *comm_gpu,
+            _ints(get(c.ATTR_COMM_ENTRIES)), _ints(get(c.ATTR_COMM_WORK)),
+        ]
+    else:
+        communication = [None] * 6 + comm_cpu + comm_gpu + [None, None]
+    if c.ATTR_LOADER_NUM_WORKERS in a:
+        loader = [_bool(v) if isinstance(v, bool) else v for v in map(get, _LOADER)]
+    else:
+        loader = _NO_LOADER
     return [
-        a.get(c.ATTR_RUN_ID), a.get(c.ATTR_RANK), a.get(c.ATTR_STEP), f"{step.trace_id:032x}", step.start_ns,
-        a.get(c.ATTR_PARALLELISM) or "none", a.get(c.ATTR_WORLD_SIZE),
-        a.get(c.ATTR_STEP_CPU_DURATION), a.get(c.ATTR_STEP_GPU_DURATION),
-        a.get(c.ATTR_INPUT_WAIT_CPU), a.get(c.ATTR_INPUT_WAIT_GPU), a.get(c.ATTR_PREFETCH_H2D_CPU),
-        *calls,
-        *(value if n else None for value, n in zip(cpu, calls, strict=True)),
-        *(value if n else None for value, n in zip(gpu, calls, strict=True)),
-        a.get(c.ATTR_OPTIMIZER_STEPS), a.get(c.ATTR_MEM_PEAK_ALLOCATED), a.get(c.ATTR_MEM_PEAK_RESERVED),
-        a.get(c.ATTR_MEM_TOTAL), a.get(c.ATTR_EXCEPTION_TYPE) or step.error,
-        a.get(c.ATTR_STEP_SAMPLES), a.get(c.ATTR_STEP_TOKENS),
-        a.get(c.ATTR_COMM_CALLS), a.get(c.ATTR_COMM_BYTES) if has_comm else None,
-        a.get(c.ATTR_COMM_CPU) if has_comm else None, a.get(c.ATTR_COMM_GPU) if has_comm else None,
-        a.get(c.ATTR_COMM_EXPOSED_CPU) if has_comm else None,
-        a.get(c.ATTR_COMM_EXPOSED_GPU) if has_comm else None,
-        *comm_cpu, *comm_gpu,
-        _ints(a.get(c.ATTR_COMM_ENTRIES)) if has_comm else None,
-        _ints(a.get(c.ATTR_COMM_WORK)) if has_comm else None,
-        a.get(c.ATTR_BETWEEN_STEPS_CPU), a.get(c.ATTR_STEP_SOURCE), a.get(c.ATTR_HOST_CPUS),
-        *(_bool(v) if isinstance(v, bool) else v for v in loader),
+        get(_RUN_ID), get(_RANK), get(_STEP), f"{step.trace_id:032x}", step.start_ns,
+        get(_PARALLELISM) or "none", get(_WORLD_SIZE),
+        get(_STEP_CPU), get(_STEP_GPU), get(_WAIT_CPU), get(_WAIT_GPU), get(_PREFETCH_H2D),
+        *calls, *cpu, *gpu,
+        get(_OPTIMIZER_STEPS), get(_PEAK_ALLOCATED), get(_PEAK_RESERVED), get(_MEM_TOTAL),
+        get(_EXCEPTION_TYPE) or step.error, get(_SAMPLES), get(_TOKENS),
+        *communication,
+        get(_BETWEEN), get(_SOURCE), get(_HOST_CPUS), *loader,
         1 + len(spans.phases) + len(spans.collectives),
     ]
+
+
+_NO_LOADER = [None] * len(_LOADER)
+_RUN_ID, _RANK, _STEP, _PARALLELISM = c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_STEP, c.ATTR_PARALLELISM
+_WORLD_SIZE, _STEP_CPU, _STEP_GPU = c.ATTR_WORLD_SIZE, c.ATTR_STEP_CPU_DURATION, c.ATTR_STEP_GPU_DURATION
+_WAIT_CPU, _WAIT_GPU, _PREFETCH_H2D = c.ATTR_INPUT_WAIT_CPU, c.ATTR_INPUT_WAIT_GPU, c.ATTR_PREFETCH_H2D_CPU
+_OPTIMIZER_STEPS, _MEM_TOTAL = c.ATTR_OPTIMIZER_STEPS, c.ATTR_MEM_TOTAL
+_PEAK_ALLOCATED, _PEAK_RESERVED = c.ATTR_MEM_PEAK_ALLOCATED, c.ATTR_MEM_PEAK_RESERVED
+_EXCEPTION_TYPE, _SAMPLES, _TOKENS = c.ATTR_EXCEPTION_TYPE, c.ATTR_STEP_SAMPLES, c.ATTR_STEP_TOKENS
+_BETWEEN, _SOURCE, _HOST_CPUS = c.ATTR_BETWEEN_STEPS_CPU, c.ATTR_STEP_SOURCE, c.ATTR_HOST_CPUS
+_PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
+_PHASE_COMM_CPU, _PHASE_COMM_GPU = c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU
 
 
 def _bool(value: bool) -> str:
