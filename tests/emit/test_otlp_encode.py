@@ -90,6 +90,59 @@ def test_the_sdk_exporter_sends_our_bytes_and_the_receiver_decodes_the_same_span
     assert [span.span for span in received] == list(expected.resource_spans[0].scope_spans[0].spans)
 
 
+class _GrpcTraceReceiver:
+    """A real gRPC server for the OTLP trace service on 127.0.0.1 that keeps each request's raw bytes."""
+
+    def __init__(self) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        self.requests: list[bytes] = []
+
+        def export(request: bytes, context: object) -> ExportTraceServiceResponse:
+            self.requests.append(request)
+            return ExportTraceServiceResponse()
+
+        handler = grpc.method_handlers_generic_handler(
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+            {"Export": grpc.unary_unary_rpc_method_handler(
+                export, response_serializer=ExportTraceServiceResponse.SerializeToString)},
+        )
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=(handler,))
+        self.endpoint = f"http://127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def close(self) -> None:
+        self._server.stop(None)
+
+
+def test_the_grpc_exporter_sends_our_bytes_unchanged_and_still_sends_sdk_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK's gRPC transport carries an encoded batch's bytes as they are (no parse and re-serialise),
+    and the same exporter still encodes and sends the SDK's own ``ReadableSpan`` batches."""
+    spans = _spans()
+    receiver = _GrpcTraceReceiver()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "true")
+        exporter = make_span_exporter("grpc")
+        assert type(exporter._client).__name__ == "PassThroughStub"  # this SDK still lets us swap the stub
+        encoder = SpanEncoder(RESOURCE, SCOPE)
+        batch = EncodedSpans(encoder, [encoder.encode(span) for span in spans])
+        readable = [ReadableSpanFactory(RESOURCE, SCOPE).convert(span) for span in spans]
+        assert exporter.export(batch).name == "SUCCESS"
+        assert exporter.export(readable).name == "SUCCESS"
+        exporter.shutdown()
+    finally:
+        receiver.close()
+    expected = encode_spans(readable)
+    assert receiver.requests == [batch.request_bytes(), expected.SerializeToString()]
+    assert receiver.requests[0] == expected.SerializeToString()  # our bytes are the SDK encoder's
+
+
 def _always_on():
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 

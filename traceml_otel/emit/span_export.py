@@ -46,15 +46,47 @@ def make_span_exporter(protocol: str) -> SpanExporter:
     return _encoded_http_exporter()()
 
 
+_GRPC_EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+"""The OTLP trace service's one method (fixed by the OTLP specification)."""
+
+
 def _encoded_grpc_exporter() -> type[SpanExporter]:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    def serialize(request: Any) -> bytes:
+        """Our request bytes as they are; a message the SDK encoded, serialised as its own stub does."""
+        return request if isinstance(request, bytes) else request.SerializeToString()
+
+    class PassThroughStub:
+        """The trace service stub, with a serializer that sends our already encoded bytes unchanged
+        (the generated stub's would need them parsed into a message first: 4-7 us per step)."""
+
+        def __init__(self, channel: Any) -> None:
+            self.Export = channel.unary_unary(
+                _GRPC_EXPORT_METHOD, request_serializer=serialize,
+                response_deserializer=ExportTraceServiceResponse.FromString,
+            )
 
     class EncodedGrpcSpanExporter(OTLPSpanExporter):
-        """The SDK's gRPC exporter; a pre-encoded batch is parsed (in C) instead of encoded in Python."""
+        """The SDK's gRPC exporter (channel, TLS, headers, compression, timeout, retries and reconnects
+        all its own) sending a pre-encoded batch's bytes as they are.
 
-        def _translate_data(self, data: Any) -> ExportTraceServiceRequest:
+        It replaces the stub the SDK builds on each (re)connection (``_initialize_channel_and_stub``,
+        a private method of SDK 1.3x-1.4x); where that method is missing, the batch is parsed (in C)
+        into the request message instead, as before."""
+
+        def _initialize_channel_and_stub(self) -> None:
+            super()._initialize_channel_and_stub()  # type: ignore[misc]
+            self._client = PassThroughStub(self._channel)  # type: ignore[attr-defined]
+
+        def _translate_data(self, data: Any) -> Any:
             if isinstance(data, EncodedSpans):
+                if isinstance(getattr(self, "_client", None), PassThroughStub):
+                    return data.request_bytes()
                 return ExportTraceServiceRequest.FromString(data.request_bytes())
             return super()._translate_data(data)
 
