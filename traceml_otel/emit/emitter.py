@@ -275,13 +275,10 @@ class Emitter:
         self._export_backlog_spans -= _span_count(built)
         sampled = [True] * len(built)  # exemplars point only at traces that are sent
         if self.shipper is not None:
-            offered = 0
             try:
-                for spans in built:
-                    sampled[offered] = self.shipper.offer(spans.all())
-                    offered += 1
-            except Exception as error:
-                self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built[offered:]))
+                sampled = self.shipper.offer_steps([spans.all() for spans in built])
+            except Exception as error:  # nothing of the batch was counted: all of it is skipped
+                self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
                 self.disable("OTLP span export", f"failed ({describe(error)})")
                 self._stop_shipper()
         elif self.stats.otlp_endpoint is not None:

@@ -178,6 +178,7 @@ class OtlpSpanShipper:
         self._protocol = protocol or ("grpc" if "grpc" in type(exporter).__module__ else "http/protobuf")
         self._convert = convert
         self._sampler = sampler
+        self._always_on = sampler is ALWAYS_ON  # its decision is always "sampled": not asked per step
         self._endpoint = endpoint
         self._on_first_failure = on_first_failure or _warn_stderr
         self._queue: queue.Queue[list[Any] | None] = queue.Queue()
@@ -197,22 +198,44 @@ class OtlpSpanShipper:
 
         Returns whether the sampler kept it (exemplars then point at a trace that is sent).
         """
-        if not step_spans:
-            return False
-        root = step_spans[0]
-        decision = self._sampler.should_sample(None, root.trace_id, root.name)
-        if not decision.decision.is_sampled():
-            self.counts.sampled_out += len(step_spans)
-            return False
+        return self.offer_steps([step_spans])[0]
+
+    def offer_steps(self, steps: Sequence[Sequence[SpanData]]) -> list[bool]:
+        """Queue several steps' spans (each root first) at once: one queue hand-off, not one per step.
+
+        Returns, per step, whether the sampler kept it. Steps that do not fit in the queue are counted
+        as ``queue_full``. If converting a span raises, nothing of the batch was counted or queued.
+        """
+        kept: list[bool] = []
+        accepted: list[Sequence[SpanData]] = []
+        sampled_out = queue_full = 0
         with self._lock:
-            if self._queued + len(step_spans) > MAX_QUEUED_SPANS:
-                self.counts.queue_full += len(step_spans)
-                return True
-        converted = [self._convert(span) for span in step_spans]  # if this raises, nothing was counted
+            room = MAX_QUEUED_SPANS - self._queued
+        for step_spans in steps:
+            if not step_spans:
+                kept.append(False)
+                continue
+            root = step_spans[0]
+            if not (self._always_on
+                    or self._sampler.should_sample(None, root.trace_id, root.name).decision.is_sampled()):
+                sampled_out += len(step_spans)
+                kept.append(False)
+                continue
+            kept.append(True)
+            if len(step_spans) > room:
+                queue_full += len(step_spans)
+                continue
+            room -= len(step_spans)
+            accepted.append(step_spans)
+        convert = self._convert
+        converted = [convert(span) for step_spans in accepted for span in step_spans]  # may raise
         with self._lock:
-            self._queued += len(step_spans)
-        self._queue.put(converted)
-        return True
+            self.counts.sampled_out += sampled_out
+            self.counts.queue_full += queue_full
+            self._queued += len(converted)
+        if converted:
+            self._queue.put(converted)
+        return kept
 
     @property
     def protocol(self) -> str:
