@@ -13,6 +13,7 @@ all threads, so an exporter's own thread counts) is divided by the steps:
 - span building: records to ``StepSpans`` (``StepSpanBuilder``);
 - OTLP encode + export: the span shipper with the SDK's gRPC exporter to rotel (blackhole);
 - local-copy encode + write: OTLP JSON Lines to a file (``LocalCopyWriter``);
+- step table encode + write: its CSV rows (``StepTable``), written beside the local copy by default;
 - metrics update + export: ``StepMetrics.record`` per step and the OTLP metric export at the end.
 
 Then the whole ``Emitter`` (what the worker runs) on the same stream, local copy only and, with
@@ -105,7 +106,11 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
             shipper = emitter.shipper
 
             def ship() -> None:
+                offer_steps = getattr(shipper, "offer_steps", None)  # absent before the batch offer
                 for batch in built:
+                    if offer_steps is not None:
+                        offer_steps([spans.all() for spans in batch])
+                        continue
                     for spans in batch:
                         shipper.offer(spans.all())
                 counts = shipper.close(60.0)
@@ -119,6 +124,10 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
             lambda: [local.write([span for step in batch for span in step.all()], steps=len(batch))
                      for batch in built])))
         assert local.steps_written == STEPS
+        steps_table = emitter.table
+        if steps_table is not None:
+            table.append(("step table encode + write", _per_step(
+                lambda: [steps_table.write(batch) for batch in built])))
         if emitter.metrics is not None and endpoint is not None:
             metrics = emitter.metrics
 

@@ -19,9 +19,10 @@ missing one takes its default (appending a field with a default keeps ``WIRE_VER
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from traceml_otel.wire.fields import decode_fields
 from traceml_otel.wire.frames import WireError, encode_frame
 
 DEVICE = "device"
@@ -96,20 +97,7 @@ def _decode(kind: type[Record], message: Any) -> Record:
     name = _KINDS[kind]
     if not isinstance(message, dict) or message.get("t") != name:
         raise WireError(f"not a {name} message")
-    values: dict[str, Any] = {}
-    for spec in fields(kind):
-        if spec.name not in message:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                raise WireError(f"the {name} message lacks {spec.name!r}")
-            continue
-        value = message[spec.name]
-        allowed = _TYPES[kind][spec.name]
-        if value is None and spec.default is None:
-            values[spec.name] = value
-            continue
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            raise WireError(f"the {name} message's {spec.name!r} is {type(value).__name__}")
-        values[spec.name] = value
+    values = decode_fields(kind, message, _TYPES[kind], f"{name} message")
     return kind(**values)
 
 

@@ -10,9 +10,10 @@ stream of another version, it refuses it (:class:`WireVersionError`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from traceml_otel.wire.fields import decode_fields
 from traceml_otel.wire.frames import WIRE_VERSION, WireError, encode_frame
 
 HELLO = "hello"
@@ -111,19 +112,7 @@ def decode_hello(frame: Mapping[str, Any]) -> Hello:
     if version != WIRE_VERSION or isinstance(version, bool):
         rank = frame.get("rank")
         raise WireVersionError(version, rank if type(rank) is int else None)
-    values: dict[str, Any] = {}
-    for spec in fields(Hello):
-        if spec.name not in frame:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                raise WireError(f"the hello lacks {spec.name!r}")
-            continue
-        value = frame[spec.name]
-        optional = spec.default is None
-        if not (value is None and optional) and (
-            not isinstance(value, _TYPES[spec.name]) or isinstance(value, bool)
-        ):
-            raise WireError(f"the hello's {spec.name!r} is {type(value).__name__}, not {spec.type}")
-        values[spec.name] = value
+    values = decode_fields(Hello, frame, _TYPES, "hello")
     for signal in ("traces", "metrics"):
         if (values.get(f"{signal}_endpoint") is None) != (values.get(f"{signal}_protocol") is None):
             raise WireError(f"the hello gives a {signal} endpoint or protocol without the other")
