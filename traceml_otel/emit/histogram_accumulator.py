@@ -56,8 +56,8 @@ _OVERFLOW_KEY = object()
 _DELTA = AggregationTemporality.DELTA
 
 Attributes = Mapping[str, Any]
-_ExemplarSlot = tuple[float, int, "int | None", "int | None", Attributes]
-"""value, time, trace id, span id, the measurement's attributes."""
+_ExemplarSlot = tuple[float, int, "int | None", "int | None", "Attributes | None"]
+"""value, time, trace id, span id, the measurement's attributes (``None``: the point's)."""
 
 
 def exemplar_filter() -> str:
@@ -138,15 +138,10 @@ class HistogramAccumulator:
             series.min = value
         if value > series.max:
             series.max = value
-        if trace_id is not None:
-            if self._traced:
-                series.exemplars[index] = (value, time_ns, trace_id, span_id, self._measured(series, key))
-        elif self._untraced:
-            series.exemplars[index] = (value, time_ns, None, None, self._measured(series, key))
-
-    def _measured(self, series: _Series, key: Hashable) -> Attributes:
-        """The measurement's own attributes (the overflow series' point carries other ones)."""
-        return self._attributes_of(key) if series.attributes is OVERFLOW_ATTRIBUTES else series.attributes
+        if (self._traced if trace_id is not None else self._untraced):
+            # the measurement's attributes: the point's, but for the overflow series
+            measured = self._attributes_of(key) if series.attributes is OVERFLOW_ATTRIBUTES else None
+            series.exemplars[index] = (value, time_ns, trace_id, span_id, measured)
 
     def _new_series(self, key: Hashable, time_ns: int) -> _Series:
         self._started = True
@@ -206,6 +201,7 @@ def _exemplars(series: _Series) -> list[Exemplar]:
     for slot in series.exemplars:
         if slot is not None:
             value, time_ns, trace_id, span_id, measured = slot
+            measured = series.attributes if measured is None else measured
             filtered = {k: v for k, v in measured.items() if k not in series.attributes} if measured else None
             out.append(Exemplar(filtered, value, time_ns, span_id, trace_id))
     return out
