@@ -5,6 +5,7 @@ histograms leave through the SDK's OTLP exporter with the temporality it prefers
 from __future__ import annotations
 
 import math
+import socket
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -256,3 +257,25 @@ def _attributes(pairs: Any) -> dict[str, Any]:
         kind = kv.value.WhichOneof("value")
         out[kv.key] = getattr(kv.value, kind)
     return out
+
+
+def test_an_sdk_without_the_collect_seam_turns_metrics_off(tmp_path, monkeypatch) -> None:
+    """If a future SDK stops wiring readers through ``_set_collect_callback``, the histograms cannot
+    join its collection: the emitter says metrics are off (not a silent export without them)."""
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+    from tests.emit.test_emitter_faults import _hello, _rows
+    from traceml_otel.emit.worker import Emitter
+
+    monkeypatch.setattr(MetricReader, "_set_collect_callback", lambda self, func: None)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    emitter = Emitter(_hello(tmp_path, prometheus_port=port, metrics_endpoint="http://127.0.0.1:9",
+                             metrics_protocol="http/protobuf"))
+    assert emitter.metrics is None and "no _collect callback" in emitter.stats.outputs_disabled["metrics"]
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # the scrape endpoint it had opened is closed again
+    emitter.handle_steps(_rows(0, 3))
+    emitter.finish("ok", 0, True, steps_traced=3)
+    assert emitter.stats.steps_local == 3 and emitter.stats.metrics_skipped_steps == 3  # the rest goes on

@@ -97,16 +97,29 @@ class StepMetrics:
             self._prometheus = PrometheusStepMetrics(prometheus, self.state)
         if protocol is None and metric_reader is None:
             return
-        if metric_reader is None:
-            protocol = protocol or "grpc"
-            self._counted = CountingMetricExporter(
-                _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
-        reader = metric_reader or PeriodicExportingMetricReader(self._counted)
-        meter = self._start_provider(resource, reader)
-        self._create_histograms(reader, resource)
-        self._create_counters(meter)
-        self._register_observers(meter)
-        self.state.time.register_otlp(meter, self._attributes)
+        try:
+            if metric_reader is None:
+                protocol = protocol or "grpc"
+                self._counted = CountingMetricExporter(
+                    _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
+            reader = metric_reader or PeriodicExportingMetricReader(self._counted)
+            meter = self._start_provider(resource, reader)
+            self._create_histograms(reader, resource)
+            self._create_counters(meter)
+            self._register_observers(meter)
+            self.state.time.register_otlp(meter, self._attributes)
+        except Exception:
+            self._stop_after_failed_start()
+            raise
+
+    def _stop_after_failed_start(self) -> None:
+        """Nothing keeps running when the OTLP side could not start: no export, no endpoint."""
+        if self._counted is not None:
+            self._counted.give_up("metrics could not start")
+        if self._provider is not None:
+            self._provider.shutdown(timeout_millis=1000)
+        if self._prometheus is not None:
+            self._prometheus.close()
 
     def _start_provider(self, resource: Resource, reader: MetricReader) -> Meter:
         """The meter provider and its meter (the histograms are ours: :meth:`_create_histograms`)."""
