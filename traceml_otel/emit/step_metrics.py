@@ -89,6 +89,7 @@ class StepMetrics:
                             c.ATTR_RANK: labels.rank}
         self.state = LiveState(labels, dropped_spans)
         self._pending_collectives: dict[tuple[str, str], list[int]] = {}
+        self._pending_peaks: tuple[int, int] | None = None
         self._allocated = IntervalPeak()
         self._reserved = IntervalPeak()
         self._provider: MeterProvider | None = None
@@ -243,8 +244,9 @@ class StepMetrics:
         memory = None
         if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
             memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
-            self._allocated.update(memory[0])
-            self._reserved.update(memory[1])
+            pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
+            self._pending_peaks = memory if pending is None else (max(pending[0], memory[0]),
+                                                                  max(pending[1], memory[1]))
         phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
         collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
         step = spans.step
@@ -275,7 +277,12 @@ class StepMetrics:
             totals[1] += one.nbytes
 
     def _add_counts(self, records: list[StepRecord]) -> None:
-        """The step, sample, token and pending collective counters, one SDK ``add`` per series."""
+        """The step, sample, token and pending collective counters, one SDK ``add`` per series, and
+        the batch's CUDA peaks into the interval peaks."""
+        if self._pending_peaks is not None:
+            self._allocated.update(self._pending_peaks[0])
+            self._reserved.update(self._pending_peaks[1])
+            self._pending_peaks = None
         if self._provider is None or not records:
             return
         self._steps.add(len(records), self._attributes)
