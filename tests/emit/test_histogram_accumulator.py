@@ -279,3 +279,26 @@ def test_an_sdk_without_the_collect_seam_turns_metrics_off(tmp_path, monkeypatch
     emitter.handle_steps(_rows(0, 3))
     emitter.finish("ok", 0, True, steps_traced=3)
     assert emitter.stats.steps_local == 3 and emitter.stats.metrics_skipped_steps == 3  # the rest goes on
+
+
+def test_a_batch_of_collective_steps_counts_and_times_every_step() -> None:
+    """record_batch: the collective histograms get one measurement per step and (source, kind), the
+    call and byte counters the batch's totals (added once)."""
+    from tests.emit.test_communication import _bucket, _builder, _record
+
+    reader = InMemoryMetricReader()
+    labels = RankLabels("run-x", 3, 1, "h", "0")
+    metrics = StepMetrics(Resource.create({}), labels, None, metric_reader=reader)
+    record = _record(*[_bucket(4 + i, 5 + i, nbytes=2048) for i in range(3)])
+    spans = _builder().build(record)
+    metrics.record_batch([(record, spans, True)] * 5)
+    points = {m.name: list(m.data.data_points) for r in reader.get_metrics_data().resource_metrics
+              for sc in r.scope_metrics for m in sc.metrics}
+    metrics.shutdown(1.0)
+    (calls,), (nbytes,) = points[c.METRIC_COLLECTIVE_CALLS], points[c.METRIC_COLLECTIVE_BYTES]
+    assert (calls.value, nbytes.value) == (15, 15 * 2048)
+    (duration,) = points[c.METRIC_COLLECTIVE_DURATION]
+    assert duration.count == 5 and duration.sum == pytest.approx(5 * 0.003)  # 3 buckets of 1 ms a step
+    assert duration.attributes == {c.ATTR_JOB: "run-x", c.ATTR_RUN_ID: "run-x", c.ATTR_RANK: 3,
+                                   c.ATTR_COLLECTIVE_SOURCE: "ddp", c.ATTR_COLLECTIVE_KIND: "all_reduce"}
+    assert {e.trace_id for e in duration.exemplars} == {spans.step.trace_id}
