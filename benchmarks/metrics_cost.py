@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/metrics_cost.py
 
 Records 20,000 synthetic steps (three phases, an input wait, CUDA peaks) into the real
-``StepMetrics`` in this process and reports process CPU time per step. This runs in the
-emitter process, off the training thread; the training thread's cost is in hot_path.py.
+``StepMetrics`` in this process, in batches of 64 as the emitter hands them over
+(``record_batch``), and reports process CPU time per step. This runs in the emitter process, off
+the training thread; the training thread's cost is in hot_path.py. The OTLP line is the update
+only (the export is in ``emitter_cost.py --otlp``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepM
 from traceml_otel.step_records import PhaseTiming, StepRecord
 
 STEPS = 20_000
+BATCH = 64
 MS = 1_000_000
 LABELS = RankLabels(run_id="bench", rank=0, local_rank=0, host="h", version="0")
 
@@ -66,8 +69,8 @@ def cost(otlp: bool, scrape: bool) -> float:
         metric_reader=InMemoryMetricReader() if otlp else None,
     )
     started = time.process_time()
-    for record, spans in steps:
-        metrics.record(record, spans)
+    for first in range(0, STEPS, BATCH):
+        metrics.record_batch((record, spans, True) for record, spans in steps[first:first + BATCH])
     per_step = (time.process_time() - started) / STEPS * 1e6
     metrics.shutdown(1.0)
     metrics.linger(0)

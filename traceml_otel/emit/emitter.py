@@ -172,6 +172,9 @@ class Emitter:
             except OSError as error:
                 self.disable("Prometheus endpoint", f"cannot serve on {endpoint.address}:{endpoint.port} "
                                                     f"({describe(error)})")
+            except Exception as error:  # e.g. an SDK without the seam emit/metric_merge.py uses
+                self.disable("metrics", f"could not start ({describe(error)})")
+                return None
         try:
             return StepMetrics(resource, labels, protocol, None, dropped_spans=self._dropped_spans,
                                metrics_endpoint=self.stats.metrics_endpoint, on_export_failure=self.warn)

@@ -10,7 +10,10 @@ the clean-end marker) and the per-rank info series. The step number is never an 
 
 This module is the OTLP path (:class:`StepMetrics`, which also feeds the scrape path);
 the shared live state and labels are in emit/live_state.py, the direct scrape path in
-emit/prometheus_scrape.py. Their names are re-exported here.
+emit/prometheus_scrape.py. Their names are re-exported here. The OTLP histograms are not SDK
+instruments: emit/histogram_accumulator.py aggregates them (an SDK ``record`` cost ~15 µs of the
+emitter's CPU a measurement) and emit/metric_merge.py adds them to what the SDK's reader collects,
+so the SDK's exporter still sends them; the counters and gauges are the SDK's.
 """
 
 from __future__ import annotations
@@ -20,16 +23,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import NonRecordingSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.histogram_accumulator import HistogramGroup
 from traceml_otel.emit.live_state import (
     NS,
     CollectiveSample,
@@ -40,9 +42,10 @@ from traceml_otel.emit.live_state import (
     phase_seconds,
 )
 from traceml_otel.emit.metric_export import CountingMetricExporter, MetricExportCounts
+from traceml_otel.emit.metric_merge import add_to_collection, histogram_temporality
 from traceml_otel.emit.prometheus_scrape import PrometheusEndpoint, PrometheusStepMetrics, serve_registry
 from traceml_otel.emit.run_end import exit_of, linger_seconds
-from traceml_otel.emit.spans import StepSpans, sampled_context
+from traceml_otel.emit.spans import StepSpans
 from traceml_otel.step_records import StepRecord
 
 __all__ = [
@@ -85,7 +88,8 @@ class StepMetrics:
         self._attributes = {c.ATTR_JOB: labels.job_label, c.ATTR_RUN_ID: labels.run_id,
                             c.ATTR_RANK: labels.rank}
         self.state = LiveState(labels, dropped_spans)
-        self._phase_labels: dict[str, dict[str, Any]] = {}
+        self._pending_collectives: dict[tuple[str, str], list[int]] = {}
+        self._pending_peaks: tuple[int, int] | None = None
         self._allocated = IntervalPeak()
         self._reserved = IntervalPeak()
         self._provider: MeterProvider | None = None
@@ -94,49 +98,66 @@ class StepMetrics:
             self._prometheus = PrometheusStepMetrics(prometheus, self.state)
         if protocol is None and metric_reader is None:
             return
-        if metric_reader is None:
-            protocol = protocol or "grpc"
-            self._counted = CountingMetricExporter(
-                _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
-        reader = metric_reader or PeriodicExportingMetricReader(self._counted)
-        meter = self._start_provider(resource, reader)
-        self._create_histograms(meter)
-        self._create_counters(meter)
-        self._register_observers(meter)
-        self.state.time.register_otlp(meter, self._attributes)
+        try:
+            if metric_reader is None:
+                protocol = protocol or "grpc"
+                self._counted = CountingMetricExporter(
+                    _make_metric_exporter(protocol), protocol, metrics_endpoint, on_export_failure)
+            reader = metric_reader or PeriodicExportingMetricReader(self._counted)
+            meter = self._start_provider(resource, reader)
+            self._create_histograms(reader, resource)
+            self._create_counters(meter)
+            self._register_observers(meter)
+            self.state.time.register_otlp(meter, self._attributes)
+        except Exception:
+            self._stop_after_failed_start()
+            raise
+
+    def _stop_after_failed_start(self) -> None:
+        """Nothing keeps running when the OTLP side could not start: no export, no endpoint."""
+        if self._counted is not None:
+            self._counted.give_up("metrics could not start")
+        if self._provider is not None:
+            self._provider.shutdown(timeout_millis=1000)
+        if self._prometheus is not None:
+            self._prometheus.close()
 
     def _start_provider(self, resource: Resource, reader: MetricReader) -> Meter:
-        """The meter provider (sum-only views for c.SUM_ONLY_HISTOGRAMS) and its meter."""
-        sum_only = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(boundaries=()))
-                    for name in c.SUM_ONLY_HISTOGRAMS]
-        self._provider = MeterProvider(resource=resource, metric_readers=[reader], views=sum_only)
+        """The meter provider and its meter (the histograms are ours: :meth:`_create_histograms`)."""
+        self._provider = MeterProvider(resource=resource, metric_readers=[reader])
         return self._provider.get_meter(c.INSTRUMENTATION_SCOPE, __version__)
 
-    def _create_histograms(self, meter: Meter) -> None:
-        """The step, phase, input-wait and collective duration histograms (recorded per step)."""
-        buckets = list(c.DURATION_BUCKETS_S)
-        self._step = meter.create_histogram(
-            c.METRIC_STEP_DURATION, unit="s", description="Traced step time on the step's clock",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-        self._phase = meter.create_histogram(
-            c.METRIC_PHASE_DURATION, unit="s", description="Duration of one phase call",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-        self._wait = meter.create_histogram(
-            c.METRIC_STEP_INPUT_WAIT, unit="s", description="Input wait before each step (measured steps)",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-        self._collective = meter.create_histogram(
-            c.METRIC_COLLECTIVE_DURATION, unit="s",
-            description="Collective time of one step per (source, kind), overlapping compute or not",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
-        self._collective_exposed = meter.create_histogram(
-            c.METRIC_COLLECTIVE_EXPOSED, unit="s",
-            description="The part of a step's collective time the step waited for, per (source, kind)",
-            explicit_bucket_boundaries_advisory=buckets,
-        )
+    def _create_histograms(self, reader: MetricReader, resource: Resource) -> None:
+        """The step, phase, input-wait and collective duration histograms, aggregated by hand
+        (emit/histogram_accumulator.py: the SDK's ``record`` cost ~15 µs a measurement) and added to
+        each collection of ``reader`` in our scope, with the reader's histogram temporality;
+        c.SUM_ONLY_HISTOGRAMS have no boundary (one bucket), the others c.DURATION_BUCKETS_S."""
+        group = self._histograms = HistogramGroup(histogram_temporality(reader))
+
+        def histogram(name: str, description: str, attributes_of: Callable[[Any], dict[str, Any]]):
+            boundaries = () if name in c.SUM_ONLY_HISTOGRAMS else c.DURATION_BUCKETS_S
+            return group.histogram(name, "s", description, boundaries, attributes_of)
+
+        def rank(_: object) -> dict[str, Any]:
+            return dict(self._attributes)
+
+        def phase(name: str) -> dict[str, Any]:
+            return {**self._attributes, c.ATTR_PHASE_NAME: name}
+
+        def collective(key: tuple[str, str]) -> dict[str, Any]:
+            return {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: key[0], c.ATTR_COLLECTIVE_KIND: key[1]}
+
+        self._step = histogram(c.METRIC_STEP_DURATION, "Traced step time on the step's clock", rank)
+        self._phase = histogram(c.METRIC_PHASE_DURATION, "Duration of one phase call", phase)
+        self._wait = histogram(c.METRIC_STEP_INPUT_WAIT, "Input wait before each step (measured steps)", rank)
+        self._collective = histogram(
+            c.METRIC_COLLECTIVE_DURATION,
+            "Collective time of one step per (source, kind), overlapping compute or not", collective)
+        self._collective_exposed = histogram(
+            c.METRIC_COLLECTIVE_EXPOSED,
+            "The part of a step's collective time the step waited for, per (source, kind)", collective)
+        scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
+        add_to_collection(reader, group.collect, resource, scope)
 
     def _create_counters(self, meter: Meter) -> None:
         """The collective call and byte counters and the step, sample and token counters."""
@@ -192,25 +213,23 @@ class StepMetrics:
         )
 
     def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans, bool]]) -> None:
-        """Record a batch of (record, spans, exemplar) steps: the histograms per step, the step, sample
-        and token counters once for the batch (the same totals; each SDK ``add`` costs ~10 us)."""
+        """Record a batch of (record, spans, exemplar) steps: the histograms per step, the counters
+        (steps, samples, tokens, collective calls and bytes) once for the batch: the same totals, and
+        each SDK ``add`` costs ~10 µs."""
         records = []
         for record, spans, exemplar in steps:
-            self.record(record, spans, exemplar, count=False)
+            self._record_step(record, spans, exemplar)
             records.append(record)
-        if self._provider is None or not records:
-            return
-        self._steps.add(len(records), self._attributes)
-        samples = [r.samples for r in records if r.samples is not None]
-        if samples:
-            self._samples.add(sum(samples), self._attributes)
-        tokens = [r.tokens for r in records if r.tokens is not None]
-        if tokens:
-            self._tokens.add(sum(tokens), self._attributes)
+        self._add_counts(records)
 
-    def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True, count: bool = True) -> None:
-        """Record one step; the step span becomes the exemplar's trace context when ``exemplar``.
-        ``count`` False leaves the step, sample and token counters to :meth:`record_batch`."""
+    def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
+        """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
+        self._record_step(record, spans, exemplar)
+        self._add_counts([record])
+
+    def _record_step(self, record: StepRecord, spans: StepSpans, exemplar: bool) -> None:
+        """The live state, the scrape path and the histograms of one step (the counters wait for
+        :meth:`_add_counts`)."""
         if self._provider is None and self._prometheus is None:
             return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
         self.state.time.account.add_step(record)
@@ -225,8 +244,9 @@ class StepMetrics:
         memory = None
         if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
             memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
-            self._allocated.update(memory[0])
-            self._reserved.update(memory[1])
+            pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
+            self._pending_peaks = memory if pending is None else (max(pending[0], memory[0]),
+                                                                  max(pending[1], memory[1]))
         phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
         collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
         step = spans.step
@@ -237,36 +257,46 @@ class StepMetrics:
             self._prometheus.record_collectives(collectives)
         if self._provider is None:
             return
-        context = None
-        if exemplar:
-            span = NonRecordingSpan(sampled_context(step.trace_id, step.span_id))
-            context = trace.set_span_in_context(span)
-        self._step.record(step_s, self._attributes, context=context)
-        for phase, seconds in phases:
-            labels = self._phase_labels.get(phase)
-            if labels is None:
-                labels = {**self._attributes, c.ATTR_PHASE_NAME: phase}
-                if len(self._phase_labels) < 64:
-                    self._phase_labels[phase] = labels
-            self._phase.record(seconds, labels, context=context)
-        if wait_s is not None:
-            self._wait.record(wait_s, self._attributes, context=context)
+        trace_id, span_id = (step.trace_id, step.span_id) if exemplar else (None, None)
+        now_ns = time.time_ns()
+        with self._histograms.lock:
+            self._step.record(None, step_s, now_ns, trace_id, span_id)
+            for phase, seconds in phases:
+                self._phase.record(phase, seconds, now_ns, trace_id, span_id)
+            if wait_s is not None:
+                self._wait.record(None, wait_s, now_ns, trace_id, span_id)
+            for one in collectives:
+                key = (one.source, one.kind)
+                if one.seconds is not None:
+                    self._collective.record(key, one.seconds, now_ns, trace_id, span_id)
+                if one.exposed is not None:
+                    self._collective_exposed.record(key, one.exposed, now_ns, trace_id, span_id)
         for one in collectives:
-            labels = {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: one.source,
-                      c.ATTR_COLLECTIVE_KIND: one.kind}
-            if one.seconds is not None:
-                self._collective.record(one.seconds, labels, context=context)
-            if one.exposed is not None:
-                self._collective_exposed.record(one.exposed, labels, context=context)
-            self._collective_calls.add(one.calls, labels)
-            self._collective_bytes.add(one.nbytes, labels)
-        if not count:
+            totals = self._pending_collectives.setdefault((one.source, one.kind), [0, 0])
+            totals[0] += one.calls
+            totals[1] += one.nbytes
+
+    def _add_counts(self, records: list[StepRecord]) -> None:
+        """The step, sample, token and pending collective counters, one SDK ``add`` per series, and
+        the batch's CUDA peaks into the interval peaks."""
+        if self._pending_peaks is not None:
+            self._allocated.update(self._pending_peaks[0])
+            self._reserved.update(self._pending_peaks[1])
+            self._pending_peaks = None
+        if self._provider is None or not records:
             return
-        self._steps.add(1, self._attributes)
-        if record.samples is not None:
-            self._samples.add(record.samples, self._attributes)
-        if record.tokens is not None:
-            self._tokens.add(record.tokens, self._attributes)
+        self._steps.add(len(records), self._attributes)
+        samples = [r.samples for r in records if r.samples is not None]
+        if samples:
+            self._samples.add(sum(samples), self._attributes)
+        tokens = [r.tokens for r in records if r.tokens is not None]
+        if tokens:
+            self._tokens.add(sum(tokens), self._attributes)
+        pending, self._pending_collectives = self._pending_collectives, {}
+        for (source, kind), (calls, nbytes) in pending.items():
+            labels = {**self._attributes, c.ATTR_COLLECTIVE_SOURCE: source, c.ATTR_COLLECTIVE_KIND: kind}
+            self._collective_calls.add(calls, labels)
+            self._collective_bytes.add(nbytes, labels)
 
     @property
     def export_counts(self) -> MetricExportCounts | None:
