@@ -13,7 +13,6 @@ import base64
 import json
 import random
 import re
-import socket
 from collections.abc import Callable
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler
@@ -22,6 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.ports import free_port
 from tests.synthetic_runs import SyntheticStep, step_spans, traces_data
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.kinds import StepKind
@@ -241,9 +241,7 @@ def test_jaeger_empty_search_is_no_data(serve: Callable[[type[BaseHTTPRequestHan
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def analyze_args(*argv: str) -> argparse.Namespace:

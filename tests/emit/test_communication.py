@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.ports import free_port
 from traceml_otel import contract as c
 from traceml_otel.emit.exposed_communication import overlapped_tail, step_exposures
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
@@ -104,7 +105,6 @@ def test_unknown_exposure_is_left_out_and_no_collectives_add_nothing() -> None:
 
 
 def test_collective_histograms_and_counters_are_served_for_prometheus() -> None:
-    import socket
     import urllib.request
 
     from traceml_otel.emit.step_metrics import (
@@ -115,9 +115,7 @@ def test_collective_histograms_and_counters_are_served_for_prometheus() -> None:
         RankLabels,
     )
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     state = LiveState(RankLabels("run-x", 3, 1, "h", "0"), lambda: 0)
     served = PrometheusStepMetrics(PrometheusEndpoint(port), state)
     try:

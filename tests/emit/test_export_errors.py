@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 from collections.abc import Iterator
 
@@ -12,6 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from tests.ports import free_port
 from traceml_otel.emit.export_errors import failure_cause
 from traceml_otel.emit.span_export import OtlpSpanShipper, quiet_sdk_exporter_logs
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
@@ -38,9 +38,7 @@ def http_404() -> Iterator[int]:
 
 @pytest.fixture
 def dead_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 def _first_failure(protocol: str, port: int, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -68,9 +66,7 @@ def test_timeouts_and_unknown_causes() -> None:
     assert failure_cause(["odd failure at http://user:secret@host/x"], "grpc") == (
         "odd failure at http://***@host/x")
     assert "without a reason" in failure_cause([], "grpc")
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        port = listening.getsockname()[1]
+    port = free_port()
     final = "Failed to export spans batch due to timeout, max retries or shutdown."
     cause = failure_cause([final], "http/protobuf", f"http://127.0.0.1:{port}/v1/traces")
     assert cause.startswith("connection refused")

@@ -3,7 +3,6 @@ port, and against a live OTLP receiver for the delivered side."""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from tests.emit.test_emitter_faults import _hello as emitter_hello
 from tests.emit.test_emitter_faults import _rows as emitter_rows
 from tests.integration.otlp_receiver import OtlpHttpReceiver
+from tests.ports import free_port
 from traceml_otel import contract as c
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.launch.export_report import render_export_report
@@ -28,9 +28,7 @@ def _hello(run_dir: Path, endpoint: str) -> Hello:
 
 
 def _refused_endpoint() -> str:
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"  # a port that was free a moment ago: nothing listens there
 
 
 def _run_emitter(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import urllib.request
@@ -14,6 +13,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from tests.ports import free_port
 from traceml_otel import contract as c
 from traceml_otel.emit.run_end import ScrapeLog, exit_of, linger_seconds
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
@@ -36,12 +36,6 @@ def step(n: int, seconds: float = 0.1, wait: float | None = 0.02, memory: tuple[
         peak_reserved_bytes=None if memory is None else memory[1],
     )
     return record, BUILDER.build(record)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_interval_peak_is_the_max_since_the_last_read() -> None:

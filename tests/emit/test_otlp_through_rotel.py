@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
+from tests.ports import free_port
 from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
 
@@ -79,13 +80,10 @@ def test_spans_arrive_intact(stack, protocol: str, tmp_path: Path) -> None:
 
 
 def test_prometheus_scrape_endpoint_serves_the_contract_names(tmp_path: Path) -> None:
-    import socket
     import time
     import urllib.request
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(TRACEML_RUNS_DIR=str(tmp_path), TRACEML_PROMETHEUS_PORT=str(port), TRACEML_FLUSH_STEPS="4")
     process = subprocess.Popen([sys.executable, str(STEADY), "--steps", "400", "--sleep", "0.02"], env=env,

@@ -9,6 +9,7 @@ import pytest
 
 from tests.emit.test_emitter_faults import _hello, _rows
 from tests.launch.test_faults import _blackhole
+from tests.ports import free_port
 from traceml_otel.emit.worker import Emitter
 
 
@@ -40,11 +41,7 @@ def test_an_endpoint_that_never_answers_holds_shutdown_for_the_setting_only(
 
 
 def _dead_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_port()
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -7,7 +7,9 @@ resolve. The first of the two modules to need its scenario starts both (those of
 session collected), each in a thread, in that order: the second starts once the first says it has
 settled (its trainers started and its restart is live), so that the two never start their trainers
 and Prometheus servers at the same time on a small machine. Each module waits for its own scenario
-and stops it after its tests. The CPU-bound DDP job of ``test_stack_communication_live.py`` runs alone.
+and stops it after its tests. The CPU-bound DDP job of ``test_stack_communication_live.py`` is not
+one of them. Under pytest-xdist the two modules are one unit of work (``tests/xdist_units.py``'s
+JOINED): one worker runs both scenarios, while the other worker runs other tests beside them.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from tests.integration.otlp_receiver import (
     ReceivedSpan,
     attributes_dict,
 )
+from tests.ports import free_port
 
 __all__ = [
     "OtlpHttpReceiver",
@@ -38,13 +39,6 @@ __all__ = [
     "port_open",
     "rotel_agent_path",
 ]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def port_open(port: int, host: str = LOCALHOST) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from tests.faulty_disk import read_only_dir, tiny_disk
 from tests.integration.otlp_receiver import OtlpHttpReceiver
 from tests.launch.test_traceml_run import REPO, STEADY, _env, _steps_by_rank
+from tests.ports import free_port_pair
 from traceml_otel import contract as c
 
 
@@ -68,18 +69,10 @@ def test_full_disk_keeps_training_and_otlp_and_says_what_the_local_copy_holds(tm
 
 def test_busy_prometheus_port_on_one_rank_of_two(tmp_path: Path) -> None:
     """Rank 1's port is held: only its endpoint goes; the account and `traceml analyze` name it."""
-    with socket.socket() as base, socket.socket() as taken:
-        while True:  # a free port P whose neighbour P+1 (rank 1's) we can hold
-            base.bind(("127.0.0.1", 0))
-            port = base.getsockname()[1]
-            try:
-                taken.bind(("127.0.0.1", port + 1))
-                break
-            except OSError:
-                base.close()
-                base = socket.socket()
+    port = free_port_pair()  # rank 0 may use P; rank 1's P+1 is held
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
         taken.listen()
-        base.close()  # rank 0 may use P
         env = _env(tmp_path, TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="0")
         result = _traceml_run(env, str(REPO / "examples" / "ddp_minimal.py"), "--nproc-per-node", "2",
                               "--no-report", "--", "--steps", "8")

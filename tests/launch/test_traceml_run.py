@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.local_copy_reader import read_run
+from tests.ports import free_port
 from traceml_otel import contract as c
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,9 +100,7 @@ def test_exit_code_is_the_scripts(tmp_path: Path) -> None:
 
 
 def test_endpoint_down_training_finishes_with_one_warning(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
                OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_TIMEOUT="1",
                OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer sekret-token")
