@@ -23,7 +23,7 @@ from torch import nn
 
 from traceml_otel.capture import accelerate_hooks, hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.wire.frames import encode_frame
+from traceml_otel.wire.frames import encode_steps
 
 
 class Discard:
@@ -35,7 +35,7 @@ class EncodeFrames:
     """The training thread's share of the real hand-off: each batch becomes one pipe frame."""
 
     def send_steps(self, rows: list) -> None:
-        encode_frame({"t": "steps", "s": rows})
+        encode_steps(rows)
 
 
 def per_call_us(fn: Callable[[], object], calls: int = 20_000) -> float:
