@@ -10,7 +10,8 @@ sink that discards).
 The DataLoader case includes reading the batch dimension and checking for a new iterator.
 Accelerate's optimizer step and backward are timed too when ``accelerate`` is installed. Last, an
 empty ``trace_step()`` block through the public API (facade and training session) with a real
-``init()``.
+``init(mode="auto")``, and a whole ~0.5 ms iteration of ``overhead_pairs.py``'s loop traced that way
+against the same iteration before ``init()``.
 """
 
 from __future__ import annotations
@@ -199,26 +200,53 @@ def inferred_case() -> None:
 
 
 def api_case() -> None:
-    """``with traceml.trace_step(model):`` through the public API (facade, session, recorder) against
-    the recorder's own ``begin_step``/``end_step``, with a real ``init()`` (its emitter process
-    receives the steps; no local copy, no OTLP)."""
+    """``with traceml.trace_step(model):`` through the public API (facade, session, recorder) with a real
+    ``init(mode="auto")`` (its emitter process receives the steps; no local copy, no OTLP): an empty
+    block, and a whole iteration of the ``overhead_pairs.py`` loop (DataLoader ``next()``, zero_grad,
+    forward, loss, backward, optimizer step; ~0.5 ms) against the same iteration before ``init()``."""
     import os
     import tempfile
 
     import traceml_otel as traceml
 
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(256 * 32, 64), torch.randint(0, 10, (256 * 32,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    batches = iter(())
+
+    def iteration() -> None:
+        nonlocal batches
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            x, y = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    bare = per_call_us(iteration, calls=2_000)
     with tempfile.TemporaryDirectory() as runs:
         os.environ.update(TRACEML_RUNS_DIR=runs, TRACEML_LOCAL_COPY="0", TRACEML_HANG_TIMEOUT_S="0")
         for name in [k for k in os.environ if k.startswith("OTEL_EXPORTER_OTLP")]:
             del os.environ[name]
-        assert traceml.init(mode="manual", collectives=False, strict=True)
-        model = nn.Linear(4, 4)
+        assert traceml.init(mode="auto", collectives=False, strict=True)
 
         def api_step() -> None:
             with traceml.trace_step(model):
                 pass
 
+        def traced() -> None:
+            with traceml.trace_step(model):
+                iteration()
+
         print(f"trace_step() block via the public API:        {per_call_us(api_step):6.2f} us")
+        hooked = per_call_us(traced, calls=2_000)
+        print(f"API iteration    bare {bare:7.2f} us   traced {hooked:7.2f} us   "
+              f"added {hooked - bare:+6.2f} us")
         traceml.shutdown()
 
 
