@@ -5,10 +5,10 @@ A :class:`StepRow` is a ``list`` with named slots: every read and every later wr
 wire it is the same compact JSON list it always was, so encoding it costs what a plain list costs.
 The recorder builds a plain list in this layout, positionally, once per step (a keyword call costs
 more than the rest of the step's bookkeeping, see :meth:`StepRow.of`, and a ``StepRow`` 0.4 us more
-than the list), and views it as a ``StepRow`` when it fills in device timings. Its phases and collectives are :class:`PhaseRow` and
-:class:`CollectiveRow`, lists with named slots too. Times are ``perf_counter_ns`` readings of the
-training process; :func:`decode_step` moves them onto the epoch clock and returns a
-:class:`~traceml_otel.step_records.StepRecord` on the emitter side.
+than the list), and views it as a ``StepRow`` when it fills in device timings. Its phases and
+collectives are :class:`PhaseRow` and :class:`CollectiveRow`, lists with named slots too. Times
+are ``perf_counter_ns`` readings of the training process; :func:`decode_step` moves them onto the
+epoch clock and returns a :class:`~traceml_otel.step_records.StepRecord` on the emitter side.
 
 Fields are only ever appended, with a default (in :data:`APPENDED_DEFAULTS` here and in
 ``records.StepRecord``): a row from an older capture side (shorter) still decodes, and slots a
