@@ -208,8 +208,24 @@ def own_code_case() -> None:
         timed_step()
         recorder.end_step()
 
+    def forward_pair() -> None:
+        forward.before_forward(None, ())
+        forward.after_forward(None, (), None)
+
+    def with_step(piece: Callable[[], object]) -> Callable[[], None]:
+        def one() -> None:
+            recorder.begin_step()
+            piece()
+            recorder.end_step()
+        return one
+
     try:
         print(f"our code per step (loop with no-op torch): {per_call_us(step):6.2f} us")
+        empty = per_call_us(with_step(lambda: None))
+        parts = [("DataLoader next()", per_call_us(lambda: next(iterator))), ("step enter/exit", empty)]
+        parts += [(name, per_call_us(with_step(piece)) - empty) for name, piece in (
+            ("forward hooks", forward_pair), ("backward patch", timed_backward), ("optimizer", timed_step))]
+        print("  of which: " + ", ".join(f"{name} {us:.2f} us" for name, us in parts))
     finally:
         loader_patch.uninstall()
         _BaseDataLoaderIter.__next__ = original_next  # type: ignore[method-assign]

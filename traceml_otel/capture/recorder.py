@@ -80,8 +80,9 @@ class StepRecorder:
         self.clock = clock or CpuClock()
         """Fixed at construction (``device`` below follows it)."""
         self.device = self.clock.has_device
-        """The clock marks device work: without one, no marks are made or released (the peak memory
-        is still read: a clock may report memory without marks)."""
+        """The clock marks device work: without one, no marks are made or released."""
+        self._reads_memory = self.device or type(self.clock).peak_memory is not CpuClock.peak_memory
+        """The clock reports peak memory (a device clock, or one that reports memory without marks)."""
         self.flush_steps = flush_steps
         self.flush_interval_ns = flush_interval_ns
         self.parallelism = "none"
@@ -319,7 +320,8 @@ class StepRecorder:
         state = self._state = _StepState()
         state.given_samples = samples
         state.tokens = tokens
-        self.clock.reset_peak_memory()
+        if self._reads_memory:
+            self.clock.reset_peak_memory()
         if self.device:
             state.start_mark = self.clock.mark()
         state.start_ns = perf_counter_ns() if start_ns is None else start_ns
@@ -343,7 +345,7 @@ class StepRecorder:
         state = self._state
         self.in_step = False
         end_mark = self.clock.mark() if self.device else None
-        memory = self.clock.peak_memory()
+        memory = self.clock.peak_memory() if self._reads_memory else None
         alloc, reserved, total = memory if memory is not None else (None, None, None)
         samples = state.given_samples
         if samples is None and (self._samples is not None or state.samples is not None):
