@@ -5,6 +5,11 @@ training thread, time the wrapped call with the recorder and nothing more, and l
 every user exception propagate untouched. Depth guards make nested calls (a module
 calling itself, ``Tensor.backward`` calling ``torch.autograd.backward``, an optimizer
 wrapping another) count once.
+
+They run once or twice per step each, so they check the thread inline (``recorder.owner`` against
+``get_ident()``: a call on another thread is left untimed, and counted when it ends inside a step)
+and end phases with :meth:`StepRecorder.phase_done`, which does not check it again; every Python
+call saved here is saved on every step (``benchmarks/training_thread_profile.py`` counts them).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Mapping
+from threading import get_ident
+from time import perf_counter_ns
 from typing import Any
 
 import torch
@@ -58,20 +65,31 @@ class ForwardHooks:
 
     def before_forward(self, module: torch.nn.Module | None, args: Any) -> None:
         """A module call starts (a forward pre-hook; also called directly by step inference)."""
-        if self._recorder.foreign_thread():
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
             return
-        self._depth += 1
-        if self._depth == 1:
-            self._token = self._recorder.phase_begin()
+        depth = self._depth = self._depth + 1
+        if depth == 1:
+            self._token = recorder.phase_begin()
 
     def after_forward(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
         """A module call ends (a forward hook, also run when the call raised)."""
-        if self._recorder.foreign_thread(ending=True):
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
+            if recorder.in_step:
+                recorder.other_thread_phases += 1
             return
-        self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self._token is not None:
-            self._recorder.phase_end("forward", self._token)
+        depth = self._depth - 1
+        if depth > 0:
+            self._depth = depth
+            return
+        self._depth = 0
+        token = self._token
+        if token is not None:
             self._token = None
+            recorder.phase_done("forward", token)
 
     def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """``call`` timed as an outermost forward (a framework's training-step method)."""
@@ -110,19 +128,28 @@ class BackwardPatch:
 
     def timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``original`` timed as the outermost backward."""
+        patch, recorder = self, self._recorder
 
         @functools.wraps(original)
         def traceml_timed_backward(*args: Any, **kwargs: Any) -> Any:
-            if self._recorder.foreign_thread(ending=True):
+            owner = recorder.owner
+            if owner is not None and get_ident() != owner:  # another thread: untimed, counted
+                if recorder.in_step:
+                    recorder.other_thread_phases += 1
                 return original(*args, **kwargs)
-            self._depth += 1
-            token = self._recorder.phase_begin() if self._depth == 1 else None
+            if patch._depth:  # nested (Tensor.backward inside Accelerator.backward): counted once
+                patch._depth += 1
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    patch._depth -= 1
+            patch._depth = 1
+            token = recorder.phase_begin()
             try:
                 return original(*args, **kwargs)
             finally:
-                self._depth -= 1
-                if token is not None:
-                    self._recorder.phase_end("backward", token)
+                patch._depth = 0
+                recorder.phase_done("backward", token)
 
         traceml_timed_backward.__traceml_original__ = original  # type: ignore[attr-defined]
         return traceml_timed_backward
@@ -165,6 +192,8 @@ class OptimizerHooks:
         self._recorder = recorder
         self._depth = 0
         self._token: tuple[int, Any] | None = None
+        self._outer = 0
+        """Open calls of our own step wrappers on the training thread (torch's hooks inside skip)."""
         self._handles: list[Any] = []
         self._wrapped_classes: list[tuple[type, Any]] = []
         self._original_profile_hook_step: Any = None
@@ -174,15 +203,23 @@ class OptimizerHooks:
     def _timed_step(
         self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
     ) -> Callable[..., Any]:
+        hooks = self
+
         @functools.wraps(step)
         def traceml_timed_optimizer_step(*args: Any, **kwargs: Any) -> Any:
             if untimed_if is not None and args and untimed_if(args[0]):
                 return step(*args, **kwargs)
-            self.pre(None, args, kwargs)
+            if not hooks._enter():  # another thread: untimed, counted when it ends
+                try:
+                    return step(*args, **kwargs)
+                finally:
+                    hooks._leave(None, args)
+            hooks._outer += 1  # torch's own step hooks inside are then no-ops
             try:
                 return step(*args, **kwargs)
             finally:
-                self.post(None, args, kwargs)
+                hooks._outer -= 1
+                hooks._leave(None, args)
 
         traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
         traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]
@@ -218,12 +255,28 @@ class OptimizerHooks:
         return lambda: setattr(cls, "step", original)
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._recorder.foreign_thread():
+        """An optimizer step hook (global or per optimizer): the call starts."""
+        if self._outer and get_ident() == self._recorder.owner:  # inside our wrapper: timed there
             return
-        self._depth += 1
-        if self._depth == 1:
-            self._token = self._recorder.phase_begin()
-            self._recorder.on_nested_phase = self._restart
+        self._enter()
+
+    def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer step hook (global or per optimizer): the call ends."""
+        if self._outer and get_ident() == self._recorder.owner:
+            return
+        self._leave(optimizer, args)
+
+    def _enter(self) -> bool:
+        """An optimizer call starts; False on a thread other than the training thread (left untimed)."""
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
+            return False
+        depth = self._depth = self._depth + 1
+        if depth == 1:
+            self._token = recorder.phase_begin()
+            recorder.on_nested_phase = self._restart
+        return True
 
     def _restart(self) -> None:
         """A phase ran inside this optimizer call: the optimizer phase starts again after it."""
@@ -231,18 +284,27 @@ class OptimizerHooks:
             self._recorder.clock.release(self._token[1])
             self._token = self._recorder.phase_begin()
 
-    def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._recorder.foreign_thread(ending=True):
+    def _leave(self, optimizer: Any, args: Any) -> None:
+        """An optimizer call ends: the outermost one is a phase call and an update."""
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
+            if recorder.in_step:
+                recorder.other_thread_phases += 1
             return
-        self._depth = max(0, self._depth - 1)
-        if self._depth == 0:
-            self._recorder.on_nested_phase = None
-            if self._token is not None:
-                self._recorder.phase_end("optimizer", self._token)
-                self._recorder.optimizer_stepped()
-                self._token = None
-            if self.after_update is not None:
-                self.after_update(optimizer, args)
+        depth = self._depth - 1
+        if depth > 0:
+            self._depth = depth
+            return
+        self._depth = 0
+        recorder.on_nested_phase = None
+        token = self._token
+        if token is not None:
+            self._token = None
+            recorder.phase_done("optimizer", token)
+            recorder.optimizer_stepped()
+        if self.after_update is not None:
+            self.after_update(optimizer, args)
 
     def install(self) -> None:
         from torch.optim.optimizer import (
@@ -377,7 +439,7 @@ class DataLoaderPatch:
 
         @functools.wraps(original)
         def traceml_timed_next(iterator: Any) -> Any:
-            token = recorder.fetch_begin()
+            token = perf_counter_ns(), (recorder.clock.mark() if recorder.device else None)  # fetch_begin()
             batch = None
             try:
                 batch = original(iterator)

@@ -9,7 +9,7 @@ sink. It builds no OTel objects, never blocks on the device and never raises int
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -25,14 +25,16 @@ class StepSink(Protocol):
     device in use once it is known, and again if it changes (it never initialises CUDA).
     """
 
-    def send_steps(self, rows: list[StepRow]) -> None: ...
+    def send_steps(self, rows: list[list[Any]]) -> None:
+        """Take a batch of rows in :class:`StepRow`'s layout (plain lists, or StepRows on a device)."""
 
 
 @dataclass(slots=True)
 class _OpenStep:
     """A finished step whose device marks may still be in flight."""
 
-    row: StepRow
+    row: list[Any]
+    """The step's row in :class:`StepRow`'s layout (a plain list until it is resolved)."""
     start_mark: Any
     end_mark: Any
     phase_marks: list[tuple[Any, Any]]
@@ -41,20 +43,26 @@ class _OpenStep:
     """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
 
 
-@dataclass(slots=True)
 class _StepState:
-    start_ns: int = 0
-    start_mark: Any = None
-    phases: list[list[Any]] = field(default_factory=list)
-    """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
-    phase_marks: list[tuple[Any, Any]] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)
-    optimizer_steps: int = 0
-    samples: int | None = None
-    tokens: int | None = None
-    given_samples: int | None = None
-    collectives: list[CollectiveRow] = field(default_factory=list)
-    collective_marks: list[list[Any]] = field(default_factory=list)
+    """The open step's readings (a plain class: the dataclass's default factories cost a call each)."""
+
+    __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
+                 "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
+
+    def __init__(self) -> None:
+        self.start_ns = 0
+        self.start_mark: Any = None
+        self.phases: list[list[Any]] = []
+        """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
+        self.phase_marks: list[tuple[Any, Any]] = []
+        """Device marks of each phase call (on a device clock only)."""
+        self.calls: dict[str, int] = {}
+        self.optimizer_steps = 0
+        self.samples: int | None = None
+        self.tokens: int | None = None
+        self.given_samples: int | None = None
+        self.collectives: list[CollectiveRow] = []
+        self.collective_marks: list[list[Any]] = []
 
 
 class StepRecorder:
@@ -70,6 +78,11 @@ class StepRecorder:
     ) -> None:
         self.sink = sink
         self.clock = clock or CpuClock()
+        """Fixed at construction (``device`` below follows it)."""
+        self.device = self.clock.has_device
+        """The clock marks device work: without one, no marks are made or released."""
+        self._reads_memory = self.device or type(self.clock).peak_memory is not CpuClock.peak_memory
+        """The clock reports peak memory (a device clock, or one that reports memory without marks)."""
         self.flush_steps = flush_steps
         self.flush_interval_ns = flush_interval_ns
         self.parallelism = "none"
@@ -107,7 +120,9 @@ class StepRecorder:
         self.outside_fetches = 0
         """Fetches made inside ``outside_step`` blocks (not input wait of any step)."""
         self._pending: collections.deque[_OpenStep] = collections.deque()
-        self._ready: list[StepRow] = []
+        self._ready: list[list[Any]] = []
+        self._queued = 0
+        """Steps closed and not yet handed to the sink (``_ready`` plus ``_pending``)."""
         self._last_flush_ns = perf_counter_ns()
         self._device_sent: tuple[int, str | None] | None = None
 
@@ -118,7 +133,7 @@ class StepRecorder:
     # --- input fetches ---------------------------------------------------------
     def fetch_begin(self) -> tuple[int, Any]:
         """Mark the start of a ``next()`` on the data loader."""
-        return perf_counter_ns(), self.clock.mark()
+        return perf_counter_ns(), (self.clock.mark() if self.device else None)
 
     def fetch_end(self, token: tuple[int, Any], samples: int | None = None, fetched: bool = True) -> None:
         """A fetch outside a step is input wait of the next step; inside one it is ignored.
@@ -131,14 +146,16 @@ class StepRecorder:
         last step follows such a fetch: that step keeps the count of the last batch fetched.
         """
         end = perf_counter_ns()
-        end_mark = self.clock.mark()
-        if self.owner is not None and get_ident() != self.owner:  # another thread's loader: no step's wait
+        end_mark = self.clock.mark() if self.device else None
+        owner = self.owner
+        if owner is not None and get_ident() != owner:  # another thread's loader: no step's wait
             self.clock.release(token[1])
             self.clock.release(end_mark)
             return
         if self.in_step or self.outside:
-            self.clock.release(token[1])
-            self.clock.release(end_mark)
+            if self.device:
+                self.clock.release(token[1])
+                self.clock.release(end_mark)
             if not self.in_step:
                 self.outside_fetches += 1
             elif samples is not None:
@@ -210,21 +227,33 @@ class StepRecorder:
 
     def phase_begin(self) -> tuple[int, Any]:
         """Mark the start of a phase call."""
-        return perf_counter_ns(), (self.clock.mark() if self.in_step else None)
+        return perf_counter_ns(), (self.clock.mark() if self.in_step and self.device else None)
 
     def phase_end(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
         """Record one call of ``phase`` that began at ``token``."""
+        owner = self.owner
+        if owner is not None and get_ident() != owner:
+            if self.in_step:
+                self.other_thread_phases += 1
+            self.clock.release(token[1])
+            return
+        self.phase_done(phase, token, nbytes)
+
+    def phase_done(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
+        """:meth:`phase_end` for a hook that has already checked it runs on the training thread."""
         end = perf_counter_ns()
-        if not self.in_step or self.foreign_thread(ending=True):
+        if not self.in_step:
             self.clock.release(token[1])
             return
         state = self._state
-        call = state.calls.get(phase, 0)
-        state.calls[phase] = call + 1
+        calls = state.calls
+        call = calls.get(phase, 0)
+        calls[phase] = call + 1
         # A plain list in PhaseRow's layout: a PhaseRow per call costs 0.3 us more (construction and
         # release of a list subclass); _resolve views them as PhaseRows when it fills device timings.
         state.phases.append([phase, call, token[0], end, None, None, nbytes])
-        state.phase_marks.append((token[1], self.clock.mark()))
+        if self.device:
+            state.phase_marks.append((token[1], self.clock.mark()))
         if self.on_nested_phase is not None and phase != "optimizer":
             self.on_nested_phase()
 
@@ -291,8 +320,10 @@ class StepRecorder:
         state = self._state = _StepState()
         state.given_samples = samples
         state.tokens = tokens
-        self.clock.reset_peak_memory()
-        state.start_mark = self.clock.mark()
+        if self._reads_memory:
+            self.clock.reset_peak_memory()
+        if self.device:
+            state.start_mark = self.clock.mark()
         state.start_ns = perf_counter_ns() if start_ns is None else start_ns
         self.in_step = True
         return True
@@ -311,32 +342,37 @@ class StepRecorder:
         end_ns = perf_counter_ns()
         if not self.in_step:
             return
-        end_mark = self.clock.mark()
         state = self._state
         self.in_step = False
-        memory = self.clock.peak_memory()
+        end_mark = self.clock.mark() if self.device else None
+        memory = self.clock.peak_memory() if self._reads_memory else None
         alloc, reserved, total = memory if memory is not None else (None, None, None)
         samples = state.given_samples
         if samples is None and (self._samples is not None or state.samples is not None):
             samples = (self._samples or 0) + (state.samples or 0)
-        # StepRow.of, positionally (a keyword call would cost about 1 us more); the slots in order:
-        # step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
-        # prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
-        # device_total_bytes, exception_type, phases, collectives, samples, tokens, loader, source,
-        # between_ns.
         last_end = self._last_end_ns
-        row = StepRow((
+        between = None
+        if last_end is not None:
+            between = state.start_ns - last_end - self._outside_ns
+            if between < 0:
+                between = 0
+        # A plain list in StepRow's layout, positionally (StepRow.of's keyword call would cost about
+        # 1 us more, a StepRow 0.4 us more than the list); _resolve views it as a StepRow when it
+        # fills in device timings. The slots in order: step, start_ns, end_ns, gpu_duration_ns,
+        # input_wait_ns, input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps,
+        # parallelism, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type,
+        # phases, collectives, samples, tokens, loader, source, between_ns.
+        row = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
             total, exception_type, state.phases, state.collectives, samples, state.tokens,
-            self._loader_pending, self.source,
-            None if last_end is None else max(0, state.start_ns - last_end - self._outside_ns),
-        ))
+            self._loader_pending, self.source, between,
+        ]
         self._last_end_ns = end_ns
         self._outside_ns = 0
         self._samples = None
         self._loader_pending = None
-        if self.clock.has_device:
+        if self.device:
             self._pending.append(_OpenStep(
                 row, state.start_mark, end_mark, state.phase_marks, self._wait_marks, state.collective_marks
             ))
@@ -347,8 +383,9 @@ class StepRecorder:
         self._fetches = 0
         self._wait_marks = []
         self._prefetch_h2d_ns = None
+        self._queued += 1
         if (
-            len(self._ready) + len(self._pending) >= self.flush_steps
+            self._queued >= self.flush_steps
             or end_ns - self._last_flush_ns >= self.flush_interval_ns
         ):
             self.flush()
@@ -373,6 +410,7 @@ class StepRecorder:
                 break
             self._pending.popleft()
             self._ready.append(self._resolve(open_step))
+        self._queued = len(self._pending)
         if self._ready:
             rows, self._ready = self._ready, []
             self.sink.send_steps(rows)
@@ -394,7 +432,7 @@ class StepRecorder:
 
     def _resolve(self, open_step: _OpenStep) -> StepRow:
         clock = self.clock
-        row = open_step.row
+        row = StepRow(open_step.row)
         start = open_step.start_mark
         row.gpu_duration_ns = clock.elapsed_ns(start, open_step.end_mark)
         row.phases = phases = [PhaseRow(phase) for phase in row.phases]

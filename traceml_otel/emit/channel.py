@@ -34,7 +34,7 @@ from traceml_otel.wire.control import (
     encode_bye,
     encode_device,
 )
-from traceml_otel.wire.frames import encode_frame
+from traceml_otel.wire.frames import encode_steps
 from traceml_otel.wire.hello import Hello, encode_hello
 from traceml_otel.wire.step_row import StepRow
 
@@ -87,7 +87,7 @@ class EmitterChannel:
         if self.broken is not None or self._fd is None:
             self.dropped_steps += len(rows)
             return
-        self._enqueue(encode_frame({"t": "steps", "s": rows}), steps=len(rows))
+        self._enqueue(encode_steps(rows), steps=len(rows))
 
     def send_device(self, index: int, uuid: str | None) -> None:
         """Tell the emitter the CUDA device this rank uses (for the per-rank info series)."""

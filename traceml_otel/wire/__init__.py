@@ -24,7 +24,7 @@ The trainer -> emitter stream (one pipe per rank; version :data:`~traceml_otel.w
 carried in the hello and checked by the emitter, which refuses another version and reports the
 rank's steps as dropped):
 
-- :mod:`traceml_otel.wire.frames`: the length-prefixed JSON frames (``encode_frame``,
+- :mod:`traceml_otel.wire.frames`: the length-prefixed JSON frames (``encode_frame``, ``encode_steps``,
   ``FrameBuffer``, ``WireError``, ``MAX_FRAME_BYTES``).
 - :mod:`traceml_otel.wire.hello`: ``Hello``, the first frame: rank identity, outputs, shutdown
   deadline, clock anchor.

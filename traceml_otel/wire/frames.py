@@ -6,6 +6,15 @@ A frame is a 4-byte big-endian length followed by a compact JSON object with a `
 ``bye`` (clean shutdown, with the capture side's own drop count and traced steps). JSON, not
 pickle: the emitter never evaluates what it reads. ``WIRE_VERSION`` travels in the hello; the
 emitter refuses a stream of another version (see :func:`traceml_otel.wire.hello.decode_hello`).
+
+The ``steps`` frame, the only one written per batch on the training thread, is encoded with
+``orjson`` where it is installed (a dependency of the training install; not of the analysis-only
+one, which never imports it): 1.2 µs per step against 4.5-5.8 µs for ``json.dumps``, the same bytes
+for rows of ASCII strings and integers. A row ``orjson`` refuses (an integer beyond 64 bits, a lone
+surrogate) falls back to ``json``. Each frame is read by the library that wrote it: the standard
+library's frames start with a space (valid JSON whitespace), and only a frame that starts with ``{``
+is read with ``orjson`` (which would read an integer beyond 64 bits as a float). Without ``orjson``
+on either side, ``json`` writes and reads every frame.
 """
 
 from __future__ import annotations
@@ -35,9 +44,47 @@ class WireError(TracemlError, ValueError):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    """Serialise one frame."""
-    body = json.dumps(message, separators=(",", ":")).encode()
+    """Serialise one frame with the standard library (hello, device and bye frames; steps that orjson
+    refuses). The leading space tells the reader to read it with the standard library too."""
+    body = b" " + json.dumps(message, separators=(",", ":")).encode()
     return _HEADER.pack(len(body)) + body
+
+
+def encode_steps(rows: list[Any]) -> bytes:
+    """Serialise one ``steps`` frame (a batch of step rows; on the training thread)."""
+    fast = _fast_json if _fast_json is not None else _load_fast_json()
+    if fast:
+        try:
+            body = fast.dumps({"t": "steps", "s": rows})
+        except TypeError:  # orjson refuses it (an integer beyond 64 bits, a lone surrogate): json takes it
+            pass
+        else:
+            return _HEADER.pack(len(body)) + body
+    return encode_frame({"t": "steps", "s": rows})
+
+
+def decode_body(body: bytes | bytearray) -> Any:
+    """One frame's JSON body: orjson's frames (``{`` first) by orjson when installed, others by json."""
+    if body[:1] == b"{":
+        fast = _fast_json if _fast_json is not None else _load_fast_json()
+        if fast:
+            return fast.loads(body)  # orjson.JSONDecodeError is a ValueError, as json's is
+    return json.loads(body)
+
+
+_fast_json: Any = None
+"""The ``orjson`` module once looked up (``False`` where it is not installed)."""
+
+
+def _load_fast_json() -> Any:
+    global _fast_json
+    try:
+        import orjson
+    except ImportError:
+        _fast_json = False
+    else:
+        _fast_json = orjson
+    return _fast_json
 
 
 def read_frames(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
@@ -54,7 +101,7 @@ def read_frames(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
         body = stream.read(length)
         if len(body) < length:
             raise WireError("stream ended inside a frame")
-        message = json.loads(body)
+        message = decode_body(body)
         if not isinstance(message, dict) or "t" not in message:
             raise WireError("frame is not a typed message")
         yield message
@@ -93,7 +140,7 @@ class FrameBuffer:
         if len(self._data) < end:
             return None
         self._position = end
-        message = json.loads(self._data[start + _HEADER.size:end])
+        message = decode_body(self._data[start + _HEADER.size:end])
         if not isinstance(message, dict) or "t" not in message:
             raise WireError("frame is not a typed message")
         return message
