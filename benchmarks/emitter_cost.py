@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import _start_rotel
 
 from traceml_otel.emit.worker import Emitter
+from traceml_otel.wire import frames
 from traceml_otel.wire.frames import FrameBuffer, encode_frame
 from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.step_row import PhaseRow, StepRow, decode_step
@@ -62,8 +63,11 @@ def _rows(first: int, count: int) -> list[StepRow]:
 
 def stream() -> bytes:
     """The synthetic step stream as the trainer writes it into the pipe (frames of ``BATCH`` steps)."""
-    return b"".join(encode_frame({"t": "steps", "s": _rows(first, min(BATCH, STEPS - first))})
-                    for first in range(0, STEPS, BATCH))
+    encode = getattr(frames, "encode_steps", None)  # the trainer's own encoder (orjson), where it exists
+    if encode is None:
+        return b"".join(encode_frame({"t": "steps", "s": _rows(first, min(BATCH, STEPS - first))})
+                        for first in range(0, STEPS, BATCH))
+    return b"".join(encode(_rows(first, min(BATCH, STEPS - first))) for first in range(0, STEPS, BATCH))
 
 
 def _hello(run_dir: str | None, traces: str | None = None, metrics: bool = False) -> Hello:
