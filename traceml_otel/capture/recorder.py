@@ -215,16 +215,6 @@ class StepRecorder:
         self._samples = self._fetched_samples = None
 
     # --- phases ----------------------------------------------------------------
-    def foreign_thread(self, ending: bool = False) -> bool:
-        """True on a thread other than the training thread (the hooks then leave the call untimed and
-        their depth counters untouched); ``ending``: count it as an ignored phase when a step is open."""
-        owner = self.owner
-        if owner is None or get_ident() == owner:
-            return False
-        if ending and self.in_step:
-            self.other_thread_phases += 1
-        return True
-
     def phase_begin(self) -> tuple[int, Any]:
         """Mark the start of a phase call."""
         return perf_counter_ns(), (self.clock.mark() if self.in_step and self.device else None)

@@ -88,7 +88,7 @@ def _attribute_json(key: str, value: object) -> str:
 
 
 _SHAPE_LIMIT = 512
-_shapes: dict[tuple[tuple[str, ...], tuple[type, ...]], _Shape | None] = {}
+_shapes: dict[tuple[tuple[str, ...], tuple[type, ...]], _Shape] = {}
 """Attribute sets by their keys and value types: a span kind repeats one shape on every step."""
 
 
@@ -115,6 +115,18 @@ class _Shape:
         self.text_slots = tuple(i for i, kind in enumerate(kinds) if kind is str or kind is bool)
         self.float_slots = tuple(i for i, kind in enumerate(kinds) if kind is float)
 
+    def fill(self, values: list[Any]) -> bool:
+        """Make ``values`` (in the shape's order) the template's arguments, in place: strings and
+        booleans JSON-encoded. False when a float is NaN or infinite: those are not JSON numbers, and
+        the caller's slow path spells them."""
+        for i in self.float_slots:
+            if not _isfinite(values[i]):
+                return False
+        for i in self.text_slots:
+            value = values[i]
+            values[i] = _str_json(value) if type(value) is str else ("true" if value else "false")
+        return True
+
 
 _TEMPLATE_KINDS = frozenset((str, bool, int, float))
 
@@ -126,15 +138,11 @@ def _attributes_json(attributes: Any) -> str:
     key = (tuple(attributes), tuple(map(type, values)))
     shape = _shapes.get(key)
     if shape is None:
-        if key in _shapes or not _TEMPLATE_KINDS.issuperset(key[1]) or len(_shapes) >= _SHAPE_LIMIT:
+        if not _TEMPLATE_KINDS.issuperset(key[1]) or len(_shapes) >= _SHAPE_LIMIT:
             return _attributes_json_slowly(attributes)
         shape = _shapes[key] = _Shape(*key)
-    for i in shape.float_slots:  # NaN and the infinities are not JSON numbers: the slow path spells them
-        if not _isfinite(values[i]):
-            return _attributes_json_slowly(attributes)
-    for i in shape.text_slots:
-        value = values[i]
-        values[i] = _str_json(value) if type(value) is str else ("true" if value else "false")
+    if not shape.fill(values):
+        return _attributes_json_slowly(attributes)
     return shape.template % tuple(values)
 
 
@@ -148,24 +156,19 @@ def _attributes_json_slowly(attributes: Any) -> str:
 def _span_json(span: SpanData) -> str:
     """One span's JSON: by its whole-span template when it has one (every span of a kind repeats one
     shape on every step), else field by field."""
+    if span.error is not None:  # an error status: rare, spelled field by field
+        return _span_json_slowly(span)
     attributes = span.attributes
     values = list(attributes.values())
     parent = span.parent_span_id
     key = (span.name, parent is None, tuple(attributes), tuple(map(type, values)))
     shape = _span_shapes.get(key)
     if shape is None:
-        if key in _span_shapes or span.error is not None or len(_span_shapes) >= _SHAPE_LIMIT \
-                or not _TEMPLATE_KINDS.issuperset(key[3]):
+        if len(_span_shapes) >= _SHAPE_LIMIT or not _TEMPLATE_KINDS.issuperset(key[3]):
             return _span_json_slowly(span)
         shape = _span_shapes[key] = _SpanShape(span.name, parent is not None, key[2], key[3])
-    elif span.error is not None:
+    if not shape.attributes.fill(values):
         return _span_json_slowly(span)
-    for i in shape.float_slots:  # NaN and the infinities are not JSON numbers: the slow path spells them
-        if not _isfinite(values[i]):
-            return _span_json_slowly(span)
-    for i in shape.text_slots:
-        value = values[i]
-        values[i] = _str_json(value) if type(value) is str else ("true" if value else "false")
     if parent is None:
         return shape.template % (span.trace_id, span.span_id, span.start_ns, span.end_ns, *values)
     return shape.template % (span.trace_id, span.span_id, parent, span.start_ns, span.end_ns, *values)
@@ -175,10 +178,10 @@ class _SpanShape:
     """A whole span's JSON as one ``%`` template: ids (``%032x``, ``%016x``), times (``%d``), the name
     and every attribute key encoded once; only the attribute values are filled in per span."""
 
-    __slots__ = ("float_slots", "template", "text_slots")
+    __slots__ = ("attributes", "template")
 
     def __init__(self, name: str, has_parent: bool, keys: tuple[str, ...], kinds: tuple[type, ...]) -> None:
-        attributes = _Shape(keys, kinds)
+        attributes = self.attributes = _Shape(keys, kinds)
         parent = ',"parentSpanId":"%016x"' if has_parent else ""
         self.template = (
             '{"traceId":"%032x","spanId":"%016x"' + parent + ',"name":' + _dumps(name).replace("%", "%%")
@@ -186,11 +189,9 @@ class _SpanShape:
             + '"attributes":' + attributes.template + ',"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE)
             + "}"
         )
-        self.text_slots = attributes.text_slots
-        self.float_slots = attributes.float_slots
 
 
-_span_shapes: dict[tuple[str, bool, tuple[str, ...], tuple[type, ...]], _SpanShape | None] = {}
+_span_shapes: dict[tuple[str, bool, tuple[str, ...], tuple[type, ...]], _SpanShape] = {}
 """Whole-span templates by (name, root or not, attribute keys, value types); bounded by _SHAPE_LIMIT."""
 
 
