@@ -34,6 +34,7 @@ from traceml_otel.emit.span_export import (
 )
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
+from traceml_otel.emit.step_lines import StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
@@ -98,6 +99,8 @@ class Emitter:
         resource = build_resource(hello)
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
         self.builder = StepSpanBuilder(rank)
+        self.lines = StepLines(self.builder)
+        """The local copy's and the step table's text without span objects, while nothing else needs them."""
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
         self.ledger = DropLedger(self.stats, REDACT)
         self.drain_s = float(hello.shutdown_timeout_s)
@@ -228,8 +231,11 @@ class Emitter:
     def handle_steps(self, rows: list[Any]) -> None:
         """Build one batch of steps and write it to the local copy; export waits its turn."""
         records = [decode_step(row, self.anchor_ns) for row in rows]
-        built = [self.builder.build(record) for record in records]
         self.stats.steps_received += len(records)
+        if self._local_outputs_only:
+            self._write_local(records)
+            return
+        built = [self.builder.build(record) for record in records]
         if self.local is not None:
             try:
                 self.local.write([span for step in built for span in step.all()], steps=len(records))
@@ -247,6 +253,32 @@ class Emitter:
             return
         self._export_backlog.append((records, built))
         self._export_backlog_spans += spans
+
+    @property
+    def _local_outputs_only(self) -> bool:
+        """No OTLP span export and no metrics: the local copy and the step table are the only outputs
+        (the default), so steps need no span objects (:mod:`traceml_otel.emit.step_lines`)."""
+        return self.shipper is None and self.stats.otlp_endpoint is None and (
+            self.metrics is None or not self.metrics.records_steps)
+
+    def _write_local(self, records: list[StepRecord]) -> None:
+        """Steps to the local copy and the step table, straight from their records."""
+        if self.metrics is None:
+            self.stats.metrics_skipped_steps += len(records)
+        if self.local is None and self.table is None:
+            return
+        encoded = self.lines.encode(records)
+        if self.local is not None:
+            try:
+                self.local.write_encoded(encoded.spans_json, encoded.spans)
+            except OSError as error:
+                self._local_failed(error)
+            self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
+            self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+        if self.table is not None:
+            self.table.write_lines(encoded.rows)
+        self.stats_file.mark_dirty()
+        self.refresh_stats()
 
     def refresh_stats(self) -> None:
         """Rewrite the statistics when steps arrived since the last write, at most every

@@ -191,6 +191,47 @@ class _SpanShape:
         )
 
 
+def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[str]] | None:
+    """``span``'s JSON as a ``%`` template in which only its ids, times and the attributes named in
+    ``variable`` are slots; every other attribute is written in as it is now (a value that repeats).
+
+    The slots, in order: trace id, span id and parent id (when it has one) as hex text (``%s``), start
+    and end (``%d``), then the variable attributes, an int as ``%d`` and a float as its ``repr`` text
+    (``%s``: the shortest round trip, as ``json.dumps`` writes it). Returns the template and the
+    variable attributes' keys in slot order, or ``None`` for a span this cannot template (an error
+    status, a value of another kind, a non-finite float). Used by :mod:`traceml_otel.emit.step_lines`,
+    which checks the filled template against :func:`span_json`.
+    """
+    if span.error is not None:
+        return None
+    parts, slots = [], []
+    for key, value in span.attributes.items():
+        kind = type(value)
+        if key not in variable:
+            parts.append(_attribute_json(key, value).replace("%", "%%"))
+            continue
+        if kind is float and _isfinite(value):
+            spec = '{"doubleValue":%s}}'
+        elif kind is int:
+            spec = '{"intValue":"%d"}}'
+        else:
+            return None
+        parts.append(('{"key":' + _dumps(key) + ',"value":').replace("%", "%%") + spec)
+        slots.append(key)
+    parent = ',"parentSpanId":"%s"' if span.parent_span_id is not None else ""
+    template = (
+        '{"traceId":"%s","spanId":"%s"' + parent + ',"name":' + _dumps(span.name).replace("%", "%%")
+        + f',"kind":{_SPAN_KIND_INTERNAL},"startTimeUnixNano":"%d","endTimeUnixNano":"%d",'
+        + '"attributes":[' + ",".join(parts) + '],"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE) + "}"
+    )
+    return template, slots
+
+
+def span_json(span: SpanData) -> str:
+    """One span's OTLP JSON, as the local copy writes it."""
+    return _span_json(span)
+
+
 _span_shapes: dict[tuple[str, bool, tuple[str, ...], tuple[type, ...]], _SpanShape] = {}
 """Whole-span templates by (name, root or not, attribute keys, value types); bounded by _SHAPE_LIMIT."""
 
@@ -242,9 +283,22 @@ class LocalCopyWriter:
         """Append one line holding ``spans`` (``steps`` step spans among them, for the count)."""
         if not spans or self._fd is None:
             return
-        data = memoryview(
-            (self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n").encode()
-        )
+        self._append((self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n").encode())
+        self.spans_written += len(spans)
+        self.steps_written += steps
+
+    def write_encoded(self, steps_json: list[str], spans: int) -> None:
+        """Append one line holding already encoded spans: one string per step, its spans' JSON
+        joined by commas (:mod:`traceml_otel.emit.step_lines`), ``spans`` of them in all."""
+        if not steps_json or self._fd is None:
+            return
+        self._append((self._prefix + ",".join(steps_json) + "]}]}]}\n").encode())
+        self.spans_written += spans
+        self.steps_written += len(steps_json)
+
+    def _append(self, encoded: bytes) -> None:
+        assert self._fd is not None
+        data = memoryview(encoded)
         try:
             while data:
                 written = os.write(self._fd, data)
@@ -256,8 +310,6 @@ class LocalCopyWriter:
                 pass
             raise
         self._complete_bytes = os.lseek(self._fd, 0, os.SEEK_END)
-        self.spans_written += len(spans)
-        self.steps_written += steps
 
     def close(self) -> None:
         if self._fd is not None:

@@ -11,6 +11,7 @@ Runs in the emitter process only.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry.sdk.resources import Resource
@@ -112,6 +113,21 @@ class StepSpanBuilder:
 
     def _span_id(self) -> int:
         return self._random.getrandbits(64) or 1
+
+    @property
+    def rank(self) -> RankInfo:
+        return self._rank
+
+    @property
+    def first(self) -> bool:
+        """True until the first step is built (the first step span carries the host's CPU count)."""
+        return self._first
+
+    @property
+    def random_bits(self) -> Callable[[int], int]:
+        """The source of span ids (``random_bits(64) or 1``): a caller that draws ids for the spans of
+        a step draws them from here, in the order :meth:`build` would (the step's, then each phase's)."""
+        return self._random.getrandbits
 
     def build(self, record: StepRecord) -> StepSpans:
         trace_id = c.step_trace_id(self._rank.run_id, record.step)

@@ -212,6 +212,11 @@ class StepMetrics:
             description="Seconds without progress once a hang was seen (0 otherwise), with the phase",
         )
 
+    @property
+    def records_steps(self) -> bool:
+        """Whether steps recorded here are ever read (an OTLP metric reader or a scrape endpoint)."""
+        return self._provider is not None or self._prometheus is not None
+
     def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans, bool]]) -> None:
         """Record a batch of (record, spans, exemplar) steps: the histograms per step, the counters
         (steps, samples, tokens, collective calls and bytes) once for the batch: the same totals, and
@@ -230,7 +235,7 @@ class StepMetrics:
     def _record_step(self, record: StepRecord, spans: StepSpans, exemplar: bool) -> None:
         """The live state, the scrape path and the histograms of one step (the counters wait for
         :meth:`_add_counts`)."""
-        if self._provider is None and self._prometheus is None:
+        if not self.records_steps:
             return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
         self.state.time.account.add_step(record)
         on_gpu = record.gpu_duration_ns is not None

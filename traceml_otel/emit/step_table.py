@@ -111,6 +111,36 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+_line_buffer = io.StringIO()
+_line_writer = csv.writer(_line_buffer, lineterminator="\n")
+
+
+def csv_line(row: Sequence[object]) -> str:
+    """One row as the table's CSV writer writes it, newline included."""
+    _line_buffer.seek(0)
+    _line_buffer.truncate()
+    _line_writer.writerow(row)
+    return _line_buffer.getvalue()
+
+
+_SLOT_MARK = "\x1eslot\x1e"  # a field the CSV writer leaves unquoted; never in a real value
+
+
+def row_template(row: Sequence[object], slots: Sequence[tuple[int, str]]) -> str | None:
+    """``row``'s CSV line as a ``%`` template whose fields at the given column indices are slots with
+    the given conversion specs (``%d``, ``%r``, ``%032x``), in that order; every other field is
+    written in as it is now. ``None`` when that cannot be done (the caller checks the filled template
+    against :func:`csv_line`)."""
+    marked = list(row)
+    for index, _ in slots:
+        marked[index] = _SLOT_MARK
+    pieces = csv_line(marked).replace("%", "%%").split(_SLOT_MARK)
+    if len(pieces) != len(slots) + 1:
+        return None
+    specs = [*(spec for _, spec in slots), ""]
+    return "".join(piece + spec for piece, spec in zip(pieces, specs, strict=True))
+
+
 class StepTableWriter:
     """Appends rows to one rank's ``rank-R.steps.csv`` (header first when the file is new).
 
@@ -136,6 +166,13 @@ class StepTableWriter:
         csv.writer(buffer, lineterminator="\n").writerows(step_row(s) for s in steps)
         self._append(buffer.getvalue())
         self.rows += len(steps)
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Append rows already written as CSV lines (:func:`csv_line`, or a filled :func:`row_template`)."""
+        if not lines or self._fd is None:
+            return
+        self._append("".join(lines))
+        self.rows += len(lines)
 
     def _append(self, text: str) -> None:
         assert self._fd is not None
@@ -200,6 +237,18 @@ class StepTable:
             self.rows += len(steps)
         except (OSError, ValueError, TypeError) as error:
             self.lost += len(steps)
+            self._fail(f"writing failed after {self.rows} rows ({type(error).__name__}: {error})")
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Append rows already encoded as CSV lines (a failure turns the table off and counts them lost)."""
+        if self._writer is None:
+            self.lost += len(lines)
+            return
+        try:
+            self._writer.write_lines(lines)
+            self.rows += len(lines)
+        except OSError as error:
+            self.lost += len(lines)
             self._fail(f"writing failed after {self.rows} rows ({type(error).__name__}: {error})")
 
     def close(self) -> None:

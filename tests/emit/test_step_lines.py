@@ -1,0 +1,174 @@
+"""The local copy's and the step table's fast path gives the reference path's text, byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from traceml_otel.emit import step_lines
+from traceml_otel.emit.emitter import Emitter
+from traceml_otel.emit.local_copy import span_json
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.step_lines import StepLines
+from traceml_otel.emit.step_table import csv_line, step_row
+from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.wire.hello import Hello
+
+MS = 1_000_000
+EPOCH = 1_700_000_000_000_000_000
+# Strings that need escaping in JSON, in CSV and in a % template.
+RANK = RankInfo(run_id='run "%d" ü,1', rank=3, local_rank=1, world_size=8, node_rank=0, host="h,%s\n",
+                cpus=16)
+PHASE_SETS = (
+    ("forward", "backward", "optimizer"),
+    ("h2d", "forward", "backward", "optimizer"),
+    ("forward", "backward", "forward", "backward", "optimizer"),  # gradient accumulation
+    ("custom%phase",),
+    (),
+)
+
+
+def _record(step: int, profile: random.Random, values: random.Random) -> StepRecord:
+    """A step whose shape comes from ``profile`` and whose numbers come from ``values``."""
+    start = EPOCH + step * 10 * MS
+    on_gpu = profile.random() < 0.4
+    phases, t = [], start
+    for name in profile.choice(PHASE_SETS):
+        length = values.randint(0, 3 * MS)
+        gpu = None if not on_gpu or profile.random() < 0.2 else values.randint(1, 3 * MS)
+        offset = None if gpu is None or profile.random() < 0.2 else t - start + values.randint(0, 1000)
+        nbytes = profile.choice([None, 4096 * values.randint(1, 9)]) if name == "h2d" else None
+        call = sum(p.phase == name for p in phases)
+        phases.append(PhaseTiming(name, call, t, t + length, offset, gpu, nbytes))
+        t += length
+
+    def some(value: object) -> object:
+        return profile.choice([None, value])
+
+    return StepRecord(
+        step, start, t + values.randint(0, MS), tuple(phases),
+        gpu_duration_ns=values.randint(1, 20 * MS) if on_gpu else None,
+        input_wait_ns=some(values.randint(0, 5 * MS)), input_wait_gpu_ns=some(values.randint(0, MS)),
+        input_fetches=profile.choice([0, 1, 2]), prefetch_h2d_ns=some(values.randint(0, MS)),
+        optimizer_steps=profile.choice([0, 1]), parallelism=profile.choice(["none", "ddp", "fsdp"]),
+        peak_allocated_bytes=some(values.randint(0, 1 << 34)),
+        peak_reserved_bytes=some(values.randint(0, 1 << 35)),
+        device_total_bytes=some(80 << 30), samples=some(values.randint(1, 512)),
+        tokens=some(values.randint(1, 1 << 20)), source=profile.choice([None, "trace_step", 'odd "src",%']),
+        between_steps_ns=some(values.randint(0, MS)),
+    )
+
+
+def _reference(records: list[StepRecord], seed: int) -> tuple[list[str], list[str]]:
+    builder = StepSpanBuilder(RANK)
+    builder._random.seed(seed)
+    spans, rows = [], []
+    for record in records:
+        built = builder.build(record)
+        spans.append(",".join(span_json(span) for span in built.all()))
+        rows.append(csv_line(step_row(built)))
+    return spans, rows
+
+
+def _fast(records: list[StepRecord], seed: int, batch: int = 64) -> tuple[list[str], list[str], StepLines]:
+    builder = StepSpanBuilder(RANK)
+    builder._random.seed(seed)
+    lines = StepLines(builder)
+    spans, rows = [], []
+    for first in range(0, len(records), batch):
+        encoded = lines.encode(records[first:first + batch])
+        assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
+        spans += encoded.spans_json
+        rows += encoded.rows
+    return spans, rows, lines
+
+
+def test_random_steps_of_many_shapes_encode_as_the_reference() -> None:
+    values = random.Random(5)
+    records = [_record(step, random.Random(step % 40), values) for step in range(4000)]
+    fast_spans, fast_rows, lines = _fast(records, seed=11)
+    reference_spans, reference_rows = _reference(records, seed=11)
+    assert fast_spans == reference_spans
+    assert fast_rows == reference_rows
+    assert lines.reference_steps <= 41  # the first step, then the first of each of 40 shapes
+    for text in fast_spans[:50]:
+        json.loads("[" + text + "]")  # valid JSON
+
+
+def test_steps_the_templates_cannot_hold_take_the_reference_path() -> None:
+    values = random.Random(2)
+    base = [_record(step, random.Random(1), values) for step in range(60)]
+    timing = CollectiveTiming("all_reduce", "ddp", base[5].start_ns + 10, base[5].start_ns + 99, 1024, False)
+    odd = [
+        dataclasses.replace(base[5], collectives=(timing,)),
+        dataclasses.replace(base[6], exception_type="ValueError"),
+        dataclasses.replace(base[7], loader=LoaderSettings(2, True, False, 2, 32, "TensorDataset")),
+        dataclasses.replace(base[8], samples=True),  # a bool where an int belongs
+        dataclasses.replace(base[9], input_wait_ns=float("inf")),  # a float time (not JSON as a number)
+        dataclasses.replace(base[10], input_wait_ns=2.5e6),
+        dataclasses.replace(base[11], parallelism=None),  # type: ignore[arg-type]
+    ]
+    records = base[:5] + odd + base[12:] + odd  # each odd step twice: a shape seen before, too
+    fast_spans, fast_rows, lines = _fast(records, seed=3, batch=7)
+    assert (fast_spans, fast_rows) == _reference(records, seed=3)
+    assert lines.reference_steps >= 1 + 2 * 6
+
+
+def test_past_the_shape_limit_steps_still_encode_as_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(step_lines, "SHAPE_LIMIT", 3)
+    values = random.Random(8)
+    records = [_record(step, random.Random(step % 10), values) for step in range(200)]
+    fast_spans, fast_rows, lines = _fast(records, seed=4)
+    assert (fast_spans, fast_rows) == _reference(records, seed=4)
+    assert lines.reference_steps > 100
+
+
+def _emitter(run_dir: Path) -> Emitter:
+    hello = Hello(run_id=RANK.run_id, rank=RANK.rank, local_rank=RANK.local_rank, world_size=RANK.world_size,
+                  node_rank=RANK.node_rank, host=RANK.host, pid=1, anchor_ns=0, shutdown_timeout_s=1.0,
+                  run_dir=str(run_dir), cpus=RANK.cpus)
+    emitter = Emitter(hello)
+    emitter.builder._random.seed(21)
+    return emitter
+
+
+def test_the_default_emitter_writes_the_files_the_reference_path_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local copy only (the default): the fast path; forced onto span objects, the same bytes."""
+    values = random.Random(13)
+    rows = [_row(_record(step, random.Random(step % 6), values)) for step in range(700)]
+    outputs = {}
+    for name in ("fast", "reference"):
+        emitter = _emitter(tmp_path / name)
+        assert emitter._local_outputs_only
+        with monkeypatch.context() as patch:
+            if name == "reference":
+                patch.setattr(Emitter, "_local_outputs_only", property(lambda self: False))
+            for first in range(0, len(rows), 64):
+                emitter.handle_steps(rows[first:first + 64])
+                while emitter.has_export_work:
+                    emitter.export_next()
+            emitter.finish("ok", 0, True, steps_traced=len(rows))
+        stats = emitter.stats
+        assert stats.steps_local == len(rows) and stats.local_copy_complete
+        files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
+        table_rows = emitter.table.rows if emitter.table else None
+        outputs[name] = (files, stats.spans_local, stats.metrics_skipped_steps, table_rows)
+        if name == "fast":
+            assert emitter.lines.reference_steps <= 7
+    assert outputs["fast"] == outputs["reference"]
+
+
+def _row(record: StepRecord) -> list[object]:
+    """``record`` as the step row the trainer sends (anchor 0: its times are already epoch)."""
+    phases = [[p.phase, p.call, p.start_ns, p.end_ns, p.gpu_offset_ns, p.gpu_duration_ns, p.nbytes]
+              for p in record.phases]
+    return [record.step, record.start_ns, record.end_ns, record.gpu_duration_ns, record.input_wait_ns,
+            record.input_wait_gpu_ns, record.input_fetches, record.prefetch_h2d_ns, record.optimizer_steps,
+            record.parallelism, record.peak_allocated_bytes, record.peak_reserved_bytes,
+            record.device_total_bytes, record.exception_type, phases, [], record.samples, record.tokens, None,
+            record.source, record.between_steps_ns]
