@@ -95,8 +95,9 @@ class _Shape:
     span_values: itemgetter  # type: ignore[type-arg]
     row: str
     row_values: itemgetter  # type: ignore[type-arg]
-    table_slots: tuple[int | None, ...]
-    """Per phase call, its slot in the table's per-phase columns (None: a phase without a column)."""
+    table_slots: tuple[int | None, ...] | None
+    """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
+    None when no phase is called twice (each per-phase column is then one call's own value)."""
 
 
 _REFERENCE = None  # a shape whose templates did not reproduce the reference: always the reference path
@@ -141,7 +142,9 @@ class StepLines:
                 continue
             step_id = bits(64) or 1
             values = _values(fields, phase_fields, trace_id(run_id, fields[0]), step_id,
-                             [bits(64) or 1 for _ in phase_fields], shape.table_slots)
+                             [bits(64) or 1 for _ in phase_fields])
+            if shape.table_slots is not None:
+                _add_sums(values, phase_fields, shape.table_slots)
             spans_json.append(shape.spans % shape.span_values(values))
             rows.append(shape.row % shape.row_values(values))
             spans += 1 + len(phase_fields)
@@ -189,8 +192,18 @@ def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, r
         picks += [_TRACE, base + _PHASE_ID, _STEP_ID, base + _PHASE_START, base + _PHASE_END,
                   *(_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1])]
     row = step_row(built)
+    table_slots = [_PHASE_SLOT.get(phase.name) for phase in built.phases]
+    repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
+    own_value = {}  # a per-phase column of one call: that call's own value
+    if not repeated:
+        for i, slot in enumerate(table_slots):
+            if slot is not None:
+                base = _FIRST_PHASE + i * _PHASE_WIDTH
+                own_value[_CPU_SUMS + slot] = base + _PHASE_VALUES[c.ATTR_PHASE_CPU_DURATION]
+                own_value[_GPU_SUMS + slot] = base + _PHASE_VALUES[c.ATTR_PHASE_GPU_DURATION]
     slots = []
     for column, value_index in sorted(_TABLE_SLOTS):
+        value_index = own_value.get(value_index, value_index)
         value = row[column]
         if value is None:
             continue
@@ -205,12 +218,14 @@ def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, r
     shape = _Shape(
         spans=",".join(templates), span_values=itemgetter(*picks),
         row=row_text, row_values=_getter([value_index for _, _, value_index in slots]),
-        table_slots=tuple(_PHASE_SLOT.get(phase.name) for phase in built.phases),
+        table_slots=tuple(table_slots) if repeated else None,
     )
     fields = _step_fields(record)
     phase_fields = list(map(_phase_fields, record.phases))
     values = _values(fields, phase_fields, built.step.trace_id, built.step.span_id,
-                     [phase.span_id for phase in built.phases], shape.table_slots)
+                     [phase.span_id for phase in built.phases])
+    if shape.table_slots is not None:
+        _add_sums(values, phase_fields, shape.table_slots)
     try:
         same = (shape.spans % shape.span_values(values) == reference_json
                 and shape.row % shape.row_values(values) == reference_row)
@@ -228,53 +243,56 @@ def _getter(indices: list[int]) -> itemgetter:  # type: ignore[type-arg]
 
 
 def _values(fields: tuple[object, ...], phase_fields: list[tuple[object, ...]], trace_id: int, step_id: int,
-            phase_ids: list[int], table_slots: tuple[int | None, ...]) -> list[object]:
+            phase_ids: list[int]) -> list[object]:
     """One step's values in the flat layout the templates pick from: what the builder computes, with
     ids as hex text and each float as its ``repr`` text, made once for the JSON and the CSV line."""
     (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
      peak_reserved, total, samples, tokens, _, between) = fields
-    step_hex = format(step_id, "016x")
     values: list[object] = [
-        format(trace_id, "032x"), step_hex, start, end, step, repr((end - start) * _NS),  # type: ignore[operator]
-        optimizer_steps,
+        format(trace_id, "032x"), format(step_id, "016x"), start, end, step,
+        repr((end - start) * _NS), optimizer_steps,  # type: ignore[operator]
         None if gpu is None else repr(gpu * _NS),  # type: ignore[operator]
         None if wait is None else repr(wait * _NS),  # type: ignore[operator]
         None if wait_gpu is None else repr(wait_gpu * _NS),  # type: ignore[operator]
         None if prefetch is None else repr(prefetch * _NS),  # type: ignore[operator]
         peak_allocated, peak_reserved, total,
         None if between is None else repr(between * _NS),  # type: ignore[operator]
-        fetches, samples, tokens,
-        None, None, None, None, None, None, None, None,
+        fetches, samples, tokens, *_NO_SUMS,
     ]
-    on_gpu = gpu is not None
+    if gpu is None:
+        for (_, call, phase_start, phase_end, _, phase_gpu, nbytes), phase_id in zip(
+                phase_fields, phase_ids, strict=True):
+            values += (format(phase_id, "016x"), phase_start, phase_end, call,
+                       repr((phase_end - phase_start) * _NS),  # type: ignore[operator]
+                       None if phase_gpu is None else repr(phase_gpu * _NS), nbytes)  # type: ignore[operator]
+        return values
     ends = []
-    sums: dict[int, tuple[float, str | None]] = {}  # per-phase sums: (seconds, its text if one call)
-    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), phase_id, slot in zip(
-            phase_fields, phase_ids, table_slots, strict=True):
-        cpu_s = (phase_end - phase_start) * _NS  # type: ignore[operator]
-        cpu_text = repr(cpu_s)
-        gpu_s = gpu_text = None
+    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), phase_id in zip(
+            phase_fields, phase_ids, strict=True):
+        cpu_text = repr((phase_end - phase_start) * _NS)  # type: ignore[operator]
+        gpu_text = None
         if phase_gpu is not None:
-            gpu_s = phase_gpu * _NS  # type: ignore[operator]
-            gpu_text = repr(gpu_s)
-            if on_gpu and offset is not None:
+            gpu_text = repr(phase_gpu * _NS)  # type: ignore[operator]
+            if offset is not None:  # on the device's timeline
                 phase_start = start + offset  # type: ignore[operator]
                 phase_end = phase_start + phase_gpu  # type: ignore[operator]
         values += (format(phase_id, "016x"), phase_start, phase_end, call, cpu_text, gpu_text, nbytes)
-        if slot is not None:
-            _add(sums, _CPU_SUMS + slot, cpu_s, cpu_text)
-            if gpu_s is not None:
-                _add(sums, _GPU_SUMS + slot, gpu_s, gpu_text)
         ends.append(phase_end)
-    for index, (seconds, text) in sums.items():
-        values[index] = repr(seconds) if text is None else text
-    if on_gpu:
-        values[_END] = max(end, start + gpu, *ends)  # type: ignore[operator]
+    values[_END] = max(end, start + gpu, *ends)  # type: ignore[operator]
     return values
 
 
-def _add(sums: dict[int, tuple[float, str | None]], index: int, seconds: float, text: str | None) -> None:
-    """Add one phase call's seconds to a per-phase sum; a phase called once keeps its own text (the
-    table's reference sums from 0.0, and 0.0 + x is x)."""
-    previous = sums.get(index)
-    sums[index] = (seconds, text) if previous is None else (previous[0] + seconds, None)
+_NO_SUMS = (None,) * (2 * len(c.PHASES))
+
+
+def _add_sums(values: list[object], phase_fields: list[tuple[object, ...]],
+              table_slots: tuple[int | None, ...]) -> None:
+    """The table's per-phase sums (cpu, gpu) of a step that calls a phase more than once, added from
+    0.0 in call order as the table's reference adds them."""
+    sums = [0.0] * len(_NO_SUMS)
+    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(phase_fields, table_slots, strict=True):
+        if slot is not None:
+            sums[slot] += (phase_end - phase_start) * _NS  # type: ignore[operator]
+            if phase_gpu is not None:
+                sums[len(c.PHASES) + slot] += phase_gpu * _NS  # type: ignore[operator]
+    values[_CPU_SUMS:_CPU_SUMS + len(sums)] = [repr(total) for total in sums]
