@@ -13,8 +13,8 @@ all threads, so an exporter's own thread counts) is divided by the steps:
 - span building: records to ``StepSpans`` (``StepSpanBuilder``);
 - OTLP encode + export: the span shipper with the SDK's gRPC exporter to rotel (blackhole);
 - local copy + table, one pass: what the default emitter (no OTLP endpoint, no metrics) does instead
-  of the next stages, records straight to the local copy's JSON and the table's rows
-  (``StepLines``; not in the sum of stages);
+  of record building and the stages after it, step rows straight to the local copy's JSON and the
+  table's rows (``StepLines``; not in the sum of stages);
 - local-copy encode + write: OTLP JSON Lines to a file (``LocalCopyWriter``);
 - step table encode + write: its CSV rows (``StepTable``), written beside the local copy by default;
 - metrics update + export: ``StepMetrics.record`` per step and the OTLP metric export at the end.
@@ -109,8 +109,8 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
         lines = getattr(default, "lines", None)  # absent before the one-pass encoder
         if lines is not None:
             def one_pass() -> None:
-                for batch in batches:
-                    encoded = lines.encode(batch)
+                for frame in frames:
+                    encoded = lines.encode(frame["s"], anchor)
                     default.local.write_encoded(encoded.spans_json, encoded.spans)
                     default.table.write_lines(encoded.rows)
 

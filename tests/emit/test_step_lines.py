@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
@@ -15,11 +14,13 @@ from traceml_otel.emit.local_copy import span_json
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.step_lines import StepLines
 from traceml_otel.emit.step_table import csv_line, step_row
-from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
+from traceml_otel.step_records import PhaseTiming, StepRecord
 from traceml_otel.wire.hello import Hello
+from traceml_otel.wire.step_row import decode_step
 
 MS = 1_000_000
 EPOCH = 1_700_000_000_000_000_000
+ANCHOR = 1_699_999_000_000_000_000  # the trainer's epoch - perf_counter offset
 # Strings that need escaping in JSON, in CSV and in a % template.
 RANK = RankInfo(run_id='run "%d" ü,1', rank=3, local_rank=1, world_size=8, node_rank=0, host="h,%s\n",
                 cpus=16)
@@ -63,73 +64,89 @@ def _record(step: int, profile: random.Random, values: random.Random) -> StepRec
     )
 
 
-def _reference(records: list[StepRecord], seed: int) -> tuple[list[str], list[str]]:
+def _reference(rows: list[list[object]], seed: int) -> tuple[list[str], list[str]]:
+    """The reference path: decode, build spans, encode them and the table row one by one."""
     builder = StepSpanBuilder(RANK)
     builder._random.seed(seed)
-    spans, rows = [], []
-    for record in records:
-        built = builder.build(record)
+    spans, lines = [], []
+    for row in rows:
+        built = builder.build(decode_step(row, ANCHOR))
         spans.append(",".join(span_json(span) for span in built.all()))
-        rows.append(csv_line(step_row(built)))
-    return spans, rows
+        lines.append(csv_line(step_row(built)))
+    return spans, lines
 
 
-def _fast(records: list[StepRecord], seed: int, batch: int = 64) -> tuple[list[str], list[str], StepLines]:
+def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[list[str], list[str], StepLines]:
     builder = StepSpanBuilder(RANK)
     builder._random.seed(seed)
     lines = StepLines(builder)
-    spans, rows = [], []
-    for first in range(0, len(records), batch):
-        encoded = lines.encode(records[first:first + batch])
+    spans, texts = [], []
+    for first in range(0, len(rows), batch):
+        encoded = lines.encode(rows[first:first + batch], ANCHOR)
         assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
         spans += encoded.spans_json
-        rows += encoded.rows
-    return spans, rows, lines
+        texts += encoded.rows
+    return spans, texts, lines
 
 
 def test_random_steps_of_many_shapes_encode_as_the_reference() -> None:
     values = random.Random(5)
-    records = [_record(step, random.Random(step % 40), values) for step in range(4000)]
-    fast_spans, fast_rows, lines = _fast(records, seed=11)
-    reference_spans, reference_rows = _reference(records, seed=11)
+    rows = [_row(_record(step, random.Random(step % 40), values)) for step in range(4000)]
+    fast_spans, fast_lines, lines = _fast(rows, seed=11)
+    reference_spans, reference_lines = _reference(rows, seed=11)
     assert fast_spans == reference_spans
-    assert fast_rows == reference_rows
+    assert fast_lines == reference_lines
     assert lines.reference_steps <= 41  # the first step, then the first of each of 40 shapes
     for text in fast_spans[:50]:
         json.loads("[" + text + "]")  # valid JSON
 
 
-def test_steps_the_templates_cannot_hold_take_the_reference_path() -> None:
+def test_rows_the_templates_cannot_hold_take_the_reference_path() -> None:
     values = random.Random(2)
-    base = [_record(step, random.Random(1), values) for step in range(60)]
-    timing = CollectiveTiming("all_reduce", "ddp", base[5].start_ns + 10, base[5].start_ns + 99, 1024, False)
+    base = [_row(_record(step, random.Random(13), values)) for step in range(60)]  # phases, GPU, source
+
+    def changed(index: int, slot: int, value: object) -> list[object]:
+        row = list(base[index])
+        row[slot] = value
+        return row
+
+    start = base[5][1]
     odd = [
-        dataclasses.replace(base[5], collectives=(timing,)),
-        dataclasses.replace(base[6], exception_type="ValueError"),
-        dataclasses.replace(base[7], loader=LoaderSettings(2, True, False, 2, 32, "TensorDataset")),
-        dataclasses.replace(base[8], samples=True),  # a bool where an int belongs
-        dataclasses.replace(base[9], input_wait_ns=float("inf")),  # a float time (not JSON as a number)
-        dataclasses.replace(base[10], input_wait_ns=2.5e6),
-        dataclasses.replace(base[11], parallelism=None),  # type: ignore[arg-type]
+        changed(5, 15, [["all_reduce", "ddp", start + 10, start + 99, 1024, False, None, None]]),
+        changed(6, 13, "ValueError"),  # an exception left the step
+        changed(7, 18, [2, True, False, 2, 32, "TensorDataset"]),  # a new DataLoader
+        changed(8, 16, True),  # a bool where an int belongs
+        changed(9, 4, 2.5e6),  # a float time, then one that is no JSON number
+        changed(19, 4, float("inf")),
+        changed(10, 9, None),  # no parallelism
+        changed(11, 20, -5),  # a negative time between steps: decoded as unknown
+        changed(12, 20, True),
+        changed(13, 19, 7),  # a source that is not text: decoded as none
+        changed(14, 18, []),  # an empty loader slot: no loader
+        base[15][:15],  # the first layout (no appended slots)
+        [*base[16], "a slot from a newer trainer"],
+        changed(17, 14, [[*phase, 1] for phase in base[17][14]]),  # longer phase rows
+        changed(18, 14, [phase[:7] for phase in base[18][14]]),
+        changed(20, 14, [[*base[20][14][0], 7]]),  # one phase row, one slot longer
     ]
-    records = base[:5] + odd + base[12:] + odd  # each odd step twice: a shape seen before, too
-    fast_spans, fast_rows, lines = _fast(records, seed=3, batch=7)
-    assert (fast_spans, fast_rows) == _reference(records, seed=3)
-    assert lines.reference_steps >= 1 + 2 * 6
+    rows = base[:5] + odd + base[21:] + odd  # each odd row twice: a shape seen before, too
+    fast_spans, fast_lines, lines = _fast(rows, seed=3, batch=7)
+    assert (fast_spans, fast_lines) == _reference(rows, seed=3)
+    assert lines.reference_steps >= 1 + 2 * 9
 
 
-def test_past_the_shape_limit_steps_still_encode_as_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_shape_limit_rows_still_encode_as_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(step_lines, "SHAPE_LIMIT", 3)
     values = random.Random(8)
-    records = [_record(step, random.Random(step % 10), values) for step in range(200)]
-    fast_spans, fast_rows, lines = _fast(records, seed=4)
-    assert (fast_spans, fast_rows) == _reference(records, seed=4)
+    rows = [_row(_record(step, random.Random(step % 10), values)) for step in range(200)]
+    fast_spans, fast_lines, lines = _fast(rows, seed=4)
+    assert (fast_spans, fast_lines) == _reference(rows, seed=4)
     assert lines.reference_steps > 100
 
 
 def _emitter(run_dir: Path) -> Emitter:
     hello = Hello(run_id=RANK.run_id, rank=RANK.rank, local_rank=RANK.local_rank, world_size=RANK.world_size,
-                  node_rank=RANK.node_rank, host=RANK.host, pid=1, anchor_ns=0, shutdown_timeout_s=1.0,
+                  node_rank=RANK.node_rank, host=RANK.host, pid=1, anchor_ns=ANCHOR, shutdown_timeout_s=1.0,
                   run_dir=str(run_dir), cpus=RANK.cpus)
     emitter = Emitter(hello)
     emitter.builder._random.seed(21)
@@ -164,11 +181,12 @@ def test_the_default_emitter_writes_the_files_the_reference_path_writes(
 
 
 def _row(record: StepRecord) -> list[object]:
-    """``record`` as the step row the trainer sends (anchor 0: its times are already epoch)."""
-    phases = [[p.phase, p.call, p.start_ns, p.end_ns, p.gpu_offset_ns, p.gpu_duration_ns, p.nbytes]
-              for p in record.phases]
-    return [record.step, record.start_ns, record.end_ns, record.gpu_duration_ns, record.input_wait_ns,
-            record.input_wait_gpu_ns, record.input_fetches, record.prefetch_h2d_ns, record.optimizer_steps,
-            record.parallelism, record.peak_allocated_bytes, record.peak_reserved_bytes,
+    """``record`` as the step row the trainer sends (its times on the trainer's clock, ``ANCHOR`` off)."""
+    phases = [[p.phase, p.call, p.start_ns - ANCHOR, p.end_ns - ANCHOR, p.gpu_offset_ns, p.gpu_duration_ns,
+               p.nbytes] for p in record.phases]
+    return [record.step, record.start_ns - ANCHOR, record.end_ns - ANCHOR, record.gpu_duration_ns,
+            record.input_wait_ns, record.input_wait_gpu_ns, record.input_fetches, record.prefetch_h2d_ns,
+            record.optimizer_steps, record.parallelism, record.peak_allocated_bytes,
+            record.peak_reserved_bytes,
             record.device_total_bytes, record.exception_type, phases, [], record.samples, record.tokens, None,
             record.source, record.between_steps_ns]

@@ -230,11 +230,11 @@ class Emitter:
     # --- steps ------------------------------------------------------------------
     def handle_steps(self, rows: list[Any]) -> None:
         """Build one batch of steps and write it to the local copy; export waits its turn."""
-        records = [decode_step(row, self.anchor_ns) for row in rows]
-        self.stats.steps_received += len(records)
+        self.stats.steps_received += len(rows)
         if self._local_outputs_only:
-            self._write_local(records)
+            self._write_local(rows)
             return
+        records = [decode_step(row, self.anchor_ns) for row in rows]
         built = [self.builder.build(record) for record in records]
         if self.local is not None:
             try:
@@ -261,13 +261,13 @@ class Emitter:
         return self.shipper is None and self.stats.otlp_endpoint is None and (
             self.metrics is None or not self.metrics.records_steps)
 
-    def _write_local(self, records: list[StepRecord]) -> None:
-        """Steps to the local copy and the step table, straight from their records."""
+    def _write_local(self, rows: list[Any]) -> None:
+        """Steps to the local copy and the step table, straight from their rows."""
         if self.metrics is None:
-            self.stats.metrics_skipped_steps += len(records)
+            self.stats.metrics_skipped_steps += len(rows)
         if self.local is None and self.table is None:
             return
-        encoded = self.lines.encode(records)
+        encoded = self.lines.encode(rows, self.anchor_ns)
         if self.local is not None:
             try:
                 self.local.write_encoded(encoded.spans_json, encoded.spans)

@@ -261,6 +261,12 @@ def traces_data_json(spans: Sequence[SpanData], resource: Resource, scope: Instr
     return traces_data_prefix(resource, scope) + ",".join(_span_json(span) for span in spans) + "]}]}]}"
 
 
+_LINE_END = "]}]}]}\n"
+_LINE_END_BYTES = _LINE_END.encode()
+_GATHER_LIMIT = 500
+"""Steps whose pieces go to one ``writev`` (two pieces a step; Linux takes 1,024)."""
+
+
 class LocalCopyWriter:
     """Appends each batch as one ``TracesData`` line to ``path`` and hands it to the OS at once.
 
@@ -273,6 +279,7 @@ class LocalCopyWriter:
         ensure_run_dir(path.parent)
         self.path = path
         self._prefix = traces_data_prefix(resource, scope)
+        self._prefix_bytes = self._prefix.encode()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         self._fd: int | None = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._complete_bytes = os.lseek(self._fd, 0, os.SEEK_END)
@@ -283,7 +290,7 @@ class LocalCopyWriter:
         """Append one line holding ``spans`` (``steps`` step spans among them, for the count)."""
         if not spans or self._fd is None:
             return
-        self._append((self._prefix + ",".join(_span_json(span) for span in spans) + "]}]}]}\n").encode())
+        self._append((self._prefix + ",".join(_span_json(span) for span in spans) + _LINE_END).encode())
         self.spans_written += len(spans)
         self.steps_written += steps
 
@@ -292,14 +299,29 @@ class LocalCopyWriter:
         joined by commas (:mod:`traceml_otel.emit.step_lines`), ``spans`` of them in all."""
         if not steps_json or self._fd is None:
             return
-        self._append((self._prefix + ",".join(steps_json) + "]}]}]}\n").encode())
+        if len(steps_json) > _GATHER_LIMIT:
+            self._append((self._prefix + ",".join(steps_json) + _LINE_END).encode())
+        else:  # one gathered write of the pieces: no 100 KiB+ string built, copied and encoded per batch
+            parts = [self._prefix_bytes]
+            for text in steps_json:
+                parts += (text.encode(), b",")
+            parts[-1] = _LINE_END_BYTES
+            self._append(parts)
         self.spans_written += spans
         self.steps_written += len(steps_json)
 
-    def _append(self, encoded: bytes) -> None:
+    def _append(self, encoded: bytes | list[bytes]) -> None:
+        """Write one whole line (bytes, or its pieces in order); a failure cuts the file back to its
+        last whole line."""
         assert self._fd is not None
-        data = memoryview(encoded)
         try:
+            if isinstance(encoded, list):
+                written = os.writev(self._fd, encoded)
+                if written < sum(map(len, encoded)):  # a regular file takes it all but on a full disk
+                    encoded = b"".join(encoded)[written:]
+                else:
+                    encoded = b""
+            data = memoryview(encoded)
             while data:
                 written = os.write(self._fd, data)
                 data = data[written:]

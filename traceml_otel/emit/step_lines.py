@@ -1,35 +1,39 @@
-"""A step's local-copy spans and step-table row straight from its record: the default outputs' fast path.
+"""A step's local-copy spans and step-table row straight from its step row: the default's fast path.
 
 With no OTLP endpoint and no metrics (the default), the local copy and the step table are the
-emitter's only outputs, and neither needs span objects. Building them (an attribute dict and a
-``SpanData`` per span) and then walking them twice (JSON, CSV) was most of the emitter's CPU. Here
-each step *shape* (which optional values the step has and of which types, its parallelism, source
-and phase sequence) gets two ``%`` templates: the JSON of all its spans, with every value that
-repeats within the shape (run id, rank, host, names, clock) written in, and its CSV line. A later
-step of the shape only fills in its ids and numbers, in C.
+emitter's only outputs, and neither needs span objects. Decoding each step row into a
+:class:`~traceml_otel.step_records.StepRecord`, building spans from it (an attribute dict and a
+``SpanData`` each) and walking them twice (JSON, CSV) was most of the emitter's CPU. Here each step
+*shape* (which optional values the row has and of which types, its parallelism, source and phase
+sequence) gets two ``%`` templates: the JSON of all its spans, with every value that repeats within
+the shape (run id, rank, host, names, clock) written in, and its CSV line. A later row of the shape
+only fills in its ids and numbers, read from the row's slots (:class:`~traceml_otel.wire.step_row.StepRow`).
 
-Exactness. A shape's templates are made from the reference path's output for its first step
-(:class:`~traceml_otel.emit.spans.StepSpanBuilder`, :func:`~traceml_otel.emit.local_copy.span_json`,
-:func:`~traceml_otel.emit.step_table.step_row`), then filled with that step's values; unless both
-give the reference text byte for byte, the shape always takes the reference path. Steps whose
-attributes depend on more than their shape take the reference path every time: collectives (their
-spans group by kind), an exception (a span status), a newly seen DataLoader, and the rank's first
-step (the host's CPU count). Span ids come from the builder's generator in the builder's order.
-``tests/emit/test_step_lines.py`` compares both paths on thousands of random steps.
+Exactness. A shape's templates are made from the reference path's output for its first row
+(:func:`~traceml_otel.wire.step_row.decode_step`, :class:`~traceml_otel.emit.spans.StepSpanBuilder`,
+:func:`~traceml_otel.emit.local_copy.span_json`, :func:`~traceml_otel.emit.step_table.step_row`),
+then filled with that row's values; unless both give the reference text byte for byte, the shape
+always takes the reference path. Rows whose output depends on more than their shape take the
+reference path every time: collectives (their spans group by kind), an exception (a span status), a
+newly seen DataLoader, the rank's first step (the host's CPU count), a negative time between steps
+(decoded as unknown), and a row of another layout (a shorter or longer row or phase row, which the
+decoder pads or cuts). Span ids come from the builder's generator in the builder's order.
+``tests/emit/test_step_lines.py`` compares both paths on thousands of random rows, odd ones included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import itemgetter
+from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_table import csv_line, row_template, step_row
-from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
 from traceml_otel.wire.step_table import COLUMNS
 
 _NS = 1e-9
@@ -66,14 +70,11 @@ _TABLE_VALUES = {
 _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.items()]
 _PHASE_SLOT = {c.PHASE_SPAN_NAMES.get(phase, f"traceml.{phase}"): i for i, phase in enumerate(c.PHASES)}
 
-_step_fields = attrgetter(
-    "step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns", "input_fetches",
-    "prefetch_h2d_ns", "optimizer_steps", "parallelism", "peak_allocated_bytes", "peak_reserved_bytes",
-    "device_total_bytes", "samples", "tokens", "source", "between_steps_ns",
-)
-_phase_fields = attrgetter(
-    "phase", "call", "start_ns", "end_ns", "gpu_offset_ns", "gpu_duration_ns", "nbytes",
-)
+# Slots of a step row (wire/step_row.py's StepRow) the fast path reads or checks.
+_ROW_FETCHES, _ROW_PARALLELISM, _ROW_EXCEPTION, _ROW_PHASES, _ROW_COLLECTIVES = 6, 9, 13, 14, 15
+_ROW_LOADER, _ROW_SOURCE, _ROW_BETWEEN = 18, 19, 20
+_ROW_NOT_NUMBERS = frozenset((_ROW_PARALLELISM, _ROW_EXCEPTION, _ROW_PHASES, _ROW_COLLECTIVES, _ROW_LOADER,
+                              _ROW_SOURCE))
 
 
 @dataclass(slots=True)
@@ -92,9 +93,9 @@ class EncodedSteps:
 class _Shape:
     spans: str
     """All the step's spans, comma-joined, as one ``%`` template."""
-    span_values: itemgetter  # type: ignore[type-arg]
+    span_values: Callable[[list[object]], tuple[object, ...]]
     row: str
-    row_values: itemgetter  # type: ignore[type-arg]
+    row_values: Callable[[list[object]], tuple[object, ...]]
     table_slots: tuple[int | None, ...] | None
     """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
     None when no phase is called twice (each per-phase column is then one call's own value)."""
@@ -104,7 +105,7 @@ _REFERENCE = None  # a shape whose templates did not reproduce the reference: al
 
 
 class StepLines:
-    """Encodes steps for the local copy and the step table; one per rank, beside its span builder."""
+    """Encodes step rows for the local copy and the step table; one per rank, beside its span builder."""
 
     def __init__(self, builder: StepSpanBuilder) -> None:
         self._builder = builder
@@ -114,47 +115,44 @@ class StepLines:
         self.reference_steps = 0
         """Steps that took the reference path (the benchmarks and tests read it)."""
 
-    def encode(self, records: Sequence[StepRecord]) -> EncodedSteps:
-        """The JSON of each step's spans and its CSV line, in order."""
+    def encode(self, rows: Sequence[Any], anchor_ns: int) -> EncodedSteps:
+        """The JSON of each row's spans and its CSV line, in order (``anchor_ns``: the trainer's
+        clock offset, as :func:`~traceml_otel.wire.step_row.decode_step` takes it)."""
         spans_json: list[str] = []
-        rows: list[str] = []
+        lines: list[str] = []
         spans = 0
         shapes = self._shapes
         bits = self._random_bits
         trace_id = c.step_trace_id
         run_id = self._run_id
-        for record in records:
-            if record.collectives or record.exception_type is not None or record.loader is not None \
-                    or self._builder.first:
-                spans += self._reference(record, spans_json, rows).count
-                continue
-            fields = _step_fields(record)
-            phase_fields = list(map(_phase_fields, record.phases))
-            flat = tuple(chain.from_iterable(phase_fields))
-            key = (tuple(map(type, fields)), fields[9], fields[15], not fields[6], flat[::_PHASE_WIDTH],
-                   tuple(map(type, flat)))
-            shape = shapes.get(key, False)
+        for row in rows:
+            try:
+                key = None if self._builder.first else _shape_key(row)
+            except (TypeError, ValueError, IndexError):
+                key = None  # not a row the fast path reads: the decoder says what is wrong with it
+            shape = False if key is None else shapes.get(key, False)
             if not shape:
-                built = self._reference(record, spans_json, rows)
+                built = self._reference(row, anchor_ns, spans_json, lines)
                 spans += built.count
-                if shape is False and len(shapes) < SHAPE_LIMIT:
-                    shapes[key] = _make_shape(key, record, built.spans, spans_json[-1], rows[-1])
+                if shape is False and key is not None and len(shapes) < SHAPE_LIMIT:
+                    shapes[key] = _make_shape(key, row, anchor_ns, built.spans, spans_json[-1], lines[-1])
                 continue
+            phase_rows = row[_ROW_PHASES]
             step_id = bits(64) or 1
-            values = _values(fields, phase_fields, trace_id(run_id, fields[0]), step_id,
-                             [bits(64) or 1 for _ in phase_fields])
+            values = _values(row, phase_rows, anchor_ns, trace_id(run_id, row[0]), step_id,
+                             [bits(64) or 1 for _ in phase_rows])
             if shape.table_slots is not None:
-                _add_sums(values, phase_fields, shape.table_slots)
+                _add_sums(values, phase_rows, shape.table_slots)
             spans_json.append(shape.spans % shape.span_values(values))
-            rows.append(shape.row % shape.row_values(values))
-            spans += 1 + len(phase_fields)
-        return EncodedSteps(spans_json, rows, spans)
+            lines.append(shape.row % shape.row_values(values))
+            spans += 1 + len(phase_rows)
+        return EncodedSteps(spans_json, lines, spans)
 
-    def _reference(self, record: StepRecord, spans_json: list[str], rows: list[str]) -> _Built:
-        built = self._builder.build(record)
+    def _reference(self, row: Any, anchor_ns: int, spans_json: list[str], lines: list[str]) -> _Built:
+        built = self._builder.build(decode_step(row, anchor_ns))
         spans = built.all()
         spans_json.append(",".join([span_json(span) for span in spans]))
-        rows.append(csv_line(step_row(built)))
+        lines.append(csv_line(step_row(built)))
         self.reference_steps += 1
         return _Built(built, len(spans))
 
@@ -165,19 +163,33 @@ class _Built:
     count: int
 
 
+def _shape_key(row: Any) -> tuple[object, ...] | None:
+    """What decides a row's templates; ``None`` for a row that always takes the reference path."""
+    if (type(row) is not list or len(row) != ROW_FIELDS or row[_ROW_COLLECTIVES]
+            or row[_ROW_EXCEPTION] is not None or row[_ROW_LOADER]):
+        return None
+    between = row[_ROW_BETWEEN]
+    if between is not None and between < 0:
+        return None
+    phase_rows = row[_ROW_PHASES]
+    flat = tuple(chain.from_iterable(phase_rows))
+    return (tuple(map(type, row)), row[_ROW_PARALLELISM], row[_ROW_SOURCE], not row[_ROW_FETCHES],
+            tuple(map(len, phase_rows)), flat[::_PHASE_WIDTH], tuple(map(type, flat)))
+
+
 _INTEGER_OR_NONE = (int, type(None))
-_PARALLELISM, _SOURCE = 9, 15
 
 
-def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, reference_json: str,
-                reference_row: str) -> _Shape | None:
-    """Templates for the shape of ``record`` from its reference encoding; ``None`` (always the reference
+def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: StepSpans,
+                reference_json: str, reference_line: str) -> _Shape | None:
+    """Templates for the shape of ``row`` from its reference encoding; ``None`` (always the reference
     path) unless the filled templates give that encoding back byte for byte."""
-    step_types, phase_types = key[0], key[5]
-    numeric = [kind for i, kind in enumerate(step_types) if i not in (_PARALLELISM, _SOURCE)]
-    if any(kind not in _INTEGER_OR_NONE for kind in numeric):
+    row_types, phase_lengths, phase_types = key[0], key[4], key[6]
+    if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(row_types) if i not in _ROW_NOT_NUMBERS):
         return _REFERENCE  # floats or other kinds from a foreign trainer: the reference spells them
-    if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(phase_types) if i % _PHASE_WIDTH):
+    if any(length != _PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
+        return _REFERENCE
+    if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(phase_types) if i % _PHASE_WIDTH):  # type: ignore[arg-type]
         return _REFERENCE
     step = span_template(built.step, _STEP_VARIABLE)
     if step is None:
@@ -191,7 +203,7 @@ def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, r
         templates.append(made[0])
         picks += [_TRACE, base + _PHASE_ID, _STEP_ID, base + _PHASE_START, base + _PHASE_END,
                   *(_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1])]
-    row = step_row(built)
+    table_row = step_row(built)
     table_slots = [_PHASE_SLOT.get(phase.name) for phase in built.phases]
     repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
     own_value = {}  # a per-phase column of one call: that call's own value
@@ -204,7 +216,7 @@ def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, r
     slots = []
     for column, value_index in sorted(_TABLE_SLOTS):
         value_index = own_value.get(value_index, value_index)
-        value = row[column]
+        value = table_row[column]
         if value is None:
             continue
         kind = type(value)
@@ -212,87 +224,90 @@ def _make_shape(key: tuple[object, ...], record: StepRecord, built: StepSpans, r
         if spec is None:
             return _REFERENCE
         slots.append((column, spec, value_index))
-    row_text = row_template(row, [(column, spec) for column, spec, _ in slots])
-    if row_text is None:
+    line = row_template(table_row, [(column, spec) for column, spec, _ in slots])
+    if line is None:
         return _REFERENCE
     shape = _Shape(
-        spans=",".join(templates), span_values=itemgetter(*picks),
-        row=row_text, row_values=_getter([value_index for _, _, value_index in slots]),
+        spans=",".join(templates), span_values=_getter(picks),
+        row=line, row_values=_getter([value_index for _, _, value_index in slots]),
         table_slots=tuple(table_slots) if repeated else None,
     )
-    fields = _step_fields(record)
-    phase_fields = list(map(_phase_fields, record.phases))
-    values = _values(fields, phase_fields, built.step.trace_id, built.step.span_id,
+    phase_rows = row[_ROW_PHASES]
+    values = _values(row, phase_rows, anchor_ns, built.step.trace_id, built.step.span_id,
                      [phase.span_id for phase in built.phases])
     if shape.table_slots is not None:
-        _add_sums(values, phase_fields, shape.table_slots)
+        _add_sums(values, phase_rows, shape.table_slots)
     try:
         same = (shape.spans % shape.span_values(values) == reference_json
-                and shape.row % shape.row_values(values) == reference_row)
+                and shape.row % shape.row_values(values) == reference_line)
     except (TypeError, ValueError, OverflowError):
         same = False
     return shape if same else _REFERENCE
 
 
-def _getter(indices: list[int]) -> itemgetter:  # type: ignore[type-arg]
+def _getter(indices: list[int]) -> Callable[[list[object]], tuple[object, ...]]:
     """An ``itemgetter`` that always returns a tuple (one index alone would return the item)."""
     if len(indices) == 1:
         index = indices[0]
-        return lambda values: (values[index],)  # type: ignore[return-value]
+        return lambda values: (values[index],)
     return itemgetter(*indices)
 
 
-def _values(fields: tuple[object, ...], phase_fields: list[tuple[object, ...]], trace_id: int, step_id: int,
+def _values(row: list[Any], phase_rows: list[list[Any]], anchor_ns: int, trace_id: int, step_id: int,
             phase_ids: list[int]) -> list[object]:
-    """One step's values in the flat layout the templates pick from: what the builder computes, with
-    ids as hex text and each float as its ``repr`` text, made once for the JSON and the CSV line."""
+    """One step's values in the flat layout the templates pick from: what the decoder and the builder
+    compute, with ids as hex text and each float as its ``repr`` text, made once for the JSON and the
+    CSV line."""
     (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
-     peak_reserved, total, samples, tokens, _, between) = fields
+     peak_reserved, total, _, _, _, samples, tokens, _, _, between) = row
+    start += anchor_ns
+    end += anchor_ns
     values: list[object] = [
-        format(trace_id, "032x"), format(step_id, "016x"), start, end, step,
-        repr((end - start) * _NS), optimizer_steps,  # type: ignore[operator]
-        None if gpu is None else repr(gpu * _NS),  # type: ignore[operator]
-        None if wait is None else repr(wait * _NS),  # type: ignore[operator]
-        None if wait_gpu is None else repr(wait_gpu * _NS),  # type: ignore[operator]
-        None if prefetch is None else repr(prefetch * _NS),  # type: ignore[operator]
+        format(trace_id, "032x"), format(step_id, "016x"), start, end, step, repr((end - start) * _NS),
+        optimizer_steps,
+        None if gpu is None else repr(gpu * _NS),
+        None if wait is None else repr(wait * _NS),
+        None if wait_gpu is None else repr(wait_gpu * _NS),
+        None if prefetch is None else repr(prefetch * _NS),
         peak_allocated, peak_reserved, total,
-        None if between is None else repr(between * _NS),  # type: ignore[operator]
+        None if between is None else repr(between * _NS),
         fetches, samples, tokens, *_NO_SUMS,
     ]
     if gpu is None:
         for (_, call, phase_start, phase_end, _, phase_gpu, nbytes), phase_id in zip(
-                phase_fields, phase_ids, strict=True):
-            values += (format(phase_id, "016x"), phase_start, phase_end, call,
-                       repr((phase_end - phase_start) * _NS),  # type: ignore[operator]
-                       None if phase_gpu is None else repr(phase_gpu * _NS), nbytes)  # type: ignore[operator]
+                phase_rows, phase_ids, strict=True):
+            values += (format(phase_id, "016x"), phase_start + anchor_ns, phase_end + anchor_ns, call,
+                       repr((phase_end - phase_start) * _NS),
+                       None if phase_gpu is None else repr(phase_gpu * _NS), nbytes)
         return values
     ends = []
     for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), phase_id in zip(
-            phase_fields, phase_ids, strict=True):
-        cpu_text = repr((phase_end - phase_start) * _NS)  # type: ignore[operator]
+            phase_rows, phase_ids, strict=True):
+        cpu_text = repr((phase_end - phase_start) * _NS)
+        phase_start += anchor_ns
+        phase_end += anchor_ns
         gpu_text = None
         if phase_gpu is not None:
-            gpu_text = repr(phase_gpu * _NS)  # type: ignore[operator]
+            gpu_text = repr(phase_gpu * _NS)
             if offset is not None:  # on the device's timeline
-                phase_start = start + offset  # type: ignore[operator]
-                phase_end = phase_start + phase_gpu  # type: ignore[operator]
+                phase_start = start + offset
+                phase_end = phase_start + phase_gpu
         values += (format(phase_id, "016x"), phase_start, phase_end, call, cpu_text, gpu_text, nbytes)
         ends.append(phase_end)
-    values[_END] = max(end, start + gpu, *ends)  # type: ignore[operator]
+    values[_END] = max(end, start + gpu, *ends)
     return values
 
 
 _NO_SUMS = (None,) * (2 * len(c.PHASES))
 
 
-def _add_sums(values: list[object], phase_fields: list[tuple[object, ...]],
-              table_slots: tuple[int | None, ...]) -> None:
+def _add_sums(values: list[object], phase_rows: list[list[Any]], table_slots: tuple[int | None, ...]) -> None:
     """The table's per-phase sums (cpu, gpu) of a step that calls a phase more than once, added from
     0.0 in call order as the table's reference adds them."""
     sums = [0.0] * len(_NO_SUMS)
-    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(phase_fields, table_slots, strict=True):
+    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(phase_rows, table_slots, strict=True):
         if slot is not None:
-            sums[slot] += (phase_end - phase_start) * _NS  # type: ignore[operator]
+            sums[slot] += (phase_end - phase_start) * _NS
             if phase_gpu is not None:
-                sums[len(c.PHASES) + slot] += phase_gpu * _NS  # type: ignore[operator]
+                sums[len(c.PHASES) + slot] += phase_gpu * _NS
     values[_CPU_SUMS:_CPU_SUMS + len(sums)] = [repr(total) for total in sums]
