@@ -73,7 +73,7 @@ class StepRecorder:
         sink: StepSink,
         clock: CpuClock | None = None,
         *,
-        flush_steps: int = 64,
+        flush_steps: int = 256,
         flush_interval_ns: int = 250_000_000,
     ) -> None:
         self.sink = sink
