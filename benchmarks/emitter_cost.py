@@ -115,7 +115,8 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
                     default.table.write_lines(encoded.rows)
 
             table.append(("local copy + table, one pass", _per_step(one_pass)))
-            assert default.local.steps_written == STEPS and lines.reference_steps == 2  # the first step, a shape
+            assert default.local.steps_written == STEPS
+            assert lines.reference_steps == 2  # the first step, then the first of its shape
         default.finish("ok", 0, True)
     with tempfile.TemporaryDirectory() as run_dir:
         emitter = Emitter(_hello(run_dir, endpoint, metrics=endpoint is not None))

@@ -153,6 +153,21 @@ def gc_watch(phase, info):
         gc_ns[1] += time.perf_counter_ns() - gc_started[0]
 
 
+calibration_weights = torch.randn(HIDDEN, HIDDEN)
+calibration_batch = torch.randn(32, HIDDEN)
+calibration_ns = []
+
+
+def calibrate():
+    """A fixed piece of work like a step's (matmuls, Python calls), outside any step: its thread CPU
+    time says how fast the machine runs now. The measured loop runs it every 64 steps."""
+    started = time.thread_time_ns()
+    for _ in range(8):
+        (calibration_batch @ calibration_weights).relu_().sum().item()
+        sum(range(200))
+    calibration_ns.append(time.thread_time_ns() - started)
+
+
 walls = []
 for step in range(WARMUP + STEPS):
     if step == WARMUP:  # the warm-up's steps are written and every process has finished starting
@@ -160,6 +175,8 @@ for step in range(WARMUP + STEPS):
         tasks_started = per_task()
         cpu_started = tree_cpu_ns(pids)
         gc.callbacks.append(gc_watch)
+    if step >= WARMUP and step % 64 == 0:
+        calibrate()
     started = time.perf_counter_ns()
     x, y = next(source)
     with traceml.trace_step(model):
@@ -171,15 +188,19 @@ for step in range(WARMUP + STEPS):
 gc.callbacks.remove(gc_watch)
 previous = settle()  # the emitter writes the last batches after the loop
 tasks = {name: (ns - tasks_started.get(name, 0)) / STEPS for name, ns in per_task().items()}
+calibration_total = sum(calibration_ns)
+tasks["trainer main"] -= calibration_total / STEPS  # the calibration is not the steps' work
 result = {"median_ns": statistics.median(walls), "mean_ns": statistics.fmean(walls),
-          "tree_cpu_ns": (previous - cpu_started) / STEPS, "processes": len(pids),
+          "tree_cpu_ns": (previous - cpu_started - calibration_total) / STEPS, "processes": len(pids),
+          "calibration_ns": statistics.median(calibration_ns),
           "tasks_ns": tasks, "gc_per_1000_steps": gc_ns[0] * 1000 / STEPS, "gc_ns": gc_ns[1] / STEPS}
 with open(os.environ["OVERHEAD_PAIRS_OUT"], "w") as out:
     json.dump(result, out)
 '''
 
-SCENARIOS = {"fast": (64, 0), "hogs": (512, 2)}
-"""Hidden width (~0.5 ms and ~2 ms CPU steps on a 2-core VM) and the number of CPU hogs."""
+SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
+"""Hidden width and the number of CPU hogs: ~0.5 ms steps, and ~2 ms steps with two hogs on this 2-vCPU VM
+(640: 512 gave 1.1-1.6 ms steps beside the hogs)."""
 
 
 def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path) -> dict:
@@ -210,6 +231,7 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
     hidden, hog_count = SCENARIOS[name]
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
     by_thread: dict[str, list[float]] = {}
+    runs: list[tuple[dict, dict]] = []
     hogs = _hogs(hog_count)
     try:
         for pair in range(pairs):
@@ -219,6 +241,7 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
                 traced = telemetry and not control
                 results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir)
             on, off = results[True], results[False]
+            runs.append((on, off))
             wall_us.append((on["median_ns"] - off["median_ns"]) / 1000)
             wall_pct.append((on["median_ns"] / off["median_ns"] - 1) * 100)
             mean_us.append((on["mean_ns"] - off["mean_ns"]) / 1000)
@@ -252,8 +275,32 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
     print(f"  wall per step (median step), %:    {_spread(wall_pct)}")
     print(f"  wall per step (mean step), us:     {_spread(mean_us)}")
     print(f"  process-tree CPU per step, us:     {_spread(cpu_us)}", flush=True)
+    _print_normalised(runs)
     for task, values in by_thread.items():
         print(f"    {task + ', on - off:':<42} {_spread(values)}", flush=True)
+
+
+def _print_normalised(runs: list[tuple[dict, dict]]) -> None:
+    """The CPU differences with each run scaled to the scenario's median machine speed: each run's
+    calibration (the same small matmul-and-Python workload, run every 64 steps on the training thread)
+    against the median calibration of all runs. This VM's speed moves by up to 2x between runs, more
+    than telemetry's cost; scaling by it removes what of that drift hits the steps and the
+    calibration alike."""
+    speeds = [run.get("calibration_ns") for pair in runs for run in pair]
+    if not speeds or None in speeds:
+        return
+    reference = statistics.median(speeds)
+    print(f"  calibration, us (machine speed):   median {reference / 1000:8.1f}   spread "
+          f"{min(speeds) / 1000:.1f}..{max(speeds) / 1000:.1f}")
+
+    def scaled(run: dict, value: float) -> float:
+        return value * reference / run["calibration_ns"]
+
+    tree = [(scaled(on, on["tree_cpu_ns"]) - scaled(off, off["tree_cpu_ns"])) / 1000 for on, off in runs]
+    trainer = [(scaled(on, on["tasks_ns"].get("trainer main", 0))
+                - scaled(off, off["tasks_ns"].get("trainer main", 0))) / 1000 for on, off in runs]
+    print(f"  process-tree CPU, speed-scaled, us: {_spread(tree)}")
+    print(f"  training thread, speed-scaled, us:  {_spread(trainer)}", flush=True)
 
 
 def main() -> None:
