@@ -21,11 +21,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
-from traceml_otel.emit.export_errors import probe_protocol
+from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
+from traceml_otel.emit.resource import build_resource
 from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
     make_span_exporter,
@@ -62,25 +63,6 @@ REDACT = Redactor(header_secrets())
 def describe(error: BaseException) -> str:
     """An error in one line, header values redacted."""
     return REDACT(f"{type(error).__name__}: {error}")
-
-
-def build_resource(hello: Hello) -> Resource:
-    """Our resource attributes, merged under ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME``."""
-    attributes: dict[str, Any] = {
-        "service.instance.id": f"{hello.run_id}/rank-{hello.rank}",
-        "host.name": hello.host,
-        "process.pid": hello.pid,
-        c.ATTR_RUN_ID: hello.run_id,
-        c.ATTR_JOB: hello.job or hello.run_id,
-    }
-    if hello.service_name:
-        attributes["service.name"] = hello.service_name
-    # Resource.create merges the env detector (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) under ours;
-    # service.name is only ours when the env named none. A provider the program set up wins over both.
-    resource = Resource.create(attributes)
-    if hello.user_resource:
-        resource = resource.merge(Resource({**hello.user_resource, c.ATTR_RUN_ID: hello.run_id}))
-    return resource
 
 
 def _span_count(built: list[StepSpans]) -> int:
@@ -461,17 +443,11 @@ class Emitter:
         spans = metrics = None
         if self.shipper is not None:
             spans = probe(self.stats.otlp_endpoint, self.shipper.protocol) or self.shipper.failing_cause()
-            if spans is not None and not _endpoint_level(spans):
+            if spans is not None and not endpoint_level(spans):
                 spans = None  # failing for another reason (an HTTP status): the short drain applies
         if self.metrics is not None and self.metrics.export_counts is not None:
             metrics = probe(self.stats.metrics_endpoint, self.metrics_protocol)
         return spans, metrics
-
-
-def _endpoint_level(cause: str) -> bool:
-    """A cause about the endpoint itself (nothing listens, the other protocol, no answer)."""
-    return cause.startswith(
-        ("connection refused", "wrong protocol", "timeout", "cannot connect", "host name"))
 
 
 def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:

@@ -121,6 +121,13 @@ def probe_protocol(endpoint: str, protocol: str, timeout_s: float = 1.0) -> str 
     return WRONG_PROTOCOL_GRPC if not reply or (len(reply) >= 4 and reply[3] in (0x04, 0x07)) else None
 
 
+def endpoint_level(cause: str) -> bool:
+    """A cause about the endpoint itself (nothing listens, the other protocol, no answer), as
+    :func:`probe_protocol` and :func:`failure_cause` word them."""
+    return cause.startswith(
+        ("connection refused", "wrong protocol", "timeout", "cannot connect", "host name"))
+
+
 def failure_cause(messages: list[str], protocol: str, endpoint: str | None = None) -> str:
     """One phrase for why export failed, from the exporter's log messages.
 

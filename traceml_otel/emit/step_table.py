@@ -229,26 +229,21 @@ class StepTable:
 
     def write(self, steps: Sequence[StepSpans]) -> None:
         """Append rows for ``steps`` (a failure turns the table off and counts them lost)."""
-        if self._writer is None:
-            self.lost += len(steps)
-            return
-        try:
-            self._writer.write(steps)
-            self.rows += len(steps)
-        except (OSError, ValueError, TypeError) as error:
-            self.lost += len(steps)
-            self._fail(f"writing failed after {self.rows} rows ({type(error).__name__}: {error})")
+        self._guarded(len(steps), lambda writer: writer.write(steps))
 
     def write_lines(self, lines: list[str]) -> None:
         """Append rows already encoded as CSV lines (a failure turns the table off and counts them lost)."""
+        self._guarded(len(lines), lambda writer: writer.write_lines(lines))
+
+    def _guarded(self, rows: int, write: Callable[[StepTableWriter], None]) -> None:
         if self._writer is None:
-            self.lost += len(lines)
+            self.lost += rows
             return
         try:
-            self._writer.write_lines(lines)
-            self.rows += len(lines)
-        except OSError as error:
-            self.lost += len(lines)
+            write(self._writer)
+            self.rows += rows
+        except (OSError, ValueError, TypeError) as error:
+            self.lost += rows
             self._fail(f"writing failed after {self.rows} rows ({type(error).__name__}: {error})")
 
     def close(self) -> None:

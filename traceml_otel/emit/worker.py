@@ -28,9 +28,10 @@ import signal
 import sys
 import threading
 
-from traceml_otel.emit.emitter import REDACT, Emitter, build_resource, describe
+from traceml_otel.emit.emitter import REDACT, Emitter, describe
 from traceml_otel.emit.pipe_session import PipeSession, read_hello, refuse_stream, report
 from traceml_otel.emit.redact import install_log_redaction
+from traceml_otel.emit.resource import build_resource
 from traceml_otel.wire.control import LocalReport
 from traceml_otel.wire.frames import FrameBuffer, WireError
 from traceml_otel.wire.hello import WireVersionError
