@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from traceml_otel import contract as c
 from traceml_otel.emit import step_lines
 from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.local_copy import span_json
@@ -77,15 +78,29 @@ def _reference(rows: list[list[object]], seed: int) -> tuple[list[str], list[str
 
 
 def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[list[str], list[str], StepLines]:
-    builder = StepSpanBuilder(RANK)
-    builder._random.seed(seed)
-    lines = StepLines(builder)
+    """The fast path, and (a second builder, the same seed) the span objects it keeps for export:
+    the same text from the same ids."""
     spans, texts = [], []
-    for first in range(0, len(rows), batch):
-        encoded = lines.encode(rows[first:first + batch], ANCHOR)
-        assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
-        spans += encoded.spans_json
-        texts += encoded.rows
+    outputs = []
+    for keep_spans in (False, True):
+        builder = StepSpanBuilder(RANK)
+        builder._random.seed(seed)
+        lines = StepLines(builder)
+        spans, texts = [], []
+        for first in range(0, len(rows), batch):
+            encoded = lines.encode(rows[first:first + batch], ANCHOR, keep_spans=keep_spans)
+            assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
+            if keep_spans:  # what OTLP export and the metrics get is what the local copy says
+                assert [",".join(span_json(span) for span in built.all()) for built in encoded.built] \
+                    == encoded.spans_json
+                assert [record.step for record in encoded.records] == [built.step.attributes[c.ATTR_STEP]
+                                                                       for built in encoded.built]
+            else:
+                assert encoded.built == [] and encoded.records == []
+            spans += encoded.spans_json
+            texts += encoded.rows
+        outputs.append((spans, texts))
+    assert outputs[0] == outputs[1]
     return spans, texts, lines
 
 
@@ -159,11 +174,13 @@ def test_the_default_emitter_writes_the_files_the_reference_path_writes(
     values = random.Random(13)
     rows = [_row(_record(step, random.Random(step % 6), values)) for step in range(700)]
     outputs = {}
-    for name in ("fast", "reference"):
+    for name in ("fast", "reference", "export"):
         emitter = _emitter(tmp_path / name)
         assert emitter._local_outputs_only
         with monkeypatch.context() as patch:
-            if name == "reference":
+            if name == "reference":  # no templates: every step through span objects
+                patch.setattr(step_lines, "SHAPE_LIMIT", 0)
+            if name == "export":  # as with an OTLP endpoint: span objects kept for export
                 patch.setattr(Emitter, "_local_outputs_only", property(lambda self: False))
             for first in range(0, len(rows), 64):
                 emitter.handle_steps(rows[first:first + 64])
@@ -175,9 +192,11 @@ def test_the_default_emitter_writes_the_files_the_reference_path_writes(
         files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
         table_rows = emitter.table.rows if emitter.table else None
         outputs[name] = (files, stats.spans_local, stats.metrics_skipped_steps, table_rows)
-        if name == "fast":
+        if name != "reference":
             assert emitter.lines.reference_steps <= 7
-    assert outputs["fast"] == outputs["reference"]
+        else:
+            assert emitter.lines.reference_steps == len(rows)
+    assert outputs["fast"] == outputs["reference"] == outputs["export"]
 
 
 def _row(record: StepRecord) -> list[object]:

@@ -35,14 +35,13 @@ from traceml_otel.emit.span_export import (
 )
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
-from traceml_otel.emit.step_lines import StepLines
+from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.control import DeviceInfo, LocalReport
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hello import Hello
-from traceml_otel.wire.step_row import decode_step
 
 SPAN_DRAIN_SHARE = 0.8
 """Share of the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S`` that span export gets at shutdown; metrics'
@@ -211,24 +210,19 @@ class Emitter:
 
     # --- steps ------------------------------------------------------------------
     def handle_steps(self, rows: list[Any]) -> None:
-        """Build one batch of steps and write it to the local copy; export waits its turn."""
+        """Write one batch of steps to the local copy and the step table; export waits its turn."""
         self.stats.steps_received += len(rows)
         if self._local_outputs_only:
-            self._write_local(rows)
+            if self.metrics is None:
+                self.stats.metrics_skipped_steps += len(rows)
+            if self.local is None and self.table is None:
+                self.stats_file.mark_dirty()
+                return
+            self._write_local(self.lines.encode(rows, self.anchor_ns))
             return
-        records = [decode_step(row, self.anchor_ns) for row in rows]
-        built = [self.builder.build(record) for record in records]
-        if self.local is not None:
-            try:
-                self.local.write([span for step in built for span in step.all()], steps=len(records))
-            except OSError as error:
-                self._local_failed(error)
-            self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
-            self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
-        if self.table is not None:
-            self.table.write(built)
-        self.stats_file.mark_dirty()
-        self.refresh_stats()
+        encoded = self.lines.encode(rows, self.anchor_ns, keep_spans=True)  # the spans export sends
+        self._write_local(encoded)
+        records, built = encoded.records, encoded.built
         spans = _span_count(built)
         if self._export_backlog_spans + spans > MAX_EXPORT_BACKLOG_SPANS:
             self._skip_export(EMITTER_BEHIND, records, built)
@@ -243,13 +237,8 @@ class Emitter:
         return self.shipper is None and self.stats.otlp_endpoint is None and (
             self.metrics is None or not self.metrics.records_steps)
 
-    def _write_local(self, rows: list[Any]) -> None:
-        """Steps to the local copy and the step table, straight from their rows."""
-        if self.metrics is None:
-            self.stats.metrics_skipped_steps += len(rows)
-        if self.local is None and self.table is None:
-            return
-        encoded = self.lines.encode(rows, self.anchor_ns)
+    def _write_local(self, encoded: EncodedSteps) -> None:
+        """A batch to the local copy and the step table (each failure turns that output off)."""
         if self.local is not None:
             try:
                 self.local.write_encoded(encoded.spans_json, encoded.spans)

@@ -129,13 +129,17 @@ class StepSpanBuilder:
         a step draws them from here, in the order :meth:`build` would (the step's, then each phase's)."""
         return self._random.getrandbits
 
-    def build(self, record: StepRecord) -> StepSpans:
+    def build(self, record: StepRecord, ids: tuple[int, list[int]] | None = None) -> StepSpans:
+        """The spans of one step; ``ids`` (the step span's id and each phase span's, in order) when
+        they were drawn already (:mod:`traceml_otel.emit.step_lines`), else drawn here, in that order."""
         trace_id = c.step_trace_id(self._rank.run_id, record.step)
-        step_id = self._span_id()
+        step_id = self._span_id() if ids is None else ids[0]
         on_gpu = record.gpu_duration_ns is not None
         exposures = step_exposures(record)
+        phase_ids = ids[1] if ids is not None else [None] * len(record.phases)
         phases = tuple([
-            self._phase_span(p, record, trace_id, step_id, on_gpu, exposures) for p in record.phases
+            self._phase_span(p, record, trace_id, step_id, on_gpu, exposures, phase_id)
+            for p, phase_id in zip(record.phases, phase_ids, strict=True)
         ])
         collectives = (self._collective_spans(exposures, record, trace_id, step_id, on_gpu)
                        if exposures else ())
@@ -250,7 +254,7 @@ class StepSpanBuilder:
 
     def _phase_span(
         self, phase: PhaseTiming, record: StepRecord, trace_id: int, parent_id: int, on_gpu: bool,
-        exposures: list[CollectiveExposure],
+        exposures: list[CollectiveExposure], span_id: int | None,
     ) -> SpanData:
         start, end = phase.start_ns, phase.end_ns
         gpu_ns = phase.gpu_duration_ns
@@ -278,7 +282,9 @@ class StepSpanBuilder:
                 }
                 attributes.update((key, value) for key, value in optional.items() if value is not None)
         name = _PHASE_SPAN_NAMES.get(phase.phase) or f"traceml.{phase.phase}"
-        return SpanData(name, trace_id, self._random.getrandbits(64) or 1, parent_id, start, end, attributes)
+        if span_id is None:
+            span_id = self._random.getrandbits(64) or 1
+        return SpanData(name, trace_id, span_id, parent_id, start, end, attributes)
 
 
 _RUN_ID, _RANK, _STEP = c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_STEP

@@ -1,13 +1,15 @@
-"""A step's local-copy spans and step-table row straight from its step row: the default's fast path.
+"""A step's local-copy spans and step-table row straight from its step row.
 
-With no OTLP endpoint and no metrics (the default), the local copy and the step table are the
-emitter's only outputs, and neither needs span objects. Decoding each step row into a
+Neither the local copy nor the step table needs span objects, and with no OTLP endpoint and no
+metrics (the default) they are the emitter's only outputs. Decoding each step row into a
 :class:`~traceml_otel.step_records.StepRecord`, building spans from it (an attribute dict and a
-``SpanData`` each) and walking them twice (JSON, CSV) was most of the emitter's CPU. Here each step
-*shape* (which optional values the row has and of which types, its parallelism, source and phase
-sequence) gets two ``%`` templates: the JSON of all its spans, with every value that repeats within
-the shape (run id, rank, host, names, clock) written in, and its CSV line. A later row of the shape
-only fills in its ids and numbers, read from the row's slots (:class:`~traceml_otel.wire.step_row.StepRow`).
+``SpanData`` each) and walking them twice (JSON, CSV) was most of the emitter's CPU; now the record
+and spans are built only for OTLP export and metrics (``keep_spans``), with the ids the text already
+has. Each step *shape* (which optional values the row has and of which types, its parallelism,
+source and phase sequence) gets two ``%`` templates: the JSON of all its spans, with every value that
+repeats within the shape (run id, rank, host, names, clock) written in, and its CSV line. A later row
+of the shape only fills in its ids and numbers, read from the row's slots
+(:class:`~traceml_otel.wire.step_row.StepRow`).
 
 Exactness. A shape's templates are made from the reference path's output for its first row
 (:func:`~traceml_otel.wire.step_row.decode_step`, :class:`~traceml_otel.emit.spans.StepSpanBuilder`,
@@ -24,7 +26,7 @@ decoder pads or cuts). Span ids come from the builder's generator in the builder
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 from typing import Any
@@ -33,6 +35,7 @@ from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_table import csv_line, row_template, step_row
+from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
 from traceml_otel.wire.step_table import COLUMNS
 
@@ -87,6 +90,9 @@ class EncodedSteps:
     """Per step, its CSV line."""
     spans: int
     """Spans in ``spans_json``."""
+    records: list[StepRecord] = field(default_factory=list)
+    built: list[StepSpans] = field(default_factory=list)
+    """With ``keep_spans``: each step's record and its span objects, with the ids its text has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +121,16 @@ class StepLines:
         self.reference_steps = 0
         """Steps that took the reference path (the benchmarks and tests read it)."""
 
-    def encode(self, rows: Sequence[Any], anchor_ns: int) -> EncodedSteps:
+    def encode(self, rows: Sequence[Any], anchor_ns: int, keep_spans: bool = False) -> EncodedSteps:
         """The JSON of each row's spans and its CSV line, in order (``anchor_ns``: the trainer's
-        clock offset, as :func:`~traceml_otel.wire.step_row.decode_step` takes it)."""
+        clock offset, as :func:`~traceml_otel.wire.step_row.decode_step` takes it). With
+        ``keep_spans`` (OTLP export or metrics need them) also each step's record and span objects,
+        built with the same ids as the text."""
         spans_json: list[str] = []
         lines: list[str] = []
         spans = 0
+        records: list[StepRecord] = []
+        kept: list[StepSpans] = []
         shapes = self._shapes
         bits = self._random_bits
         trace_id = c.step_trace_id
@@ -136,29 +146,38 @@ class StepLines:
                 spans += built.count
                 if shape is False and key is not None and len(shapes) < SHAPE_LIMIT:
                     shapes[key] = _make_shape(key, row, anchor_ns, built.spans, spans_json[-1], lines[-1])
+                if keep_spans:
+                    records.append(built.record)
+                    kept.append(built.spans)
                 continue
             phase_rows = row[_ROW_PHASES]
             step_id = bits(64) or 1
-            values = _values(row, phase_rows, anchor_ns, trace_id(run_id, row[0]), step_id,
-                             [bits(64) or 1 for _ in phase_rows])
+            phase_ids = [bits(64) or 1 for _ in phase_rows]
+            values = _values(row, phase_rows, anchor_ns, trace_id(run_id, row[0]), step_id, phase_ids)
             if shape.table_slots is not None:
                 _add_sums(values, phase_rows, shape.table_slots)
             spans_json.append(shape.spans % shape.span_values(values))
             lines.append(shape.row % shape.row_values(values))
             spans += 1 + len(phase_rows)
-        return EncodedSteps(spans_json, lines, spans)
+            if keep_spans:
+                record = decode_step(row, anchor_ns)
+                records.append(record)
+                kept.append(self._builder.build(record, (step_id, phase_ids)))
+        return EncodedSteps(spans_json, lines, spans, records, kept)
 
     def _reference(self, row: Any, anchor_ns: int, spans_json: list[str], lines: list[str]) -> _Built:
-        built = self._builder.build(decode_step(row, anchor_ns))
+        record = decode_step(row, anchor_ns)
+        built = self._builder.build(record)
         spans = built.all()
         spans_json.append(",".join([span_json(span) for span in spans]))
         lines.append(csv_line(step_row(built)))
         self.reference_steps += 1
-        return _Built(built, len(spans))
+        return _Built(record, built, len(spans))
 
 
 @dataclass(frozen=True, slots=True)
 class _Built:
+    record: StepRecord
     spans: StepSpans
     count: int
 
