@@ -81,7 +81,8 @@ class Emitter:
         scope = InstrumentationScope(c.INSTRUMENTATION_SCOPE, __version__)
         self.builder = StepSpanBuilder(rank)
         self.lines = StepLines(self.builder)
-        """The local copy's and the step table's text without span objects, while nothing else needs them."""
+        """The local copy's and the step table's text, by templates; it builds span objects only when
+        OTLP export or metrics need them."""
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
         self.ledger = DropLedger(self.stats, REDACT)
         self.drain_s = float(hello.shutdown_timeout_s)
