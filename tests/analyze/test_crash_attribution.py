@@ -85,3 +85,26 @@ def test_when_the_rank_with_the_correct_call_aborts_the_failed_step_with_an_extr
     assert evidence["failed_rank"] == 1 and evidence["crashed_rank"] == 0
     usual = [s._replace(comm_bytes=36) for s in steps]  # the failed step moved no more than usual
     assert failed(usual).title == "The run failed: rank 0 crashed (SIGABRT)"
+
+
+def test_of_two_ranks_that_ended_without_shutdown_the_first_to_end_is_the_crash() -> None:
+    """gloo aborts rank 1 (SIGABRT); the launcher then stops rank 0, which is blocked in the collective
+    and cannot run its shutdown before the SIGKILL: it ended without shutting down too, seconds later."""
+    from traceml_otel.analyze.evidence import run_findings
+    from traceml_otel.analyze.findings import RankCount
+
+    def stats(rank: int, closed: float | None) -> ExportStats:
+        return ExportStats(run_id="r", rank=rank, end_status="trainer exited without shutdown (killed?)",
+                           local_copy_closed_unix=closed)
+
+    def title(export_stats: list[ExportStats]) -> str:
+        counts = [RankCount(0, 3, 0, 2), RankCount(1, 3, 0, 2)]
+        findings = run_findings(world_size=2, counts=counts, failures=[], failed_steps=0, exit_code=134,
+                                export_stats=export_stats, steps=[])
+        (finding,) = [f for f in findings if f.kind.name == "RUN_FAILED"]
+        return finding.title
+
+    assert title([stats(0, 1_000.0 + 5.2), stats(1, 1_000.0)]) == "The run failed: rank 1 crashed (SIGABRT)"
+    assert title([stats(0, 1_000.0), stats(1, 1_000.0 + 5.2)]) == "The run failed: rank 0 crashed (SIGABRT)"
+    assert title([stats(0, None), stats(1, 1_000.0)]) == "The run failed: rank 1 crashed (SIGABRT)"
+    assert title([stats(0, None), stats(1, None)]) == "The run failed: rank 0 crashed (SIGABRT)"  # by rank

@@ -23,6 +23,7 @@ drawn from one rank of two, or from a run that crashed, says so.
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Sequence
 
@@ -194,13 +195,20 @@ def crashed_ranks(
 ) -> tuple[tuple[int, str], ...]:
     """(rank, signal name) of ranks that crashed: the job's exit code is a crash signal's
     (``128 + SIGABRT``, ...) and the rank's emitter saw its trainer end without shutting down (no
-    exception, no signal handler: a native abort) while raising in no step of its own."""
+    exception, no signal handler: a native abort) while raising in no step of its own.
+
+    The first to end comes first (its emitter closed its local copy first): when the launcher then
+    kills the other ranks and one of them cannot run its shutdown in time (blocked in a collective),
+    it ends without shutting down too, seconds later, and is not the crash."""
     if exit_code is None or exit_code <= 128 or exit_code - 128 not in {int(s) for s in CRASH_SIGNALS}:
         return ()
     name = signal.Signals(exit_code - 128).name
     in_step = {failure.rank for failure in failures}
-    return tuple(sorted((stats.rank, name) for stats in export_stats
-                        if stats.end_status.startswith(NO_SHUTDOWN) and stats.rank not in in_step))
+    crashed = [stats for stats in export_stats
+               if stats.end_status.startswith(NO_SHUTDOWN) and stats.rank not in in_step]
+    crashed.sort(key=lambda stats: (
+        stats.local_copy_closed_unix if stats.local_copy_closed_unix is not None else math.inf, stats.rank))
+    return tuple((stats.rank, name) for stats in crashed)
 
 
 def extra_collective(steps: Sequence[StepTiming], failures: Sequence[StepFailure]) -> StepFailure | None:
