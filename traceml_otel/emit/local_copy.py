@@ -182,13 +182,20 @@ class _SpanShape:
 
     def __init__(self, name: str, has_parent: bool, keys: tuple[str, ...], kinds: tuple[type, ...]) -> None:
         attributes = self.attributes = _Shape(keys, kinds)
-        parent = ',"parentSpanId":"%016x"' if has_parent else ""
-        self.template = (
-            '{"traceId":"%032x","spanId":"%016x"' + parent + ',"name":' + _dumps(name).replace("%", "%%")
-            + f',"kind":{_SPAN_KIND_INTERNAL},"startTimeUnixNano":"%d","endTimeUnixNano":"%d",'
-            + '"attributes":' + attributes.template + ',"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE)
-            + "}"
-        )
+        self.template = _span_template_text(name, "%032x", "%016x", "%016x" if has_parent else None,
+                                            attributes.template)
+
+
+def _span_template_text(name: str, trace_spec: str, span_spec: str, parent_spec: str | None,
+                        attributes: str) -> str:
+    """A span's JSON as a ``%`` template around its attribute list (itself a template): the ids by
+    the given conversion specs, start and end as ``%d``, the name encoded once, status unset."""
+    parent = f',"parentSpanId":"{parent_spec}"' if parent_spec is not None else ""
+    return (
+        f'{{"traceId":"{trace_spec}","spanId":"{span_spec}"{parent},"name":' + _dumps(name).replace("%", "%%")
+        + f',"kind":{_SPAN_KIND_INTERNAL},"startTimeUnixNano":"%d","endTimeUnixNano":"%d",'
+        + '"attributes":' + attributes + ',"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE) + "}"
+    )
 
 
 def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[str]] | None:
@@ -218,13 +225,8 @@ def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[s
             return None
         parts.append(('{"key":' + _dumps(key) + ',"value":').replace("%", "%%") + spec)
         slots.append(key)
-    parent = ',"parentSpanId":"%s"' if span.parent_span_id is not None else ""
-    template = (
-        '{"traceId":"%s","spanId":"%s"' + parent + ',"name":' + _dumps(span.name).replace("%", "%%")
-        + f',"kind":{_SPAN_KIND_INTERNAL},"startTimeUnixNano":"%d","endTimeUnixNano":"%d",'
-        + '"attributes":[' + ",".join(parts) + '],"status":{},"flags":' + str(_SPAN_FLAGS_HAS_IS_REMOTE) + "}"
-    )
-    return template, slots
+    parent_spec = "%s" if span.parent_span_id is not None else None
+    return _span_template_text(span.name, "%s", "%s", parent_spec, "[" + ",".join(parts) + "]"), slots
 
 
 def span_json(span: SpanData) -> str:

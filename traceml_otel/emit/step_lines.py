@@ -34,7 +34,7 @@ from typing import Any
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
-from traceml_otel.emit.step_table import csv_line, row_template, step_row
+from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
 from traceml_otel.wire.step_table import COLUMNS
@@ -71,7 +71,6 @@ _TABLE_VALUES = {
     **{f"gpu_{phase}": _GPU_SUMS + i for i, phase in enumerate(c.PHASES)},
 }
 _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.items()]
-_PHASE_SLOT = {c.PHASE_SPAN_NAMES.get(phase, f"traceml.{phase}"): i for i, phase in enumerate(c.PHASES)}
 
 # Slots of a step row (wire/step_row.py's StepRow) the fast path reads or checks.
 _ROW_FETCHES, _ROW_PARALLELISM, _ROW_EXCEPTION, _ROW_PHASES, _ROW_COLLECTIVES = 6, 9, 13, 14, 15
@@ -223,7 +222,7 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         picks += [_TRACE, base + _PHASE_ID, _STEP_ID, base + _PHASE_START, base + _PHASE_END,
                   *(_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1])]
     table_row = step_row(built)
-    table_slots = [_PHASE_SLOT.get(phase.name) for phase in built.phases]
+    table_slots = [PHASE_SLOT.get(phase.name) for phase in built.phases]
     repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
     own_value = {}  # a per-phase column of one call: that call's own value
     if not repeated:
@@ -292,27 +291,22 @@ def _values(row: list[Any], phase_rows: list[list[Any]], anchor_ns: int, trace_i
         None if between is None else repr(between * _NS),
         fetches, samples, tokens, *_NO_SUMS,
     ]
-    if gpu is None:
-        for (_, call, phase_start, phase_end, _, phase_gpu, nbytes), phase_id in zip(
-                phase_rows, phase_ids, strict=True):
-            values += (format(phase_id, "016x"), phase_start + anchor_ns, phase_end + anchor_ns, call,
-                       repr((phase_end - phase_start) * _NS),
-                       None if phase_gpu is None else repr(phase_gpu * _NS), nbytes)
-        return values
+    on_gpu = gpu is not None
     ends = []
     for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), phase_id in zip(
             phase_rows, phase_ids, strict=True):
         cpu_text = repr((phase_end - phase_start) * _NS)
-        phase_start += anchor_ns
-        phase_end += anchor_ns
-        gpu_text = None
-        if phase_gpu is not None:
-            gpu_text = repr(phase_gpu * _NS)
-            if offset is not None:  # on the device's timeline
-                phase_start = start + offset
-                phase_end = phase_start + phase_gpu
+        gpu_text = None if phase_gpu is None else repr(phase_gpu * _NS)
+        if on_gpu and phase_gpu is not None and offset is not None:  # on the device's timeline
+            phase_start = start + offset
+            phase_end = phase_start + phase_gpu
+        else:
+            phase_start += anchor_ns
+            phase_end += anchor_ns
         values += (format(phase_id, "016x"), phase_start, phase_end, call, cpu_text, gpu_text, nbytes)
         ends.append(phase_end)
+    if not on_gpu:
+        return values
     values[_END] = max(end, start + gpu, *ends)
     return values
 

@@ -28,7 +28,8 @@ from traceml_otel.wire.step_table import (
     write_table_record,
 )
 
-_PHASE_SLOT = {name: index for index, name in enumerate(c.PHASE_SPAN_NAMES.values())}
+PHASE_SLOT = {name: index for index, name in enumerate(c.PHASE_SPAN_NAMES.values())}
+"""A phase span's name to its slot in the table's per-phase columns."""
 _N = len(c.PHASES)
 _LOADER = (
     c.ATTR_LOADER_NUM_WORKERS, c.ATTR_LOADER_PIN_MEMORY, c.ATTR_LOADER_PERSISTENT_WORKERS,
@@ -53,7 +54,7 @@ def step_row(spans: StepSpans) -> list[object]:
     comm_cpu = [0.0] * _N
     comm_gpu = [0.0] * _N
     for phase in spans.phases:
-        slot = _PHASE_SLOT.get(phase.name)
+        slot = PHASE_SLOT.get(phase.name)
         if slot is None:
             continue
         p = phase.attributes
@@ -128,7 +129,7 @@ _SLOT_MARK = "\x1eslot\x1e"  # a field the CSV writer leaves unquoted; never in 
 
 def row_template(row: Sequence[object], slots: Sequence[tuple[int, str]]) -> str | None:
     """``row``'s CSV line as a ``%`` template whose fields at the given column indices are slots with
-    the given conversion specs (``%d``, ``%r``, ``%032x``), in that order; every other field is
+    the given conversion specs (``%d``, ``%s``, ...), in column order; every other field is
     written in as it is now. ``None`` when that cannot be done (the caller checks the filled template
     against :func:`csv_line`)."""
     marked = list(row)
@@ -160,12 +161,7 @@ class StepTableWriter:
 
     def write(self, steps: Sequence[StepSpans]) -> None:
         """Append one row per step."""
-        if not steps or self._fd is None:
-            return
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(step_row(s) for s in steps)
-        self._append(buffer.getvalue())
-        self.rows += len(steps)
+        self.write_lines([csv_line(step_row(s)) for s in steps])
 
     def write_lines(self, lines: list[str]) -> None:
         """Append rows already written as CSV lines (:func:`csv_line`, or a filled :func:`row_template`)."""
