@@ -16,7 +16,7 @@ from traceml_otel.capture.flops import StepFlopCounter
 from traceml_otel.capture.time_ledger import TimeLedger, process_start_time
 from traceml_otel.report.time_section import mfu_sentence, time_html, time_json
 from traceml_otel.settings import SettingsError, load_settings
-from traceml_otel.wire.hang_record import HangRecord
+from traceml_otel.wire.hang_record import HangRecord, StallEpisode
 from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord, read_time_record
 
 T0 = 1_700_000_000.0
@@ -62,6 +62,54 @@ def test_exact_accounting_on_a_synthetic_rank() -> None:
     steps_block = sum(v for k, v in got.items() if k.startswith("step.") and k != "step.input_wait")
     assert steps_block == pytest.approx(10 + 2 - 2)  # 12 s of blocks less the 2-s stall
     assert account.goodput == pytest.approx(10 / 30)
+
+
+def _two_stalls(*earlier: StallEpisode, left_out_s: float = 0.0) -> tuple[list[StepTiming], HangRecord]:
+    """10 steps of 0.5 s wait + 1 s block from T0+5 (step 7's block 3 s), a 5-s gap after step 2; the
+    record's earlier episode: 3 s stalled in that gap; its own: 2 s stalled inside step 7."""
+    steps, t = [], T0 + 5.5
+    for number in range(10):
+        traced = 3.0 if number == 7 else 1.0
+        steps.append(_step(number, t, traced, wait=0.5))
+        t += traced + 0.5 + (5.0 if number == 2 else 0.0)
+    in_gap = StallEpisode(progress_at=T0 + 10.0, stalled_s=3.0, step=3, in_step=False, phase="between steps")
+    step7 = steps[7].start_unix_nano / 1e9
+    hang = HangRecord(rank=0, world_size=1, run_id="r", state="resolved", stalled_s=2.0, timeout_s=1.0,
+                      step=7, in_step=True, phase="step", written_at=step7 + 2.5, resolved_at=step7 + 2.5,
+                      earlier=(in_gap, *earlier), earlier_left_out=2 if left_out_s else 0,
+                      earlier_left_out_s=left_out_s)
+    return steps, hang
+
+
+def _plain_record() -> TimeRecord:
+    return TimeRecord(0, "r", process_start=T0, init_at=T0 + 1, written_at=T0 + 30, ended_at=T0 + 30,
+                      steps=10)
+
+
+def test_every_stall_of_a_rank_counts_once_where_it_happened() -> None:
+    steps, hang = _two_stalls()
+    account = account_time(steps, {0: _plain_record()}, [hang])
+    got = dict(account.ranks[0].categories)
+    assert got["stalled"] == pytest.approx(5.0)  # 3 s between steps + 2 s in step 7
+    assert got["between_steps"] == pytest.approx(2.0)  # the 5-s gap less its 3-s stall
+    assert got["startup"] == pytest.approx(5.0) and got["shutdown"] == pytest.approx(3.0)
+    assert sum(got.values()) == pytest.approx(account.ranks[0].wall_s) == pytest.approx(30.0)
+    assert account.goodput == pytest.approx(10 / 30)  # 12 s of blocks less the 2 s stalled in step 7
+    overlapping = StallEpisode(steps[7].start_unix_nano / 1e9 + 1.0, 1.0, 7, True)  # inside the last one
+    again = dict(account_time(steps, {0: _plain_record()}, [_two_stalls(overlapping)[1]]).ranks[0].categories)
+    assert again == pytest.approx(got)  # overlapping episodes count once
+
+
+def test_stalls_beyond_the_records_list_still_count() -> None:
+    for left_out_s, between, in_steps in ((1.5, 0.5, 15.0), (4.0, 0.0, 13.0)):  # the rest from the steps
+        steps, hang = _two_stalls(left_out_s=left_out_s)
+        account = account_time(steps, {0: _plain_record()}, [hang])
+        got = dict(account.ranks[0].categories)
+        assert got["stalled"] == pytest.approx(5.0 + left_out_s)
+        assert got["between_steps"] == pytest.approx(between)
+        assert sum(v for k, v in got.items() if k.startswith("step.")) == pytest.approx(in_steps)
+        assert sum(got.values()) == pytest.approx(30.0)
+        assert any("2 earlier stall(s) beyond the hang record's list" in note for note in account.notes)
 
 
 def test_findings_fit_the_category_and_abstain_below_the_share() -> None:

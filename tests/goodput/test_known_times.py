@@ -59,9 +59,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
             env.update(TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="2")
         else:
             # Two ranks on a CPU shared with another test worker: with a 1 s hang timeout a rank starved
-            # for a second was once declared stalled after the real 5 s stall, and a rank's hang record
-            # keeps only its last episode (CI: "rank 0 stalled: 1.005 s vs 5.000 s"). 2 s still sees
-            # the stall; the one-rank run keeps 1 s, whose 0.2 s tick its live counters are checked at.
+            # for a second was once declared stalled after the real 5 s stall (CI, when a record kept
+            # only its last episode: "rank 0 stalled: 1.005 s vs 5.000 s"; every episode counts now, so
+            # it would read 6 s). 2 s still sees the stall; the one-rank run keeps 1 s, whose 0.2 s
+            # tick its live counters are checked at.
             env.update(TRACEML_HANG_TIMEOUT_S="2")
         log = (tmp / f"{name}.log").open("w")  # a file, not a pipe: a full pipe would stall the run
         started[name] = (time.time(), subprocess.Popen(command, env=env, stdout=log,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests.capture.list_sink import ListSink
 from traceml_otel.analyze.hang import combine, read_hang_records
@@ -13,11 +15,13 @@ from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.capture.watchdog import HangWatchdog
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.wire.hang_record import (
+    MAX_EARLIER_EPISODES,
     MAX_FRAMES,
     STATE_RESOLVED,
     HangRecord,
     OpenCollective,
     StackFrame,
+    StallEpisode,
     ThreadStack,
     decode_hang_record,
     encode_hang_record,
@@ -62,8 +66,6 @@ def test_ranks_without_a_record_are_named_when_the_others_wait() -> None:
 
 
 def test_resolved_records_give_no_verdict() -> None:
-    from dataclasses import replace
-
     assert combine([replace(record(0), state=STATE_RESOLVED)]) is None
 
 
@@ -71,13 +73,43 @@ def test_a_record_survives_the_round_trip_and_stays_bounded(tmp_path: Path) -> N
     frames = tuple(StackFrame("/" + "d" * 999, i, "f" * 999, "c" * 999) for i in range(100))
     big = HangRecord(rank=3, world_size=4, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0, step=1,
                      in_step=False, phase="input",
-                     threads=tuple(ThreadStack(f"t{i}", i == 0, frames) for i in range(100)))
+                     threads=tuple(ThreadStack(f"t{i}", i == 0, frames) for i in range(100)),
+                     earlier=tuple(StallEpisode(1e12 + i, 1e9, 10**15, True, "p" * 99) for i in range(200)))
     path = write_hang_record(tmp_path, big)
     assert path.name == "rank-3.hang.json" and path.stat().st_size < 1 << 20  # the read limit
     back = decode_hang_record(json.loads(path.read_text()))
     assert len(back.threads) == 32 and len(back.threads[0].frames) == MAX_FRAMES
     assert back.threads[0].frames[-1].line == 99  # the innermost frames are the ones kept
     assert decode_hang_record(json.loads(encode_hang_record(record(1)))) == record(1)
+
+
+def episode(at: float, stalled: float = 70.0) -> StallEpisode:
+    return StallEpisode(progress_at=at, stalled_s=stalled, step=int(at) % 100, in_step=True, phase="forward")
+
+
+def test_earlier_stalls_round_trip_and_older_records_still_read() -> None:
+    current = replace(record(0), earlier=(episode(1000.0), episode(2000.0, 61.5)))
+    back = decode_hang_record(json.loads(encode_hang_record(current)))
+    assert back == current and back.version == 2 and back.earlier[1].resolved_at == 2061.5
+    old = json.loads(encode_hang_record(record(0)))
+    for key in ("earlier", "earlier_left_out", "earlier_left_out_s"):
+        del old[key]
+    old["version"] = 1  # a version-1 file: no episodes, the record reads as before
+    assert decode_hang_record(old) == replace(record(0), version=1)
+
+
+def test_more_stalls_than_the_bound_keep_their_count_and_seconds() -> None:
+    many = replace(record(0), earlier=tuple(episode(1000.0 * i, 1.0 + i) for i in range(70)),
+                   earlier_left_out=3, earlier_left_out_s=9.0)
+    saved = json.loads(encode_hang_record(many))
+    back = decode_hang_record(saved)
+    assert len(back.earlier) == MAX_EARLIER_EPISODES and back.earlier[0] == many.earlier[6]  # the newest
+    assert back.earlier_left_out == 3 + 6 and back.earlier_left_out_s == 9.0 + sum(1.0 + i for i in range(6))
+    saved["earlier"] = [episode_json for episode_json in saved["earlier"] for _ in range(2)]  # a longer list
+    back = decode_hang_record(saved)  # ... read (a hand-made file): bounded the same way, nothing lost
+    assert len(back.earlier) == MAX_EARLIER_EPISODES and back.earlier_left_out == 9 + 64
+    total = sum(e.stalled_s for e in back.earlier) + back.earlier_left_out_s
+    assert total == sum(e.stalled_s for e in many.earlier) * 2 - sum(1.0 + i for i in range(6)) + 9.0
 
 
 def test_faulthandler_dumps_are_parsed_last_dump_first(tmp_path: Path) -> None:
@@ -124,6 +156,38 @@ def test_the_watchdog_writes_a_record_for_a_stall_and_resolves_it(tmp_path: Path
     finally:
         watchdog.stop()
     assert not (tmp_path / "rank-0.hang-traceback.txt").exists()  # empty fallback dump removed
+
+
+def test_the_watchdog_keeps_every_earlier_stall_in_the_next_record(tmp_path: Path, monkeypatch) -> None:
+    """Driven without its thread and with a fake clock: hang, resolve, hang again (three times)."""
+    import traceml_otel.capture.watchdog as watchdog_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(watchdog_module, "time", SimpleNamespace(time=lambda: clock[0],
+                                                                 monotonic=time.monotonic))
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path)
+
+    def saved() -> HangRecord:
+        return decode_hang_record(json.loads((tmp_path / "rank-0.hang.json").read_text()))
+
+    for number, stalled in enumerate((70.0, 65.0, 80.0)):
+        recorder.begin_step()
+        watchdog._report(stalled, 60.0)  # the loop's decision, without its thread
+        assert saved().state == "hung" and len(saved().earlier) == number
+        clock[0] += 20.0
+        watchdog._resolve()
+        recorder.end_step()
+        clock[0] += 500.0
+    last = saved()
+    assert last.state == "resolved" and last.stalled_s == 100.0 and last.written_at - 100.0 == 2040.0 - 80
+    assert [(e.progress_at, e.stalled_s, e.step, e.in_step) for e in last.earlier] == [
+        (1000.0 - 70.0, 90.0, 0, True), (1520.0 - 65.0, 85.0, 1, True)]
+    watchdog.episodes = tuple(episode(float(i)) for i in range(MAX_EARLIER_EPISODES))
+    watchdog._report(70.0, 60.0)
+    watchdog._resolve()
+    assert len(watchdog.episodes) == MAX_EARLIER_EPISODES and watchdog.episodes_left_out == 1
+    assert watchdog.episodes_left_out_s == 70.0 and watchdog.episodes[-1].stalled_s == 70.0
 
 
 def test_a_hang_still_open_at_a_clean_exit_is_resolved_but_not_after_a_signal(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ Per rank the timeline is cut at the first step's input fetch and the last step's
 - ``step.*``: each step's input wait plus its block, split as the diagnosis splits it;
 - ``outside.<kind>``: each ``outside_step`` kind;
 - ``between_steps``: the rest of the training window (code between steps that nothing named);
-- ``stalled``: no progress, from the hang record (carved out of where it happened);
+- ``stalled``: no progress, every stall the hang record names (its earlier episodes and its own),
+  each carved out of where it happened, overlaps counted once;
 - ``shutdown``: from the last step's end to the process end, less ``outside_step`` time and stalls.
 
 The categories add up to the rank's wall time by construction; where measurements overlap (a
@@ -18,6 +19,7 @@ negative remainder) the remainder is clamped to 0 and a note says so.
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -150,22 +152,63 @@ class _RankBuilder:
         self.spans.append((begin, end, step.step))
 
 
-def _stall_interval(
+def _cut_at_step(
+    since: float, stop: float, number: object, in_step: object, steps: dict[int, tuple[float, float]],
+) -> tuple[float, float]:
+    """A stall cut at the end of the step it stalled in (or the start of the next step): the
+    watchdog sees progress one tick late."""
+    span = steps.get(number) if isinstance(number, int) else None
+    if span is not None:
+        stop = min(stop, max(since, span[1] if in_step else span[0]))
+    return since, stop
+
+
+def _stall_intervals(
     hang: object, end: float, spans: Sequence[tuple[float, float, int]],
-) -> tuple[float, float] | None:
-    """From the last progress the watchdog saw to the resolution (or the rank's end), cut at the end
-    of the step it stalled in (or the start of the next step): the watchdog sees progress one tick late."""
-    written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
-    if not written or stalled is None or stalled <= 0:
-        return None
-    resolved = getattr(hang, "resolved_at", None)
-    stop = max(written, resolved if resolved else end)
-    number, in_step = getattr(hang, "step", None), getattr(hang, "in_step", False)
+) -> list[tuple[float, float]]:
+    """Every stall the hang record names: its earlier resolved episodes, and its own from the last
+    progress the watchdog saw to the resolution (or the rank's end), each cut at its step."""
+    steps: dict[int, tuple[float, float]] = {}
     for begin, step_end, step in spans:
-        if step == number:
-            stop = min(stop, max(written - stalled, step_end if in_step else begin))
-            break
-    return written - stalled, stop
+        steps.setdefault(step, (begin, step_end))
+    intervals = [_cut_at_step(e.progress_at, e.resolved_at, e.step, e.in_step, steps)
+                 for e in getattr(hang, "earlier", ()) or ()]
+    written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
+    if written and stalled is not None and stalled > 0:
+        resolved = getattr(hang, "resolved_at", None)
+        stop = max(written, resolved if resolved else end)
+        intervals.append(_cut_at_step(written - stalled, stop, getattr(hang, "step", None),
+                                      getattr(hang, "in_step", False), steps))
+    return intervals
+
+
+def _merged(intervals: Iterable[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """The intervals within [``start``, ``end``], sorted, overlapping ones joined (never counted twice)."""
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in intervals):
+        if b <= a:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _overlap_with_spans(
+    stalls: list[tuple[float, float]], spans: Sequence[tuple[float, float, int]],
+) -> float:
+    """Seconds of the (sorted, disjoint) stalls inside the step spans: a bisection per span."""
+    if not stalls:
+        return 0.0
+    starts = [a for a, _ in stalls]
+    total = 0.0
+    for begin, end, _ in spans:
+        index = bisect.bisect_left(starts, end) - 1
+        while index >= 0 and stalls[index][1] > begin:
+            total += _overlap(*stalls[index], begin, end)
+            index -= 1
+    return total
 
 
 def _carve(parts: list[float], seconds: float) -> None:
@@ -202,6 +245,28 @@ def _take_share(parts: list[float], seconds: float) -> None:
     if total > 0 and seconds > 0:
         keep = max(0.0, 1 - seconds / total)
         parts[:] = [part * keep for part in parts]
+
+
+def _place_left_out(
+    rank: int, hang: object, between: float, stalled: float, parts: list[float], notes: list[str],
+) -> tuple[float, float]:
+    """Stalls beyond the hang record's bound (only their count and seconds are kept) count as stalled,
+    taken out of ``between_steps`` (then the step parts); returns the new (between, stalled)."""
+    count = getattr(hang, "earlier_left_out", 0) or 0
+    seconds = getattr(hang, "earlier_left_out_s", 0.0) or 0.0
+    if seconds <= 0:
+        return between, stalled
+    from_between = min(seconds, max(0.0, between))
+    from_steps = min(seconds - from_between, sum(parts))
+    _carve(parts, from_steps)
+    placed = from_between + from_steps
+    text = (f"rank {rank}: {count} earlier stall(s) beyond the hang record's list ({seconds:.1f} s; "
+            f"where they happened is not kept) counted as stalled, taken from between steps"
+            f"{' and the steps' if from_steps > 0 else ''}")
+    if seconds - placed > 0.05:
+        text += f"; {seconds - placed:.1f} s of them found no time left there and are not counted"
+    notes.append(text)
+    return between - from_between, stalled + placed
 
 
 def account_rank(
@@ -241,16 +306,13 @@ def account_rank(
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
     middle = max(0.0, sum(o.seconds for o in outside) - before - after)
-    stall = _stall_interval(hang, end, builder.spans) if hang is not None else None
+    stalls = _merged(_stall_intervals(hang, end, builder.spans), start, end) if hang is not None else []
     parts = list(builder.parts)
-    stalled = stall_start = stall_end = stall_steps = 0.0
-    if stall is not None:
-        s0, s1 = max(stall[0], start), min(stall[1], end)
-        stalled = max(0.0, s1 - s0)
-        stall_start = _overlap(s0, s1, start, first)
-        stall_end = _overlap(s0, s1, last, end)
-        stall_steps = min(sum(_overlap(s0, s1, b, e) for b, e, _ in builder.spans), sum(parts))
-        _carve(parts, stall_steps)
+    stalled = sum(b - a for a, b in stalls)
+    stall_start = sum(_overlap(a, b, start, first) for a, b in stalls)
+    stall_end = sum(_overlap(a, b, last, end) for a, b in stalls)
+    stall_steps = min(_overlap_with_spans(stalls, builder.spans), sum(parts))
+    _carve(parts, stall_steps)
     window = last - first
     between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
     startup = (first - start) - before - stall_start
@@ -265,6 +327,7 @@ def account_rank(
             startup += this_startup
             between -= restarts + record.earlier_after_last_step_s + this_startup
             _take_share(parts, redone)
+    between, stalled = _place_left_out(rank, hang, between, stalled, parts, notes)
     shutdown = (end - last) - after - stall_end
     for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
         if value < -0.05:

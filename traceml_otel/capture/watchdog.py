@@ -7,7 +7,9 @@ seen for the hang timeout, max(``TRACEML_HANG_TIMEOUT_S``, ``TRACEML_HANG_FACTOR
 the last 64 step intervals), it takes every thread's Python stack (``sys._current_frames()``),
 writes ``rank-R.hang.json`` atomically into the run folder, says so once on stderr when no launcher
 watches, and keeps the record fresh while the hang lasts. When steps move again it marks the record
-``resolved``. Work inside ``outside_step`` (evaluation, a checkpoint) is never a hang.
+``resolved`` and remembers the episode: a later hang's record lists the earlier ones (bounded, see
+:func:`~traceml_otel.wire.hang_record.bounded_episodes`), so every stall is counted. Work inside
+``outside_step`` (evaluation, a checkpoint) is never a hang.
 
 A thread cannot run while C code holds the GIL. For that case the watchdog keeps
 ``faulthandler.dump_traceback_later`` armed, re-arming it each tick: if the watchdog itself does not
@@ -47,7 +49,9 @@ from traceml_otel.wire.hang_record import (
     HangRecord,
     OpenCollective,
     StackFrame,
+    StallEpisode,
     ThreadStack,
+    bounded_episodes,
     write_hang_record,
 )
 
@@ -155,6 +159,9 @@ class HangWatchdog:
         self.tick_s = max(0.05, min(1.0, floor_s / 5))
         self.intervals: collections.deque[float] = collections.deque(maxlen=INTERVALS_KEPT)
         self.hang: HangRecord | None = None
+        self.episodes: tuple[StallEpisode, ...] = ()
+        """Earlier resolved stalls (the most recent), and how many (and seconds) were left out."""
+        self.episodes_left_out, self.episodes_left_out_s = 0, 0.0
         self.records_written = 0
         self.flight_recorder_note = ""
         self._outside_since: float | None = None
@@ -341,7 +348,8 @@ class HangWatchdog:
             location=location, innermost=main_frames[-1] if main_frames else None, note=note,
             threads=tuple(threads[:MAX_THREADS]), host=self.host, pid=os.getpid(),
             detected_at=self.hang.detected_at if self.hang is not None else now - stalled_s + timeout_s,
-            written_at=now, source=SOURCE_WATCHDOG,
+            written_at=now, source=SOURCE_WATCHDOG, earlier=self.episodes,
+            earlier_left_out=self.episodes_left_out, earlier_left_out_s=self.episodes_left_out_s,
         )
 
     def _worker_stacks(self, torch_root: str) -> list[ThreadStack]:
@@ -380,6 +388,9 @@ class HangWatchdog:
         # written_at - stalled_s stays the last progress (the time accounting and the hang span read it)
         stalled = hang.stalled_s + max(0.0, now - hang.written_at)
         self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now, stalled_s=stalled))
+        episode = StallEpisode(now - stalled, stalled, hang.step, hang.in_step, hang.phase)
+        self.episodes, self.episodes_left_out, self.episodes_left_out_s = bounded_episodes(
+            (*self.episodes, episode), self.episodes_left_out, self.episodes_left_out_s)
         if self.announce:
             self._warn(f"rank {self.rank}: progress resumed (the hang was reported "
                        f"{now - hang.detected_at:.0f} s ago)")

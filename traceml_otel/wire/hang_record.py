@@ -6,8 +6,14 @@ lasts, and marks it ``resolved`` when steps move again. The launcher's hang moni
 analyzer read it (:mod:`traceml_otel.wire.hang_verdict` combines the ranks' records into one verdict).
 
 Every field is bounded: at most :data:`MAX_THREADS` threads of :data:`MAX_FRAMES` frames each, and
-strings cut at :data:`MAX_TEXT` characters (function names at 100), so a record stays under the
-1 MiB read limit (about 700 KB at worst; a few KiB usually).
+strings cut at :data:`MAX_TEXT` characters (function names at 100), and at most
+:data:`MAX_EARLIER_EPISODES` earlier stall episodes (at most about 150 bytes each; beyond them a count and
+their total seconds), so a record stays under the 1 MiB read limit (about 720 KB at worst; a few KiB
+usually).
+
+The record describes the current (or last) stall. A rank that stalled, recovered and stalls again
+keeps its earlier resolved stalls in ``earlier`` (version 2; a version-1 record has none and reads as
+such, and a version-1 reader ignores the field), so the time accounting counts every declared stall.
 """
 
 from __future__ import annotations
@@ -28,11 +34,14 @@ from traceml_otel.wire._json import (
     write_atomically,
 )
 
-HANG_RECORD_VERSION = 1
+HANG_RECORD_VERSION = 2
+"""2: ``earlier`` and ``earlier_left_out``/``earlier_left_out_s`` (earlier stall episodes) added."""
 MAX_THREADS = 32
 MAX_FRAMES = 40
 MAX_TEXT = 200
 MAX_GROUPS = 16
+MAX_EARLIER_EPISODES = 64
+"""Earlier stall episodes kept in a record (the most recent); older ones are counted, not listed."""
 
 STATE_HUNG = "hung"
 STATE_RESOLVED = "resolved"
@@ -77,6 +86,24 @@ class OpenCollective:
 
 
 @dataclass(frozen=True, slots=True)
+class StallEpisode:
+    """An earlier, resolved stall of the rank: from its last progress for ``stalled_s`` seconds."""
+
+    progress_at: float
+    """The last progress before the stall (Unix seconds)."""
+    stalled_s: float
+    step: int
+    """The step it stalled in (``in_step``), else the next one."""
+    in_step: bool
+    phase: str = ""
+
+    @property
+    def resolved_at(self) -> float:
+        """When steps moved again."""
+        return self.progress_at + self.stalled_s
+
+
+@dataclass(frozen=True, slots=True)
 class HangRecord:
     """One rank's hang: its progress state and every thread's stack when it was seen stalled."""
 
@@ -116,7 +143,25 @@ class HangRecord:
     """Where the culprit frame is when not on the training thread (``in DataLoader worker pid N``)."""
     flight_recorder: str = ""
     """What became of PyTorch's flight recorder dump (``flight recorder in rank-R.flight-recorder.json``)."""
+    earlier: tuple[StallEpisode, ...] = ()
+    """The rank's earlier resolved stalls in this process, oldest first (at most
+    :data:`MAX_EARLIER_EPISODES`, the most recent)."""
+    earlier_left_out: int = 0
+    """Earlier stalls beyond the bound: how many were left out of ``earlier`` ..."""
+    earlier_left_out_s: float = 0.0
+    """... and their seconds in total (still counted as stalled time)."""
     version: int = HANG_RECORD_VERSION
+
+
+def bounded_episodes(
+    episodes: tuple[StallEpisode, ...], left_out: int = 0, left_out_s: float = 0.0,
+) -> tuple[tuple[StallEpisode, ...], int, float]:
+    """``episodes`` cut to the most recent :data:`MAX_EARLIER_EPISODES`, the older ones added to the
+    count and seconds left out (nothing is lost without being counted)."""
+    cut = max(0, len(episodes) - MAX_EARLIER_EPISODES)
+    if not cut:
+        return episodes, left_out, left_out_s
+    return episodes[cut:], left_out + cut, left_out_s + sum(e.stalled_s for e in episodes[:cut])
 
 
 def _text(value: str) -> str:
@@ -130,9 +175,16 @@ def _frame_json(frame: StackFrame | None) -> dict[str, Any] | None:
             "code": _text(frame.code)}
 
 
+def _episode_json(episode: StallEpisode) -> dict[str, Any]:
+    return {"progress_at": round(episode.progress_at, 3), "stalled_s": round(episode.stalled_s, 3),
+            "step": episode.step, "in_step": episode.in_step, "phase": episode.phase[:40]}
+
+
 def encode_hang_record(record: HangRecord) -> str:
     """The record as compact JSON (bounded as the module docstring says)."""
     collective = record.collective
+    earlier, left_out, left_out_s = bounded_episodes(record.earlier, record.earlier_left_out,
+                                                     record.earlier_left_out_s)
     value = {
         "version": record.version, "rank": record.rank, "world_size": record.world_size,
         "run_id": _text(record.run_id), "state": record.state, "stalled_s": round(record.stalled_s, 3),
@@ -151,6 +203,8 @@ def encode_hang_record(record: HangRecord) -> str:
         "host": _text(record.host), "pid": record.pid, "detected_at": record.detected_at,
         "resolved_at": record.resolved_at, "written_at": record.written_at, "source": record.source,
         "note": _text(record.note), "flight_recorder": _text(record.flight_recorder),
+        "earlier": [_episode_json(e) for e in earlier],
+        "earlier_left_out": left_out, "earlier_left_out_s": round(left_out_s, 3),
     }
     return json.dumps(value, separators=(",", ":"))
 
@@ -184,6 +238,28 @@ def _collective(raw: object) -> OpenCollective | None:
     )
 
 
+def _episode(raw: object) -> StallEpisode | None:
+    if not isinstance(raw, dict):
+        return None
+    since, stalled = as_float(raw.get("progress_at")), as_float(raw.get("stalled_s"))
+    if since is None or stalled is None or stalled <= 0:
+        return None
+    return StallEpisode(since, stalled, as_int(raw.get("step")) or 0, raw.get("in_step") is True,
+                        as_str(raw.get("phase"), 40) or "")
+
+
+def _episodes(value: dict[str, Any]) -> tuple[tuple[StallEpisode, ...], int, float]:
+    """The earlier episodes (absent in version 1), bounded: a longer list's older entries are counted."""
+    raw = value.get("earlier") if isinstance(value.get("earlier"), list) else []
+    count = len(raw) - MAX_EARLIER_EPISODES
+    dropped = [e for e in map(_episode, raw[:max(0, count)]) if e is not None]
+    episodes = tuple(e for e in map(_episode, raw[max(0, count):]) if e is not None)
+    left_out = max(0, as_int(value.get("earlier_left_out")) or 0) + len(dropped)
+    left_out_s = max(0.0, as_float(value.get("earlier_left_out_s")) or 0.0)
+    left_out_s += sum(e.stalled_s for e in dropped)
+    return episodes, left_out, left_out_s
+
+
 def decode_hang_record(value: dict[str, Any]) -> HangRecord:
     """A record from its JSON object; raises :class:`RecordError` when the rank is missing."""
     rank = as_int(value.get("rank"))
@@ -200,6 +276,7 @@ def decode_hang_record(value: dict[str, Any]) -> HangRecord:
     entered = {str(k)[:MAX_TEXT]: n for k, v in list(entered_raw.items())[:MAX_GROUPS]
                if (n := as_int(v)) is not None}
     phases = value.get("phases_done") if isinstance(value.get("phases_done"), list) else []
+    earlier, left_out, left_out_s = _episodes(value)
     return HangRecord(
         rank=rank, world_size=as_int(value.get("world_size")) or 1,
         run_id=as_str(value.get("run_id"), MAX_TEXT) or "",
@@ -217,6 +294,7 @@ def decode_hang_record(value: dict[str, Any]) -> HangRecord:
         source=as_str(value.get("source"), 20) or SOURCE_WATCHDOG,
         note=as_str(value.get("note"), MAX_TEXT) or "",
         flight_recorder=as_str(value.get("flight_recorder"), MAX_TEXT) or "",
+        earlier=earlier, earlier_left_out=left_out, earlier_left_out_s=left_out_s,
         version=as_version(value.get("version")) or 1,
     )
 
