@@ -102,13 +102,15 @@ def test_otlp_losses_alone_are_information_and_cap_nothing(tmp_path: Path) -> No
                         local_copy_complete=True, otlp_endpoint="http://collector:4318", otlp_dropped=60,
                         otlp_drop_reasons={"export failed": 60}, metrics_endpoint="http://collector:4318",
                         metric_exports=1, metric_export_failures=3, metric_last_error="connection refused",
-                        clean_shutdown=True, end_status="ok", final=True)
+                        metric_values_rejected=4, clean_shutdown=True, end_status="ok", final=True)
     (run / c.export_stats_file_name(0)).write_text(encode_export_stats(stats))
     analysis = analyze_path([run])
     finding = _degraded(analysis)
     assert finding is not None and finding.severity is Severity.INFO
     assert "60 spans were not delivered over OTLP to http://collector:4318 (export failed: 60)" in finding.why
     assert "3 of 4 OTLP metric exports to http://collector:4318 failed (connection refused)" in finding.why
+    assert "rank 0: 4 measurements not finite or negative" in finding.why
+    assert ("rank_0_metric_values_rejected", 4) in [(e.name, e.value) for e in finding.evidence]
     assert not any("local copy" in cap for cap in analysis.step.caps)
 
 

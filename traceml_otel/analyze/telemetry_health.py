@@ -4,7 +4,8 @@ Each rank's emitter writes ``rank-R.export.json`` (:mod:`traceml_otel.wire.expor
 run directory is analysed, those records become one run finding, ``TELEMETRY_DEGRADED``, naming
 per rank every output that was turned off and why (a read-only or full local copy, a busy
 Prometheus port, a failing exporter), an incomplete local copy, steps lost before the emitter,
-spans and metric exports OTLP did not deliver, and a shutdown that was not clean.
+spans and metric exports OTLP did not deliver, measurements the duration histograms dropped (not
+finite or negative), and a shutdown that was not clean.
 
 A rank whose emitter died or stopped before its final counts is named from the trainer's handoff
 record (``rank-R.handoff.json``, folded in by the reader): the steps traced that never reached the
@@ -12,9 +13,9 @@ local copy.
 
 Severity: ``warning`` when an output was turned off, a local copy is incomplete or steps were lost
 before the emitter (the diagnosis, or the dashboards and alerts, miss data); ``info`` when only OTLP
-delivery failed (the local copy has the spans). An incomplete local copy also caps the step-time
-verdict at warning (:func:`confidence_caps`). Spans read from Tempo or Jaeger come with no such
-files, and nothing is said.
+delivery failed or measurements were dropped from the histograms (the local copy has the spans).
+An incomplete local copy also caps the step-time verdict at warning (:func:`confidence_caps`).
+Spans read from Tempo or Jaeger come with no such files, and nothing is said.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def _rank_details(stats: ExportStats) -> tuple[list[str], list[Evidence], bool]:
         said.append(f"rank {rank}: {stats.metric_export_failures} of {total} OTLP metric exports to "
                     f"{stats.metrics_endpoint or 'the endpoint'} failed{cause}")
         evidence.append(Evidence(f"rank_{rank}_metric_export_failures", stats.metric_export_failures))
+    if stats.metric_values_rejected:
+        said.append(f"rank {rank}: {stats.metric_values_rejected} measurements not finite or negative (a "
+                    "clock fault?) were left out of the duration histograms")
+        evidence.append(Evidence(f"rank_{rank}_metric_values_rejected", stats.metric_values_rejected))
     if stats.final and not stats.clean_shutdown and stats.end_status:
         said.append(f"rank {rank}: telemetry did not shut down cleanly ({stats.end_status}); steps after the "
                     "last hand-off may be missing")

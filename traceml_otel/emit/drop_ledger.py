@@ -5,6 +5,7 @@ Spans not delivered are counted in three places while the emitter runs: the live
 export turned off, not sent at shutdown) and the statistics record, into which both are folded
 once. The live ``traceml_export_dropped_spans_total`` series reads the sum from the metrics thread
 while the emitter moves counts, so every move happens under one lock: never counted twice, never lost.
+The metric side's counts (export calls, measurements the histograms dropped) are copied in too.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class ShipperCounts(Protocol):
 
     @property
     def dropped(self) -> int: ...
+
+
+class MetricCounts(Protocol):
+    """What the step metrics counted (:class:`traceml_otel.emit.step_metrics.StepMetrics`)."""
+
+    @property
+    def export_counts(self) -> MetricExportCounts | None: ...
+
+    @property
+    def values_rejected(self) -> int: ...
 
 
 class DropLedger:
@@ -76,8 +87,21 @@ class DropLedger:
                 stats.otlp_dropped += spans
             self._skipped = {}
 
-    def take_metric_counts(self, counts: MetricExportCounts | None) -> None:
-        """Copy the OTLP metric export counts; an export still running at the deadline counts as failed."""
+    def take_rejected(self, metrics: MetricCounts | None) -> bool:
+        """Copy the measurements the metric histograms dropped so far; True when the count moved.
+        Without ``metrics`` (none, or turned off) the count copied last stays."""
+        if metrics is None:
+            return False
+        rejected = metrics.values_rejected
+        moved = rejected != self.stats.metric_values_rejected
+        self.stats.metric_values_rejected = rejected
+        return moved
+
+    def take_metric_counts(self, metrics: MetricCounts) -> None:
+        """Copy the OTLP metric export counts (an export still running at the deadline counts as
+        failed) and the rejected measurements."""
+        self.take_rejected(metrics)
+        counts = metrics.export_counts
         if counts is not None:
             self.stats.metric_exports = counts.exported
             self.stats.metric_export_failures = counts.failed + counts.in_flight

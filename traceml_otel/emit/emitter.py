@@ -85,6 +85,7 @@ class Emitter:
         OTLP export or metrics need them."""
         self.stats = ExportStats(run_id=rank.run_id, rank=rank.rank)
         self.ledger = DropLedger(self.stats, REDACT)
+        self.metrics: StepMetrics | None = None
         self.drain_s = float(hello.shutdown_timeout_s)
         """The trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``: all OTLP export at shutdown fits in it."""
         self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
@@ -108,7 +109,7 @@ class Emitter:
         self.shipper: OtlpSpanShipper | None = None
         if hello.traces_endpoint and hello.traces_protocol:
             self.shipper = self._start_shipper(hello, resource, scope)
-        self.metrics: StepMetrics | None = self._start_metrics(hello, resource, rank)
+        self.metrics = self._start_metrics(hello, resource, rank)
         self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
         if self.hang_watch is not None and self.metrics is not None:
             self.metrics.state.stalled = self.hang_watch.state.stalled
@@ -255,10 +256,13 @@ class Emitter:
     def refresh_stats(self) -> None:
         """Rewrite the statistics when steps arrived since the last write, at most every
         ``STATS_INTERVAL_S`` (bounded cost; a dead or stopped emitter leaves counts that recent)."""
+        if self.ledger.take_rejected(self.metrics):
+            self.stats_file.mark_dirty()
         self.stats_file.refresh(self.stats)
 
     def write_stats(self) -> None:
         """Replace ``rank-R.export.json`` now (:class:`~traceml_otel.emit.stats_file.StatsFile`)."""
+        self.ledger.take_rejected(self.metrics)
         self.stats_file.write(self.stats)
 
     def _local_failed(self, error: OSError) -> None:
@@ -297,7 +301,7 @@ class Emitter:
             try:
                 self.metrics.record_batch(zip(records, built, sampled, strict=False))
             except Exception as error:
-                self.ledger.take_metric_counts(self.metrics.export_counts)
+                self.ledger.take_metric_counts(self.metrics)
                 self.metrics = None
                 self.disable("metrics", f"recording failed ({describe(error)})")
         else:
@@ -412,7 +416,7 @@ class Emitter:
                 self.metrics.shutdown(timeout_s=min(left_s, DEAD_ENDPOINT_DRAIN_S) if metric_down else left_s)
             except Exception as error:
                 self.stats.problems.append(f"metrics shutdown failed ({describe(error)})")
-            self.ledger.take_metric_counts(self.metrics.export_counts)
+            self.ledger.take_metric_counts(self.metrics)
 
     def finish(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None = None) -> None:
         """Both shutdown stages at once (tests and benchmarks)."""

@@ -17,7 +17,9 @@ measurements through the SDK's instrument and through this and compares the poin
 
 - buckets by ``bisect_left`` (a value on a boundary counts in the bucket it closes), count, sum, min
   and max; non-finite and negative values are dropped (the SDK logs each one; here they are counted
-  in :attr:`HistogramAccumulator.rejected` and logged once);
+  in :attr:`HistogramAccumulator.rejected`, logged once, and the group's total,
+  :attr:`HistogramGroup.rejected`, reaches ``rank-R.export.json`` as ``metric_values_rejected``, so
+  the launcher's account and the analyzer report them);
 - cumulative: totals since the series' first measurement (its start time), each interval's sum
   added to the total as the SDK adds it (so the floats agree to the bit); an idle series still
   reports. Delta: the interval's values, a series with no measurement has no point, and the start is
@@ -225,6 +227,12 @@ class HistogramGroup:
                                          self.temporality, self._exemplars)
         self.histograms.append(histogram)
         return histogram
+
+    @property
+    def rejected(self) -> int:
+        """Measurements every histogram of the group dropped so far (not finite or negative)."""
+        with self.lock:
+            return sum(histogram.rejected for histogram in self.histograms)
 
     def collect(self, now_ns: int) -> list[Metric]:
         """Every histogram's metric that has points at ``now_ns``, in creation order."""

@@ -2,11 +2,14 @@
 emitter (no collector needed), with the families read live at each scrape.
 
 Same metric set as the OTLP path (emit/step_metrics.py), read from the shared
-:class:`~traceml_otel.emit.live_state.LiveState`.
+:class:`~traceml_otel.emit.live_state.LiveState`. A duration that is not finite or negative is
+dropped and counted (:attr:`PrometheusStepMetrics.rejected`), as the OTLP histograms drop it:
+``prometheus-client`` would take it, and one NaN turns a series' ``_sum`` into NaN for good.
 """
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -52,6 +55,8 @@ class PrometheusStepMetrics:
         self._reserved = IntervalPeak()
         self._scrapes = 0
         self._scraped = threading.Condition()
+        self.rejected = 0
+        """Durations dropped as not finite or negative (the OTLP histograms drop the same ones)."""
         self.scrapes = ScrapeLog()
         buckets = list(c.DURATION_BUCKETS_S)
         self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
@@ -87,15 +92,24 @@ class PrometheusStepMetrics:
     ) -> None:
         labels = self._labels
         exemplar = None if exemplar_ids is None else {"trace_id": exemplar_ids[0], "span_id": exemplar_ids[1]}
-        self._step.labels(**labels).observe(step_s, exemplar=exemplar)
+        if self._valid(step_s):
+            self._step.labels(**labels).observe(step_s, exemplar=exemplar)
         for phase, seconds in phases:
-            self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
-        if wait_s is not None:
+            if self._valid(seconds):
+                self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
+        if wait_s is not None and self._valid(wait_s):
             self._wait.labels(**labels).observe(wait_s)
         self._steps.labels(**labels).inc()
         if memory is not None:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
+
+    def _valid(self, seconds: float) -> bool:
+        """Whether a duration can be observed; one that is not finite or negative is counted instead."""
+        if 0.0 <= seconds < math.inf:
+            return True
+        self.rejected += 1
+        return False
 
     def record_work(self, samples: int | None, tokens: int | None) -> None:
         """Count a step's samples and tokens (the series appear with the first known count)."""
@@ -109,9 +123,9 @@ class PrometheusStepMetrics:
         for one in collectives:
             labels = {**self._labels, "traceml_collective_source": one.source,
                       "traceml_collective_kind": one.kind}
-            if one.seconds is not None:
+            if one.seconds is not None and self._valid(one.seconds):
                 self._collective.labels(**labels).observe(one.seconds)
-            if one.exposed is not None:
+            if one.exposed is not None and self._valid(one.exposed):
                 self._collective_exposed.labels(**labels).observe(one.exposed)
             self._collective_calls.labels(**labels).inc(one.calls)
             self._collective_bytes.labels(**labels).inc(one.nbytes)

@@ -85,6 +85,7 @@ class StepMetrics:
         ``on_export_failure`` is told once, at the first failed export to ``metrics_endpoint``.
         """
         self._counted: CountingMetricExporter | None = None
+        self._histograms: HistogramGroup | None = None
         self._attributes = {c.ATTR_JOB: labels.job_label, c.ATTR_RUN_ID: labels.run_id,
                             c.ATTR_RANK: labels.rank}
         self.state = LiveState(labels, dropped_spans)
@@ -260,7 +261,7 @@ class StepMetrics:
             self._prometheus.record(step_s, phases, wait_s, memory, ids)
             self._prometheus.record_work(record.samples, record.tokens)
             self._prometheus.record_collectives(collectives)
-        if self._provider is None:
+        if self._provider is None or self._histograms is None:
             return
         trace_id, span_id = (step.trace_id, step.span_id) if exemplar else (None, None)
         now_ns = time.time_ns()
@@ -307,6 +308,15 @@ class StepMetrics:
     def export_counts(self) -> MetricExportCounts | None:
         """OTLP metric export calls delivered and failed so far; ``None`` without OTLP metrics."""
         return self._counted.counts if self._counted is not None else None
+
+    @property
+    def values_rejected(self) -> int:
+        """Durations the histograms dropped so far as not finite or negative (the SDK's histograms
+        drop them too). The OTLP and the scrape path see the same measurements, so one path's count:
+        OTLP's when it runs, else the scrape endpoint's."""
+        if self._histograms is not None:
+            return self._histograms.rejected
+        return self._prometheus.rejected if self._prometheus is not None else 0
 
     def watch_time_record(self, run_dir: Path, rank: int, hang: object | None = None) -> None:
         """Read this rank's ``rank-R.time.json`` in ``run_dir`` for the time counters and MFU, and its

@@ -17,6 +17,8 @@ from traceml_otel.wire.export_stats import ExportStats, read_export_stats
 
 FINAL_WAIT_EXTRA_S = 5.0
 """How much longer than ``TRACEML_SHUTDOWN_TIMEOUT_S`` the launcher waits for final statistics."""
+MAX_RANKS_NAMED = 8
+"""Ranks named on one aggregated line (the most affected first); the others are counted."""
 
 
 def read_rank_exports(run_dir: Path) -> list[ExportStats]:
@@ -58,6 +60,7 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
     else:
         lines.append("  OTLP: no endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT); local copy only")
     lines.extend(_metric_export_lines(exports))
+    lines.extend(_rejected_value_lines(exports))
     for export in exports:
         prefix = f"  rank {export.rank}:"
         if export.emitter_lost:
@@ -124,3 +127,18 @@ def _metric_export_lines(exports: list[ExportStats]) -> list[str]:
             lines.append(f"    rank {export.rank}: {export.metric_export_failures} metric exports "
                          f"failed{cause}")
     return lines
+
+
+def _rejected_value_lines(exports: list[ExportStats]) -> list[str]:
+    """Measurements the OTLP duration histograms dropped (not finite or negative): one line at any
+    world size, naming at most ``MAX_RANKS_NAMED`` ranks, the most affected first."""
+    rejecting = sorted((e for e in exports if e.metric_values_rejected),
+                       key=lambda e: (-e.metric_values_rejected, e.rank))
+    if not rejecting:
+        return []
+    total = sum(e.metric_values_rejected for e in rejecting)
+    named = ", ".join(f"rank {e.rank}: {e.metric_values_rejected}" for e in rejecting[:MAX_RANKS_NAMED])
+    more = len(rejecting) - MAX_RANKS_NAMED
+    tail = f"; and {more} more ranks" if more > 0 else ""
+    return [f"  metrics: {total} measurements not finite or negative (a clock fault?) left out of the "
+            f"duration histograms ({named}{tail}); the spans and the other metrics keep those steps"]

@@ -62,6 +62,10 @@ class ExportStats:
     metric_export_failures: int = 0
     """OTLP metric export calls that failed (each loses one interval's points for that backend)."""
     metric_last_error: str | None = None
+    metric_values_rejected: int = 0
+    """Measurements the duration histograms (OTLP, else the scrape endpoint) dropped as not finite or
+    negative (a clock fault); the step's spans and other metrics are kept. Files from before the
+    field read as 0."""
     outputs_disabled: dict[str, str] = field(default_factory=dict)
     clean_shutdown: bool = False
     end_status: str = "running"
@@ -155,6 +159,7 @@ def decode_export_stats(data: dict[str, object]) -> ExportStats:
         metric_exports=_count(data, "metric_exports"),
         metric_export_failures=_count(data, "metric_export_failures"),
         metric_last_error=as_str(data.get("metric_last_error"), 2000),
+        metric_values_rejected=_count(data, "metric_values_rejected"),
         outputs_disabled=_str_map(data.get("outputs_disabled")),
         clean_shutdown=data.get("clean_shutdown") is True,
         end_status=as_str(data.get("end_status"), 500) or "",
