@@ -218,7 +218,7 @@ def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
     return json.loads(out.read_text())
 
 
-def _hogs(count: int) -> list[subprocess.Popen[bytes]]:
+def start_hogs(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
@@ -227,12 +227,14 @@ def _spread(values: list[float]) -> str:
 
 
 def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
-             show_tasks: bool = False, control: bool = False) -> None:
-    hidden, hog_count = SCENARIOS[name]
+             show_tasks: bool = False, control: bool = False, hidden: int | None = None,
+             raw: Path | None = None) -> None:
+    default_hidden, hog_count = SCENARIOS[name]
+    hidden = hidden or default_hidden
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
     by_thread: dict[str, list[float]] = {}
     runs: list[tuple[dict, dict]] = []
-    hogs = _hogs(hog_count)
+    hogs = start_hogs(hog_count)
     try:
         for pair in range(pairs):
             results = {}
@@ -242,6 +244,9 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
                 results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir)
             on, off = results[True], results[False]
             runs.append((on, off))
+            if raw is not None:
+                raw.write_text(json.dumps({"scenario": name, "hidden": hidden, "control": control,
+                                           "pairs": [{"on": a, "off": b} for a, b in runs]}, indent=1))
             wall_us.append((on["median_ns"] - off["median_ns"]) / 1000)
             wall_pct.append((on["median_ns"] / off["median_ns"] - 1) * 100)
             mean_us.append((on["mean_ns"] - off["mean_ns"]) / 1000)
@@ -269,7 +274,7 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             hog.wait()
     bare_ms = statistics.median(bare) / 1000
     label = f"{name} (A/A control: telemetry off on both sides)" if control else name
-    print(f"{label}: {pairs} pairs, {steps} steps each, bare step median {bare_ms:.3f} ms, "
+    print(f"{label}: {pairs} pairs, {steps} steps each, hidden {hidden}, bare step median {bare_ms:.3f} ms, "
           f"{hog_count} CPU hogs, load average {min(loads):.1f}..{max(loads):.1f}")
     print(f"  wall per step (median step), us:   {_spread(wall_us)}")
     print(f"  wall per step (median step), %:    {_spread(wall_pct)}")
@@ -299,6 +304,8 @@ def _print_normalised(runs: list[tuple[dict, dict]]) -> None:
     tree = [(scaled(on, on["tree_cpu_ns"]) - scaled(off, off["tree_cpu_ns"])) / 1000 for on, off in runs]
     trainer = [(scaled(on, on["tasks_ns"].get("trainer main", 0))
                 - scaled(off, off["tasks_ns"].get("trainer main", 0))) / 1000 for on, off in runs]
+    wall = [(scaled(on, on["median_ns"]) / scaled(off, off["median_ns"]) - 1) * 100 for on, off in runs]
+    print(f"  wall per step, speed-scaled, %:     {_spread(wall)}")
     print(f"  process-tree CPU, speed-scaled, us: {_spread(tree)}")
     print(f"  training thread, speed-scaled, us:  {_spread(trainer)}", flush=True)
 
@@ -312,6 +319,9 @@ def main() -> None:
     parser.add_argument("--tasks", action="store_true", help="also print each thread's CPU per step")
     parser.add_argument("--control", action="store_true",
                         help="A/A: telemetry off on both sides of each pair (the noise floor of the numbers)")
+    parser.add_argument("--hidden", type=int, default=None,
+                        help="the model's hidden width instead of the scenario's (sets the step time)")
+    parser.add_argument("--raw", type=Path, default=None, help="write every run's numbers to this JSON file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
@@ -320,7 +330,8 @@ def main() -> None:
         print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
-            scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control)
+            scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control,
+                     args.hidden, args.raw)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 

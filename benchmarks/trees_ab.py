@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--after-env", nargs="*", default=[], help="KEY=VALUE settings for 'after'")
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=overhead_pairs.SCENARIOS["fast"][0])
+    parser.add_argument("--hogs", type=int, default=0, help="busy-loop processes beside the runs")
     args = parser.parse_args()
     sides = {"before": (args.before, _env(args.before_env)), "after": (args.after, _env(args.after_env))}
     workdir = Path(tempfile.mkdtemp(prefix="trees-ab-"))
@@ -47,6 +48,7 @@ def main() -> None:
     script.write_text(overhead_pairs.TRAINER)
     results: dict[str, list[dict]] = {side: [] for side in sides}
     saved = dict(os.environ)
+    hogs = overhead_pairs.start_hogs(args.hogs)
     try:
         for pair in range(args.pairs):
             for side in (("before", "after") if pair % 2 == 0 else ("after", "before")):
@@ -64,6 +66,9 @@ def main() -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     for thread in THREADS:
         for side in sides:
             values = [run["tasks_ns"][thread] / 1000 for run in results[side]]
@@ -73,6 +78,10 @@ def main() -> None:
                        for a, b in zip(results["after"], results["before"], strict=True)]
         print(f"{thread}, after - before: median {statistics.median(differences):+.1f} "
               f"({min(differences):+.1f}..{max(differences):+.1f}) us per step")
+    walls = [(a["median_ns"] / b["median_ns"] - 1) * 100
+             for a, b in zip(results["after"], results["before"], strict=True)]
+    print(f"median step, after / before: median {statistics.median(walls):+.2f} % "
+          f"({min(walls):+.2f}..{max(walls):+.2f})")
 
 
 if __name__ == "__main__":
