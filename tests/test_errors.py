@@ -14,9 +14,8 @@ from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.cli import main
 from traceml_otel.cli.analyze import RunsFolderGiven
 from traceml_otel.cli.common import EXIT_ERROR, EXIT_INTERNAL
-from traceml_otel.errors import TracemlError, UsageError
+from traceml_otel.errors import SettingsError, TracemlError, UsageError
 from traceml_otel.report.run_summary import ReportFormatError
-from traceml_otel.settings import SettingsError
 from traceml_otel.stack.config import StackConfigError
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.bounded_file import RefusedFile

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.settings import SettingsError, load_settings
+from traceml_otel.errors import SettingsError
+from traceml_otel.settings import load_settings
 
 
 def test_no_endpoint_means_no_export() -> None:

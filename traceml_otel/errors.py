@@ -9,7 +9,8 @@ still do.
 
 The types, by where they are raised:
 - :class:`UsageError`: options or arguments that do not fit together (CLI, analysis window, time range);
-- ``settings.SettingsError``: an environment variable with a value we cannot use;
+- :class:`SettingsError`: an environment variable with a value we cannot use (``settings.py``,
+  ``otlp_choice.py``);
 - ``stack.config.StackConfigError``: a ``traceml stack render`` setting we cannot use;
 - ``analyze.sources.base.SourceError``: a span or metric source that cannot be read at all;
 - ``analyze.sources.step_table.ColumnarUnavailable``: ``--engine columnar`` cannot serve this run;
@@ -34,3 +35,7 @@ class TracemlError(Exception):
 class UsageError(TracemlError, ValueError):
     """A request that cannot be carried out as given: options that do not fit together, an empty
     window or time range, an unknown format."""
+
+
+class SettingsError(TracemlError, ValueError):
+    """A traceml or OTel environment variable has a value we cannot use."""

@@ -12,27 +12,37 @@ they reach and must not import the rest of traceml_otel before it knows it attac
 compression, certificates, insecure) are read by the OTel SDK's exporters inside the
 emitter process; we only read the ones that decide *whether* and *how* to export.
 
+What the values decide lives beside this module: :mod:`traceml_otel.run_identity` names the run and
+its job from what the launchers set, :mod:`traceml_otel.otlp_choice` picks each signal's OTLP
+endpoint and protocol. Both read no ``TRACEML_*`` variable: this module passes the values in.
+
 Durations (the ``*_S`` variables) and ``TRACEML_HANG_FACTOR`` take decimals (``2.5``); counts,
 ports and milliseconds take whole numbers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import math
 import os
-import secrets
-import socket
-import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from traceml_otel.contract import RUNS_DIR_DEFAULT
-from traceml_otel.errors import TracemlError
+from traceml_otel.env_values import decimal, flag, whole_number
+from traceml_otel.errors import SettingsError
+from traceml_otel.otlp_choice import SignalExport, signal_export
+from traceml_otel.run_identity import (
+    RankIdentity,
+    bounded_job,
+    detected_launcher,
+    launcher_job,
+    launcher_run_id,
+    rank_identity,
+    script_name,
+)
 
 TRACEML_RUN_ID = "TRACEML_RUN_ID"
 """Run id shared by all ranks. ``traceml run`` sets it; else ``TORCHELASTIC_RUN_ID`` or generated."""
@@ -130,31 +140,6 @@ OTEL_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
 OTEL_TRACES_SAMPLER = "OTEL_TRACES_SAMPLER"
 OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"
 
-PROTOCOLS = ("grpc", "http/protobuf")
-
-
-class SettingsError(TracemlError, ValueError):
-    """A traceml or OTel environment variable has a value we cannot use."""
-
-
-@dataclass(frozen=True, slots=True)
-class RankIdentity:
-    """Where this process sits in the job (from the torchrun environment)."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    node_rank: int = 0
-    host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class SignalExport:
-    """How one signal (traces or metrics) leaves the emitter over OTLP."""
-
-    endpoint: str
-    protocol: str
-
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -197,10 +182,6 @@ class Settings:
     """``TRACEML_MFU_DTYPE``: the peak table's column."""
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, bool]:
     """(attach the framework callbacks, infer steps in plain loops) for a process that loaded the
     start-up hook: on unless ``TRACEML_AUTO_ATTACH``/``TRACEML_INFER_STEPS`` say ``0``."""
@@ -223,36 +204,7 @@ def auto_requested(env: Mapping[str, str] | None = None) -> bool:
 
 def strict_requested(env: Mapping[str, str] | None = None) -> bool:
     """``TRACEML_STRICT`` on its own, readable when the other settings are unusable."""
-    return _flag(os.environ if env is None else env, TRACEML_STRICT)
-
-
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise SettingsError(f"{name}={value} must be >= {minimum}")
-    return value
-
-
-def _number(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
-    """A finite decimal (a duration in seconds, a factor) of at least ``minimum``."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value):
-        raise SettingsError(f"{name}={raw!r} is not a finite number")
-    if value < minimum:
-        raise SettingsError(f"{name}={raw} must be >= {minimum:g}")
-    return value
+    return flag(os.environ if env is None else env, TRACEML_STRICT)
 
 
 SHUTDOWN_TIMEOUT_DEFAULT_S = 10.0
@@ -261,7 +213,7 @@ SHUTDOWN_TIMEOUT_DEFAULT_S = 10.0
 def shutdown_timeout_s(env: Mapping[str, str] | None = None) -> float:
     """``TRACEML_SHUTDOWN_TIMEOUT_S`` as every rank reads it (the launcher waits as long for the ranks'
     last exports). Raises :class:`SettingsError` on an unusable value."""
-    return _number(os.environ if env is None else env, TRACEML_SHUTDOWN_TIMEOUT_S, SHUTDOWN_TIMEOUT_DEFAULT_S)
+    return decimal(os.environ if env is None else env, TRACEML_SHUTDOWN_TIMEOUT_S, SHUTDOWN_TIMEOUT_DEFAULT_S)
 
 
 def explicit_run_id(env: Mapping[str, str] | None = None) -> str | None:
@@ -313,40 +265,8 @@ def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
     return max(DIAGNOSIS_MEMORY_MIN_MB, physical // 4 >> 20)
 
 
-def rank_identity(env: Mapping[str, str]) -> RankIdentity:
-    """Read the torchrun / accelerate rank variables (single process when absent)."""
-    return RankIdentity(
-        rank=_int(env, "RANK", 0, minimum=0),
-        local_rank=_int(env, "LOCAL_RANK", 0, minimum=0),
-        world_size=_int(env, "WORLD_SIZE", 1),
-        node_rank=_int(env, "GROUP_RANK", _int(env, "NODE_RANK", 0, minimum=0), minimum=0),
-        host=socket.gethostname(),
-    )
-
-
-def new_run_id(run_name: str) -> str:
-    """A fresh run id: ``<name>-<UTC time>-<random hex>``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in run_name)[:40] or "run"
-    return f"{safe}-{stamp}-{secrets.token_hex(3)}"
-
-
 def _run_id(env: Mapping[str, str], run_name: str) -> str:
-    explicit = explicit_run_id(env)
-    if explicit:
-        return explicit
-    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
-    if elastic and elastic != "none":
-        return readable_run_id(run_name, elastic)
-    if elastic == "none":
-        # Plain torchrun without --rdzv-id: ranks of one node share the agent (our parent).
-        # Multi-node jobs need --rdzv-id or `traceml run` to agree across nodes.
-        seed = f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}:{os.getppid()}"
-        return f"{run_name}-torchrun-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
-    return new_run_id(run_name)
-
-
-MAX_JOB_CHARS = 128
+    return explicit_run_id(env) or launcher_run_id(env, run_name)
 
 
 def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
@@ -358,74 +278,25 @@ def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> 
     standalone rendezvous id is new each launch), else the run id itself: without an identity each
     attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
     """
-    explicit = explicit_job(env)
-    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
-    slurm_id, slurm_name = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_JOB_NAME", "").strip()
-    if explicit:
-        job = explicit
-    elif slurm_id:
-        job = f"{slurm_name}-{slurm_id}" if slurm_name else slurm_id
-    elif elastic and elastic != "none" and not env.get(TRACEML_LAUNCHER):
-        job = readable_run_id(run_name, elastic)
-    else:
-        job = run_id
-    job = "".join(ch for ch in job if ch.isprintable())[:MAX_JOB_CHARS]
-    return job or run_id
+    under_traceml_run = bool(env.get(TRACEML_LAUNCHER))
+    job = explicit_job(env) or launcher_job(env, run_name, under_traceml_run=under_traceml_run) or run_id
+    return bounded_job(job) or run_id
 
 
 def launcher_name(env: Mapping[str, str]) -> str:
-    """Who started this process, from the environment each launcher sets."""
-    if env.get(TRACEML_LAUNCHER):
-        return "traceml run"
-    if "ACCELERATE_MIXED_PRECISION" in env or "ACCELERATE_DYNAMO_BACKEND" in env:
-        return "accelerate launch"
-    if env.get("TORCHELASTIC_RUN_ID"):
-        return "torchrun"
-    return "python"
-
-
-def readable_run_id(run_name: str, launcher_id: str) -> str:
-    """``<script name>-<launcher's id>``: a folder a person can find, the same on every rank.
-
-    A long id (torchrun's generated UUID) is shortened to its first 8 characters plus 8 hex digits
-    of its hash, so two ids never share a folder by truncation.
-    """
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in run_name)[:40] or "run"
-    ident = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in launcher_id)
-    if ident.startswith(safe):
-        return ident[:80]
-    if len(ident) > 32:
-        ident = f"{ident.replace('-', '')[:8]}-{hashlib.sha256(launcher_id.encode()).hexdigest()[:8]}"
-    return f"{safe}-{ident}"
-
-
-def _script_name() -> str:
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
-    return Path(argv0).stem or "python"
-
-
-def _choose_protocol(env: Mapping[str, str], signal_var: str, endpoint: str) -> str:
-    raw = env.get(signal_var) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL) or ""
-    raw = raw.strip().lower()
-    if raw == "http/json":
-        raise SettingsError("OTLP protocol http/json is not supported; use grpc or http/protobuf")
-    if raw:
-        if raw not in PROTOCOLS:
-            raise SettingsError(f"OTLP protocol {raw!r} is not one of {', '.join(PROTOCOLS)}")
-        return raw
-    # Unset: the spec default is http/protobuf, but 4317 is the well-known gRPC port.
-    return "grpc" if urlparse(endpoint).port == 4317 else "http/protobuf"
+    """Who started this process: ``traceml run`` (it sets ``TRACEML_LAUNCHER``), ``accelerate
+    launch``, ``torchrun`` or ``python``."""
+    return "traceml run" if env.get(TRACEML_LAUNCHER) else detected_launcher(env)
 
 
 def _signal_export(
     env: Mapping[str, str], exporter_var: str, endpoint_var: str, protocol_var: str
 ) -> SignalExport | None:
-    if env.get(exporter_var, "otlp").strip().lower() == "none":
-        return None
-    endpoint = (env.get(endpoint_var) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or "").strip()
-    if not endpoint:
-        return None
-    return SignalExport(endpoint=endpoint, protocol=_choose_protocol(env, protocol_var, endpoint))
+    return signal_export(
+        exporter=env.get(exporter_var, "otlp"),
+        endpoint=env.get(endpoint_var) or env.get(OTEL_EXPORTER_OTLP_ENDPOINT) or "",
+        protocol=env.get(protocol_var) or env.get(OTEL_EXPORTER_OTLP_PROTOCOL) or "",
+    )
 
 
 def _service_name_is_set(env: Mapping[str, str]) -> bool:
@@ -454,11 +325,11 @@ def trace_url_template(value: str | None = None, env: Mapping[str, str] | None =
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Parse the environment once. Raises :class:`SettingsError` on unusable values."""
     env = os.environ if env is None else env
-    run_name = env.get(TRACEML_RUN_NAME, "").strip() or _script_name()
+    run_name = env.get(TRACEML_RUN_NAME, "").strip() or script_name()
     run_id = _run_id(env, run_name)
     job = job_identity(env, run_id, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
-    port = _int(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
+    port = whole_number(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
     return Settings(
         run_id=run_id,
         run_name=run_name,
@@ -475,19 +346,19 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         sampler=env.get(OTEL_TRACES_SAMPLER, "parentbased_always_on").strip().lower(),
         sampler_arg=env.get(OTEL_TRACES_SAMPLER_ARG),
-        sdk_disabled=_flag(env, OTEL_SDK_DISABLED) or _flag(env, TRACEML_DISABLED),
+        sdk_disabled=flag(env, OTEL_SDK_DISABLED) or flag(env, TRACEML_DISABLED),
         strict=strict_requested(env),
-        flush_steps=_int(env, TRACEML_FLUSH_STEPS, 256),
-        flush_interval_ns=_int(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
+        flush_steps=whole_number(env, TRACEML_FLUSH_STEPS, 256),
+        flush_interval_ns=whole_number(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
         shutdown_timeout_s=shutdown_timeout_s(env),
         prometheus_port=port or None,
         prometheus_addr=_bind_address(env),
-        prometheus_linger_s=_number(env, TRACEML_PROMETHEUS_LINGER_S, 20.0) if port else 0.0,
+        prometheus_linger_s=decimal(env, TRACEML_PROMETHEUS_LINGER_S, 20.0) if port else 0.0,
         launcher=launcher_name(env),
-        emitter_stall_s=_number(env, TRACEML_EMITTER_STALL_S, 30.0, minimum=1.0),
+        emitter_stall_s=decimal(env, TRACEML_EMITTER_STALL_S, 30.0, minimum=1.0),
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
-        hang_timeout_s=_number(env, TRACEML_HANG_TIMEOUT_S, 60.0),
-        hang_factor=_number(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
+        hang_timeout_s=decimal(env, TRACEML_HANG_TIMEOUT_S, 60.0),
+        hang_factor=decimal(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
         peak_flops=_peak_flops(env),
         mfu_dtype=_mfu_dtype(env),
     )

@@ -14,8 +14,9 @@ from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.time_accounting import account_time
 from traceml_otel.capture.flops import StepFlopCounter
 from traceml_otel.capture.time_ledger import TimeLedger, process_start_time
+from traceml_otel.errors import SettingsError
 from traceml_otel.report.time_section import mfu_sentence, time_html, time_json
-from traceml_otel.settings import SettingsError, load_settings
+from traceml_otel.settings import load_settings
 from traceml_otel.wire.hang_record import HangRecord, StallEpisode
 from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord, read_time_record
 

@@ -364,7 +364,8 @@ def test_a_culprit_inside_an_installed_package_is_not_called_user_code() -> None
 def test_hang_settings_parse_and_refuse_bad_values() -> None:
     import pytest
 
-    from traceml_otel.settings import SettingsError, load_settings
+    from traceml_otel.errors import SettingsError
+    from traceml_otel.settings import load_settings
 
     assert (load_settings({}).hang_timeout_s, load_settings({}).hang_factor) == (60.0, 5.0)
     assert load_settings({"TRACEML_HANG_TIMEOUT_S": "0"}).hang_timeout_s == 0.0  # watchdog off

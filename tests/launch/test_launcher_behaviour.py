@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.settings import load_settings, readable_run_id
+from traceml_otel.run_identity import readable_run_id
+from traceml_otel.settings import load_settings
 
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "scripts" / "echo_args.py"

@@ -1,9 +1,10 @@
 """Fold spans into per-(rank, step) numbers as they stream past.
 
-Sources decode each span's attributes and hand them to :meth:`StepAssembler.add_span`; the
-assembler keeps only a few numbers per (run, rank, step), never span objects, so a run of a
-million spans fits in a few hundred megabytes. :meth:`StepAssembler.steps` freezes them into
-:class:`~traceml_otel.analyze.run_model.StepTiming` records.
+Sources decode the attributes :mod:`~traceml_otel.analyze.span_schema` names and hand each span to
+:meth:`StepAssembler.add_span`; the assembler keeps only a few numbers per (run, rank, step), never
+span objects, so a run of a million spans fits in a few hundred megabytes.
+:meth:`StepAssembler.steps` freezes them into :class:`~traceml_otel.analyze.run_model.StepTiming`
+records.
 """
 
 from __future__ import annotations
@@ -24,67 +25,14 @@ from traceml_otel.analyze.otlp_decode import (
     span_field,
     trace_id_hex,
 )
-from traceml_otel.analyze.run_model import PHASE_INDEX, RankHost, StepTiming
-
-STEP_SPAN = -1
-"""Pseudo phase index of the ``traceml.step`` span."""
-COLLECTIVE_SPAN = -2
-"""Pseudo index of ``traceml.collective`` spans: known, but their totals are read from the step span."""
-
-SPAN_INDEX: dict[str, int] = {c.SPAN_STEP: STEP_SPAN, c.SPAN_COLLECTIVE: COLLECTIVE_SPAN} | {
-    name: PHASE_INDEX[phase] for name, phase in c.SPAN_NAME_TO_PHASE.items()
-}
-
-LOADER_ATTRIBUTES = (
-    c.ATTR_LOADER_NUM_WORKERS,
-    c.ATTR_LOADER_PIN_MEMORY,
-    c.ATTR_LOADER_PERSISTENT_WORKERS,
-    c.ATTR_LOADER_PREFETCH_FACTOR,
-    c.ATTR_LOADER_BATCH_SIZE,
-    c.ATTR_LOADER_DATASET,
+from traceml_otel.analyze.run_model import RankHost, StepTiming
+from traceml_otel.analyze.span_schema import (
+    COLLECTIVE_SPAN,
+    LOADER_ATTRIBUTES,
+    SPAN_INDEX,
+    STEP_SPAN,
+    classify_by_attributes,
 )
-"""DataLoader settings, in :class:`~traceml_otel.analyze.run_model.RankHost` field order."""
-
-WANTED_ATTRIBUTES = frozenset(
-    {
-        c.ATTR_RUN_ID,
-        c.ATTR_COMM_ENTRIES,
-        c.ATTR_COMM_WORK,
-        c.ATTR_STEP,
-        c.ATTR_RANK,
-        c.ATTR_WORLD_SIZE,
-        c.ATTR_PARALLELISM,
-        c.ATTR_STEP_CPU_DURATION,
-        c.ATTR_STEP_GPU_DURATION,
-        c.ATTR_INPUT_WAIT_CPU,
-        c.ATTR_INPUT_WAIT_GPU,
-        c.ATTR_PREFETCH_H2D_CPU,
-        c.ATTR_OPTIMIZER_STEPS,
-        c.ATTR_MEM_PEAK_ALLOCATED,
-        c.ATTR_MEM_PEAK_RESERVED,
-        c.ATTR_MEM_TOTAL,
-        c.ATTR_EXCEPTION_TYPE,
-        c.ATTR_PHASE_NAME,
-        c.ATTR_PHASE_CPU_DURATION,
-        c.ATTR_PHASE_GPU_DURATION,
-        c.ATTR_STEP_SAMPLES,
-        c.ATTR_STEP_TOKENS,
-        *LOADER_ATTRIBUTES,
-        c.ATTR_HOST_CPUS,
-        c.ATTR_COMM_CALLS,
-        c.ATTR_COMM_BYTES,
-        c.ATTR_COMM_CPU,
-        c.ATTR_COMM_GPU,
-        c.ATTR_COMM_EXPOSED_CPU,
-        c.ATTR_COMM_EXPOSED_GPU,
-        c.ATTR_PHASE_COMM_EXPOSED_CPU,
-        c.ATTR_PHASE_COMM_EXPOSED_GPU,
-        c.ATTR_COLLECTIVE_KIND,
-        c.ATTR_STEP_SOURCE,
-        c.ATTR_BETWEEN_STEPS_CPU,
-    }
-)
-"""The attributes the analyzer reads; sources decode only these."""
 
 _N = len(c.PHASES)
 assert _N == 4, "_freeze spells out the four phases"
@@ -198,13 +146,14 @@ class StepAssembler:
     ) -> bool:
         """Fold one span in; returns False for a span that is not a traceml step or phase span.
 
-        ``attrs`` holds the decoded :data:`WANTED_ATTRIBUTES`; ``span`` the raw OTLP span, read
-        for ``traceId``, ``startTimeUnixNano``, ``endTimeUnixNano`` and ``status`` only when needed.
+        ``attrs`` holds the decoded :data:`~traceml_otel.analyze.span_schema.WANTED_ATTRIBUTES`;
+        ``span`` the raw OTLP span, read for ``traceId``, ``startTimeUnixNano``, ``endTimeUnixNano``
+        and ``status`` only when needed.
         Runs once per span of a read, so it stays lean.
         """
         index = SPAN_INDEX.get(name)  # type: ignore[arg-type]
         if index is None:
-            index = _classify_by_attributes(attrs)
+            index = classify_by_attributes(attrs)
             if index is None:
                 self.foreign_spans += 1
                 return False
@@ -381,18 +330,6 @@ def _as_bool(value: object) -> bool | None:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    return None
-
-
-def _classify_by_attributes(attrs: Mapping[str, object]) -> int | None:
-    """Span kind for sources that return no span name (e.g. a TraceQL ``select``)."""
-    phase = attrs.get(c.ATTR_PHASE_NAME)
-    if isinstance(phase, str) and phase in PHASE_INDEX:
-        return PHASE_INDEX[phase]
-    if c.ATTR_STEP_CPU_DURATION in attrs or c.ATTR_STEP_GPU_DURATION in attrs:
-        return STEP_SPAN
-    if c.ATTR_COLLECTIVE_KIND in attrs:
-        return COLLECTIVE_SPAN
     return None
 
 

@@ -31,10 +31,10 @@ from traceml_otel.cli.common import (
     window_spec,
     write_output,
 )
-from traceml_otel.errors import UsageError
+from traceml_otel.errors import SettingsError, UsageError
 from traceml_otel.report import FORMATS, render
 from traceml_otel.sanitize import strip_control
-from traceml_otel.settings import SettingsError, trace_url_template
+from traceml_otel.settings import trace_url_template
 from traceml_otel.wire._json import write_atomically
 
 REPORT_JSON = "report.json"

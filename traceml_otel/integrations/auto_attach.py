@@ -31,10 +31,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from traceml_otel.errors import SettingsError
 from traceml_otel.settings import (
     TRACEML_AUTO,
     TRACEML_AUTO_ATTACHED_PID,
-    SettingsError,
     auto_attach_requested,
     auto_attached_pid,
     auto_requested,

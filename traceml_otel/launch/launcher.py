@@ -21,10 +21,12 @@ from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.capture.time_ledger import process_start_time
+from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.single import run_single_process, single_process_command
+from traceml_otel.run_identity import new_run_id
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
     SHUTDOWN_TIMEOUT_DEFAULT_S,
@@ -34,10 +36,8 @@ from traceml_otel.settings import (
     TRACEML_LAUNCHER_PID,
     TRACEML_RUN_ID,
     TRACEML_RUN_NAME,
-    SettingsError,
     explicit_job,
     explicit_run_id,
-    new_run_id,
     runs_dir,
     shutdown_timeout_s,
 )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from traceml_otel.analyze.assembler import WANTED_ATTRIBUTES, StepAssembler
+from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.otlp_decode import as_str, decode_attributes, scope_spans
+from traceml_otel.analyze.span_schema import WANTED_ATTRIBUTES
 from traceml_otel.contract import ATTR_RUN_ID
 
 SERVICE_NAME = "service.name"

@@ -14,11 +14,12 @@ import math
 from collections.abc import Callable, Iterator
 
 from traceml_otel import contract as c
-from traceml_otel.analyze.assembler import WANTED_ATTRIBUTES, StepAssembler
+from traceml_otel.analyze.assembler import StepAssembler
 from traceml_otel.analyze.otlp_decode import as_int, decode_attributes, span_id_hex, trace_id_hex
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.http import HttpSpanSource, ReadLimits
 from traceml_otel.analyze.sources.otlp_json import MALFORMED
+from traceml_otel.analyze.span_schema import WANTED_ATTRIBUTES
 from traceml_otel.analyze.timerange import TimeRange
 
 MAX_LIMIT = 20_000
