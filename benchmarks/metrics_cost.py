@@ -1,8 +1,9 @@
 """CPU the emitter spends per step on metrics: OTLP instruments, the direct scrape endpoint, both.
 
-    .venv/bin/python benchmarks/metrics_cost.py
+    .venv/bin/python benchmarks/metrics_cost.py [--only scrape] [--ddp] [--repeat 3]
 
-Records 20,000 synthetic steps (three phases, an input wait, CUDA peaks) into the real
+Records 20,000 synthetic steps (three phases, an input wait, CUDA peaks; with ``--ddp`` also a
+sample and token count and two DDP all-reduce buckets) into the real
 ``StepMetrics`` in this process, in batches of 64 as the emitter hands them over
 (``record_batch``), and reports process CPU time per step. This runs in the emitter process, off
 the training thread; the training thread's cost is in hot_path.py. The OTLP line is the update
@@ -11,6 +12,7 @@ only (the export is in ``emitter_cost.py --otlp``).
 
 from __future__ import annotations
 
+import argparse
 import socket
 import time
 
@@ -19,7 +21,7 @@ from opentelemetry.sdk.resources import Resource
 
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
-from traceml_otel.step_records import PhaseTiming, StepRecord
+from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
 
 STEPS = 20_000
 BATCH = 64
@@ -33,7 +35,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _steps() -> list:
+def _steps(ddp: bool) -> list:
     builder = StepSpanBuilder(
         RankInfo(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h")
     )
@@ -55,12 +57,17 @@ def _steps() -> list:
             peak_allocated_bytes=1 << 30,
             peak_reserved_bytes=2 << 30,
         )
+        if ddp:
+            record.samples, record.tokens = 32, 32 * 512
+            record.collectives = tuple(
+                CollectiveTiming("all_reduce", "ddp", start + at, start + at + 80_000, 25 << 20, False)
+                for at in (500_000, 700_000))
         out.append((record, builder.build(record)))
     return out
 
 
-def cost(otlp: bool, scrape: bool) -> float:
-    steps = _steps()
+def cost(otlp: bool, scrape: bool, ddp: bool = False) -> float:
+    steps = _steps(ddp)
     metrics = StepMetrics(
         Resource.create({}),
         LABELS,
@@ -77,10 +84,21 @@ def cost(otlp: bool, scrape: bool) -> float:
     return per_step
 
 
+PATHS = {"otlp": ("OTLP instruments", True, False), "scrape": ("direct scrape endpoint", False, True),
+         "both": ("both", True, True)}
+
+
 def main() -> None:
-    print(f"OTLP instruments:        {cost(True, False):6.1f} us CPU per step")
-    print(f"direct scrape endpoint:  {cost(False, True):6.1f} us CPU per step")
-    print(f"both:                    {cost(True, True):6.1f} us CPU per step")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=sorted(PATHS), help="measure one path (default: all three)")
+    parser.add_argument("--ddp", action="store_true", help="steps with samples, tokens and two DDP buckets")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per path, printed one after the other")
+    args = parser.parse_args()
+    for name in [args.only] if args.only else list(PATHS):
+        title, otlp, scrape = PATHS[name]
+        runs = "  ".join(f"{cost(otlp, scrape, args.ddp):6.1f}" for _ in range(args.repeat))
+        print(f"{title + ':':24} {runs} us CPU per step")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,10 @@ class PrometheusStepMetrics:
         self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
         self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
         self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
+        self._label_values = tuple(self._labels.values())
+        self._children: dict[Any, dict[Any, Any]] = {m: {} for m in (
+            self._step, self._phase, self._wait, self._collective, self._collective_exposed,
+            self._collective_calls, self._collective_bytes, self._steps, self._samples, self._tokens)}
         registry.register(_LiveCollector(self))
         self.server = None
         if endpoint is not None:
@@ -90,19 +94,26 @@ class PrometheusStepMetrics:
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
         memory: tuple[int, int] | None, exemplar_ids: tuple[str, str] | None = None,
     ) -> None:
-        labels = self._labels
         exemplar = None if exemplar_ids is None else {"trace_id": exemplar_ids[0], "span_id": exemplar_ids[1]}
         if self._valid(step_s):
-            self._step.labels(**labels).observe(step_s, exemplar=exemplar)
+            self._child(self._step, None).observe(step_s, exemplar=exemplar)
         for phase, seconds in phases:
             if self._valid(seconds):
-                self._phase.labels(**labels, traceml_phase_name=phase).observe(seconds)
+                self._child(self._phase, phase).observe(seconds)
         if wait_s is not None and self._valid(wait_s):
-            self._wait.labels(**labels).observe(wait_s)
-        self._steps.labels(**labels).inc()
+            self._child(self._wait, None).observe(wait_s)
+        self._child(self._steps, None).inc()
         if memory is not None:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
+
+    def _child(self, metric: Any, key: Any) -> Any:
+        children = self._children[metric]
+        child = children.get(key)
+        if child is None:
+            extra = () if key is None else key if isinstance(key, tuple) else (key,)
+            child = children[key] = metric.labels(*self._label_values, *extra)
+        return child
 
     def _valid(self, seconds: float) -> bool:
         """Whether a duration can be observed; one that is not finite or negative is counted instead."""
@@ -114,21 +125,20 @@ class PrometheusStepMetrics:
     def record_work(self, samples: int | None, tokens: int | None) -> None:
         """Count a step's samples and tokens (the series appear with the first known count)."""
         if samples is not None:
-            self._samples.labels(**self._labels).inc(samples)
+            self._child(self._samples, None).inc(samples)
         if tokens is not None:
-            self._tokens.labels(**self._labels).inc(tokens)
+            self._child(self._tokens, None).inc(tokens)
 
     def record_collectives(self, collectives: list[CollectiveSample]) -> None:
         """One step's collectives, per (source, kind): total and exposed time when measured, calls, bytes."""
         for one in collectives:
-            labels = {**self._labels, "traceml_collective_source": one.source,
-                      "traceml_collective_kind": one.kind}
+            key = (one.source, one.kind)
             if one.seconds is not None and self._valid(one.seconds):
-                self._collective.labels(**labels).observe(one.seconds)
+                self._child(self._collective, key).observe(one.seconds)
             if one.exposed is not None and self._valid(one.exposed):
-                self._collective_exposed.labels(**labels).observe(one.exposed)
-            self._collective_calls.labels(**labels).inc(one.calls)
-            self._collective_bytes.labels(**labels).inc(one.nbytes)
+                self._child(self._collective_exposed, key).observe(one.exposed)
+            self._child(self._collective_calls, key).inc(one.calls)
+            self._child(self._collective_bytes, key).inc(one.nbytes)
 
     def collect_live(self) -> Iterator[object]:
         """The families read at scrape time (called by the registry on each scrape)."""
