@@ -1,13 +1,15 @@
 """CPU the emitter spends per step on metrics: OTLP instruments, the direct scrape endpoint, both.
 
     .venv/bin/python benchmarks/metrics_cost.py [--only scrape] [--ddp] [--repeat 3]
+    .venv/bin/python benchmarks/metrics_cost.py --scrape-alone [--ddp]
 
 Records 20,000 synthetic steps (three phases, an input wait, CUDA peaks; with ``--ddp`` also a
 sample and token count and two DDP all-reduce buckets) into the real
 ``StepMetrics`` in this process, in batches of 64 as the emitter hands them over
 (``record_batch``), and reports process CPU time per step. This runs in the emitter process, off
 the training thread; the training thread's cost is in hot_path.py. The OTLP line is the update
-only (the export is in ``emitter_cost.py --otlp``).
+only (the export is in ``emitter_cost.py --otlp``). ``--scrape-alone`` calls the scrape path's
+``PrometheusStepMetrics`` directly with one step's values 50,000 times (no ``StepMetrics`` around it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
-from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.step_metrics import (
+    CollectiveSample,
+    LiveState,
+    PrometheusEndpoint,
+    PrometheusStepMetrics,
+    RankLabels,
+    StepMetrics,
+)
 from traceml_otel.step_records import CollectiveTiming, PhaseTiming, StepRecord
 
 STEPS = 20_000
@@ -84,6 +93,21 @@ def cost(otlp: bool, scrape: bool, ddp: bool = False) -> float:
     return per_step
 
 
+def scrape_alone(ddp: bool, steps: int = 50_000) -> float:
+    """CPU per step of ``PrometheusStepMetrics`` alone, fed one step's values ``steps`` times."""
+    metrics = PrometheusStepMetrics(None, LiveState(LABELS, lambda: 0))
+    phases = [("forward", 0.0003), ("backward", 0.0005), ("optimizer", 0.00009)]
+    buckets = [CollectiveSample("ddp", "all_reduce", 0.00008, 0.00001, 1, 25 << 20)] * 2
+    ids = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    started = time.process_time()
+    for _ in range(steps):
+        metrics.record(0.00099, phases, 0.00004, (1 << 30, 2 << 30), ids)
+        if ddp:
+            metrics.record_work(32, 32 * 512)
+            metrics.record_collectives(buckets)
+    return (time.process_time() - started) / steps * 1e6
+
+
 PATHS = {"otlp": ("OTLP instruments", True, False), "scrape": ("direct scrape endpoint", False, True),
          "both": ("both", True, True)}
 
@@ -94,7 +118,13 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(PATHS), help="measure one path (default: all three)")
     parser.add_argument("--ddp", action="store_true", help="steps with samples, tokens and two DDP buckets")
     parser.add_argument("--repeat", type=int, default=1, help="runs per path, printed one after the other")
+    parser.add_argument("--scrape-alone", action="store_true",
+                        help="only PrometheusStepMetrics, called directly (no StepMetrics)")
     args = parser.parse_args()
+    if args.scrape_alone:
+        runs = "  ".join(f"{scrape_alone(args.ddp):6.1f}" for _ in range(args.repeat))
+        print(f"{'PrometheusStepMetrics:':24} {runs} us CPU per step")
+        return
     for name in [args.only] if args.only else list(PATHS):
         title, otlp, scrape = PATHS[name]
         runs = "  ".join(f"{cost(otlp, scrape, args.ddp):6.1f}" for _ in range(args.repeat))

@@ -1,10 +1,23 @@
 """The direct Prometheus scrape path: the step series served by ``prometheus-client`` from the
-emitter (no collector needed), with the families read live at each scrape.
+emitter (no collector needed), aggregated by hand and read at each scrape.
 
 Same metric set as the OTLP path (emit/step_metrics.py), read from the shared
 :class:`~traceml_otel.emit.live_state.LiveState`. A duration that is not finite or negative is
 dropped and counted (:attr:`PrometheusStepMetrics.rejected`), as the OTLP histograms drop it:
 ``prometheus-client`` would take it, and one NaN turns a series' ``_sum`` into NaN for good.
+
+Why by hand (as the OTLP histograms, emit/histogram_accumulator.py): with ``prometheus-client``'s
+``Histogram``/``Summary``/``Counter``, each measurement looked its labelled child up
+(``.labels(**labels)`` hashes and checks the label values) and took a lock per value, 40-80 µs of
+emitter CPU per step (``benchmarks/metrics_cost.py --only scrape``). Here a step takes one lock and
+a measurement is a dict lookup, a ``bisect`` and a few additions; at each scrape one collector
+yields ``prometheus-client``'s own metric families (``HistogramMetricFamily``,
+``SummaryMetricFamily``, ``CounterMetricFamily``), which its exposition code formats as before. What
+is served does not change (``tests/emit/test_prometheus_scrape_parity.py`` feeds the same values to
+``prometheus-client``'s instruments and to this and compares both formats): the same families in
+the same order, series in first-measurement order and only from their first measurement, float
+totals added in the same order, per histogram bucket the latest exemplar (served in OpenMetrics),
+no ``_created`` series, and a negative counter increment refused with the same ``ValueError``.
 """
 
 from __future__ import annotations
@@ -12,6 +25,8 @@ from __future__ import annotations
 import math
 import socket
 import threading
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,23 +44,116 @@ class PrometheusEndpoint:
     address: str = "127.0.0.1"
 
 
+_Key = tuple[str, ...]
+"""A series' label values after the rank's (the phase; the collective's source and kind)."""
+
+
+class _Summaries:
+    """One summary family without quantiles (``_count`` and ``_sum``) by series."""
+
+    def __init__(self, name: str, documentation: str, label_names: list[str]) -> None:
+        self.name, self.documentation, self.label_names = name, documentation, label_names
+        self.series: dict[_Key, list[float]] = {}
+
+    def observe(self, key: _Key, value: float) -> None:
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = [0.0, 0.0]
+        series[0] += 1.0
+        series[1] += value
+
+    def family(self, rank_values: list[str]) -> object:
+        from prometheus_client.core import SummaryMetricFamily
+
+        family = SummaryMetricFamily(self.name, self.documentation, labels=self.label_names)
+        for key, (count, total) in self.series.items():
+            family.add_metric([*rank_values, *key], count, total)
+        return family
+
+
+class _Counters:
+    """One counter family by series (``_total``)."""
+
+    def __init__(self, name: str, documentation: str, label_names: list[str]) -> None:
+        self.name, self.documentation, self.label_names = name, documentation, label_names
+        self.series: dict[_Key, float] = {}
+
+    def inc(self, key: _Key, amount: float) -> None:
+        series = self.series
+        if amount < 0:  # prometheus-client's Counter made the series, then refused it with this error
+            series.setdefault(key, 0.0)
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        series[key] = series.get(key, 0.0) + amount
+
+    def family(self, rank_values: list[str]) -> object:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.label_names)
+        for key, value in self.series.items():
+            family.add_metric([*rank_values, *key], value)
+        return family
+
+
+class _Histogram:
+    """The rank's step-duration histogram: bucket counts, sum, and per bucket the latest exemplar
+    (trace id, span id, value, Unix time), kept across scrapes as ``prometheus-client`` keeps it."""
+
+    def __init__(self, name: str, documentation: str, label_names: list[str],
+                 boundaries: tuple[float, ...]) -> None:
+        from prometheus_client.utils import floatToGoString
+
+        self.name, self.documentation, self.label_names = name, documentation, label_names
+        self._boundaries = tuple(float(b) for b in boundaries)
+        self._le = [floatToGoString(b) for b in (*self._boundaries, math.inf)]
+        self.counts: list[float] | None = None
+        """Per bucket, not cumulated; None before the first measurement."""
+        self.sum = 0.0
+        self.exemplars: list[tuple[str, str, float, float] | None] = [None] * len(self._le)
+
+    def observe(self, value: float, exemplar_ids: tuple[str, str] | None) -> None:
+        """Add a finite, non-negative ``value`` (the bucket it falls on the boundary of counts it)."""
+        counts = self.counts
+        if counts is None:
+            counts = self.counts = [0.0] * len(self._le)
+        self.sum += value
+        index = bisect_left(self._boundaries, value)
+        counts[index] += 1.0
+        if exemplar_ids is not None:
+            self.exemplars[index] = (exemplar_ids[0], exemplar_ids[1], value, time.time())
+
+    def family(self, rank_values: list[str]) -> object:
+        from prometheus_client.core import Exemplar, HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.label_names)
+        if self.counts is not None:
+            buckets: list[Any] = []
+            cumulated = 0.0
+            for le, count, exemplar in zip(self._le, self.counts, self.exemplars, strict=True):
+                cumulated += count
+                if exemplar is None:
+                    buckets.append((le, cumulated))
+                else:
+                    trace_id, span_id, value, at = exemplar
+                    buckets.append((le, cumulated, Exemplar({"trace_id": trace_id, "span_id": span_id},
+                                                            value, at)))
+            family.add_metric(rank_values, buckets, self.sum)
+        return family
+
+
 class PrometheusStepMetrics:
     """The same series for direct Prometheus scraping (no collector needed).
 
     Served in OpenMetrics (with exemplars) to scrapers that ask for it, else in the text
     format. Series appear with their first measurement: nothing is exposed as 0 before it
     was measured, and CUDA memory never on a CPU run. The dropped-spans counter, the
-    end marker and the info series are there from the first scrape.
+    end marker and the info series are there from the first scrape. Recording and the
+    scrape thread's collection take one lock.
     """
 
     def __init__(self, endpoint: PrometheusEndpoint | None, state: LiveState) -> None:
         """``endpoint`` None builds the registry without serving it (the scale benchmark reads it)."""
-        import prometheus_client
-        from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+        from prometheus_client import CollectorRegistry
 
-        # Nothing reads the OpenMetrics `_created` series (one per counter and histogram series):
-        # they would add ~10 series per rank. The emitter is its own process, so this global is ours.
-        prometheus_client.disable_created_metrics()
         self.registry = registry = CollectorRegistry()
         labels = ["traceml_job", "traceml_run_id", "traceml_rank"]
         self._labels = {"traceml_job": state.labels.job_label, "traceml_run_id": state.labels.run_id,
@@ -55,36 +163,32 @@ class PrometheusStepMetrics:
         self._reserved = IntervalPeak()
         self._scrapes = 0
         self._scraped = threading.Condition()
+        self._lock = threading.Lock()
         self.rejected = 0
         """Durations dropped as not finite or negative (the OTLP histograms drop the same ones)."""
         self.scrapes = ScrapeLog()
-        buckets = list(c.DURATION_BUCKETS_S)
-        self._step = Histogram("traceml_step_duration_seconds", "Traced step time", labels,
-                               buckets=buckets, registry=registry)
+        self._step = _Histogram("traceml_step_duration_seconds", "Traced step time", labels,
+                                c.DURATION_BUCKETS_S)
         # c.SUM_ONLY_HISTOGRAMS: only _sum and _count are read, so a summary without quantiles
         # (prometheus-client's needs two buckets for a histogram; OTLP sends one +Inf bucket).
-        self._phase = Summary("traceml_phase_duration_seconds", "Phase call duration",
-                              [*labels, "traceml_phase_name"], registry=registry)
-        self._wait = Summary("traceml_step_input_wait_seconds", "Input wait before each step", labels,
-                             registry=registry)
+        self._phase = _Summaries("traceml_phase_duration_seconds", "Phase call duration",
+                                 [*labels, "traceml_phase_name"])
+        self._wait = _Summaries("traceml_step_input_wait_seconds", "Input wait before each step", labels)
         collective_labels = [*labels, "traceml_collective_source", "traceml_collective_kind"]
-        self._collective = Summary("traceml_collective_duration_seconds", "Collective time per step",
-                                   collective_labels, registry=registry)
-        self._collective_exposed = Summary(
-            "traceml_collective_exposed_seconds", "Exposed collective time per step", collective_labels,
-            registry=registry,
-        )
-        self._collective_calls = Counter("traceml_collective_calls", "Collective calls", collective_labels,
-                                         registry=registry)
-        self._collective_bytes = Counter("traceml_collective_bytes", "Collective payload bytes",
-                                         collective_labels, registry=registry)
-        self._steps = Counter("traceml_steps", "Completed steps", labels, registry=registry)
-        self._samples = Counter("traceml_samples", "Samples processed", labels, registry=registry)
-        self._tokens = Counter("traceml_tokens", "Tokens processed", labels, registry=registry)
-        self._label_values = tuple(self._labels.values())
-        self._children: dict[Any, dict[Any, Any]] = {m: {} for m in (
+        self._collective = _Summaries("traceml_collective_duration_seconds", "Collective time per step",
+                                      collective_labels)
+        self._collective_exposed = _Summaries("traceml_collective_exposed_seconds",
+                                              "Exposed collective time per step", collective_labels)
+        self._collective_calls = _Counters("traceml_collective_calls", "Collective calls", collective_labels)
+        self._collective_bytes = _Counters("traceml_collective_bytes", "Collective payload bytes",
+                                           collective_labels)
+        self._steps = _Counters("traceml_steps", "Completed steps", labels)
+        self._samples = _Counters("traceml_samples", "Samples processed", labels)
+        self._tokens = _Counters("traceml_tokens", "Tokens processed", labels)
+        self._families: tuple[_Histogram | _Summaries | _Counters, ...] = (  # the order they are served in
             self._step, self._phase, self._wait, self._collective, self._collective_exposed,
-            self._collective_calls, self._collective_bytes, self._steps, self._samples, self._tokens)}
+            self._collective_calls, self._collective_bytes, self._steps, self._samples, self._tokens)
+        registry.register(_StepCollector(self))
         registry.register(_LiveCollector(self))
         self.server = None
         if endpoint is not None:
@@ -94,26 +198,20 @@ class PrometheusStepMetrics:
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
         memory: tuple[int, int] | None, exemplar_ids: tuple[str, str] | None = None,
     ) -> None:
-        exemplar = None if exemplar_ids is None else {"trace_id": exemplar_ids[0], "span_id": exemplar_ids[1]}
-        if self._valid(step_s):
-            self._child(self._step, None).observe(step_s, exemplar=exemplar)
-        for phase, seconds in phases:
-            if self._valid(seconds):
-                self._child(self._phase, phase).observe(seconds)
-        if wait_s is not None and self._valid(wait_s):
-            self._child(self._wait, None).observe(wait_s)
-        self._child(self._steps, None).inc()
+        """One step: its duration (``exemplar_ids``: the step span's trace and span id in hex), phases,
+        input wait and CUDA peaks."""
+        with self._lock:
+            if self._valid(step_s):
+                self._step.observe(step_s, exemplar_ids)
+            for phase, seconds in phases:
+                if self._valid(seconds):
+                    self._phase.observe((str(phase),), seconds)
+            if wait_s is not None and self._valid(wait_s):
+                self._wait.observe((), wait_s)
+            self._steps.inc((), 1)
         if memory is not None:
             self._allocated.update(memory[0])
             self._reserved.update(memory[1])
-
-    def _child(self, metric: Any, key: Any) -> Any:
-        children = self._children[metric]
-        child = children.get(key)
-        if child is None:
-            extra = () if key is None else key if isinstance(key, tuple) else (key,)
-            child = children[key] = metric.labels(*self._label_values, *extra)
-        return child
 
     def _valid(self, seconds: float) -> bool:
         """Whether a duration can be observed; one that is not finite or negative is counted instead."""
@@ -124,21 +222,29 @@ class PrometheusStepMetrics:
 
     def record_work(self, samples: int | None, tokens: int | None) -> None:
         """Count a step's samples and tokens (the series appear with the first known count)."""
-        if samples is not None:
-            self._child(self._samples, None).inc(samples)
-        if tokens is not None:
-            self._child(self._tokens, None).inc(tokens)
+        with self._lock:
+            if samples is not None:
+                self._samples.inc((), samples)
+            if tokens is not None:
+                self._tokens.inc((), tokens)
 
     def record_collectives(self, collectives: list[CollectiveSample]) -> None:
         """One step's collectives, per (source, kind): total and exposed time when measured, calls, bytes."""
-        for one in collectives:
-            key = (one.source, one.kind)
-            if one.seconds is not None and self._valid(one.seconds):
-                self._child(self._collective, key).observe(one.seconds)
-            if one.exposed is not None and self._valid(one.exposed):
-                self._child(self._collective_exposed, key).observe(one.exposed)
-            self._child(self._collective_calls, key).inc(one.calls)
-            self._child(self._collective_bytes, key).inc(one.nbytes)
+        with self._lock:
+            for one in collectives:
+                key = (str(one.source), str(one.kind))
+                if one.seconds is not None and self._valid(one.seconds):
+                    self._collective.observe(key, one.seconds)
+                if one.exposed is not None and self._valid(one.exposed):
+                    self._collective_exposed.observe(key, one.exposed)
+                self._collective_calls.inc(key, one.calls)
+                self._collective_bytes.inc(key, one.nbytes)
+
+    def collect_steps(self) -> list[object]:
+        """The recorded families, read under the lock (every family, a series only once measured)."""
+        rank_values = list(self._labels.values())
+        with self._lock:
+            return [family.family(rank_values) for family in self._families]
 
     def collect_live(self) -> Iterator[object]:
         """The families read at scrape time (called by the registry on each scrape)."""
@@ -197,6 +303,21 @@ class PrometheusStepMetrics:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+
+class _StepCollector:
+    """Adapter for the recorded families: prometheus_client calls ``collect()`` on every scrape."""
+
+    def __init__(self, owner: PrometheusStepMetrics) -> None:
+        self._owner = owner
+
+    def collect(self) -> Iterator[object]:
+        return iter(self._owner.collect_steps())
+
+    def describe(self) -> list[object]:
+        """The families (empty at registration), whose names let ``?name[]=`` select them as it
+        selected prometheus-client's own instruments."""
+        return self._owner.collect_steps()
 
 
 class _LiveCollector:
