@@ -56,9 +56,10 @@ class _ClientInstruments(PrometheusStepMetrics):
         registry.register(_LiveCollector(self))
 
     def record(self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
-               memory: tuple[int, int] | None, exemplar_ids: tuple[str, str] | None = None) -> None:
-        labels = self._labels
-        exemplar = None if exemplar_ids is None else {"trace_id": exemplar_ids[0], "span_id": exemplar_ids[1]}
+               memory: tuple[int, int] | None, exemplar_ids: tuple[int, int] | None = None) -> None:
+        labels = self._labels  # the ids were formatted by the caller then: here, as StepMetrics did
+        exemplar = None if exemplar_ids is None else {"trace_id": f"{exemplar_ids[0]:032x}",
+                                                      "span_id": f"{exemplar_ids[1]:016x}"}
         if self._valid(step_s):
             self._step_h.labels(**labels).observe(step_s, exemplar=exemplar)
         for phase, seconds in phases:
@@ -117,7 +118,7 @@ def _feed(targets: list[PrometheusStepMetrics], rng: random.Random, steps: int, 
         phases = [(name, rng.choice(bad) if n % 53 == 7 else rng.uniform(0, 0.5)) for name in names]
         wait = None if n % 4 == 3 else rng.uniform(0, 0.01)
         memory = (rng.randint(1, 1 << 30), rng.randint(1 << 30, 1 << 31)) if n % 2 else None
-        ids = None if n % 3 == 2 else (f"{rng.getrandbits(128):032x}", f"{rng.getrandbits(64):016x}")
+        ids = None if n % 3 == 2 else (rng.getrandbits(128), rng.getrandbits(64))
         samples = None if n < 10 else rng.randint(1, 64)
         tokens = None if n < 20 else rng.randint(0, 1 << 40)
         exposed = None if n < 30 else rng.uniform(0, 0.002)
@@ -174,7 +175,7 @@ def test_a_scrape_during_recording_sees_whole_steps() -> None:
 
     def train() -> None:
         for _ in range(steps):
-            metrics.record(0.002, [("forward", 0.001)], 0.0001, None, ("a" * 32, "b" * 16))
+            metrics.record(0.002, [("forward", 0.001)], 0.0001, None, (0xA << 124, 0xB))
         done.set()
 
     trainer = threading.Thread(target=train)

@@ -8,9 +8,10 @@ dropped and counted (:attr:`PrometheusStepMetrics.rejected`), as the OTLP histog
 
 Why by hand (as the OTLP histograms, emit/histogram_accumulator.py): with ``prometheus-client``'s
 ``Histogram``/``Summary``/``Counter``, each measurement looked its labelled child up
-(``.labels(**labels)`` hashes and checks the label values) and took a lock per value, 40-80 µs of
-emitter CPU per step (``benchmarks/metrics_cost.py --only scrape``). Here a step takes one lock and
-a measurement is a dict lookup, a ``bisect`` and a few additions; at each scrape one collector
+(``.labels(**labels)`` hashes and checks the label values) and took a lock per value: a median 39
+µs of emitter CPU per step (62 with DDP collectives) in ``benchmarks/metrics_cost.py --only scrape
+[--ddp]``, now 10 (14), what the OTLP path costs (docs/architecture.md). Here a call takes one lock
+and a measurement is a dict lookup, a ``bisect`` and a few additions; at each scrape a collector
 yields ``prometheus-client``'s own metric families (``HistogramMetricFamily``,
 ``SummaryMetricFamily``, ``CounterMetricFamily``), which its exposition code formats as before. What
 is served does not change (``tests/emit/test_prometheus_scrape_parity.py`` feeds the same values to
@@ -96,7 +97,8 @@ class _Counters:
 
 class _Histogram:
     """The rank's step-duration histogram: bucket counts, sum, and per bucket the latest exemplar
-    (trace id, span id, value, Unix time), kept across scrapes as ``prometheus-client`` keeps it."""
+    (trace id, span id, value, Unix time), kept across scrapes as ``prometheus-client`` keeps it.
+    The ids are kept as integers and written in hex at the scrape (not at every step)."""
 
     def __init__(self, name: str, documentation: str, label_names: list[str],
                  boundaries: tuple[float, ...]) -> None:
@@ -108,9 +110,9 @@ class _Histogram:
         self.counts: list[float] | None = None
         """Per bucket, not cumulated; None before the first measurement."""
         self.sum = 0.0
-        self.exemplars: list[tuple[str, str, float, float] | None] = [None] * len(self._le)
+        self.exemplars: list[tuple[int, int, float, float] | None] = [None] * len(self._le)
 
-    def observe(self, value: float, exemplar_ids: tuple[str, str] | None) -> None:
+    def observe(self, value: float, exemplar_ids: tuple[int, int] | None) -> None:
         """Add a finite, non-negative ``value`` (the bucket it falls on the boundary of counts it)."""
         counts = self.counts
         if counts is None:
@@ -134,8 +136,8 @@ class _Histogram:
                     buckets.append((le, cumulated))
                 else:
                     trace_id, span_id, value, at = exemplar
-                    buckets.append((le, cumulated, Exemplar({"trace_id": trace_id, "span_id": span_id},
-                                                            value, at)))
+                    ids = {"trace_id": f"{trace_id:032x}", "span_id": f"{span_id:016x}"}
+                    buckets.append((le, cumulated, Exemplar(ids, value, at)))
             family.add_metric(rank_values, buckets, self.sum)
         return family
 
@@ -196,10 +198,10 @@ class PrometheusStepMetrics:
 
     def record(
         self, step_s: float, phases: list[tuple[str, float]], wait_s: float | None,
-        memory: tuple[int, int] | None, exemplar_ids: tuple[str, str] | None = None,
+        memory: tuple[int, int] | None, exemplar_ids: tuple[int, int] | None = None,
     ) -> None:
-        """One step: its duration (``exemplar_ids``: the step span's trace and span id in hex), phases,
-        input wait and CUDA peaks."""
+        """One step: its duration (``exemplar_ids``: the step span's trace and span id, served as the
+        exemplar's ``trace_id`` and ``span_id`` in hex), phases, input wait and CUDA peaks."""
         with self._lock:
             if self._valid(step_s):
                 self._step.observe(step_s, exemplar_ids)

@@ -257,7 +257,7 @@ class StepMetrics:
         collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
         step = spans.step
         if self._prometheus is not None:
-            ids = (f"{step.trace_id:032x}", f"{step.span_id:016x}") if exemplar else None
+            ids = (step.trace_id, step.span_id) if exemplar else None
             self._prometheus.record(step_s, phases, wait_s, memory, ids)
             self._prometheus.record_work(record.samples, record.tokens)
             self._prometheus.record_collectives(collectives)
