@@ -1,6 +1,6 @@
 """The hand-aggregated scrape path serves what prometheus-client's own instruments served.
 
-``_ClientInstruments`` is the scrape path as it was before the aggregation by hand (commit d44a5c4):
+``_ClientInstruments`` is the scrape path as it was before the aggregation by hand (commit 0bcea07):
 ``Histogram``/``Summary``/``Counter`` fed per measurement. Both get the same measurements (phases and
 collectives that appear late, unmeasured exposed times, zero calls, rejected durations, steps with
 and without exemplars, no samples on some steps) and both registries are scraped in the text format
