@@ -30,7 +30,7 @@ SIZES = {"1ms": 192, "10ms": 1024}
 """Hidden width of the MLP for each target step time (on these 2-core machines)."""
 
 
-def worker(hidden: int, block_steps: int, rounds: int) -> None:
+def worker(hidden: int, block_steps: int, rounds: int, drain: bool = True) -> None:
     """Alternate bare and instrumented blocks; print both medians (ns) as JSON."""
     import torch
     from torch import nn
@@ -87,8 +87,9 @@ def worker(hidden: int, block_steps: int, rounds: int) -> None:
             hook.install()
         traced = block(True)
         pairs.append((bare, traced))
-        traceml.flush()
-        time.sleep(0.2)  # the emitter drains this block's steps before the next bare block
+        if drain:
+            traceml.flush()
+            time.sleep(0.2)  # the emitter drains this block's steps before the next bare block
     traceml.shutdown()
     # Adjacent blocks are paired so that slow drift of the machine cancels out.
     print(json.dumps({
@@ -99,8 +100,10 @@ def worker(hidden: int, block_steps: int, rounds: int) -> None:
     }))
 
 
-def _run_worker(hidden: int, block_steps: int, rounds: int, env: dict[str, str]) -> dict[str, float]:
-    command = [sys.executable, __file__, "--worker", str(hidden), str(block_steps), str(rounds)]
+def _run_worker(hidden: int, block_steps: int, rounds: int, env: dict[str, str],
+                drain: bool = True) -> dict[str, float]:
+    command = [sys.executable, __file__, "--worker", str(hidden), str(block_steps), str(rounds),
+               "drain" if drain else "overlap"]
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=900)
     return json.loads(output.stdout.strip().splitlines()[-1])
 
@@ -130,9 +133,9 @@ def _start_rotel() -> tuple[subprocess.Popen[bytes], str]:
 
 
 def measure(label: str, hidden: int, block_steps: int, rounds: int, processes: int,
-            env: dict[str, str]) -> None:
+            env: dict[str, str], drain: bool = True) -> None:
     for _ in range(processes):
-        result = _run_worker(hidden, block_steps, rounds, env)
+        result = _run_worker(hidden, block_steps, rounds, env, drain)
         bare, added, cpu = result["bare_ns"], result["added_wall_ns"], result["added_cpu_ns"]
         low, _, high = result["added_wall_quartiles_ns"]
         print(f"{label:<34} bare {bare / 1e6:7.3f} ms/step   added {added / 1000:+7.1f} us/step "
@@ -147,6 +150,16 @@ def main() -> None:
     parser.add_argument("--otlp", action="store_true", help="also measure with an OTLP endpoint (rotel)")
     parser.add_argument("--rounds", type=int, default=30, help="bare/instrumented block pairs per process")
     parser.add_argument("--processes", type=int, default=2, help="processes per configuration")
+    parser.add_argument("--hidden", type=int, default=None,
+                        help="one step size: this hidden width instead of the ~1 ms and ~10 ms ones")
+    parser.add_argument("--block-steps", type=int, default=None,
+                        help="steps per block (default 100; 20 at 10 ms)")
+    parser.add_argument("--overlap", action="store_true",
+                        help="no drain between blocks: the emitter works while the traced block runs (its "
+                             "last batch spills into the next bare block), so its effect on the training "
+                             "thread is counted too; use blocks of 1,000+ steps")
+    parser.add_argument("--hogs", type=int, default=0,
+                        help="busy-loop processes running beside the benchmark")
     args = parser.parse_args()
     runs_dir = tempfile.mkdtemp(prefix="traceml-bench-")
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
@@ -159,19 +172,24 @@ def main() -> None:
                                                             "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; median step time of "
           f"{args.rounds} adjacent bare/instrumented block pairs, one line per process")
+    sizes = SIZES if args.hidden is None else {f"hidden {args.hidden}": args.hidden}
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     try:
-        for size, hidden in SIZES.items():
-            block_steps = 100 if size == "1ms" else 20
+        for size, hidden in sizes.items():
+            block_steps = args.block_steps or (20 if size == "10ms" else 100)
             for name, env in configurations:
-                measure(f"~{size} steps, {name}", hidden, block_steps, args.rounds, args.processes, env)
+                measure(f"~{size} steps, {name}", hidden, block_steps, args.rounds, args.processes, env,
+                        drain=not args.overlap)
     finally:
+        for hog in hogs:
+            hog.kill()
         if rotel is not None:
             rotel.kill()
         shutil.rmtree(runs_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), drain=sys.argv[5] == "drain")
     else:
         main()
