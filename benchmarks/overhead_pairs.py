@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -168,10 +169,22 @@ def calibrate():
     calibration_ns.append(time.thread_time_ns() - started)
 
 
+def barrier():
+    """With --concurrent: wait until the other run of the pair has also settled (both measure at once)."""
+    folder = os.environ.get("OVERHEAD_PAIRS_BARRIER")
+    if not folder:
+        return
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 120
+    while len(os.listdir(folder)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 walls = []
 for step in range(WARMUP + STEPS):
     if step == WARMUP:  # the warm-up's steps are written and every process has finished starting
         settle()
+        barrier()
         tasks_started = per_task()
         cpu_started = tree_cpu_ns(pids)
         gc.callbacks.append(gc_watch)
@@ -203,8 +216,8 @@ SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 (640: 512 gave 1.1-1.6 ms steps beside the hogs)."""
 
 
-def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path) -> dict:
-    out = workdir / "result.json"
+def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path,
+             out: Path) -> tuple[list[str], dict[str, str]]:
     out.unlink(missing_ok=True)
     env = {**os.environ, "OVERHEAD_PAIRS_OUT": str(out), "TRACEML_RUNS_DIR": str(workdir / "runs")}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
@@ -212,10 +225,40 @@ def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
     if not telemetry:
         env["TRACEML_DISABLED"] = "1"
     traceml = Path(sys.executable).with_name("traceml")
-    command = [str(traceml), "run", "--no-report", str(script), str(steps), str(warmup), str(hidden)]
+    return [str(traceml), "run", "--no-report", str(script), str(steps), str(warmup), str(hidden)], env
+
+
+def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path) -> dict:
+    out = workdir / "result.json"
+    command, env = _command(script, telemetry, steps, warmup, hidden, workdir, out)
     subprocess.run(command, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())
+
+
+def run_concurrently(script: Path, steps: int, warmup: int, hidden: int, workdir: Path,
+                     cpus: tuple[int, int], control: bool = False) -> dict[bool, dict]:
+    """Telemetry on and off at the same time, each whole tree (launcher, trainer, emitter) pinned to
+    its own CPU (``cpus``: on's, off's), measuring from a common start: the machine's speed, which
+    moves between runs, is the same for both sides of the pair."""
+    barrier = workdir / "barrier"
+    shutil.rmtree(barrier, ignore_errors=True)
+    barrier.mkdir()
+    processes = {}
+    for telemetry, cpu in zip((True, False), cpus, strict=True):
+        out = workdir / f"result-{telemetry}.json"
+        command, env = _command(script, telemetry and not control, steps, warmup, hidden,
+                                workdir / str(telemetry), out)
+        env["OVERHEAD_PAIRS_BARRIER"] = str(barrier)
+        processes[telemetry] = (subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu})), out)
+    results = {}
+    for telemetry, (process, out) in processes.items():
+        if process.wait(timeout=600) != 0:
+            raise RuntimeError(f"run failed (telemetry {telemetry})")
+        results[telemetry] = json.loads(out.read_text())
+    return results
 
 
 def start_hogs(count: int) -> list[subprocess.Popen[bytes]]:
@@ -228,7 +271,7 @@ def _spread(values: list[float]) -> str:
 
 def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
              show_tasks: bool = False, control: bool = False, hidden: int | None = None,
-             raw: Path | None = None) -> None:
+             raw: Path | None = None, concurrent: bool = False) -> None:
     default_hidden, hog_count = SCENARIOS[name]
     hidden = hidden or default_hidden
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
@@ -238,7 +281,11 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
     try:
         for pair in range(pairs):
             results = {}
-            for telemetry in ((True, False) if pair % 2 == 0 else (False, True)):
+            if concurrent:
+                loads.append(os.getloadavg()[0])
+                results = run_concurrently(script, steps, warmup, hidden, workdir,
+                                           (0, 1) if pair % 2 == 0 else (1, 0), control)
+            for telemetry in ((True, False) if pair % 2 == 0 else (False, True)) if not concurrent else ():
                 loads.append(os.getloadavg()[0])
                 traced = telemetry and not control
                 results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir)
@@ -322,6 +369,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=None,
                         help="the model's hidden width instead of the scenario's (sets the step time)")
     parser.add_argument("--raw", type=Path, default=None, help="write every run's numbers to this JSON file")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="run on and off at the same time, each tree pinned to its own CPU (swapped "
+                             "every pair): both see the same machine speed; each emitter shares its "
+                             "trainer's CPU (no spare core), so the wall includes the emitter's work")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
@@ -331,7 +382,7 @@ def main() -> None:
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
             scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control,
-                     args.hidden, args.raw)
+                     args.hidden, args.raw, args.concurrent)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 
