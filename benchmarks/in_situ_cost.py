@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
@@ -30,34 +34,14 @@ def main() -> None:
                              "class names, comma-separated (ForwardHooks, BackwardPatch, ...)")
     args = parser.parse_args()
 
-    import torch
-    from torch import nn
+    from overhead import traced_setup
 
     import traceml_otel as traceml
-    from traceml_otel.capture.session import TrainingSession, current
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    assert traceml.init(mode="auto", strict=True)
-    session = current()
-    assert isinstance(session, TrainingSession)
-    hooks = [*session.installed, session.forward]
+    model, hooks, optimizer, loss_fn, source = traced_setup(args.hidden)
     names = [type(hook).__name__ for hook in hooks]
     keep = {"all": set(names), "none": set(), "bare": set()}.get(args.keep, set(args.keep.split(",")))
     traced_steps = args.keep != "bare"
-    hidden = args.hidden
-    data = torch.utils.data.TensorDataset(torch.randn(256, hidden), torch.randint(0, 10, (256,)))
-    loader = torch.utils.data.DataLoader(data, batch_size=64, shuffle=False)
-    model = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                          nn.Linear(hidden, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def batches():
-        while True:
-            yield from loader
-
-    source = batches()
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)

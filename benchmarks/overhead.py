@@ -24,14 +24,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 SIZES = {"1ms": 192, "10ms": 1024}
 """Hidden width of the MLP for each target step time (on these 2-core machines)."""
 
 
-def worker(hidden: int, block_steps: int, rounds: int, drain: bool = True) -> None:
-    """Alternate bare and instrumented blocks; print both medians (ns) as JSON."""
+def traced_setup(hidden: int) -> tuple[Any, list[Any], Any, Any, Iterator[Any]]:
+    """``init()`` in auto mode, then the benchmark's MLP: (model, the hooks that the bare blocks
+    uninstall, optimizer, loss, an endless batch iterator). Shared with ``in_situ_cost.py``."""
     import torch
     from torch import nn
 
@@ -49,13 +52,19 @@ def worker(hidden: int, block_steps: int, rounds: int, drain: bool = True) -> No
     model = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                           nn.Linear(hidden, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
 
-    def batches():
+    def batches() -> Iterator[Any]:
         while True:
             yield from loader
 
-    source = batches()
+    return model, hooks, optimizer, nn.CrossEntropyLoss(), batches()
+
+
+def worker(hidden: int, block_steps: int, rounds: int, drain: bool = True) -> None:
+    """Alternate bare and instrumented blocks; print both medians (ns) as JSON."""
+    import traceml_otel as traceml
+
+    model, hooks, optimizer, loss_fn, source = traced_setup(hidden)
 
     def block(traced: bool) -> tuple[float, float]:
         """Median wall and training-thread CPU time per step of one block."""
