@@ -168,11 +168,13 @@ def _stall_intervals(
 ) -> list[tuple[float, float]]:
     """Every stall the hang record names: its earlier resolved episodes, and its own from the last
     progress the watchdog saw to the resolution (or the rank's end), each cut at its step."""
+    earlier = getattr(hang, "earlier", ()) or ()
+    wanted = {getattr(hang, "step", None), *(e.step for e in earlier)}  # only the stalls' steps are looked up
     steps: dict[int, tuple[float, float]] = {}
     for begin, step_end, step in spans:
-        steps.setdefault(step, (begin, step_end))
-    intervals = [_cut_at_step(e.progress_at, e.resolved_at, e.step, e.in_step, steps)
-                 for e in getattr(hang, "earlier", ()) or ()]
+        if step in wanted:
+            steps.setdefault(step, (begin, step_end))
+    intervals = [_cut_at_step(e.progress_at, e.resolved_at, e.step, e.in_step, steps) for e in earlier]
     written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
     if written and stalled is not None and stalled > 0:
         resolved = getattr(hang, "resolved_at", None)

@@ -130,8 +130,9 @@ def _metric_export_lines(exports: list[ExportStats]) -> list[str]:
 
 
 def _rejected_value_lines(exports: list[ExportStats]) -> list[str]:
-    """Measurements the OTLP duration histograms dropped (not finite or negative): one line at any
-    world size, naming at most ``MAX_RANKS_NAMED`` ranks, the most affected first."""
+    """Measurements the duration histograms dropped as not finite or negative (OTLP's, else the scrape
+    endpoint's): one line at any world size, naming at most ``MAX_RANKS_NAMED`` ranks, the most
+    affected first."""
     rejecting = sorted((e for e in exports if e.metric_values_rejected),
                        key=lambda e: (-e.metric_values_rejected, e.rank))
     if not rejecting:

@@ -249,15 +249,12 @@ def _episode(raw: object) -> StallEpisode | None:
 
 
 def _episodes(value: dict[str, Any]) -> tuple[tuple[StallEpisode, ...], int, float]:
-    """The earlier episodes (absent in version 1), bounded: a longer list's older entries are counted."""
+    """The earlier episodes (absent in version 1), bounded as written: a longer list's older entries
+    are counted (:func:`bounded_episodes`)."""
     raw = value.get("earlier") if isinstance(value.get("earlier"), list) else []
-    count = len(raw) - MAX_EARLIER_EPISODES
-    dropped = [e for e in map(_episode, raw[:max(0, count)]) if e is not None]
-    episodes = tuple(e for e in map(_episode, raw[max(0, count):]) if e is not None)
-    left_out = max(0, as_int(value.get("earlier_left_out")) or 0) + len(dropped)
-    left_out_s = max(0.0, as_float(value.get("earlier_left_out_s")) or 0.0)
-    left_out_s += sum(e.stalled_s for e in dropped)
-    return episodes, left_out, left_out_s
+    episodes = tuple(e for e in map(_episode, raw) if e is not None)
+    return bounded_episodes(episodes, max(0, as_int(value.get("earlier_left_out")) or 0),
+                            max(0.0, as_float(value.get("earlier_left_out_s")) or 0.0))
 
 
 def decode_hang_record(value: dict[str, Any]) -> HangRecord:
