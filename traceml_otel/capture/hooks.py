@@ -10,6 +10,8 @@ They run once or twice per step each, so they check the thread inline (``recorde
 ``get_ident()``: a call on another thread is left untimed, and counted when it ends inside a step)
 and end phases with :meth:`StepRecorder.phase_done`, which does not check it again; every Python
 call saved here is saved on every step (``benchmarks/training_thread_profile.py`` counts them).
+The forward hooks, the only ones on the user's own objects, are in ``forward_hooks.py`` (importable
+from here as ``hooks.ForwardHooks``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import torch
 
+from traceml_otel.capture.forward_hooks import ForwardHooks as ForwardHooks
 from traceml_otel.capture.recorder import StepRecorder
 
 H2DPredicate = Callable[[torch.Tensor, Any], bool]
@@ -38,81 +41,6 @@ def parallelism_of(model: torch.nn.Module) -> str:
     from traceml_otel.capture.parallelism import wrapper_kind
 
     return wrapper_kind(model) or "none"
-
-
-class ForwardHooks:
-    """Times the outermost forward of each traced model via module hooks.
-
-    Hooks go on the model passed to ``trace_step`` only (not every module), so sub-modules
-    cost nothing; a depth counter shared by all traced models ignores nested calls, e.g. a
-    DDP wrapper and its ``.module`` both traced.
-    """
-
-    def __init__(self, recorder: StepRecorder) -> None:
-        self._recorder = recorder
-        self._depth = 0
-        self._token: tuple[int, Any] | None = None
-        self._handles: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
-
-    def watch(self, model: torch.nn.Module) -> None:
-        """Hook ``model`` once; later calls are a dictionary lookup."""
-        if model in self._handles:
-            return
-        self._handles[model] = [
-            model.register_forward_pre_hook(self.before_forward),
-            model.register_forward_hook(self.after_forward, always_call=True),
-        ]
-
-    def before_forward(self, module: torch.nn.Module | None, args: Any) -> None:
-        """A module call starts (a forward pre-hook; also called directly by step inference)."""
-        recorder = self._recorder
-        owner = recorder.owner
-        if owner is not None and get_ident() != owner:
-            return
-        depth = self._depth = self._depth + 1
-        if depth == 1:
-            self._token = recorder.phase_begin()
-
-    def after_forward(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
-        """A module call ends (a forward hook, also run when the call raised)."""
-        recorder = self._recorder
-        owner = recorder.owner
-        if owner is not None and get_ident() != owner:
-            if recorder.in_step:
-                recorder.other_thread_phases += 1
-            return
-        depth = self._depth - 1
-        if depth > 0:
-            self._depth = depth
-            return
-        self._depth = 0
-        token = self._token
-        if token is not None:
-            self._token = None
-            recorder.phase_done("forward", token)
-
-    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
-        """``call`` timed as an outermost forward (a framework's training-step method)."""
-        hooks = self
-
-        @functools.wraps(call)
-        def traceml_timed_forward(*args: Any, **kwargs: Any) -> Any:
-            hooks.before_forward(None, args)
-            try:
-                return call(*args, **kwargs)
-            finally:
-                hooks.after_forward(None, args, None)
-
-        return traceml_timed_forward
-
-    def install(self) -> None:
-        """Nothing global: models are hooked as they are traced."""
-
-    def uninstall(self) -> None:
-        for handles in list(self._handles.values()):
-            for handle in handles:
-                handle.remove()
-        self._handles = weakref.WeakKeyDictionary()
 
 
 class BackwardPatch:

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from traceml_otel.capture.copy_safe import CopySafeHook
+
 if TYPE_CHECKING:
     from traceml_otel.capture.session import TrainingSession
 
@@ -61,6 +63,8 @@ class InferredSteps:
         self._stepped: set[int] = set()
         self._steps = 0
         self._warned_optimizers = False
+        self._root_hook = _RootForwardStart(self)
+        """The pre-hook on each root after the warm-up (a copy of a root gets a no-op, not this)."""
         self.active = False
 
     # --- lifecycle -------------------------------------------------------------------
@@ -135,9 +139,6 @@ class InferredSteps:
             if forward is not None:
                 forward.after_forward(module, args, output)
 
-    def _root_pre(self, module: torch.nn.Module, args: Any) -> None:
-        self._outermost_call(module, known=True)
-
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
         training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
@@ -207,9 +208,24 @@ class InferredSteps:
         for root in roots:
             if root not in self._hooked:
                 self._hooked.add(root)
-                self._root_handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
+                self._root_handles.append(root.register_forward_pre_hook(self._root_hook, prepend=True))
             if forward is not None:
                 forward.watch(root)
+
+
+class _RootForwardStart(CopySafeHook):
+    """The forward pre-hook on a training root after the warm-up: a call may open a step.
+
+    A :class:`CopySafeHook`: ``copy.deepcopy(root)`` (an EMA model, a teacher copy) gets a no-op
+    hook, so the copy's forwards neither open steps nor count as the root's."""
+
+    __slots__ = ("_inferred",)
+
+    def __init__(self, inferred: InferredSteps) -> None:
+        self._inferred = inferred
+
+    def __call__(self, module: torch.nn.Module, args: Any) -> None:
+        self._inferred._outermost_call(module, known=True)
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:

@@ -2,10 +2,14 @@
 
     plain_loop.py
 
-6 updates of a tiny model from a DataLoader, one evaluation pass after update 3. Prints one JSON
-line at the end: whether any traceml module was loaded in this process.
+6 updates of a tiny model from a DataLoader, one evaluation pass after update 3. After update 4 (past
+step inference's warm-up) the script copies the model as users do: an EMA-style ``copy.deepcopy``,
+called in train mode inside each later step, and a whole-model ``torch.save`` / ``torch.load``
+round trip. Prints one JSON line at the end: whether any traceml module was loaded in this process.
 """
 
+import copy
+import io
 import json
 import sys
 
@@ -20,10 +24,21 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 train = DataLoader(TensorDataset(torch.randn(8 * UPDATES, 16), torch.randn(8 * UPDATES, 1)), batch_size=8)
 val = DataLoader(TensorDataset(torch.randn(16, 16), torch.randn(16, 1)), batch_size=8)
+ema = None
 for i, (x, y) in enumerate(train):
     optimizer.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
+    if ema is not None:
+        ema(x)  # a copy's forward, gradients on, in train mode, inside the step
     optimizer.step()
+    if i == 3:
+        ema = copy.deepcopy(model)
+        checkpoint = io.BytesIO()
+        torch.save(model, checkpoint)
+        checkpoint.seek(0)
+        restored = torch.load(checkpoint, weights_only=False)
+        with torch.no_grad():
+            assert torch.equal(restored(x), model(x))
     if i == 2:
         model.eval()
         with torch.no_grad():

@@ -1,0 +1,119 @@
+"""Forward timing: the outermost forward of each traced model, from hooks on that model alone.
+
+The two hooks torch keeps on the model are :class:`CopySafeHook` objects: a ``copy.deepcopy`` or a
+pickle of the model carries no-op hooks, never the capture state (``capture/copy_safe.py``). They
+run on the training thread every step, so each one's logic is inline in its ``__call__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from threading import get_ident
+from typing import Any
+
+import torch
+
+from traceml_otel.capture.copy_safe import CopySafeHook
+from traceml_otel.capture.recorder import StepRecorder
+
+
+class ForwardHooks:
+    """Times the outermost forward of each traced model via module hooks.
+
+    Hooks go on the model passed to ``trace_step`` only (not every module), so sub-modules
+    cost nothing; a depth counter shared by all traced models ignores nested calls, e.g. a
+    DDP wrapper and its ``.module`` both traced. The hooks are :class:`CopySafeHook` objects: a
+    ``copy.deepcopy`` or pickle of a traced model carries no-op hooks, not this object.
+    """
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._depth = 0
+        self._token: tuple[int, Any] | None = None
+        self._handles: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
+        self.before_forward = _ForwardStart(self)
+        """A module call starts (the forward pre-hook; also called directly by step inference)."""
+        self.after_forward = _ForwardEnd(self)
+        """A module call ends (the forward hook, also run when the call raised)."""
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Hook ``model`` once; later calls are a dictionary lookup."""
+        if model in self._handles:
+            return
+        self._handles[model] = [
+            model.register_forward_pre_hook(self.before_forward),
+            model.register_forward_hook(self.after_forward, always_call=True),
+        ]
+
+    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        """``call`` timed as an outermost forward (a framework's training-step method)."""
+        hooks = self
+
+        @functools.wraps(call)
+        def traceml_timed_forward(*args: Any, **kwargs: Any) -> Any:
+            hooks.before_forward(None, args)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                hooks.after_forward(None, args, None)
+
+        return traceml_timed_forward
+
+    def install(self) -> None:
+        """Nothing global: models are hooked as they are traced."""
+
+    def uninstall(self) -> None:
+        for handles in list(self._handles.values()):
+            for handle in handles:
+                handle.remove()
+        self._handles = weakref.WeakKeyDictionary()
+
+
+class _ForwardStart(CopySafeHook):
+    """``ForwardHooks.before_forward``: the outermost module call opens a forward phase."""
+
+    __slots__ = ("_hooks", "_recorder")
+
+    def __init__(self, hooks: ForwardHooks) -> None:
+        self._hooks = hooks
+        self._recorder = hooks._recorder
+
+    def __call__(self, module: torch.nn.Module | None, args: Any) -> None:
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
+            return
+        hooks = self._hooks
+        depth = hooks._depth = hooks._depth + 1
+        if depth == 1:
+            hooks._token = recorder.phase_begin()
+
+
+class _ForwardEnd(CopySafeHook):
+    """``ForwardHooks.after_forward``: the outermost module call's end closes the forward phase."""
+
+    __slots__ = ("_hooks", "_recorder")
+
+    def __init__(self, hooks: ForwardHooks) -> None:
+        self._hooks = hooks
+        self._recorder = hooks._recorder
+
+    def __call__(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
+        recorder = self._recorder
+        owner = recorder.owner
+        if owner is not None and get_ident() != owner:
+            if recorder.in_step:
+                recorder.other_thread_phases += 1
+            return
+        hooks = self._hooks
+        depth = hooks._depth - 1
+        if depth > 0:
+            hooks._depth = depth
+            return
+        hooks._depth = 0
+        token = hooks._token
+        if token is not None:
+            hooks._token = None
+            recorder.phase_done("forward", token)
