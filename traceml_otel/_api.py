@@ -139,6 +139,8 @@ def trace_step(
     """
     if not current().active:
         _warn_not_initialised()
+    if samples is None and tokens is None and flops is None and measure_flops is False:  # the usual call
+        return _StepContext(model, None, None)
     measure = measure_flops is not False and bool(measure_flops)
     return _StepContext(model, _work("samples", samples), _work("tokens", tokens),
                         None if flops is None else _flops(flops), measure)

@@ -72,7 +72,8 @@ class BackwardPatch:
                 finally:
                     patch._depth -= 1
             patch._depth = 1
-            token = recorder.phase_begin()
+            token = perf_counter_ns(), (  # phase_begin(), inline
+                recorder.clock.mark() if recorder.in_step and recorder.device else None)
             try:
                 return original(*args, **kwargs)
             finally:
@@ -131,17 +132,23 @@ class OptimizerHooks:
     def _timed_step(
         self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
     ) -> Callable[..., Any]:
-        hooks = self
+        hooks, recorder = self, self._recorder
 
         @functools.wraps(step)
         def traceml_timed_optimizer_step(*args: Any, **kwargs: Any) -> Any:
             if untimed_if is not None and args and untimed_if(args[0]):
                 return step(*args, **kwargs)
-            if not hooks._enter():  # another thread: untimed, counted when it ends
+            owner = recorder.owner
+            if owner is not None and get_ident() != owner:  # another thread: untimed, counted when it ends
                 try:
                     return step(*args, **kwargs)
                 finally:
                     hooks._leave(None, args)
+            depth = hooks._depth = hooks._depth + 1  # _enter(), inline: one call fewer every step
+            if depth == 1:
+                hooks._token = perf_counter_ns(), (
+                    recorder.clock.mark() if recorder.in_step and recorder.device else None)
+                recorder.on_nested_phase = hooks._restart
             hooks._outer += 1  # torch's own step hooks inside are then no-ops
             try:
                 return step(*args, **kwargs)
@@ -229,8 +236,7 @@ class OptimizerHooks:
         token = self._token
         if token is not None:
             self._token = None
-            recorder.phase_done("optimizer", token)
-            recorder.optimizer_stepped()
+            recorder.phase_done("optimizer", token, None, True)  # and counts the update
         if self.after_update is not None:
             self.after_update(optimizer, args)
 
@@ -304,6 +310,10 @@ class HostToDevicePatch:
             self._originals = None
 
 
+_SEQUENCES = (tuple, list)
+_TENSOR = torch.Tensor
+
+
 def batch_samples(batch: Any) -> int | None:
     """The batch dimension of what a loader returned: the leading size of its first tensor.
 
@@ -373,7 +383,14 @@ class DataLoaderPatch:
                 batch = original(iterator)
                 return batch
             finally:
-                recorder.fetch_end(token, None if batch is None else batch_samples(batch), batch is not None)
+                if batch is None:
+                    samples = None
+                elif type(batch) in _SEQUENCES and batch and type(batch[0]) is _TENSOR:  # (x, y): inline
+                    shape = batch[0].shape
+                    samples = shape[0] if shape else None
+                else:
+                    samples = batch_samples(batch)
+                recorder.fetch_end(token, samples, batch is not None)
                 seen = current[0]
                 if seen is None or seen() is not iterator:
                     current[0] = weakref.ref(iterator)

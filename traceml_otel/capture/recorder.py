@@ -49,9 +49,10 @@ class _StepState:
     __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
                  "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
 
-    def __init__(self) -> None:
-        self.start_ns = 0
-        self.start_mark: Any = None
+    def __init__(self, start_ns: int = 0, start_mark: Any = None, given_samples: int | None = None,
+                 tokens: int | None = None) -> None:
+        self.start_ns = start_ns
+        self.start_mark = start_mark
         self.phases: list[list[Any]] = []
         """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
         self.phase_marks: list[tuple[Any, Any]] = []
@@ -59,8 +60,8 @@ class _StepState:
         self.calls: dict[str, int] = {}
         self.optimizer_steps = 0
         self.samples: int | None = None
-        self.tokens: int | None = None
-        self.given_samples: int | None = None
+        self.tokens = tokens
+        self.given_samples = given_samples
         self.collectives: list[CollectiveRow] = []
         self.collective_marks: list[list[Any]] = []
 
@@ -146,16 +147,13 @@ class StepRecorder:
         last step follows such a fetch: that step keeps the count of the last batch fetched.
         """
         end = perf_counter_ns()
-        end_mark = self.clock.mark() if self.device else None
         owner = self.owner
         if owner is not None and get_ident() != owner:  # another thread's loader: no step's wait
             self.clock.release(token[1])
-            self.clock.release(end_mark)
             return
         if self.in_step or self.outside:
             if self.device:
                 self.clock.release(token[1])
-                self.clock.release(end_mark)
             if not self.in_step:
                 self.outside_fetches += 1
             elif samples is not None:
@@ -167,7 +165,8 @@ class StepRecorder:
         self._samples = self._fetched_samples = samples
         self._wait_ns = (self._wait_ns or 0) + end - token[0]
         self._fetches += 1
-        self._wait_marks.append((token[1], end_mark))
+        if self.device:  # the fetch's device time, from a mark at each end
+            self._wait_marks.append((token[1], self.clock.mark()))
         if fetched and self.after_fetch is not None:  # not an exhausted iterator's StopIteration
             self.after_fetch(end)
 
@@ -229,13 +228,19 @@ class StepRecorder:
             return
         self.phase_done(phase, token, nbytes)
 
-    def phase_done(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
-        """:meth:`phase_end` for a hook that has already checked it runs on the training thread."""
+    def phase_done(
+        self, phase: str, token: tuple[int, Any], nbytes: int | None = None, update: bool = False
+    ) -> None:
+        """:meth:`phase_end` for a hook that has already checked it runs on the training thread.
+
+        ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call)."""
         end = perf_counter_ns()
         if not self.in_step:
             self.clock.release(token[1])
             return
         state = self._state
+        if update:
+            state.optimizer_steps += 1
         calls = state.calls
         call = calls.get(phase, 0)
         calls[phase] = call + 1
@@ -307,14 +312,11 @@ class StepRecorder:
         if self.in_step:
             self.nested_steps += 1
             return False
-        state = self._state = _StepState()
-        state.given_samples = samples
-        state.tokens = tokens
         if self._reads_memory:
             self.clock.reset_peak_memory()
-        if self.device:
-            state.start_mark = self.clock.mark()
-        state.start_ns = perf_counter_ns() if start_ns is None else start_ns
+        start_mark = self.clock.mark() if self.device else None
+        self._state = _StepState(
+            perf_counter_ns() if start_ns is None else start_ns, start_mark, samples, tokens)
         self.in_step = True
         return True
 
@@ -336,7 +338,10 @@ class StepRecorder:
         self.in_step = False
         end_mark = self.clock.mark() if self.device else None
         memory = self.clock.peak_memory() if self._reads_memory else None
-        alloc, reserved, total = memory if memory is not None else (None, None, None)
+        if memory is None:
+            alloc = reserved = total = None
+        else:
+            alloc, reserved, total = memory
         samples = state.given_samples
         if samples is None and (self._samples is not None or state.samples is not None):
             samples = (self._samples or 0) + (state.samples or 0)
@@ -366,12 +371,12 @@ class StepRecorder:
             self._pending.append(_OpenStep(
                 row, state.start_mark, end_mark, state.phase_marks, self._wait_marks, state.collective_marks
             ))
+            self._wait_marks = []
         else:
-            self._ready.append(row)
+            self._ready.append(row)  # (no device: _wait_marks stays empty)
         self.step += 1
         self._wait_ns = None
         self._fetches = 0
-        self._wait_marks = []
         self._prefetch_h2d_ns = None
         self._queued += 1
         if (
