@@ -39,14 +39,26 @@ class ForwardHooks:
         self.after_forward = _ForwardEnd(self)
         """A module call ends (the forward hook, also run when the call raised)."""
 
-    def watch(self, model: torch.nn.Module) -> None:
-        """Hook ``model`` once; later calls are a dictionary lookup."""
+    def watch(self, model: torch.nn.Module) -> bool:
+        """Hook ``model`` once; later calls are a dictionary lookup.
+
+        False when torch refuses hooks on it: a scripted TorchScript module (``torch.jit.script``;
+        ``torch.jit.trace``'s modules take hooks) raises on ``register_forward_pre_hook``. Nothing is
+        hooked then (the caller says so), and the answer is kept: the model is not asked every step.
+        """
         if model in self._handles:
-            return
-        self._handles[model] = [
-            model.register_forward_pre_hook(self.before_forward),
-            model.register_forward_hook(self.after_forward, always_call=True),
-        ]
+            return bool(self._handles[model])
+        handles: list[Any] = []
+        try:
+            handles.append(model.register_forward_pre_hook(self.before_forward))
+            handles.append(model.register_forward_hook(self.after_forward, always_call=True))
+        except Exception:  # never a reason to stop the step or the training
+            for handle in handles:
+                handle.remove()
+            self._handles[model] = []
+            return False
+        self._handles[model] = handles
+        return True
 
     def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """``call`` timed as an outermost forward (a framework's training-step method)."""

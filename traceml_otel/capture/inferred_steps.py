@@ -199,17 +199,28 @@ class InferredSteps:
         return self._stepped >= live
 
     def _hook_roots_only(self) -> None:
-        """After the warm-up: hook the outermost training modules found, drop the global hooks."""
-        roots = list(self._roots)
-        if not roots:
+        """After the warm-up: hook the outermost training modules found, drop the global hooks.
+
+        A root that takes no hooks (a scripted TorchScript module: ``torch.jit.script``) keeps the
+        global hooks on instead, for the rest of the run: they still see its calls, and its own
+        sub-modules run inside TorchScript, where no Python hook runs.
+        """
+        roots = [root for root in self._roots if root not in self._hooked]
+        if not roots and not self._roots:
             return
+        handles: list[Any] = []
+        try:
+            for root in roots:
+                handles.append(root.register_forward_pre_hook(self._root_hook, prepend=True))
+        except Exception:  # never a reason to stop training: the global hooks stay
+            self._remove(handles)
+            return
+        self._hooked.update(roots)
+        self._root_handles.extend(handles)
         self._remove(self._global_handles)
         forward = self._session.forward
-        for root in roots:
-            if root not in self._hooked:
-                self._hooked.add(root)
-                self._root_handles.append(root.register_forward_pre_hook(self._root_hook, prepend=True))
-            if forward is not None:
+        if forward is not None:
+            for root in self._roots:
                 forward.watch(root)
 
 

@@ -39,6 +39,13 @@ def warn(message: str) -> None:
     print(f"traceml: {message}", file=sys.stderr, flush=True)
 
 
+def _forward_not_timed(model: Any) -> None:
+    """Say once per model that torch refused our forward hooks on it (a TorchScript module)."""
+    warn(f"the forward of {type(model).__name__} is not timed: torch takes no forward hooks on it (a "
+         "scripted TorchScript module: torch.jit.script); its time counts in the step's residual. To time "
+         "it, pass trace_step() a plain nn.Module whose forward calls it")
+
+
 class EmitterLink(Protocol):
     """What the session needs of the channel to its emitter (``emit/channel.py``'s ``EmitterChannel``)."""
 
@@ -239,8 +246,9 @@ class TrainingSession(Session):
         """The traced model changed: hook it, find its parallelism (once per model, so loops that
         alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
         self._model = model
-        if model is not None and self.forward is not None:
-            self.forward.watch(model)
+        if model is not None and self.forward is not None and not self.forward.watch(model):
+            if self.inferred is None:  # (step inference times such a root with its global module hooks)
+                _forward_not_timed(model)
         if model is not None and self.collectives is not None:
             self.collectives.watch(model)
         try:
@@ -288,7 +296,8 @@ class TrainingSession(Session):
 
         if self.forward is None:
             self.forward = ForwardHooks(self.recorder)
-        self.forward.watch(model)
+        if not self.forward.watch(model):
+            _forward_not_timed(model)
         self.wrapped_model = model
         world_size = self.settings.identity.world_size
         self.recorder.parallelism = detect_parallelism(model, world_size, self.wrappers)

@@ -1,0 +1,65 @@
+"""Scripted TorchScript models (``torch.jit.script``), which take no forward hooks: training goes on.
+
+With ``trace_step(scripted)`` torch refuses our forward hooks. ``ForwardHooks.watch`` then hooks
+nothing and says so (the session warns once per model, naming it), every step is still recorded
+with its other phases, and a plain ``nn.Module`` around the scripted one is timed as usual.
+(Zero-code tracing of such a model: ``tests/zero_code/test_scripted_models.py``.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tests.capture.list_sink import ListSink
+from traceml_otel.capture import hooks, session
+from traceml_otel.capture.recorder import StepRecorder
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def test_a_scripted_model_is_stepped_untimed_and_a_plain_wrapper_around_it_is_timed(capsys) -> None:
+    scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()))
+    sink = ListSink()
+    recorder = StepRecorder(sink, flush_steps=1000)
+    forward, backward = hooks.ForwardHooks(recorder), hooks.BackwardPatch(recorder)
+    backward.install()
+    wrapper = Wrapper(scripted)
+    try:
+        assert forward.watch(scripted) is False and forward.watch(scripted) is False  # asked once
+        assert forward.watch(wrapper) is True
+        for model in (scripted, wrapper):
+            recorder.begin_step()
+            model(torch.ones(2, 4)).sum().backward()
+            recorder.end_step()
+        recorder.flush()
+    finally:
+        backward.uninstall()
+        forward.uninstall()
+    untimed, timed = sink.records()
+    assert [p.phase for p in untimed.phases] == ["backward"]
+    assert [p.phase for p in timed.phases] == ["forward", "backward"]
+    session._forward_not_timed(scripted)
+    warning = capsys.readouterr().err
+    assert "the forward of RecursiveScriptModule is not timed" in warning and "trace_step()" in warning
+
+
+def test_a_traced_module_takes_the_hooks_and_its_forward_is_timed() -> None:
+    traced = torch.jit.trace(torch.nn.Linear(4, 2), torch.ones(1, 4))  # unlike a scripted one
+    sink = ListSink()
+    recorder = StepRecorder(sink, flush_steps=1000)
+    forward = hooks.ForwardHooks(recorder)
+    assert forward.watch(traced) is True
+    recorder.begin_step()
+    traced(torch.ones(1, 4))
+    recorder.end_step()
+    recorder.flush()
+    forward.uninstall()
+    (record,) = sink.records()
+    assert [p.phase for p in record.phases] == ["forward"]
