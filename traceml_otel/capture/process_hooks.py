@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from traceml_otel.capture import session as sessions
 
@@ -35,6 +35,7 @@ def install() -> None:
     children, and stop with the launcher."""
     atexit.register(end_session)
     os.register_at_fork(after_in_child=_forget_in_child)
+    _install_os_exit_flush()
     _install_sigterm_flush()
     _install_exit_status_hook()
     _stop_with_launcher()
@@ -43,6 +44,30 @@ def install() -> None:
 def _forget_in_child() -> None:
     """After fork (DataLoader workers): the child must not write to the parent's pipe."""
     sessions.take().forget_in_child()
+
+
+def _install_os_exit_flush() -> None:
+    """``os._exit()`` skips ``atexit``: end the session first, then exit as asked.
+
+    Scripts call it to skip a teardown that hangs (a process group's destruction) or in a worker
+    process. Without this, the steps not yet handed to the emitter (up to 256 steps or 250 ms) were
+    lost. Code 0 ends the session as a clean exit does (``ok``), another code as ``os._exit(N)``;
+    bounded by ``TRACEML_SHUTDOWN_TIMEOUT_S``, as at exit. In a forked child (a DataLoader worker,
+    a ``multiprocessing`` process) the session is already forgotten, and this costs nothing.
+    """
+    original = os._exit
+    if hasattr(original, "__traceml_original__"):
+        return
+
+    def traceml_flush_then_exit(code: int) -> NoReturn:
+        try:
+            end_session("ok" if code == 0 else f"os._exit({code})")
+        except BaseException:  # exiting is what was asked, whatever happened here
+            pass
+        original(code)
+
+    traceml_flush_then_exit.__traceml_original__ = original  # type: ignore[attr-defined]
+    os._exit = traceml_flush_then_exit
 
 
 def _install_sigterm_flush() -> None:
