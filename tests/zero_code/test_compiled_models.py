@@ -1,9 +1,10 @@
 """torch.compile'd models under ``traceml run``: none of our hooks is compiled, nothing recompiles.
 
-One run of ``scripts/compiled_loop.py`` (~4 s): a plain loop over ``torch.compile(model)`` with steps
-inferred, then ``trace_step(model)`` where the traced model's hooks sit inside a ``fullgraph=True``
-compiled region (the inner model of ``torch.compile(model)``, and a model compiled in place), which
-crashed training before (Dynamo cannot trace ``get_ident``/``perf_counter_ns``).
+One run of ``scripts/compiled_loop.py`` (~5 s): plain loops over ``torch.compile(model)`` and over
+a model compiled in place (``model.compile()``) with steps inferred, then ``trace_step(model)``
+where the traced model's hooks sit inside a ``fullgraph=True`` compiled region (the inner model of
+``torch.compile(model)``, and a model compiled in place), which crashed training before (Dynamo
+cannot trace ``get_ident``/``perf_counter_ns``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_each_compiled_model_compiles_once_with_no_graph_break(compiled_run) -> 
     otherwise fail the compiled code's guards when removed: a recompile), and our hooks inside
     compiled regions are folded away by Dynamo (no graph break, no crash under fullgraph=True)."""
     _, result = compiled_run
-    assert result["compiles"] == {"inferred": 1, "inner": 1, "in_place": 1}
+    assert result["compiles"] == {"inferred": 1, "inferred_in_place": 1, "inner": 1, "in_place": 1}
     assert result["graph_breaks"] == {}
 
 
@@ -46,13 +47,14 @@ def test_only_torchs_global_hook_warning_and_only_on_the_first_call(compiled_run
     assert "get_ident" not in run.output and "Graph break" not in run.output
 
 
-def test_steps_of_the_compiled_loop_are_still_inferred_with_one_forward_each(compiled_run) -> None:
+@pytest.mark.parametrize("window", ["window", "window_in_place"])
+def test_steps_of_the_compiled_loops_are_still_inferred_with_one_forward_each(compiled_run, window) -> None:
     run, result = compiled_run
-    start, end = result["window"]
+    start, end = result[window]
     rank = run.ranks[0]
     inferred = [s for s in rank.steps if start - SKEW_NS <= s.start_ns and s.end_ns <= end + SKEW_NS]
     assert len(inferred) == STEPS
     for step in inferred:
         assert rank.phases(step).count("forward") == 1, rank.phases(step)
         assert "optimizer" in rank.phases(step)
-    assert len(rank.steps) == 3 * STEPS  # and the trace_step phase lost no step
+    assert len(rank.steps) == 4 * STEPS  # and the trace_step phase lost no step

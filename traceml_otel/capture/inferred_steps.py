@@ -22,7 +22,9 @@ module call; after a few steps they are replaced by hooks on those modules alone
 none of them is compiled into a model's graph. A ``torch.compile(module)`` wrapper compiles its module
 on its first call, after the global pre-hook ran: when that hook sees such a wrapper, the warm-up
 ends there (its roots hooked, the global hooks removed before the compile), and global hooks are never
-installed again, so the compiled code never sees them change and never recompiles for them.
+installed again, so the compiled code never sees them change and never recompiles for them. A
+module compiled in place (``model.compile()``) is seen by no hook at all: its eager entry
+(``capture/compiled_in_place.py``) calls :meth:`InferredSteps.in_place_call` instead.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.compiler import is_compiling
 
+from traceml_otel.capture.compiled_in_place import LISTENER, patch_module_compile
 from traceml_otel.capture.copy_safe import CopySafeHook
 
 if TYPE_CHECKING:
@@ -91,6 +94,7 @@ class InferredSteps:
         self._hook_every_module()
         _OPTIMIZERS.track()
         _OPTIMIZERS.on_new = self._new_optimizer
+        LISTENER.call = self.in_place_call
         self.active = True
 
     def _new_optimizer(self) -> None:
@@ -114,6 +118,8 @@ class InferredSteps:
             return
         self.active = False
         _OPTIMIZERS.on_new = None
+        if LISTENER.call == self.in_place_call:
+            LISTENER.call = None
         self._remove(self._global_handles)
         self._remove(self._root_handles)
         session = self._session
@@ -174,6 +180,25 @@ class InferredSteps:
             self._roots.add(outermost)
             self._session.model_seen(outermost)
         self._hook_roots_only()
+
+    def in_place_call(self, module: torch.nn.Module, compiled: Callable[..., Any], args: tuple,
+                      kwargs: dict) -> Any:
+        """A call of a module compiled in place (``model.compile()``), where no hook sees it: its
+        eager entry (``capture/compiled_in_place.py``) does what the root hooks would do."""
+        forward = self._session.forward
+        nested = self._depth > 0 or (forward is not None and forward._depth > 0)
+        if self._global_handles:  # it compiles next, against the global hooks there are: none
+            self._compiled_wrapper_called(module)
+        self._compiled = True
+        if not nested:
+            self._outermost_call(module, known=module in self._roots)
+        if forward is None:
+            return compiled(*args, **kwargs)
+        forward.before_forward(module, args)
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            forward.after_forward(module, args, None)
 
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
@@ -354,6 +379,8 @@ class _Arming:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         _OPTIMIZERS.track()  # before the script builds its optimizers
+        patch_module_compile()  # and compiles its models in place
+        LISTENER.call = self._first_in_place_call
         self._forward_handle = module_hooks.register_module_forward_pre_hook(self._first_forward)
         original = self._original_next = _BaseDataLoaderIter.__next__
         arming = self
@@ -377,10 +404,20 @@ class _Arming:
         if inferred is not None:  # the hooks it installed do not run for this call: run them here
             inferred._global_pre(module, args)
 
+    def _first_in_place_call(self, module: torch.nn.Module, compiled: Callable[..., Any], args: tuple,
+                             kwargs: dict) -> Any:
+        """The first module call is of a module compiled in place (no hook of ours sees it)."""
+        inferred = self.fire()
+        if inferred is None:
+            return compiled(*args, **kwargs)
+        return inferred.in_place_call(module, compiled, args, kwargs)
+
     def fire(self) -> InferredSteps | None:
         if self.fired:
             return None
         self.fired = True
+        if LISTENER.call == self._first_in_place_call:
+            LISTENER.call = None
         if self._forward_handle is not None:
             self._forward_handle.remove()
             self._forward_handle = None
