@@ -3,6 +3,11 @@
 The two hooks torch keeps on the model are :class:`CopySafeHook` objects: a ``copy.deepcopy`` or a
 pickle of the model carries no-op hooks, never the capture state (``capture/copy_safe.py``). They
 run on the training thread every step, so each one's logic is inline in its ``__call__``.
+
+Each hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which Dynamo
+folds to ``True`` without a guard): a hooked module inside a ``torch.compile``d region (the user
+compiled a wrapper, or called ``model.compile()``) compiles as if unhooked, with no graph break and
+no crash under ``fullgraph=True``; that forward is then not timed by these hooks.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import torch
+from torch.compiler import is_compiling
 
 from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
@@ -94,6 +100,8 @@ class _ForwardStart(CopySafeHook):
         self._recorder = hooks._recorder
 
     def __call__(self, module: torch.nn.Module | None, args: Any) -> None:
+        if is_compiling():  # traced by Dynamo: compile nothing of ours (see the module docstring)
+            return
         recorder = self._recorder
         owner = recorder.owner
         if owner is not None and get_ident() != owner:
@@ -115,6 +123,8 @@ class _ForwardEnd(CopySafeHook):
         self._recorder = hooks._recorder
 
     def __call__(self, module: torch.nn.Module | None, args: Any, output: Any) -> None:
+        if is_compiling():
+            return
         recorder = self._recorder
         owner = recorder.owner
         if owner is not None and get_ident() != owner:

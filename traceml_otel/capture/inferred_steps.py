@@ -17,6 +17,14 @@ Phases come from the usual hooks (backward, optimizer, fetches), plus the forwar
 seen as the outermost training call. Finding those takes global module hooks, which run for every
 module call; after a few steps they are replaced by hooks on those modules alone. Any explicit step
 (``trace_step``, a framework callback) stops inference for the rest of the run.
+
+``torch.compile``: every hook here returns at once while Dynamo traces it (``is_compiling()``), so
+none of them is compiled into a model's graph. A ``torch.compile(module)`` wrapper compiles its module
+on its first call, after the global pre-hook ran: when that hook sees such a wrapper, the warm-up
+ends there (its roots hooked, the global hooks removed before the compile), and global hooks are never
+installed again, so the compiled code never sees them change and never recompiles for them. A
+module compiled in place (``model.compile()``) is seen by no hook at all: its eager entry
+(``capture/compiled_in_place.py``) calls :meth:`InferredSteps.in_place_call` instead.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.compiler import is_compiling
 
+from traceml_otel.capture.compiled_in_place import LISTENER, patch_module_compile
 from traceml_otel.capture.copy_safe import CopySafeHook
 
 if TYPE_CHECKING:
@@ -59,6 +69,10 @@ class InferredSteps:
         self._roots: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._global_handles: list[Any] = []
+        self._outermost: torch.nn.Module | None = None
+        """The module of the outermost call in progress, while global hooks run."""
+        self._compiled = False
+        """A ``torch.compile(module)`` wrapper was seen: global module hooks stay off for good."""
         self._root_handles: list[Any] = []
         self._stepped: set[int] = set()
         self._steps = 0
@@ -80,11 +94,12 @@ class InferredSteps:
         self._hook_every_module()
         _OPTIMIZERS.track()
         _OPTIMIZERS.on_new = self._new_optimizer
+        LISTENER.call = self.in_place_call
         self.active = True
 
     def _new_optimizer(self) -> None:
         """A new optimizer usually means a new model to train: look for its forwards again."""
-        if self.active and not self._global_handles:
+        if self.active and not self._global_handles and not self._compiled:
             self._hook_every_module()
 
     def _hook_every_module(self) -> None:
@@ -103,6 +118,8 @@ class InferredSteps:
             return
         self.active = False
         _OPTIMIZERS.on_new = None
+        if LISTENER.call == self.in_place_call:
+            LISTENER.call = None
         self._remove(self._global_handles)
         self._remove(self._root_handles)
         session = self._session
@@ -125,19 +142,63 @@ class InferredSteps:
         self._pending_start = end_ns
 
     def _global_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if is_compiling():  # traced by Dynamo (a module compiled in place): compile nothing of ours
+            return
         self._depth += 1
         if self._depth == 1:
+            self._outermost = module
             self._outermost_call(module)
             forward = self._session.forward
             if forward is not None:
                 forward.before_forward(module, args)
+        if _is_compiled_wrapper(module):
+            self._compiled_wrapper_called(module)
 
     def _global_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if is_compiling():
+            return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
+            self._outermost = None
             forward = self._session.forward
             if forward is not None:
                 forward.after_forward(module, args, output)
+
+    def _compiled_wrapper_called(self, wrapper: torch.nn.Module) -> None:
+        """A ``torch.compile(module)`` wrapper is called and compiles next: end the warm-up now.
+
+        Its module is compiled after this pre-hook returns, against the global hooks present then;
+        removing them later would fail the compiled code's guards (a recompile). So the outermost
+        module of this call (the wrapper, or a module that calls it) becomes a root now, the roots
+        found so far are hooked, and the global hooks go before the compile. ``_global_post`` will
+        not run for the calls in progress: the roots' own forward hooks end this forward."""
+        self._compiled = True
+        outermost = self._outermost if self._outermost is not None else wrapper
+        self._outermost = None
+        self._depth = 0
+        if outermost not in self._roots:  # an evaluation call too: no later call would find it
+            self._roots.add(outermost)
+            self._session.model_seen(outermost)
+        self._hook_roots_only()
+
+    def in_place_call(self, module: torch.nn.Module, compiled: Callable[..., Any], args: tuple,
+                      kwargs: dict) -> Any:
+        """A call of a module compiled in place (``model.compile()``), where no hook sees it: its
+        eager entry (``capture/compiled_in_place.py``) does what the root hooks would do."""
+        forward = self._session.forward
+        nested = self._depth > 0 or (forward is not None and forward._depth > 0)
+        if self._global_handles:  # it compiles next, against the global hooks there are: none
+            self._compiled_wrapper_called(module)
+        self._compiled = True
+        if not nested:
+            self._outermost_call(module, known=module in self._roots)
+        if forward is None:
+            return compiled(*args, **kwargs)
+        forward.before_forward(module, args)
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            forward.after_forward(module, args, None)
 
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
         recorder = self._recorder
@@ -168,7 +229,7 @@ class InferredSteps:
             self._pending_start = None
             recorder.begin_step(start_ns=start)
             recorder.optimizer_stepped()
-            if not self._global_handles:  # look for the new model's forwards again
+            if not self._global_handles and not self._compiled:  # look for the new model's forwards again
                 self._hook_every_module()
         if not self._iteration_done(id(stepped)):
             return
@@ -236,7 +297,19 @@ class _RootForwardStart(CopySafeHook):
         self._inferred = inferred
 
     def __call__(self, module: torch.nn.Module, args: Any) -> None:
+        if is_compiling():  # traced by Dynamo (the root compiled in place): compile nothing of ours
+            return
         self._inferred._outermost_call(module, known=True)
+
+
+def _is_compiled_wrapper(module: torch.nn.Module) -> bool:
+    """``module`` is ``torch.compile(module)``'s wrapper (Dynamo's ``OptimizedModule``).
+
+    Read from ``sys.modules``: importing Dynamo takes seconds, and no wrapper exists before
+    ``torch.compile`` has imported it. Runs for module calls during a warm-up only."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    return wrapper is not None and isinstance(module, wrapper)
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:
@@ -317,6 +390,8 @@ class _Arming:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         _OPTIMIZERS.track()  # before the script builds its optimizers
+        patch_module_compile()  # and compiles its models in place
+        LISTENER.call = self._first_in_place_call
         self._forward_handle = module_hooks.register_module_forward_pre_hook(self._first_forward)
         original = self._original_next = _BaseDataLoaderIter.__next__
         arming = self
@@ -334,14 +409,26 @@ class _Arming:
         _BaseDataLoaderIter.__next__ = armed_next  # type: ignore[method-assign]
 
     def _first_forward(self, module: torch.nn.Module, args: Any) -> None:
+        if is_compiling():  # traced by Dynamo: start nothing there (the next eager call or fetch does)
+            return
         inferred = self.fire()
         if inferred is not None:  # the hooks it installed do not run for this call: run them here
             inferred._global_pre(module, args)
+
+    def _first_in_place_call(self, module: torch.nn.Module, compiled: Callable[..., Any], args: tuple,
+                             kwargs: dict) -> Any:
+        """The first module call is of a module compiled in place (no hook of ours sees it)."""
+        inferred = self.fire()
+        if inferred is None:
+            return compiled(*args, **kwargs)
+        return inferred.in_place_call(module, compiled, args, kwargs)
 
     def fire(self) -> InferredSteps | None:
         if self.fired:
             return None
         self.fired = True
+        if LISTENER.call == self._first_in_place_call:
+            LISTENER.call = None
         if self._forward_handle is not None:
             self._forward_handle.remove()
             self._forward_handle = None
