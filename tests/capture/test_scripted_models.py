@@ -63,3 +63,45 @@ def test_a_traced_module_takes_the_hooks_and_its_forward_is_timed() -> None:
     forward.uninstall()
     (record,) = sink.records()
     assert [p.phase for p in record.phases] == ["forward"]
+
+
+def test_step_inference_never_raises_into_the_loop(capsys) -> None:
+    """Whatever fails in step inference (here: finding a model's parallelism) is counted and said once;
+    the user's forward and optimizer step go on, and the steps are still inferred."""
+    from types import SimpleNamespace
+
+    from traceml_otel.capture.inferred_steps import InferredSteps
+
+    sink = ListSink()
+    recorder = StepRecorder(sink, flush_steps=1000)
+    optimizer_hooks = hooks.OptimizerHooks(recorder)
+    optimizer_hooks.install()
+    errors = []
+
+    def model_seen(model):
+        raise ValueError("a module this code never saw before")
+
+    telemetry = SimpleNamespace(recorder=recorder, forward=None, optimizer_hooks=optimizer_hooks,
+                                config=SimpleNamespace(optimizer=True), inferred=None, model_seen=model_seen,
+                                internal_errors=0)
+
+    def count_internal_error() -> None:
+        errors.append(1)
+        telemetry.internal_errors = len(errors)
+
+    telemetry.count_internal_error = count_internal_error
+    inferred = InferredSteps(telemetry)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inferred.start()
+    try:
+        for _ in range(4):
+            optimizer.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            optimizer.step()
+    finally:
+        inferred.stop()
+        optimizer_hooks.uninstall()
+    recorder.flush()
+    assert len(sink.records()) == 4 and errors  # every update a step; the errors counted
+    assert capsys.readouterr().err.count("step inference ignored ValueError") == 1

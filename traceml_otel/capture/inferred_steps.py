@@ -200,44 +200,56 @@ class InferredSteps:
         finally:
             forward.after_forward(module, args, None)
 
+    def _ignored(self, error: Exception) -> None:
+        """An error of ours while inferring steps: said once with its type, counted, never raised."""
+        if not self._session.internal_errors:
+            _warn(f"step inference ignored {type(error).__name__}: {str(error)[:160]!r}")
+        self._session.count_internal_error()
+
     def _outermost_call(self, module: torch.nn.Module, known: bool = False) -> None:
-        recorder = self._recorder
-        training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        if recorder.in_step:
-            # A second model trained in the step (a GAN's discriminator): time its forwards after the
-            # warm-up too. Modules without parameters (a loss module) are no model.
-            if training and not known and module not in self._roots and _has_parameters(module):
-                self._roots.add(module)
-                self._session.model_seen(module)
-            return
-        if training:
-            if not known and module not in self._roots:
-                self._roots.add(module)
-                self._session.model_seen(module)  # forward hooks, parallelism, collectives
-            start, self._pending_start = self._pending_start, None
-            recorder.begin_step(start_ns=start)
-        elif not recorder.outside:  # evaluation between updates: its fetches feed no step
-            self._pending_start = None
-            recorder.discard_input_wait()
+        try:
+            recorder = self._recorder
+            training = module.training and torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            if recorder.in_step:
+                # A second model trained in the step (a GAN's discriminator): time its forwards after the
+                # warm-up too. Modules without parameters (a loss module) are no model.
+                if training and not known and module not in self._roots and _has_parameters(module):
+                    self._roots.add(module)
+                    self._session.model_seen(module)
+                return
+            if training:
+                if not known and module not in self._roots:
+                    self._roots.add(module)
+                    self._session.model_seen(module)  # forward hooks, parallelism, collectives
+                start, self._pending_start = self._pending_start, None
+                recorder.begin_step(start_ns=start)
+            elif not recorder.outside:  # evaluation between updates: its fetches feed no step
+                self._pending_start = None
+                recorder.discard_input_wait()
+        except Exception as error:  # never raised into the user's forward or update
+            self._ignored(error)
 
     def _updated(self, optimizer: Any, args: Any) -> None:
         """The outermost optimizer call returned: the step ends once every live optimizer stepped."""
-        recorder = self._recorder
-        stepped = optimizer_of(optimizer, args)
-        if not recorder.in_step:  # no training forward seen (a new model, or a functional one)
-            start = self._pending_start if self._pending_start is not None else recorder.last_step_end_ns
-            self._pending_start = None
-            recorder.begin_step(start_ns=start)
-            recorder.optimizer_stepped()
-            if not self._global_handles and not self._compiled:  # look for the new model's forwards again
-                self._hook_every_module()
-        if not self._iteration_done(id(stepped)):
-            return
-        self._stepped.clear()
-        recorder.end_step()
-        self._steps += 1
-        if self._steps == WARM_UP_STEPS and self._global_handles:
-            self._hook_roots_only()
+        try:
+            recorder = self._recorder
+            stepped = optimizer_of(optimizer, args)
+            if not recorder.in_step:  # no training forward seen (a new model, or a functional one)
+                start = self._pending_start if self._pending_start is not None else recorder.last_step_end_ns
+                self._pending_start = None
+                recorder.begin_step(start_ns=start)
+                recorder.optimizer_stepped()
+                if not self._global_handles and not self._compiled:  # look for the new model's forwards again
+                    self._hook_every_module()
+            if not self._iteration_done(id(stepped)):
+                return
+            self._stepped.clear()
+            recorder.end_step()
+            self._steps += 1
+            if self._steps == WARM_UP_STEPS and self._global_handles:
+                self._hook_roots_only()
+        except Exception as error:  # never raised into the user's forward or update
+            self._ignored(error)
 
     def _iteration_done(self, stepped: int) -> bool:
         live = _OPTIMIZERS.ids
