@@ -39,6 +39,7 @@ from torch.compiler import is_compiling
 
 from traceml_otel.capture.compiled_in_place import LISTENER, patch_module_compile
 from traceml_otel.capture.copy_safe import CopySafeHook
+from traceml_otel.capture.optimizer_registry import OPTIMIZERS
 
 if TYPE_CHECKING:
     from traceml_otel.capture.session import TrainingSession
@@ -92,8 +93,8 @@ class InferredSteps:
         self._recorder.after_fetch = self._fetched
         self._recorder.source = "inferred"
         self._hook_every_module()
-        _OPTIMIZERS.track()
-        _OPTIMIZERS.on_new = self._new_optimizer
+        OPTIMIZERS.track()
+        OPTIMIZERS.on_new = self._new_optimizer
         LISTENER.call = self.in_place_call
         self.active = True
 
@@ -117,7 +118,7 @@ class InferredSteps:
         if not self.active:
             return
         self.active = False
-        _OPTIMIZERS.on_new = None
+        OPTIMIZERS.on_new = None
         if LISTENER.call == self.in_place_call:
             LISTENER.call = None
         self._remove(self._global_handles)
@@ -252,12 +253,12 @@ class InferredSteps:
             self._ignored(error)
 
     def _iteration_done(self, stepped: int) -> bool:
-        live = _OPTIMIZERS.ids
+        live = OPTIMIZERS.ids
         if len(live) <= 1 or stepped not in live:
             return True
         if stepped in self._stepped:  # stepped twice while others did not: those are idle
             missing = live - self._stepped
-            _OPTIMIZERS.forget(missing)
+            OPTIMIZERS.forget(missing)
             self._stepped.clear()
             _warn(f"{len(missing)} optimizer(s) that exist did not step while another stepped twice; "
                   "inferred steps no longer wait for them (one step may have held two updates; wrap the "
@@ -328,58 +329,6 @@ def _has_parameters(module: torch.nn.Module) -> bool:
     return next(module.parameters(), None) is not None
 
 
-class _OptimizerRegistry:
-    """The torch optimizers alive in the process (``Optimizer.__init__`` records each one)."""
-
-    def __init__(self) -> None:
-        self._refs: dict[int, weakref.ref[Any]] = {}
-        self.ids: set[int] = set()
-        """Ids of the optimizers alive and waited for (read on every update: kept ready, not rebuilt)."""
-        self._tracking = False
-        self.on_new: Any = None
-        """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
-
-    def track(self) -> None:
-        if self._tracking:
-            return
-        self._tracking = True
-        original = torch.optim.Optimizer.__init__
-        registry = self
-        depth = [0]  # an optimizer built inside another's __init__ (ZeroRedundancyOptimizer's) is its part
-
-        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
-            depth[0] += 1
-            try:
-                original(optimizer, *args, **kwargs)
-            finally:
-                depth[0] -= 1
-            if depth[0] == 0:
-                registry.add(optimizer)
-                if registry.on_new is not None:
-                    registry.on_new()
-
-        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
-
-    def add(self, optimizer: Any) -> None:
-        key = id(optimizer)
-        try:
-            self._refs[key] = weakref.ref(optimizer, lambda _: self._gone(key))
-        except TypeError:
-            return
-        self.ids.add(key)
-
-    def _gone(self, key: int) -> None:
-        self._refs.pop(key, None)
-        self.ids.discard(key)
-
-    def forget(self, ids: set[int]) -> None:
-        """Stop waiting for these optimizers (they exist but do not step)."""
-        self.ids -= ids
-
-
-_OPTIMIZERS = _OptimizerRegistry()
-
-
 class _Arming:
     """Waits, at almost no cost, for the loop's first batch fetch or module call, then starts.
 
@@ -401,7 +350,7 @@ class _Arming:
         from torch.nn.modules import module as module_hooks
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-        _OPTIMIZERS.track()  # before the script builds its optimizers
+        OPTIMIZERS.track()  # before the script builds its optimizers
         patch_module_compile()  # and compiles its models in place
         LISTENER.call = self._first_in_place_call
         self._forward_handle = module_hooks.register_module_forward_pre_hook(self._first_forward)

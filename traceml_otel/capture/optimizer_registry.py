@@ -1,0 +1,66 @@
+"""The torch optimizers alive in the process, for step inference (``capture/inferred_steps.py``).
+
+``Optimizer.__init__`` is wrapped once, before the script builds its optimizers, so every optimizer
+is known: an inferred step ends once each live optimizer has stepped (a GAN's two), and a new
+optimizer tells inference to look for a new model's forwards.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+
+class OptimizerRegistry:
+    """The torch optimizers alive in the process (``Optimizer.__init__`` records each one)."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        self.ids: set[int] = set()
+        """Ids of the optimizers alive and waited for (read on every update: kept ready, not rebuilt)."""
+        self._tracking = False
+        self.on_new: Any = None
+        """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
+
+    def track(self) -> None:
+        """Wrap ``Optimizer.__init__`` (once): every optimizer built from now on is recorded."""
+        if self._tracking:
+            return
+        self._tracking = True
+        original = torch.optim.Optimizer.__init__
+        registry = self
+        depth = [0]  # an optimizer built inside another's __init__ (ZeroRedundancyOptimizer's) is its part
+
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            depth[0] += 1
+            try:
+                original(optimizer, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                registry.add(optimizer)
+                if registry.on_new is not None:
+                    registry.on_new()
+
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+
+    def add(self, optimizer: Any) -> None:
+        key = id(optimizer)
+        try:
+            self._refs[key] = weakref.ref(optimizer, lambda _: self._gone(key))
+        except TypeError:
+            return
+        self.ids.add(key)
+
+    def _gone(self, key: int) -> None:
+        self._refs.pop(key, None)
+        self.ids.discard(key)
+
+    def forget(self, ids: set[int]) -> None:
+        """Stop waiting for these optimizers (they exist but do not step)."""
+        self.ids -= ids
+
+
+OPTIMIZERS = OptimizerRegistry()
