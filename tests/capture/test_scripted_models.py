@@ -8,9 +8,14 @@ with its other phases, and a plain ``nn.Module`` around the scripted one is time
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from tests.capture.list_sink import ListSink
+from tests.capture.test_work_capture import _python
+from tests.local_copy_reader import read_run
+from traceml_otel import contract as c
 from traceml_otel.capture import hooks, session
 from traceml_otel.capture.recorder import StepRecorder
 
@@ -32,8 +37,12 @@ def test_a_scripted_model_is_stepped_untimed_and_a_plain_wrapper_around_it_is_ti
     backward.install()
     wrapper = Wrapper(scripted)
     try:
-        assert forward.watch(scripted) is False and forward.watch(scripted) is False  # asked once
-        assert forward.watch(wrapper) is True
+        refused: list[torch.nn.Module] = []
+        forward.watch(scripted, refused.append)
+        forward.watch(scripted, refused.append)  # asked once: the refusal is kept
+        forward.watch(wrapper, refused.append)
+        assert refused == [scripted]
+        assert len(wrapper._forward_pre_hooks) == 1 and len(wrapper._forward_hooks) == 1
         for model in (scripted, wrapper):
             recorder.begin_step()
             model(torch.ones(2, 4)).sum().backward()
@@ -50,12 +59,37 @@ def test_a_scripted_model_is_stepped_untimed_and_a_plain_wrapper_around_it_is_ti
     assert "the forward of RecursiveScriptModule is not timed" in warning and "trace_step()" in warning
 
 
+def test_a_model_that_refuses_hooks_is_warned_once_however_often_the_traced_model_changes(
+    tmp_path: Path,
+) -> None:
+    result = _python("""
+        import torch
+        import traceml_otel as traceml
+        traceml.init()
+        scripted = torch.jit.script(torch.nn.Linear(4, 2))
+        plain = torch.nn.Linear(4, 2)
+        for model in [scripted, plain] * 3:  # the traced model changes at every step
+            with traceml.trace_step(model):
+                model(torch.ones(2, 4)).sum().backward()
+        traceml.shutdown()
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("the forward of RecursiveScriptModule is not timed") == 1, result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    spans = read_run(run_dir)
+    steps = {s.span_id: s.attributes[c.ATTR_STEP] for s in spans if s.name == c.SPAN_STEP}
+    forwards = sorted(steps[s.parent_span_id] for s in spans if s.name == "traceml.forward")
+    assert sorted(steps.values()) == list(range(6)) and forwards == [1, 3, 5]  # the plain model's
+
+
 def test_a_traced_module_takes_the_hooks_and_its_forward_is_timed() -> None:
     traced = torch.jit.trace(torch.nn.Linear(4, 2), torch.ones(1, 4))  # unlike a scripted one
     sink = ListSink()
     recorder = StepRecorder(sink, flush_steps=1000)
     forward = hooks.ForwardHooks(recorder)
-    assert forward.watch(traced) is True
+    refused: list[torch.nn.Module] = []
+    forward.watch(traced, refused.append)
+    assert refused == []
     recorder.begin_step()
     traced(torch.ones(1, 4))
     recorder.end_step()

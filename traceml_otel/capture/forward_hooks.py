@@ -45,15 +45,17 @@ class ForwardHooks:
         self.after_forward = _ForwardEnd(self)
         """A module call ends (the forward hook, also run when the call raised)."""
 
-    def watch(self, model: torch.nn.Module) -> bool:
+    def watch(self, model: torch.nn.Module,
+              on_refused: Callable[[torch.nn.Module], None] | None = None) -> None:
         """Hook ``model`` once; later calls are a dictionary lookup.
 
-        False when torch refuses hooks on it: a scripted TorchScript module (``torch.jit.script``;
-        ``torch.jit.trace``'s modules take hooks) raises on ``register_forward_pre_hook``. Nothing is
-        hooked then (the caller says so), and the answer is kept: the model is not asked every step.
+        Torch refuses hooks on a scripted TorchScript module (``torch.jit.script``;
+        ``torch.jit.trace``'s modules take hooks): ``register_forward_pre_hook`` raises. Nothing is
+        hooked then, ``on_refused(model)`` is called that once, and the refusal is kept: the model is
+        not asked again, however often the traced model changes.
         """
         if model in self._handles:
-            return bool(self._handles[model])
+            return
         handles: list[Any] = []
         try:
             handles.append(model.register_forward_pre_hook(self.before_forward))
@@ -62,9 +64,15 @@ class ForwardHooks:
             for handle in handles:
                 handle.remove()
             self._handles[model] = []
-            return False
+            if on_refused is not None:
+                on_refused(model)
+            return
         self._handles[model] = handles
-        return True
+
+    @property
+    def in_forward(self) -> bool:
+        """An outermost forward is open (its pre-hook ran, its hook has not yet)."""
+        return self._depth > 0
 
     def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
         """``call`` timed as an outermost forward (a framework's training-step method)."""

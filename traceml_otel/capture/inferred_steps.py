@@ -187,7 +187,7 @@ class InferredSteps:
         """A call of a module compiled in place (``model.compile()``), where no hook sees it: its
         eager entry (``capture/compiled_in_place.py``) does what the root hooks would do."""
         forward = self._session.forward
-        nested = self._depth > 0 or (forward is not None and forward._depth > 0)
+        nested = self._depth > 0 or (forward is not None and forward.in_forward)
         if self._global_handles:  # it compiles next, against the global hooks there are: none
             self._compiled_wrapper_called(module)
         self._compiled = True
@@ -279,9 +279,9 @@ class InferredSteps:
         global hooks on instead, for the rest of the run: they still see its calls, and its own
         sub-modules run inside TorchScript, where no Python hook runs.
         """
-        roots = [root for root in self._roots if root not in self._hooked]
-        if not roots and not self._roots:
+        if not self._roots:
             return
+        roots = [root for root in self._roots if root not in self._hooked]
         handles: list[Any] = []
         try:
             for root in roots:

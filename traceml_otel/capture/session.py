@@ -40,7 +40,7 @@ def warn(message: str) -> None:
 
 
 def _forward_not_timed(model: Any) -> None:
-    """Say once per model that torch refused our forward hooks on it (a TorchScript module)."""
+    """Say that torch refused our forward hooks on ``model`` (a TorchScript module; once per model)."""
     warn(f"the forward of {type(model).__name__} is not timed: torch takes no forward hooks on it (a "
          "scripted TorchScript module: torch.jit.script); its time counts in the step's residual. To time "
          "it, pass trace_step() a plain nn.Module whose forward calls it")
@@ -246,9 +246,9 @@ class TrainingSession(Session):
         """The traced model changed: hook it, find its parallelism (once per model, so loops that
         alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
         self._model = model
-        if model is not None and self.forward is not None and not self.forward.watch(model):
-            if self.inferred is None:  # (step inference times such a root with its global module hooks)
-                _forward_not_timed(model)
+        if model is not None and self.forward is not None:
+            # (step inference times a root that refuses hooks with its global module hooks: no warning)
+            self.forward.watch(model, _forward_not_timed if self.inferred is None else None)
         if model is not None and self.collectives is not None:
             self.collectives.watch(model)
         try:
@@ -296,8 +296,7 @@ class TrainingSession(Session):
 
         if self.forward is None:
             self.forward = ForwardHooks(self.recorder)
-        if not self.forward.watch(model):
-            _forward_not_timed(model)
+        self.forward.watch(model, _forward_not_timed)
         self.wrapped_model = model
         world_size = self.settings.identity.world_size
         self.recorder.parallelism = detect_parallelism(model, world_size, self.wrappers)
