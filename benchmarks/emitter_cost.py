@@ -111,8 +111,8 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
             def one_pass() -> None:
                 for frame in frames:
                     encoded = lines.encode(frame["s"], anchor)
-                    default.local.write_encoded(encoded.spans_json, encoded.spans)
-                    default.table.write_lines(encoded.rows)
+                    default.local.write_encoded(encoded.spans_json, encoded.spans, encoded.steps)
+                    default.table.write_lines(encoded.rows, encoded.steps)
 
             table.append(("local copy + table, one pass", _per_step(one_pass)))
             assert default.local.steps_written == STEPS

@@ -65,8 +65,9 @@ def _record(step: int, profile: random.Random, values: random.Random) -> StepRec
     )
 
 
-def _reference(rows: list[list[object]], seed: int) -> tuple[list[str], list[str]]:
-    """The reference path: decode, build spans, encode them and the table row one by one."""
+def _reference(rows: list[list[object]], seed: int) -> tuple[str, str]:
+    """The reference path: decode, build spans, encode them and the table row one by one. Returns
+    every step's spans, comma-joined, and every CSV line."""
     builder = StepSpanBuilder(RANK)
     builder._random.seed(seed)
     spans, lines = [], []
@@ -74,10 +75,10 @@ def _reference(rows: list[list[object]], seed: int) -> tuple[list[str], list[str
         built = builder.build(decode_step(row, ANCHOR))
         spans.append(",".join(span_json(span) for span in built.all()))
         lines.append(csv_line(step_row(built)))
-    return spans, lines
+    return ",".join(spans), "".join(lines)
 
 
-def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[list[str], list[str], StepLines]:
+def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[str, str, StepLines]:
     """The fast path, and (a second builder, the same seed) the span objects it keeps for export:
     the same text from the same ids."""
     spans, texts = [], []
@@ -90,18 +91,19 @@ def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[list[st
         for first in range(0, len(rows), batch):
             encoded = lines.encode(rows[first:first + batch], ANCHOR, keep_spans=keep_spans)
             assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
+            assert encoded.steps == len(rows[first:first + batch]) == "".join(encoded.rows).count("\n")
             if keep_spans:  # what OTLP export and the metrics get is what the local copy says
-                assert [",".join(span_json(span) for span in built.all()) for built in encoded.built] \
-                    == encoded.spans_json
+                assert ",".join(span_json(span) for built in encoded.built for span in built.all()) \
+                    == ",".join(encoded.spans_json)
                 assert [record.step for record in encoded.records] == [built.step.attributes[c.ATTR_STEP]
                                                                        for built in encoded.built]
             else:
                 assert encoded.built == [] and encoded.records == []
             spans += encoded.spans_json
             texts += encoded.rows
-        outputs.append((spans, texts))
+        outputs.append((",".join(spans), "".join(texts)))
     assert outputs[0] == outputs[1]
-    return spans, texts, lines
+    return *outputs[1], lines
 
 
 def test_random_steps_of_many_shapes_encode_as_the_reference() -> None:
@@ -112,8 +114,18 @@ def test_random_steps_of_many_shapes_encode_as_the_reference() -> None:
     assert fast_spans == reference_spans
     assert fast_lines == reference_lines
     assert lines.reference_steps <= 41  # the first step, then the first of each of 40 shapes
-    for text in fast_spans[:50]:
-        json.loads("[" + text + "]")  # valid JSON
+    assert len(json.loads("[" + fast_spans + "]")) == sum(1 + len(row[14]) for row in rows)  # valid JSON
+
+
+@pytest.mark.parametrize("batch", [256, 64, 7])
+def test_runs_of_one_shape_encode_as_the_reference(batch: int) -> None:
+    """A trainer's batch is usually one shape: each run is encoded a column at a time (GPU timelines,
+    gradient accumulation's summed table columns, shapes changing inside a batch included)."""
+    values = random.Random(6)
+    rows = [_row(_record(step, random.Random(step // 37 % 12), values)) for step in range(2000)]
+    fast_spans, fast_lines, lines = _fast(rows, seed=9, batch=batch)
+    assert (fast_spans, fast_lines) == _reference(rows, seed=9)
+    assert lines.reference_steps <= 13
 
 
 def test_rows_the_templates_cannot_hold_take_the_reference_path() -> None:
@@ -172,7 +184,8 @@ def test_the_default_emitter_writes_the_files_the_reference_path_writes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Local copy only (the default): the fast path; forced onto span objects, the same bytes."""
     values = random.Random(13)
-    rows = [_row(_record(step, random.Random(step % 6), values)) for step in range(700)]
+    rows = [_row(_record(step, random.Random(step % 6 if step < 350 else step // 90), values))
+            for step in range(700)]  # a shape per step, then runs of one shape
     outputs = {}
     for name in ("fast", "reference", "export"):
         emitter = _emitter(tmp_path / name)
@@ -191,9 +204,10 @@ def test_the_default_emitter_writes_the_files_the_reference_path_writes(
         assert stats.steps_local == len(rows) and stats.local_copy_complete
         files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
         table_rows = emitter.table.rows if emitter.table else None
+        assert table_rows == len(rows)
         outputs[name] = (files, stats.spans_local, stats.metrics_skipped_steps, table_rows)
         if name != "reference":
-            assert emitter.lines.reference_steps <= 7
+            assert emitter.lines.reference_steps <= 12
         else:
             assert emitter.lines.reference_steps == len(rows)
     assert outputs["fast"] == outputs["reference"] == outputs["export"]
@@ -209,3 +223,17 @@ def _row(record: StepRecord) -> list[object]:
             record.peak_reserved_bytes,
             record.device_total_bytes, record.exception_type, phases, [], record.samples, record.tokens, None,
             record.source, record.between_steps_ns]
+
+
+def test_durations_written_by_orjson_are_the_repr_text() -> None:
+    """A column of durations all in 1e-4..1e16 seconds is written by orjson in one call; the text must
+    be ``repr``'s (what ``json.dumps`` writes), digit for digit. Below 1e-4 ``repr`` is used."""
+    draw = random.Random(17)
+    nanoseconds = [draw.randint(-10**12, 10**13) for _ in range(200_000)]
+    nanoseconds += [draw.randint(0, 2**63) for _ in range(50_000)]
+    nanoseconds += [10**k + d for k in range(4, 19) for d in (-1, 0, 1)]  # around each power of ten
+    for first in range(0, len(nanoseconds), 1000):
+        column = nanoseconds[first:first + 1000]
+        assert step_lines._seconds(column) == [repr(ns * 1e-9) for ns in column]
+    large = [ns for ns in nanoseconds if abs(ns) >= 100_000]
+    assert step_lines._seconds(large) == [repr(ns * 1e-9) for ns in large]  # the orjson path, all of it

@@ -243,13 +243,13 @@ class Emitter:
         """A batch to the local copy and the step table (each failure turns that output off)."""
         if self.local is not None:
             try:
-                self.local.write_encoded(encoded.spans_json, encoded.spans)
+                self.local.write_encoded(encoded.spans_json, encoded.spans, encoded.steps)
             except OSError as error:
                 self._local_failed(error)
             self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
             self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
         if self.table is not None:
-            self.table.write_lines(encoded.rows)
+            self.table.write_lines(encoded.rows, encoded.steps)
         self.stats_file.mark_dirty()
         self.refresh_stats()
 

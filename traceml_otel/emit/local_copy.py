@@ -266,7 +266,7 @@ def traces_data_json(spans: Sequence[SpanData], resource: Resource, scope: Instr
 _LINE_END = "]}]}]}\n"
 _LINE_END_BYTES = _LINE_END.encode()
 _GATHER_LIMIT = 500
-"""Steps whose pieces go to one ``writev`` (two pieces a step; Linux takes 1,024)."""
+"""Chunks whose pieces go to one ``writev`` (two pieces a chunk; Linux takes 1,024)."""
 
 
 class LocalCopyWriter:
@@ -296,21 +296,21 @@ class LocalCopyWriter:
         self.spans_written += len(spans)
         self.steps_written += steps
 
-    def write_encoded(self, steps_json: list[str], spans: int) -> None:
-        """Append one line holding already encoded spans: one string per step, its spans' JSON
-        joined by commas (:mod:`traceml_otel.emit.step_lines`), ``spans`` of them in all."""
-        if not steps_json or self._fd is None:
+    def write_encoded(self, chunks: list[str], spans: int, steps: int) -> None:
+        """Append one line holding already encoded spans (:mod:`traceml_otel.emit.step_lines`): chunks
+        of one or more steps' spans' JSON, comma-joined; ``spans`` spans of ``steps`` steps in all."""
+        if not chunks or self._fd is None:
             return
-        if len(steps_json) > _GATHER_LIMIT:
-            self._append((self._prefix + ",".join(steps_json) + _LINE_END).encode())
+        if len(chunks) > _GATHER_LIMIT:
+            self._append((self._prefix + ",".join(chunks) + _LINE_END).encode())
         else:  # one gathered write of the pieces: no 100 KiB+ string built, copied and encoded per batch
             parts = [self._prefix_bytes]
-            for text in steps_json:
+            for text in chunks:
                 parts += (text.encode(), b",")
             parts[-1] = _LINE_END_BYTES
             self._append(parts)
         self.spans_written += spans
-        self.steps_written += len(steps_json)
+        self.steps_written += steps
 
     def _append(self, encoded: bytes | list[bytes]) -> None:
         """Write one whole line (bytes, or its pieces in order); a failure cuts the file back to its

@@ -25,10 +25,11 @@ decoder pads or cuts). Span ids come from the builder's generator in the builder
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, groupby, repeat
+from operator import add, mul, not_, sub
 from typing import Any
 
 from traceml_otel import contract as c
@@ -36,6 +37,7 @@ from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.frames import orjson_module
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
 from traceml_otel.wire.step_table import COLUMNS
 
@@ -84,23 +86,68 @@ class EncodedSteps:
     """A batch of steps as the local copy and the step table write them."""
 
     spans_json: list[str]
-    """Per step, its spans' JSON joined by commas."""
+    """The steps' spans' JSON in chunks of one or more steps, comma-joined within a chunk (and to be
+    comma-joined between chunks)."""
     rows: list[str]
-    """Per step, its CSV line."""
+    """The steps' CSV lines in chunks of one or more lines."""
     spans: int
     """Spans in ``spans_json``."""
+    steps: int = 0
+    """Steps in ``spans_json`` (and lines in ``rows``)."""
     records: list[StepRecord] = field(default_factory=list)
     built: list[StepSpans] = field(default_factory=list)
     """With ``keep_spans``: each step's record and its span objects, with the ids its text has."""
 
 
 @dataclass(frozen=True, slots=True)
+class _Text:
+    """A text with slots, filled for many steps by one ``join``: the text before the first slot, the
+    constant text after each slot (after the last: joined to the next step's head by the separator),
+    and the flat layout's index each slot takes."""
+
+    head: str
+    between: tuple[str, ...]
+    tail: str
+    picks: tuple[int, ...]
+
+    @classmethod
+    def of(cls, template: str, picks: list[int], separator: str) -> _Text | None:
+        """From a ``%`` template whose ``%s``/``%d`` slots take ``picks``; ``None`` for any other."""
+        pieces = _SPEC.split(template)  # text, spec, text, spec, ..., text
+        constants = [pieces[0]]
+        for spec, text in zip(pieces[1::2], pieces[2::2], strict=True):
+            if spec == "%":
+                constants[-1] += "%" + text
+            elif spec in ("s", "d"):
+                constants.append(text)
+            else:
+                return None
+        if len(constants) != len(picks) + 1 or not picks:
+            return None
+        return cls(constants[0], (*constants[1:-1], constants[-1] + separator + constants[0]), constants[-1],
+                   tuple(picks))
+
+    def fill(self, texts: list[Any]) -> str:
+        """Every step's text, separated, from the columns of value texts the slots pick."""
+        values = list(chain.from_iterable(zip(*[texts[i] for i in self.picks], strict=True)))
+        parts: list[str] = [self.head] * (2 * len(values) + 1)
+        parts[1::2] = values
+        parts[2::2] = self.between * (len(values) // len(self.picks))
+        parts[-1] = self.tail
+        return "".join(parts)
+
+
+_SPEC = re.compile(r"%(.)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
 class _Shape:
-    spans: str
-    """All the step's spans, comma-joined, as one ``%`` template."""
-    span_values: Callable[[list[object]], tuple[object, ...]]
-    row: str
-    row_values: Callable[[list[object]], tuple[object, ...]]
+    spans: _Text
+    """All the step's spans, comma-joined; steps joined by commas."""
+    row: _Text
+    """The step's CSV line; lines joined as they are."""
+    integers: tuple[int, ...]
+    """The flat layout's indices both texts pick whose values are integers (written by ``str``)."""
     table_slots: tuple[int | None, ...] | None
     """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
     None when no phase is called twice (each per-phase column is then one call's own value)."""
@@ -125,51 +172,60 @@ class StepLines:
         clock offset, as :func:`~traceml_otel.wire.step_row.decode_step` takes it). With
         ``keep_spans`` (OTLP export or metrics need them) also each step's record and span objects,
         built with the same ids as the text."""
-        spans_json: list[str] = []
-        lines: list[str] = []
-        spans = 0
-        records: list[StepRecord] = []
-        kept: list[StepSpans] = []
-        shapes = self._shapes
-        bits = self._random_bits
-        trace_id = c.step_trace_id
-        run_id = self._run_id
-        for row in rows:
-            try:
-                key = None if self._builder.first else _shape_key(row)
-            except (TypeError, ValueError, IndexError):
-                key = None  # not a row the fast path reads: the decoder says what is wrong with it
-            shape = False if key is None else shapes.get(key, False)
+        out = EncodedSteps([], [], 0)
+        rows = list(rows)
+        if rows and self._builder.first:  # the first step span carries the host's CPU count
+            self._reference(rows[0], anchor_ns, out, keep_spans)
+            rows = rows[1:]
+        for key, run in _runs(rows):
+            shape = False if key is None else self._shapes.get(key, False)
+            if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
+                built = self._reference(run[0], anchor_ns, out, keep_spans)
+                shape = self._shapes[key] = _make_shape(key, run[0], anchor_ns, built.spans,
+                                                        out.spans_json[-1], out.rows[-1])
+                run = run[1:]
             if not shape:
-                built = self._reference(row, anchor_ns, spans_json, lines)
-                spans += built.count
-                if shape is False and key is not None and len(shapes) < SHAPE_LIMIT:
-                    shapes[key] = _make_shape(key, row, anchor_ns, built.spans, spans_json[-1], lines[-1])
-                if keep_spans:
-                    records.append(built.record)
-                    kept.append(built.spans)
+                for row in run:
+                    self._reference(row, anchor_ns, out, keep_spans)
                 continue
-            phase_rows = row[_ROW_PHASES]
-            step_id = bits(64) or 1
-            phase_ids = [bits(64) or 1 for _ in phase_rows]
-            values = _values(row, phase_rows, anchor_ns, trace_id(run_id, row[0]), step_id, phase_ids)
-            if shape.table_slots is not None:
-                _add_sums(values, phase_rows, shape.table_slots)
-            spans_json.append(shape.spans % shape.span_values(values))
-            lines.append(shape.row % shape.row_values(values))
-            spans += 1 + len(phase_rows)
-            if keep_spans:
-                record = decode_step(row, anchor_ns)
-                records.append(record)
-                kept.append(self._builder.build(record, (step_id, phase_ids)))
-        return EncodedSteps(spans_json, lines, spans, records, kept)
+            if run:
+                self._encode_run(shape, run, anchor_ns, out, keep_spans)
+        return out
 
-    def _reference(self, row: Any, anchor_ns: int, spans_json: list[str], lines: list[str]) -> _Built:
+    def _encode_run(self, shape: _Shape, rows: list[Any], anchor_ns: int, out: EncodedSteps,
+                    keep_spans: bool) -> None:
+        """Rows of one templated shape, a column at a time: each value is computed by ``map`` over
+        the run (C loops), then the run's text is one ``join`` of constants and value texts."""
+        columns = _StepColumns(rows)
+        calls = len(columns.phases)
+        bits = self._random_bits
+        ids = [bits(64) or 1 for _ in range(len(rows) * (1 + calls))]  # the builder's order, per step
+        step_ids = ids[::1 + calls]
+        phase_ids = [ids[1 + i::1 + calls] for i in range(calls)]
+        trace_ids = list(map(c.step_trace_id, repeat(self._run_id), columns.step[0]))
+        texts = _texts(_flat_columns(columns, anchor_ns, trace_ids, step_ids, phase_ids, shape.table_slots),
+                       shape.integers)
+        out.spans_json.append(shape.spans.fill(texts))
+        out.rows.append(shape.row.fill(texts))
+        out.spans += len(rows) * (1 + calls)
+        out.steps += len(rows)
+        if keep_spans:
+            for k, row in enumerate(rows):
+                record = decode_step(row, anchor_ns)
+                out.records.append(record)
+                out.built.append(self._builder.build(record, (step_ids[k], [ids[k] for ids in phase_ids])))
+
+    def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> _Built:
         record = decode_step(row, anchor_ns)
         built = self._builder.build(record)
         spans = built.all()
-        spans_json.append(",".join([span_json(span) for span in spans]))
-        lines.append(csv_line(step_row(built)))
+        out.spans_json.append(",".join([span_json(span) for span in spans]))
+        out.rows.append(csv_line(step_row(built)))
+        out.spans += len(spans)
+        out.steps += 1
+        if keep_spans:
+            out.records.append(record)
+            out.built.append(built)
         self.reference_steps += 1
         return _Built(record, built, len(spans))
 
@@ -245,82 +301,173 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
     line = row_template(table_row, [(column, spec) for column, spec, _ in slots])
     if line is None:
         return _REFERENCE
-    shape = _Shape(
-        spans=",".join(templates), span_values=_getter(picks),
-        row=line, row_values=_getter([value_index for _, _, value_index in slots]),
-        table_slots=tuple(table_slots) if repeated else None,
-    )
-    phase_rows = row[_ROW_PHASES]
-    values = _values(row, phase_rows, anchor_ns, built.step.trace_id, built.step.span_id,
-                     [phase.span_id for phase in built.phases])
-    if shape.table_slots is not None:
-        _add_sums(values, phase_rows, shape.table_slots)
-    try:
-        same = (shape.spans % shape.span_values(values) == reference_json
-                and shape.row % shape.row_values(values) == reference_line)
-    except (TypeError, ValueError, OverflowError):
-        same = False
+    spans_text = _Text.of(",".join(templates), picks, ",")
+    row_text = _Text.of(line, [value_index for _, _, value_index in slots], "")
+    if spans_text is None or row_text is None:
+        return _REFERENCE
+    sums = tuple(table_slots) if repeated else None
+    try:  # the columns this shape's later runs are encoded from, for this one row
+        flat = _flat_columns(_StepColumns([row]), anchor_ns, [built.step.trace_id], [built.step.span_id],
+                             [[phase.span_id] for phase in built.phases], sums)
+        integers = tuple(sorted({i for i in (*spans_text.picks, *row_text.picks) if type(flat[i][0]) is int}))
+        shape = _Shape(spans_text, row_text, integers, sums)
+        texts = _texts(flat, integers)
+        same = shape.spans.fill(texts) == reference_json and shape.row.fill(texts) == reference_line
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return _REFERENCE
     return shape if same else _REFERENCE
 
 
-def _getter(indices: list[int]) -> Callable[[list[object]], tuple[object, ...]]:
-    """An ``itemgetter`` that always returns a tuple (one index alone would return the item)."""
-    if len(indices) == 1:
-        index = indices[0]
-        return lambda values: (values[index],)
-    return itemgetter(*indices)
+def _texts(flat: list[Any], integers: tuple[int, ...]) -> list[Any]:
+    """``flat`` with the integer columns the texts pick written as text (each column once, however
+    many slots take it)."""
+    texts = list(flat)
+    for i in integers:
+        texts[i] = list(map(str, flat[i]))
+    return texts
 
 
-def _values(row: list[Any], phase_rows: list[list[Any]], anchor_ns: int, trace_id: int, step_id: int,
-            phase_ids: list[int]) -> list[object]:
-    """One step's values in the flat layout the templates pick from: what the decoder and the builder
-    compute, with ids as hex text and each float as its ``repr`` text, made once for the JSON and the
-    CSV line."""
+def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any]]]:
+    """``rows`` as runs of consecutive rows of one shape key (``None``: rows that always take the
+    reference path). A batch is usually one shape, which a check a column at a time confirms;
+    otherwise each row's key is computed."""
+    if not rows:
+        return []
+    key = _key(rows[0])
+    if key is not None and _one_shape(rows, key):
+        return [(key, rows)]
+    return [(key, list(run)) for key, run in groupby(rows, _key)]
+
+
+def _key(row: Any) -> tuple[object, ...] | None:
+    try:
+        return _shape_key(row)
+    except (TypeError, ValueError, IndexError):
+        return None  # not a row the fast path reads: the decoder says what is wrong with it
+
+
+def _one_shape(rows: list[Any], key: tuple[object, ...]) -> bool:
+    """Whether every row's :func:`_shape_key` is ``key``, checked a column at a time (only for keys
+    whose phase calls all have the full width: the others are never templated)."""
+    row_types, parallelism, source, no_fetches, phase_lengths, names, phase_types = key
+    if any(length != _PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
+        return False
+    try:
+        if set(map(type, rows)) != {list} or set(map(len, rows)) != {ROW_FIELDS}:
+            return False
+        columns = list(zip(*rows, strict=True))
+        if any(set(map(type, column)) != {kind} for column, kind in zip(columns, row_types, strict=True)):  # type: ignore[call-overload]
+            return False
+        if (set(columns[_ROW_PARALLELISM]) != {parallelism} or set(columns[_ROW_SOURCE]) != {source}
+                or set(map(not_, columns[_ROW_FETCHES])) != {no_fetches}
+                or any(columns[_ROW_COLLECTIVES]) or any(columns[_ROW_LOADER])):
+            return False
+        if columns[_ROW_BETWEEN][0] is not None and min(columns[_ROW_BETWEEN]) < 0:
+            return False
+        phases = columns[_ROW_PHASES]
+        if set(map(len, phases)) != {len(phase_lengths)}:  # type: ignore[arg-type]
+            return False
+        for i, name in enumerate(names):  # type: ignore[arg-type]
+            calls = [phase_rows[i] for phase_rows in phases]
+            if set(map(len, calls)) != {_PHASE_WIDTH}:
+                return False
+            kinds = phase_types[i * _PHASE_WIDTH:(i + 1) * _PHASE_WIDTH]  # type: ignore[index]
+            call_columns = list(zip(*calls, strict=True))
+            if set(call_columns[0]) != {name} or any(
+                    set(map(type, column)) != {kind}
+                    for column, kind in zip(call_columns, kinds, strict=True)):
+                return False
+    except (TypeError, ValueError):
+        return False  # unhashable or incomparable values: each row's own key says what it is
+    return True
+
+
+class _StepColumns:
+    """A run's rows as columns: each step slot's values, and each phase call's slots' values."""
+
+    __slots__ = ("phases", "step")
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.step: list[tuple[Any, ...]] = list(zip(*rows, strict=True))
+        calls = self.step[_ROW_PHASES]
+        self.phases: list[list[tuple[Any, ...]]] = [
+            list(zip(*[phase_rows[i] for phase_rows in calls], strict=True)) for i in range(len(calls[0]))]
+
+
+def _seconds(nanoseconds: Iterable[int]) -> list[str]:
+    """Each duration in seconds as its ``repr`` text (the shortest round trip, as JSON writes it).
+
+    ``repr`` of a float is costly (CPython's exact ``dtoa``, about 4,000 instructions). Where every
+    value lies where ``repr`` writes plain decimals (1e-4 <= |x| < 1e16), ``orjson`` writes the same
+    digits (also the shortest round trip) in one C call for the whole column; below 1e-4 ``repr``
+    writes an exponent (``5.6e-05``) that ``orjson`` does not, so such a column takes ``repr``.
+    ``tests/emit/test_step_lines.py`` compares the two on a million values."""
+    values = list(map(mul, nanoseconds, repeat(_NS)))
+    fast = orjson_module()
+    if fast is not None and values and min(map(abs, values)) >= 1e-4 and max(map(abs, values)) < 1e16:
+        texts = fast.dumps(values)[1:-1].decode().split(",")
+        if texts[0] == repr(values[0]):  # one value checked per column, in case orjson ever differs
+            return texts
+    return list(map(repr, values))
+
+
+def _hex(ids: Iterable[int], spec: str) -> list[str]:
+    return list(map(format, ids, repeat(spec)))
+
+
+def _flat_columns(columns: _StepColumns, anchor_ns: int, trace_ids: list[int], step_ids: list[int],
+                  phase_ids: list[list[int]], table_slots: tuple[int | None, ...] | None) -> list[Any]:
+    """A run's values, one column per slot of the flat layout the templates pick from: what the
+    decoder and the builder compute for each row, with ids as hex text and each float as its
+    ``repr`` text. A run has one shape, so a slot is ``None`` in every row or in none (a ``None``
+    column is never picked: its attribute or cell is absent)."""
     (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
-     peak_reserved, total, _, _, _, samples, tokens, _, _, between) = row
-    start += anchor_ns
-    end += anchor_ns
-    values: list[object] = [
-        format(trace_id, "032x"), format(step_id, "016x"), start, end, step, repr((end - start) * _NS),
-        optimizer_steps,
-        None if gpu is None else repr(gpu * _NS),
-        None if wait is None else repr(wait * _NS),
-        None if wait_gpu is None else repr(wait_gpu * _NS),
-        None if prefetch is None else repr(prefetch * _NS),
-        peak_allocated, peak_reserved, total,
-        None if between is None else repr(between * _NS),
+     peak_reserved, total, _, _, _, samples, tokens, _, _, between) = columns.step
+    starts = list(map(add, start, repeat(anchor_ns)))
+    ends = list(map(add, end, repeat(anchor_ns)))
+    on_gpu = gpu[0] is not None
+    flat: list[Any] = [
+        _hex(trace_ids, "032x"), _hex(step_ids, "016x"), starts, ends, step, _seconds(map(sub, end, start)),
+        optimizer_steps, _optional_seconds(gpu), _optional_seconds(wait), _optional_seconds(wait_gpu),
+        _optional_seconds(prefetch), peak_allocated, peak_reserved, total, _optional_seconds(between),
         fetches, samples, tokens, *_NO_SUMS,
     ]
-    on_gpu = gpu is not None
-    ends = []
-    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), phase_id in zip(
-            phase_rows, phase_ids, strict=True):
-        cpu_text = repr((phase_end - phase_start) * _NS)
-        gpu_text = None if phase_gpu is None else repr(phase_gpu * _NS)
-        if on_gpu and phase_gpu is not None and offset is not None:  # on the device's timeline
-            phase_start = start + offset
-            phase_end = phase_start + phase_gpu
+    phase_ends = []
+    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), ids in zip(
+            columns.phases, phase_ids, strict=True):
+        cpu_text = _seconds(map(sub, phase_end, phase_start))
+        if on_gpu and phase_gpu[0] is not None and offset[0] is not None:  # on the device's timeline
+            phase_starts = list(map(add, starts, offset))
+            phase_ends.append(list(map(add, phase_starts, phase_gpu)))
         else:
-            phase_start += anchor_ns
-            phase_end += anchor_ns
-        values += (format(phase_id, "016x"), phase_start, phase_end, call, cpu_text, gpu_text, nbytes)
-        ends.append(phase_end)
-    if not on_gpu:
-        return values
-    values[_END] = max(end, start + gpu, *ends)
-    return values
+            phase_starts = list(map(add, phase_start, repeat(anchor_ns)))
+            phase_ends.append(list(map(add, phase_end, repeat(anchor_ns))))
+        flat += (_hex(ids, "016x"), phase_starts, phase_ends[-1], call, cpu_text,
+                 _optional_seconds(phase_gpu), nbytes)
+    if on_gpu:
+        flat[_END] = list(map(max, ends, map(add, starts, gpu), *phase_ends))
+    if table_slots is not None:
+        flat[_CPU_SUMS:_CPU_SUMS + len(_NO_SUMS)] = _phase_sums(columns, table_slots)
+    return flat
+
+
+def _optional_seconds(nanoseconds: tuple[int | None, ...]) -> list[str] | None:
+    return None if nanoseconds[0] is None else _seconds(nanoseconds)
 
 
 _NO_SUMS = (None,) * (2 * len(c.PHASES))
 
 
-def _add_sums(values: list[object], phase_rows: list[list[Any]], table_slots: tuple[int | None, ...]) -> None:
-    """The table's per-phase sums (cpu, gpu) of a step that calls a phase more than once, added from
-    0.0 in call order as the table's reference adds them."""
-    sums = [0.0] * len(_NO_SUMS)
-    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(phase_rows, table_slots, strict=True):
+def _phase_sums(columns: _StepColumns, table_slots: tuple[int | None, ...]) -> list[list[str]]:
+    """The table's per-phase sums (cpu, then gpu) of steps that call a phase more than once, added
+    from 0.0 in call order as the table's reference adds them, as ``repr`` text."""
+    steps = len(columns.step[0])
+    sums: list[Iterable[float]] = [[0.0] * steps for _ in _NO_SUMS]
+    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(columns.phases, table_slots,
+                                                                      strict=True):
         if slot is not None:
-            sums[slot] += (phase_end - phase_start) * _NS
-            if phase_gpu is not None:
-                sums[len(c.PHASES) + slot] += phase_gpu * _NS
-    values[_CPU_SUMS:_CPU_SUMS + len(sums)] = [repr(total) for total in sums]
+            sums[slot] = list(map(add, sums[slot], map(mul, map(sub, phase_end, phase_start), repeat(_NS))))
+            if phase_gpu[0] is not None:
+                gpu_slot = len(c.PHASES) + slot
+                sums[gpu_slot] = list(map(add, sums[gpu_slot], map(mul, phase_gpu, repeat(_NS))))
+    return [list(map(repr, column)) for column in sums]

@@ -161,14 +161,15 @@ class StepTableWriter:
 
     def write(self, steps: Sequence[StepSpans]) -> None:
         """Append one row per step."""
-        self.write_lines([csv_line(step_row(s)) for s in steps])
+        self.write_lines([csv_line(step_row(s)) for s in steps], len(steps))
 
-    def write_lines(self, lines: list[str]) -> None:
-        """Append rows already written as CSV lines (:func:`csv_line`, or a filled :func:`row_template`)."""
+    def write_lines(self, lines: list[str], rows: int) -> None:
+        """Append ``rows`` rows already written as CSV lines (:func:`csv_line`, or filled templates), in
+        chunks of one or more lines."""
         if not lines or self._fd is None:
             return
         self._append("".join(lines))
-        self.rows += len(lines)
+        self.rows += rows
 
     def _append(self, text: str) -> None:
         assert self._fd is not None
@@ -227,9 +228,10 @@ class StepTable:
         """Append rows for ``steps`` (a failure turns the table off and counts them lost)."""
         self._guarded(len(steps), lambda writer: writer.write(steps))
 
-    def write_lines(self, lines: list[str]) -> None:
-        """Append rows already encoded as CSV lines (a failure turns the table off and counts them lost)."""
-        self._guarded(len(lines), lambda writer: writer.write_lines(lines))
+    def write_lines(self, lines: list[str], rows: int) -> None:
+        """Append ``rows`` rows already encoded as CSV lines, in chunks of one or more lines (a failure
+        turns the table off and counts them lost)."""
+        self._guarded(rows, lambda writer: writer.write_lines(lines, rows))
 
     def _guarded(self, rows: int, write: Callable[[StepTableWriter], None]) -> None:
         if self._writer is None:

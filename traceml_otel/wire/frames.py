@@ -52,7 +52,7 @@ def encode_frame(message: dict[str, Any]) -> bytes:
 
 def encode_steps(rows: list[Any]) -> bytes:
     """Serialise one ``steps`` frame (a batch of step rows; on the training thread)."""
-    fast = _orjson()
+    fast = orjson_module()
     if fast:
         try:
             body = fast.dumps({"t": "steps", "s": rows})
@@ -66,7 +66,7 @@ def encode_steps(rows: list[Any]) -> bytes:
 def decode_body(body: bytes | bytearray) -> Any:
     """One frame's JSON body: orjson's frames (``{`` first) by orjson when installed, others by json."""
     if body[:1] == b"{":
-        fast = _orjson()
+        fast = orjson_module()
         if fast:
             return fast.loads(body)  # orjson.JSONDecodeError is a ValueError, as json's is
     return json.loads(body)
@@ -76,8 +76,8 @@ _fast_json: Any = None
 """The ``orjson`` module once looked up (``False`` where it is not installed)."""
 
 
-def _orjson() -> Any:
-    """``orjson``, imported on first use (the analysis-only install never needs it); False without it."""
+def orjson_module() -> Any:
+    """``orjson``, imported on first use (the analysis-only install never needs it); None without it."""
     global _fast_json
     if _fast_json is None:
         try:
@@ -86,7 +86,7 @@ def _orjson() -> Any:
             _fast_json = False
         else:
             _fast_json = orjson
-    return _fast_json
+    return _fast_json or None
 
 
 def read_frames(stream: IO[bytes]) -> Iterator[dict[str, Any]]:
