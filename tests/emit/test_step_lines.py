@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import orjson
 import pytest
 
 from traceml_otel import contract as c
@@ -231,9 +232,14 @@ def test_durations_written_by_orjson_are_the_repr_text() -> None:
     draw = random.Random(17)
     nanoseconds = [draw.randint(-10**12, 10**13) for _ in range(200_000)]
     nanoseconds += [draw.randint(0, 2**63) for _ in range(50_000)]
-    nanoseconds += [10**k + d for k in range(4, 19) for d in (-1, 0, 1)]  # around each power of ten
+    nanoseconds += [draw.randint(-10**5, 10**5) for _ in range(50_000)]  # below 1e-4 s: exponents
+    nanoseconds += [draw.choice([-1, 1]) * draw.randint(1, 10**k) for k in range(1, 10) for _ in range(2_000)]
+    nanoseconds += [sign * (10**k + d) for k in range(0, 19) for d in (-1, 0, 1) for sign in (-1, 1)]
+    nanoseconds += [0, 1, -1, 10_000, 99_999, 100_000, 100_001]
+    draw.shuffle(nanoseconds)
     for first in range(0, len(nanoseconds), 1000):
         column = nanoseconds[first:first + 1000]
         assert step_lines._seconds(column) == [repr(ns * 1e-9) for ns in column]
     large = [ns for ns in nanoseconds if abs(ns) >= 100_000]
-    assert step_lines._seconds(large) == [repr(ns * 1e-9) for ns in large]  # the orjson path, all of it
+    assert step_lines._seconds(large) == [repr(ns * 1e-9) for ns in large]
+    assert step_lines._seconds(large) == orjson.dumps([ns * 1e-9 for ns in large])[1:-1].decode().split(",")

@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, groupby, repeat
-from operator import add, mul, not_, sub
+from operator import add, itemgetter, mul, not_, sub
 from typing import Any
 
 from traceml_otel import contract as c
@@ -177,26 +177,25 @@ class StepLines:
         if rows and self._builder.first:  # the first step span carries the host's CPU count
             self._reference(rows[0], anchor_ns, out, keep_spans)
             rows = rows[1:]
-        for key, run in _runs(rows):
+        for key, run, columns in _runs(rows):
             shape = False if key is None else self._shapes.get(key, False)
             if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
                 built = self._reference(run[0], anchor_ns, out, keep_spans)
                 shape = self._shapes[key] = _make_shape(key, run[0], anchor_ns, built.spans,
                                                         out.spans_json[-1], out.rows[-1])
-                run = run[1:]
+                run, columns = run[1:], None
             if not shape:
                 for row in run:
                     self._reference(row, anchor_ns, out, keep_spans)
                 continue
             if run:
-                self._encode_run(shape, run, anchor_ns, out, keep_spans)
+                self._encode_run(shape, run, columns or _StepColumns.of(run), anchor_ns, out, keep_spans)
         return out
 
-    def _encode_run(self, shape: _Shape, rows: list[Any], anchor_ns: int, out: EncodedSteps,
-                    keep_spans: bool) -> None:
+    def _encode_run(self, shape: _Shape, rows: list[Any], columns: _StepColumns, anchor_ns: int,
+                    out: EncodedSteps, keep_spans: bool) -> None:
         """Rows of one templated shape, a column at a time: each value is computed by ``map`` over
         the run (C loops), then the run's text is one ``join`` of constants and value texts."""
-        columns = _StepColumns(rows)
         calls = len(columns.phases)
         bits = self._random_bits
         ids = [bits(64) or 1 for _ in range(len(rows) * (1 + calls))]  # the builder's order, per step
@@ -307,7 +306,7 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         return _REFERENCE
     sums = tuple(table_slots) if repeated else None
     try:  # the columns this shape's later runs are encoded from, for this one row
-        flat = _flat_columns(_StepColumns([row]), anchor_ns, [built.step.trace_id], [built.step.span_id],
+        flat = _flat_columns(_StepColumns.of([row]), anchor_ns, [built.step.trace_id], [built.step.span_id],
                              [[phase.span_id] for phase in built.phases], sums)
         integers = tuple(sorted({i for i in (*spans_text.picks, *row_text.picks) if type(flat[i][0]) is int}))
         shape = _Shape(spans_text, row_text, integers, sums)
@@ -323,20 +322,21 @@ def _texts(flat: list[Any], integers: tuple[int, ...]) -> list[Any]:
     many slots take it)."""
     texts = list(flat)
     for i in integers:
-        texts[i] = list(map(str, flat[i]))
+        texts[i] = list(map(repr, flat[i]))  # an int's repr is its str, made with less dispatch
     return texts
 
 
-def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any]]]:
+def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any], _StepColumns | None]]:
     """``rows`` as runs of consecutive rows of one shape key (``None``: rows that always take the
-    reference path). A batch is usually one shape, which a check a column at a time confirms;
-    otherwise each row's key is computed."""
+    reference path), with the run's columns when they were made on the way. A batch is usually one
+    shape, which a check a column at a time confirms; otherwise each row's key is computed."""
     if not rows:
         return []
     key = _key(rows[0])
-    if key is not None and _one_shape(rows, key):
-        return [(key, rows)]
-    return [(key, list(run)) for key, run in groupby(rows, _key)]
+    columns = None if key is None else _one_shape(rows, key)
+    if columns is not None:
+        return [(key, rows, columns)]
+    return [(key, list(run), None) for key, run in groupby(rows, _key)]
 
 
 def _key(row: Any) -> tuple[object, ...] | None:
@@ -346,40 +346,36 @@ def _key(row: Any) -> tuple[object, ...] | None:
         return None  # not a row the fast path reads: the decoder says what is wrong with it
 
 
-def _one_shape(rows: list[Any], key: tuple[object, ...]) -> bool:
-    """Whether every row's :func:`_shape_key` is ``key``, checked a column at a time (only for keys
-    whose phase calls all have the full width: the others are never templated)."""
+def _one_shape(rows: list[Any], key: tuple[object, ...]) -> _StepColumns | None:
+    """The run's columns when every row's :func:`_shape_key` is ``key``, checked a column at a time
+    (only for keys whose phase calls all have the full width: the others are never templated);
+    ``None`` when some row's is not (or may not be)."""
     row_types, parallelism, source, no_fetches, phase_lengths, names, phase_types = key
     if any(length != _PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
-        return False
+        return None
+    steps = len(rows)
     try:
-        if set(map(type, rows)) != {list} or set(map(len, rows)) != {ROW_FIELDS}:
-            return False
-        columns = list(zip(*rows, strict=True))
-        if any(set(map(type, column)) != {kind} for column, kind in zip(columns, row_types, strict=True)):  # type: ignore[call-overload]
-            return False
-        if (set(columns[_ROW_PARALLELISM]) != {parallelism} or set(columns[_ROW_SOURCE]) != {source}
-                or set(map(not_, columns[_ROW_FETCHES])) != {no_fetches}
-                or any(columns[_ROW_COLLECTIVES]) or any(columns[_ROW_LOADER])):
-            return False
-        if columns[_ROW_BETWEEN][0] is not None and min(columns[_ROW_BETWEEN]) < 0:
-            return False
-        phases = columns[_ROW_PHASES]
-        if set(map(len, phases)) != {len(phase_lengths)}:  # type: ignore[arg-type]
-            return False
-        for i, name in enumerate(names):  # type: ignore[arg-type]
-            calls = [phase_rows[i] for phase_rows in phases]
-            if set(map(len, calls)) != {_PHASE_WIDTH}:
-                return False
-            kinds = phase_types[i * _PHASE_WIDTH:(i + 1) * _PHASE_WIDTH]  # type: ignore[index]
-            call_columns = list(zip(*calls, strict=True))
-            if set(call_columns[0]) != {name} or any(
-                    set(map(type, column)) != {kind}
-                    for column, kind in zip(call_columns, kinds, strict=True)):
-                return False
+        if (list(map(type, rows)) != [list] * steps or list(map(len, rows)) != [ROW_FIELDS] * steps
+                or list(map(type, chain.from_iterable(rows))) != list(row_types) * steps):  # type: ignore[call-overload]
+            return None
+        step = list(zip(*rows, strict=True))
+        if (step[_ROW_PARALLELISM].count(parallelism) != steps or step[_ROW_SOURCE].count(source) != steps
+                or list(map(not_, step[_ROW_FETCHES])) != [no_fetches] * steps
+                or any(step[_ROW_COLLECTIVES]) or any(step[_ROW_LOADER])):
+            return None
+        if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
+            return None
+        calls = len(phase_lengths)  # type: ignore[arg-type]
+        if list(map(len, step[_ROW_PHASES])) != [calls] * steps:
+            return None
+        phase_rows = list(chain.from_iterable(step[_ROW_PHASES]))  # step by step, call by call
+        if (list(map(len, phase_rows)) != [_PHASE_WIDTH] * len(phase_rows)
+                or list(map(type, chain.from_iterable(phase_rows))) != list(phase_types) * steps  # type: ignore[call-overload]
+                or list(map(itemgetter(0), phase_rows)) != list(names) * steps):  # type: ignore[call-overload]
+            return None
     except (TypeError, ValueError):
-        return False  # unhashable or incomparable values: each row's own key says what it is
-    return True
+        return None  # incomparable values: each row's own key says what it is
+    return _StepColumns(step, phase_rows, calls)
 
 
 class _StepColumns:
@@ -387,11 +383,17 @@ class _StepColumns:
 
     __slots__ = ("phases", "step")
 
-    def __init__(self, rows: list[Any]) -> None:
-        self.step: list[tuple[Any, ...]] = list(zip(*rows, strict=True))
-        calls = self.step[_ROW_PHASES]
+    def __init__(self, step: list[tuple[Any, ...]], phase_rows: list[Any], calls: int) -> None:
+        self.step = step
         self.phases: list[list[tuple[Any, ...]]] = [
-            list(zip(*[phase_rows[i] for phase_rows in calls], strict=True)) for i in range(len(calls[0]))]
+            list(zip(*phase_rows[i::calls], strict=True)) for i in range(calls)]
+
+    @classmethod
+    def of(cls, rows: list[Any]) -> _StepColumns:
+        """Rows of one shape (each row's key computed): the same number of phase calls each."""
+        step = list(zip(*rows, strict=True))
+        calls = len(step[_ROW_PHASES][0])
+        return cls(step, list(chain.from_iterable(step[_ROW_PHASES])), calls)
 
 
 def _seconds(nanoseconds: Iterable[int]) -> list[str]:
@@ -400,8 +402,9 @@ def _seconds(nanoseconds: Iterable[int]) -> list[str]:
     ``repr`` of a float is costly (CPython's exact ``dtoa``, about 4,000 instructions). Where every
     value lies where ``repr`` writes plain decimals (1e-4 <= |x| < 1e16), ``orjson`` writes the same
     digits (also the shortest round trip) in one C call for the whole column; below 1e-4 ``repr``
-    writes an exponent (``5.6e-05``) that ``orjson`` does not, so such a column takes ``repr``.
-    ``tests/emit/test_step_lines.py`` compares the two on a million values."""
+    writes an exponent (``5.6e-05``) that ``orjson`` spells otherwise (``0.000056``), so such a column
+    takes ``repr`` (rewriting orjson's text in Python cost more than ``repr``).
+    ``tests/emit/test_step_lines.py`` compares the result with ``repr`` on a third of a million values."""
     values = list(map(mul, nanoseconds, repeat(_NS)))
     fast = orjson_module()
     if fast is not None and values and min(map(abs, values)) >= 1e-4 and max(map(abs, values)) < 1e16:
@@ -412,7 +415,8 @@ def _seconds(nanoseconds: Iterable[int]) -> list[str]:
 
 
 def _hex(ids: Iterable[int], spec: str) -> list[str]:
-    return list(map(format, ids, repeat(spec)))
+    """Each id as fixed-width hex text (``spec``: ``%016x`` or ``%032x``)."""
+    return list(map(spec.__mod__, ids))
 
 
 def _flat_columns(columns: _StepColumns, anchor_ns: int, trace_ids: list[int], step_ids: list[int],
@@ -427,7 +431,7 @@ def _flat_columns(columns: _StepColumns, anchor_ns: int, trace_ids: list[int], s
     ends = list(map(add, end, repeat(anchor_ns)))
     on_gpu = gpu[0] is not None
     flat: list[Any] = [
-        _hex(trace_ids, "032x"), _hex(step_ids, "016x"), starts, ends, step, _seconds(map(sub, end, start)),
+        _hex(trace_ids, "%032x"), _hex(step_ids, "%016x"), starts, ends, step, _seconds(map(sub, end, start)),
         optimizer_steps, _optional_seconds(gpu), _optional_seconds(wait), _optional_seconds(wait_gpu),
         _optional_seconds(prefetch), peak_allocated, peak_reserved, total, _optional_seconds(between),
         fetches, samples, tokens, *_NO_SUMS,
@@ -442,7 +446,7 @@ def _flat_columns(columns: _StepColumns, anchor_ns: int, trace_ids: list[int], s
         else:
             phase_starts = list(map(add, phase_start, repeat(anchor_ns)))
             phase_ends.append(list(map(add, phase_end, repeat(anchor_ns))))
-        flat += (_hex(ids, "016x"), phase_starts, phase_ends[-1], call, cpu_text,
+        flat += (_hex(ids, "%016x"), phase_starts, phase_ends[-1], call, cpu_text,
                  _optional_seconds(phase_gpu), nbytes)
     if on_gpu:
         flat[_END] = list(map(max, ends, map(add, starts, gpu), *phase_ends))
