@@ -111,8 +111,13 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
             def one_pass() -> None:
                 for frame in frames:
                     encoded = lines.encode(frame["s"], anchor)
-                    default.local.write_encoded(encoded.spans_json, encoded.spans, encoded.steps)
-                    default.table.write_lines(encoded.rows, encoded.steps)
+                    steps = getattr(encoded, "steps", None)  # absent before the encoding by runs
+                    if steps is None:
+                        default.local.write_encoded(encoded.spans_json, encoded.spans)
+                        default.table.write_lines(encoded.rows)
+                        continue
+                    default.local.write_encoded(encoded.spans_json, encoded.spans, steps)
+                    default.table.write_lines(encoded.rows, steps)
 
             table.append(("local copy + table, one pass", _per_step(one_pass)))
             assert default.local.steps_written == STEPS
