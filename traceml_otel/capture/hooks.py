@@ -237,6 +237,8 @@ class OptimizerHooks:
         if token is not None:
             self._token = None
             recorder.phase_done("optimizer", token, None, True)  # and counts the update
+        elif depth < 0:  # a call that began before these hooks were installed (zero-code tracing
+            recorder.optimizer_stepped()  # starts at the forward inside a closure): an update, untimed
         if self.after_update is not None:
             self.after_update(optimizer, args)
 
