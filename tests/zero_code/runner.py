@@ -83,4 +83,4 @@ def _finish(tmp: Path, child: subprocess.Popen, nproc: int) -> ZeroCodeRun:
     return ZeroCodeRun(read_run(run_dir, nproc), report, output, run_dir)
 
 
-__all__ = ["REPO", "ZeroCodeRun", "clean_env", "read_run", "traceml_run"]
+__all__ = ["REPO", "ZeroCodeRun", "clean_env", "read_run", "traceml_run", "traceml_runs_together"]

@@ -5,7 +5,9 @@ own calls, one step per optimizer update:
 
 - a step **ends** when the outermost ``optimizer.step()`` of the update returns (Accelerate's
   ``AcceleratedOptimizer.step`` included; its gradient-accumulation no-ops are no update). With
-  several optimizers alive (a GAN), a step ends once each of them has stepped (one warning says so);
+  several optimizers alive (a GAN), a step ends once each of them has stepped (one warning says so).
+  While no optimizer has been built (a loop that updates its parameters by hand), a step ends when
+  its backward returns;
 - the next step **starts** at the end of the last batch fetch before the next training forward (so
   the fetch is that step's input wait, as with ``for batch in loader: with trace_step(): ...``),
   or at that forward when nothing was fetched;
@@ -96,7 +98,33 @@ class InferredSteps:
         OPTIMIZERS.track()
         OPTIMIZERS.on_new = self._new_optimizer
         LISTENER.call = self.in_place_call
+        if not OPTIMIZERS.built:  # no optimizer (yet): parameters updated by hand, a step per backward
+            self._recorder.on_nested_phase = self._phase_without_optimizer
         self.active = True
+
+    def _phase_without_optimizer(self) -> None:
+        """A phase ended while no optimizer exists (the loop updates its parameters by hand): a step
+        ends with its backward, so the update and the next fetch fall between steps, as they would
+        after ``optimizer.step()``. The recorder calls this after each forward and backward phase
+        (its hook for phases nested in an optimizer call, free while there is none)."""
+        try:
+            recorder = self._recorder
+            if OPTIMIZERS.built:  # an optimizer came: its updates end the steps from now on
+                if recorder.on_nested_phase == self._phase_without_optimizer:
+                    recorder.on_nested_phase = None
+                return
+            forward = self._session.forward
+            if recorder.last_phase != "backward" or (forward is not None and forward.in_forward):
+                return
+            recorder.end_step()
+            self._step_ended()
+        except Exception as error:  # never raised into the user's backward
+            self._ignored(error)
+
+    def _step_ended(self) -> None:
+        self._steps += 1
+        if self._steps == WARM_UP_STEPS and self._global_handles:
+            self._hook_roots_only()
 
     def _new_optimizer(self) -> None:
         """A new optimizer usually means a new model to train: look for its forwards again."""
@@ -246,9 +274,7 @@ class InferredSteps:
                 return
             self._stepped.clear()
             recorder.end_step()
-            self._steps += 1
-            if self._steps == WARM_UP_STEPS and self._global_handles:
-                self._hook_roots_only()
+            self._step_ended()
         except Exception as error:  # never raised into the user's forward or update
             self._ignored(error)
 

@@ -21,6 +21,8 @@ class OptimizerRegistry:
         self.ids: set[int] = set()
         """Ids of the optimizers alive and waited for (read on every update: kept ready, not rebuilt)."""
         self._tracking = False
+        self.built = 0
+        """Optimizers built since tracking began (0: the script updates its parameters by hand, so far)."""
         self.on_new: Any = None
         """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
 
@@ -47,6 +49,7 @@ class OptimizerRegistry:
         torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
 
     def add(self, optimizer: Any) -> None:
+        self.built += 1
         key = id(optimizer)
         try:
             self._refs[key] = weakref.ref(optimizer, lambda _: self._gone(key))

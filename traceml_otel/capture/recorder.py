@@ -263,6 +263,13 @@ class StepRecorder:
         return self._last_end_ns
 
     @property
+    def last_phase(self) -> str | None:
+        """The name of the open step's last phase call so far (``None`` when none, or no step is open)."""
+        if not self.in_step or not self._state.phases:
+            return None
+        return self._state.phases[-1][0]
+
+    @property
     def updates_in_step(self) -> int:
         """Optimizer updates counted in the open step so far (0 when none is open)."""
         return self._state.optimizer_steps if self.in_step else 0

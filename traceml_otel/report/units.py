@@ -200,7 +200,8 @@ STEP_SOURCE_TEXT = {
     "trace_step": "trace_step blocks",
     "hf_trainer": "the Hugging Face Trainer callback",
     "lightning": "the Lightning callback",
-    "inferred": "inference from the loop's own calls (no trace_step: one step per optimizer update)",
+    "inferred": ("inference from the loop's own calls (no trace_step: one step per optimizer update, or per "
+                 "backward without an optimizer)"),
 }
 
 

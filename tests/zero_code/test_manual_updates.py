@@ -1,0 +1,33 @@
+"""Zero-code tracing of a loop that updates its parameters by hand (no torch.optim optimizer).
+
+Inferred steps end at an optimizer update; with no optimizer built, a step ends when its backward
+returns, so each iteration is a step with its forward and backward, the hand-made update falls
+between steps, and a DataLoader's fetch is the next step's input wait. Before, such a loop recorded
+no step at all ("rank 0 sent no telemetry").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.zero_code.runner import traceml_runs_together
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "manual_update_loop.py"
+
+
+def test_each_backward_of_a_loop_without_optimizer_ends_a_step(tmp_path: Path) -> None:
+    kinds = ("loader", "slices")
+    for kind in kinds:
+        (tmp_path / kind).mkdir()
+    runs = traceml_runs_together([(tmp_path / kind, SCRIPT, (kind,)) for kind in kinds])
+    for batches, run in zip(kinds, runs, strict=True):
+        assert "trained" in run.output and "Traceback" not in run.output, run.output[-3000:]
+        rank = run.ranks[0]
+        assert len(rank.steps) == 12  # 2 epochs of 6 batches; the evaluation forwards open none
+        for step in rank.steps:
+            names = sorted(span.name for span in rank.children.get(step.span_id, []))
+            assert names == ["traceml.backward", "traceml.forward"], names
+            assert step.attributes["traceml.optimizer.steps"] == 0
+            waited = step.attributes.get("traceml.input_wait.cpu_duration")
+            assert (waited is not None) == (batches == "loader")
+        assert "per backward without an optimizer" in run.output
