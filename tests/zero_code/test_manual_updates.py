@@ -12,15 +12,23 @@ from pathlib import Path
 
 from tests.zero_code.runner import traceml_runs_together
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "manual_update_loop.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPT = SCRIPTS / "manual_update_loop.py"
 
 
 def test_each_backward_of_a_loop_without_optimizer_ends_a_step(tmp_path: Path) -> None:
-    kinds = ("loader", "slices")
+    kinds = ("loader", "slices", "then_explicit")
     for kind in kinds:
         (tmp_path / kind).mkdir()
-    runs = traceml_runs_together([(tmp_path / kind, SCRIPT, (kind,)) for kind in kinds])
-    for batches, run in zip(kinds, runs, strict=True):
+    *runs, explicit = traceml_runs_together(
+        [(tmp_path / kind, SCRIPT, (kind,)) for kind in kinds[:2]]
+        + [(tmp_path / kinds[2], SCRIPTS / "manual_then_trace_step.py", ())])
+    # Steps by hand, then trace_step blocks: those end where the blocks end (the update inside them).
+    assert "Traceback" not in explicit.output, explicit.output[-3000:]
+    sources = [step.attributes["traceml.step.source"] for step in explicit.ranks[0].steps]
+    assert sources == ["inferred"] * 3 + ["trace_step"] * 5
+    assert all(step.end_ns - step.start_ns >= 30_000_000 for step in explicit.ranks[0].steps[3:])
+    for batches, run in zip(kinds, runs, strict=False):
         assert "trained" in run.output and "Traceback" not in run.output, run.output[-3000:]
         rank = run.ranks[0]
         assert len(rank.steps) == 12  # 2 epochs of 6 batches; the evaluation forwards open none

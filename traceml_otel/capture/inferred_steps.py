@@ -155,6 +155,8 @@ class InferredSteps:
         if session.optimizer_hooks.after_update == self._updated:
             session.optimizer_hooks.after_update = None
         self._recorder.after_fetch = None
+        if self._recorder.on_nested_phase == self._phase_without_optimizer:
+            self._recorder.on_nested_phase = None  # explicit steps end where their blocks end
         self._recorder.cancel_step()
         self._recorder.source = "trace_step"
         if session.inferred is self:
