@@ -260,7 +260,9 @@ def no_data(source: str = "") -> Finding:
         title="Insufficient step-time data",
         why=f"No usable traceml step spans were found{where}.",
         next=(
-            "Check that the script calls traceml.init() and wraps each step in trace_step(); with a trace "
-            "backend, check --run-id, --service and the --since/--until range."
+            "Under `traceml run` without trace_step, steps are found from the loop's optimizer.step() calls "
+            "(or its backward calls when it has no optimizer): check that the script reached its training "
+            "loop. Otherwise, check that it calls traceml.init() and wraps each step in trace_step(); with "
+            "a trace backend, check --run-id, --service and the --since/--until range."
         ),
     )
