@@ -24,6 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from step_instructions import callgrind_totals
+
 CHILD = r'''
 import functools, os, subprocess, sys, tempfile, time
 from traceml_otel.emit.emitter import Emitter
@@ -103,15 +107,8 @@ def main() -> None:
             env=env, check=True, capture_output=True, text=True, timeout=1800)
         if not out.exists():
             sys.exit(result.stderr[-2000:])
-        events: list[str] = []
-        totals: list[int] = []
-        for line in out.read_text().splitlines():
-            if line.startswith("events:"):
-                events = line.split()[1:]
-            elif line.startswith("totals:"):
-                totals = [int(value) for value in line.split()[1:]]
         steps = args.batches * 256
-        counts = dict(zip(events, totals, strict=True))
+        counts = callgrind_totals(out)
         print(f"{steps} steps in frames of 256 ({args.tree or 'installed tree'}); per step:")
         for name in EVENTS:
             if name in counts:

@@ -110,6 +110,11 @@ def instructions(child: Path, mode: str, steps: int, env: dict[str, str], out: P
          sys.executable, str(child), mode, str(steps), "instructions"],
         env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800,
     )
+    return {name: value / steps for name, value in callgrind_totals(out).items()}
+
+
+def callgrind_totals(out: Path) -> dict[str, int]:
+    """The event totals of a callgrind output file (``Ir``, ``I1mr``, ...)."""
     events: list[str] = []
     totals: list[int] = []
     for line in out.read_text().splitlines():
@@ -117,7 +122,7 @@ def instructions(child: Path, mode: str, steps: int, env: dict[str, str], out: P
             events = line.split()[1:]
         elif line.startswith("totals:"):
             totals = [int(value) for value in line.split()[1:]]
-    return {name: value / steps for name, value in zip(events, totals, strict=True)}
+    return dict(zip(events, totals, strict=True))
 
 
 def bytecodes(child: Path, mode: str, steps: int, env: dict[str, str]) -> dict[str, float]:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from traceml_otel import contract as c
-from traceml_otel.emit import step_lines
+from traceml_otel.emit import step_columns, step_lines
 from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.local_copy import span_json
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
@@ -239,7 +239,8 @@ def test_durations_written_by_orjson_are_the_repr_text() -> None:
     draw.shuffle(nanoseconds)
     for first in range(0, len(nanoseconds), 1000):
         column = nanoseconds[first:first + 1000]
-        assert step_lines._seconds(column) == [repr(ns * 1e-9) for ns in column]
+        assert step_columns.seconds_text(column) == [repr(ns * 1e-9) for ns in column]
     large = [ns for ns in nanoseconds if abs(ns) >= 100_000]
-    assert step_lines._seconds(large) == [repr(ns * 1e-9) for ns in large]
-    assert step_lines._seconds(large) == orjson.dumps([ns * 1e-9 for ns in large])[1:-1].decode().split(",")
+    assert step_columns.seconds_text(large) == [repr(ns * 1e-9) for ns in large]
+    by_orjson = orjson.dumps([ns * 1e-9 for ns in large])[1:-1].decode().split(",")
+    assert step_columns.seconds_text(large) == by_orjson  # the orjson path, all of it

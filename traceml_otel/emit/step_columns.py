@@ -1,0 +1,179 @@
+"""A run of step rows of one shape as columns, and the text of each of their values.
+
+:mod:`traceml_otel.emit.step_lines` encodes a batch's run of one shape a column at a time: the
+values of every slot of the run's rows (:class:`StepColumns`), each value's text made by one ``map``
+over its column (:func:`flat_columns`, in the flat layout the templates pick from), and the run's
+text filled by one ``join`` (:class:`SlotText`). Per step that is C loops instead of a Python call and
+a ``%`` scan of a 2.6 KB template.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import add, mul, sub
+from typing import Any
+
+from traceml_otel import contract as c
+from traceml_otel.wire.frames import orjson_module
+
+NS = 1e-9
+
+# One step's values in a flat list: the step span's ids and times, its numeric attributes, the
+# table's per-phase sums, then seven slots per phase call.
+TRACE, STEP_ID, START, END = 0, 1, 2, 3
+CPU_SUMS, GPU_SUMS = 18, 18 + len(c.PHASES)
+FIRST_PHASE = GPU_SUMS + len(c.PHASES)
+PHASE_WIDTH = 7
+ROW_PHASES = 14
+"""The phase calls' slot in a step row (wire/step_row.py's StepRow)."""
+NO_SUMS = (None,) * (2 * len(c.PHASES))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotText:
+    """A text with slots, filled for many steps by one ``join``: the text before the first slot, the
+    constant text after each slot (after the last: joined to the next step's head by the separator),
+    and the flat layout's index each slot takes."""
+
+    head: str
+    between: tuple[str, ...]
+    tail: str
+    picks: tuple[int, ...]
+
+    @classmethod
+    def of(cls, template: str, picks: list[int], separator: str) -> SlotText | None:
+        """From a ``%`` template whose ``%s``/``%d`` slots take ``picks``; ``None`` for any other."""
+        pieces = _SPEC.split(template)  # text, spec, text, spec, ..., text
+        constants = [pieces[0]]
+        for spec, text in zip(pieces[1::2], pieces[2::2], strict=True):
+            if spec == "%":
+                constants[-1] += "%" + text
+            elif spec in ("s", "d"):
+                constants.append(text)
+            else:
+                return None
+        if len(constants) != len(picks) + 1 or not picks:
+            return None
+        return cls(constants[0], (*constants[1:-1], constants[-1] + separator + constants[0]), constants[-1],
+                   tuple(picks))
+
+    def fill(self, texts: list[Any]) -> str:
+        """Every step's text, separated, from the columns of value texts the slots pick."""
+        values = list(chain.from_iterable(zip(*[texts[i] for i in self.picks], strict=True)))
+        parts: list[str] = [self.head] * (2 * len(values) + 1)
+        parts[1::2] = values
+        parts[2::2] = self.between * (len(values) // len(self.picks))
+        parts[-1] = self.tail
+        return "".join(parts)
+
+
+_SPEC = re.compile(r"%(.)", re.DOTALL)
+
+
+def value_texts(flat: list[Any], integers: tuple[int, ...]) -> list[Any]:
+    """``flat`` with the integer columns the texts pick written as text (each column once, however
+    many slots take it)."""
+    texts = list(flat)
+    for i in integers:
+        texts[i] = list(map(repr, flat[i]))  # an int's repr is its str, made with less dispatch
+    return texts
+
+
+class StepColumns:
+    """A run's rows as columns: each step slot's values, and each phase call's slots' values."""
+
+    __slots__ = ("phases", "step")
+
+    def __init__(self, step: list[tuple[Any, ...]], phase_rows: list[Any], calls: int) -> None:
+        self.step = step
+        self.phases: list[list[tuple[Any, ...]]] = [
+            list(zip(*phase_rows[i::calls], strict=True)) for i in range(calls)]
+
+    @classmethod
+    def of(cls, rows: list[Any]) -> StepColumns:
+        """Rows of one shape (each row's key computed): the same number of phase calls each."""
+        step = list(zip(*rows, strict=True))
+        calls = len(step[ROW_PHASES][0])
+        return cls(step, list(chain.from_iterable(step[ROW_PHASES])), calls)
+
+
+def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
+    """Each duration in seconds as its ``repr`` text (the shortest round trip, as JSON writes it).
+
+    ``repr`` of a float is costly (CPython's exact ``dtoa``, about 4,000 instructions). Where every
+    value lies where ``repr`` writes plain decimals (1e-4 <= |x| < 1e16), ``orjson`` writes the same
+    digits (also the shortest round trip) in one C call for the whole column; below 1e-4 ``repr``
+    writes an exponent (``5.6e-05``) that ``orjson`` spells otherwise (``0.000056``), so such a column
+    takes ``repr`` (rewriting orjson's text in Python cost more than ``repr``).
+    ``tests/emit/test_step_lines.py`` compares the result with ``repr`` on a third of a million values."""
+    values = list(map(mul, nanoseconds, repeat(NS)))
+    fast = orjson_module()
+    if fast is not None and values and min(map(abs, values)) >= 1e-4 and max(map(abs, values)) < 1e16:
+        texts = fast.dumps(values)[1:-1].decode().split(",")
+        if texts[0] == repr(values[0]):  # one value checked per column, in case orjson ever differs
+            return texts
+    return list(map(repr, values))
+
+
+def _hex(ids: Iterable[int], spec: str) -> list[str]:
+    """Each id as fixed-width hex text (``spec``: ``%016x`` or ``%032x``)."""
+    return list(map(spec.__mod__, ids))
+
+
+def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[int], step_ids: list[int],
+                  phase_ids: list[list[int]], table_slots: tuple[int | None, ...] | None) -> list[Any]:
+    """A run's values, one column per slot of the flat layout the templates pick from: what the
+    decoder and the builder compute for each row, with ids as hex text and each float as its
+    ``repr`` text. A run has one shape, so a slot is ``None`` in every row or in none (a ``None``
+    column is never picked: its attribute or cell is absent)."""
+    (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
+     peak_reserved, total, _, _, _, samples, tokens, _, _, between) = columns.step
+    starts = list(map(add, start, repeat(anchor_ns)))
+    ends = list(map(add, end, repeat(anchor_ns)))
+    on_gpu = gpu[0] is not None
+    flat: list[Any] = [
+        _hex(trace_ids, "%032x"), _hex(step_ids, "%016x"), starts, ends, step,
+        seconds_text(map(sub, end, start)), optimizer_steps, _optional_seconds(gpu), _optional_seconds(wait),
+        _optional_seconds(wait_gpu), _optional_seconds(prefetch), peak_allocated, peak_reserved, total,
+        _optional_seconds(between), fetches, samples, tokens, *NO_SUMS,
+    ]
+    phase_ends = []
+    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), ids in zip(
+            columns.phases, phase_ids, strict=True):
+        cpu_text = seconds_text(map(sub, phase_end, phase_start))
+        if on_gpu and phase_gpu[0] is not None and offset[0] is not None:  # on the device's timeline
+            phase_starts = list(map(add, starts, offset))
+            phase_ends.append(list(map(add, phase_starts, phase_gpu)))
+        else:
+            phase_starts = list(map(add, phase_start, repeat(anchor_ns)))
+            phase_ends.append(list(map(add, phase_end, repeat(anchor_ns))))
+        flat += (_hex(ids, "%016x"), phase_starts, phase_ends[-1], call, cpu_text,
+                 _optional_seconds(phase_gpu), nbytes)
+    if on_gpu:
+        flat[END] = list(map(max, ends, map(add, starts, gpu), *phase_ends))
+    if table_slots is not None:
+        flat[CPU_SUMS:CPU_SUMS + len(NO_SUMS)] = _phase_sums(columns, table_slots)
+    return flat
+
+
+def _optional_seconds(nanoseconds: tuple[int | None, ...]) -> list[str] | None:
+    return None if nanoseconds[0] is None else seconds_text(nanoseconds)
+
+
+
+def _phase_sums(columns: StepColumns, table_slots: tuple[int | None, ...]) -> list[list[str]]:
+    """The table's per-phase sums (cpu, then gpu) of steps that call a phase more than once, added
+    from 0.0 in call order as the table's reference adds them, as ``repr`` text."""
+    steps = len(columns.step[0])
+    sums: list[Iterable[float]] = [[0.0] * steps for _ in NO_SUMS]
+    for (_, _, phase_start, phase_end, _, phase_gpu, _), slot in zip(columns.phases, table_slots,
+                                                                      strict=True):
+        if slot is not None:
+            sums[slot] = list(map(add, sums[slot], map(mul, map(sub, phase_end, phase_start), repeat(NS))))
+            if phase_gpu[0] is not None:
+                gpu_slot = len(c.PHASES) + slot
+                sums[gpu_slot] = list(map(add, sums[gpu_slot], map(mul, phase_gpu, repeat(NS))))
+    return [list(map(repr, column)) for column in sums]
