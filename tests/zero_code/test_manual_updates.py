@@ -17,12 +17,20 @@ SCRIPT = SCRIPTS / "manual_update_loop.py"
 
 
 def test_each_backward_of_a_loop_without_optimizer_ends_a_step(tmp_path: Path) -> None:
-    kinds = ("loader", "slices", "then_explicit")
+    kinds = ("loader", "slices", "then_explicit", "then_optimizer")
     for kind in kinds:
         (tmp_path / kind).mkdir()
-    *runs, explicit = traceml_runs_together(
+    *runs, explicit, optimized = traceml_runs_together(
         [(tmp_path / kind, SCRIPT, (kind,)) for kind in kinds[:2]]
-        + [(tmp_path / kinds[2], SCRIPTS / "manual_then_trace_step.py", ())])
+        + [(tmp_path / kinds[2], SCRIPTS / "manual_then_trace_step.py", ()),
+           (tmp_path / kinds[3], SCRIPTS / "manual_then_optimizer.py", ())])
+    # Steps by hand, then an optimizer: its updates end the steps (two backwards each).
+    assert "Traceback" not in optimized.output, optimized.output[-3000:]
+    updates = [step.attributes["traceml.optimizer.steps"] for step in optimized.ranks[0].steps]
+    assert updates == [0] * 3 + [1] * 5
+    backwards = [[span.name for span in optimized.ranks[0].children.get(step.span_id, [])].count(
+        "traceml.backward") for step in optimized.ranks[0].steps]
+    assert backwards == [1] * 3 + [2] * 5
     # Steps by hand, then trace_step blocks: those end where the blocks end (the update inside them).
     assert "Traceback" not in explicit.output, explicit.output[-3000:]
     sources = [step.attributes["traceml.step.source"] for step in explicit.ranks[0].steps]

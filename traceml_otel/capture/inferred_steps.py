@@ -109,10 +109,6 @@ class InferredSteps:
         (its hook for phases nested in an optimizer call, free while there is none)."""
         try:
             recorder = self._recorder
-            if OPTIMIZERS.built:  # an optimizer came: its updates end the steps from now on
-                if recorder.on_nested_phase == self._phase_without_optimizer:
-                    recorder.on_nested_phase = None
-                return
             forward = self._session.forward
             if recorder.last_phase != "backward" or (forward is not None and forward.in_forward):
                 return
@@ -126,9 +122,18 @@ class InferredSteps:
         if self._steps == WARM_UP_STEPS and self._global_handles:
             self._hook_roots_only()
 
+    def _updates_end_steps(self) -> None:
+        """Steps no longer end at a backward (an optimizer exists now, or explicit steps took over)."""
+        if self._recorder.on_nested_phase == self._phase_without_optimizer:
+            self._recorder.on_nested_phase = None
+
     def _new_optimizer(self) -> None:
-        """A new optimizer usually means a new model to train: look for its forwards again."""
-        if self.active and not self._global_handles and not self._compiled:
+        """A new optimizer usually means a new model to train: look for its forwards again. Its
+        updates end the steps from now on."""
+        if not self.active:
+            return
+        self._updates_end_steps()
+        if not self._global_handles and not self._compiled:
             self._hook_every_module()
 
     def _hook_every_module(self) -> None:
@@ -155,8 +160,7 @@ class InferredSteps:
         if session.optimizer_hooks.after_update == self._updated:
             session.optimizer_hooks.after_update = None
         self._recorder.after_fetch = None
-        if self._recorder.on_nested_phase == self._phase_without_optimizer:
-            self._recorder.on_nested_phase = None  # explicit steps end where their blocks end
+        self._updates_end_steps()  # explicit steps end where their blocks end
         self._recorder.cancel_step()
         self._recorder.source = "trace_step"
         if session.inferred is self:

@@ -118,7 +118,8 @@ class _Shape:
     row: SlotText
     """The step's CSV line; lines joined as they are."""
     integers: tuple[int, ...]
-    """The flat layout's indices both texts pick whose values are integers (written by ``str``)."""
+    """The flat layout's indices both texts pick whose values are integers (written by ``repr``,
+    which for an ``int`` is its ``str``)."""
     table_slots: tuple[int | None, ...] | None
     """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
     None when no phase is called twice (each per-phase column is then one call's own value)."""
@@ -152,7 +153,7 @@ class StepLines:
             shape = False if key is None else self._shapes.get(key, False)
             if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
                 built = self._reference(run[0], anchor_ns, out, keep_spans)
-                shape = self._shapes[key] = _make_shape(key, run[0], anchor_ns, built.spans,
+                shape = self._shapes[key] = _make_shape(key, run[0], anchor_ns, built,
                                                         out.spans_json[-1], out.rows[-1])
                 run, columns = run[1:], None
             if not shape:
@@ -185,7 +186,8 @@ class StepLines:
                 out.records.append(record)
                 out.built.append(self._builder.build(record, (step_ids[k], [ids[k] for ids in phase_ids])))
 
-    def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> _Built:
+    def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> StepSpans:
+        """One row by the reference path (decode, span objects, their JSON and CSV line)."""
         record = decode_step(row, anchor_ns)
         built = self._builder.build(record)
         spans = built.all()
@@ -197,14 +199,7 @@ class StepLines:
             out.records.append(record)
             out.built.append(built)
         self.reference_steps += 1
-        return _Built(record, built, len(spans))
-
-
-@dataclass(frozen=True, slots=True)
-class _Built:
-    record: StepRecord
-    spans: StepSpans
-    count: int
+        return built
 
 
 def _shape_key(row: Any) -> tuple[object, ...] | None:
