@@ -1,5 +1,6 @@
-"""A user's copies of traced objects: ``copy.deepcopy`` and whole-object pickles work, the copies carry
-no-op hooks (not traced, no capture state inside), and the originals stay traced.
+"""A user's copies of traced objects: ``copy.deepcopy`` and whole-object pickles work, the copies are
+not traced and carry no capture state (nothing of ours when the class's call times the model; no-op
+hooks when hooks do, as for step inference's roots), and the originals stay traced.
 
 The zero-code side (a copy of the inferred root, made mid-run, called in train mode inside a step) is
 in ``tests/zero_code/scripts/plain_loop.py``, checked by ``test_auto_env.py``.
@@ -22,19 +23,28 @@ from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.capture.wrappers import watch_optimizer
 
 
-@pytest.fixture
-def traced():
-    """A model hooked as ``trace_step(model)`` hooks it, with one traced step already run."""
+@pytest.fixture(params=[True, False], ids=["by_call", "by_hooks"])
+def traced(request):
+    """A model timed as ``trace_step(model)`` times it (by its class's call), or as step inference
+    does (by hooks), with one traced step already run."""
     sink = ListSink()
     recorder = StepRecorder(sink, flush_steps=1000)
     forward = hooks.ForwardHooks(recorder)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    forward.watch(model)
+    forward.watch(model, by_call=request.param)
+    assert bool(model._forward_hooks) is not request.param
     recorder.begin_step()
     model(torch.ones(2, 4))
     recorder.end_step()
     yield sink, recorder, model
     forward.uninstall()
+
+
+def _copied_hooks(copy_of_model: nn.Module, original: nn.Module) -> list:
+    """What a copy carries where the original has hooks: no-op hooks, or nothing when it has none."""
+    expected = [INERT_HOOK] if original._forward_hooks else []
+    assert list(copy_of_model._forward_pre_hooks.values()) == expected
+    return list(copy_of_model._forward_hooks.values()) == expected
 
 
 def _forwards(record) -> int:
@@ -44,8 +54,7 @@ def _forwards(record) -> int:
 def test_a_deep_copy_is_not_traced_and_the_original_still_is(traced) -> None:
     sink, recorder, model = traced
     ema = copy.deepcopy(model)
-    assert list(ema._forward_pre_hooks.values()) == [INERT_HOOK]
-    assert list(ema._forward_hooks.values()) == [INERT_HOOK]
+    assert _copied_hooks(ema, model)
     x = torch.ones(2, 4)
     recorder.begin_step()  # the original and its copy in one step: one forward
     model(x)
@@ -81,12 +90,12 @@ def test_whole_model_pickle_round_trip_needs_no_traceml(traced) -> None:
     assert b"traceml" not in buffer.getvalue()  # loading needs nothing of ours installed
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=False)
-    assert list(loaded._forward_pre_hooks.values()) == [INERT_HOOK]
+    assert _copied_hooks(loaded, model)
     x = torch.randn(3, 4)
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
     again = pickle.loads(pickle.dumps(model))
-    assert list(again._forward_hooks.values()) == [INERT_HOOK]
+    assert _copied_hooks(again, model)
     assert copy.deepcopy(again)(x).shape == (3, 2)
 
 

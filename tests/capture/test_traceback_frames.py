@@ -1,5 +1,5 @@
-"""A user's traceback through backward, the optimizer or the DataLoader shows one traceml frame, named
-for what it times (docs/architecture.md, "Our frames in your tracebacks")."""
+"""A user's traceback through a traced model's forward, backward, the optimizer or the DataLoader shows
+one traceml frame, named for what it times (docs/architecture.md, "Our frames in your tracebacks")."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 class Broken(torch.utils.data.Dataset):
     def __len__(self): return 4
     def __getitem__(self, index): raise KeyError("user bug in the dataset")
+class Net(torch.nn.Module):  # a model class of the user's: timed by its class's call
+    def forward(self, x): raise ValueError("user bug in the forward")
 where = sys.argv[1]
+if where == "forward":
+    net = Net()
+    with traceml.trace_step(net):
+        net(torch.ones(1))
 with traceml.trace_step(model):
     loss = model(torch.ones(3, 2)).sum()
     loss.backward()
@@ -35,7 +41,7 @@ def test_each_failure_shows_one_clearly_named_traceml_frame(tmp_path: Path) -> N
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO))
-    expected = {"backward": "traceml_timed_backward", "optimizer": "traceml_timed_optimizer_step",
+    expected = {"forward": "traceml_timed_forward", "backward": "traceml_timed_backward", "optimizer": "traceml_timed_optimizer_step",
                 "loader": "traceml_timed_next"}
     for where, name in expected.items():
         result = subprocess.run([sys.executable, str(script), where], env=env, capture_output=True, text=True,

@@ -1,13 +1,24 @@
-"""Forward timing: the outermost forward of each traced model, from hooks on that model alone.
+"""Forward timing: the outermost forward of each traced model, from its class's call or from hooks.
 
-The two hooks torch keeps on the model are :class:`CopySafeHook` objects: a ``copy.deepcopy`` or a
-pickle of the model carries no-op hooks, never the capture state (``capture/copy_safe.py``). They
-run on the training thread every step, so each one's logic is inline in its ``__call__``.
+A model traced by ``trace_step(model)`` or ``wrap_forward(model)`` is timed by its class's call: the
+class's ``__call__`` becomes a wrapper that times the call when its module is one of the traced objects
+(by identity: a weakly held set of ``id``s) and passes any other instance (a copy of the model, another
+module of that class) straight through. torch's module call then keeps its fast path, as it would
+untraced: module hooks switch every call of the hooked module to its slow path (a closure, hook-dict
+walks and an ``always_call`` set per call), which was a third of what telemetry added to a small step
+(``benchmarks/step_instructions.py``). Nothing of ours lands on the instance: a ``copy.deepcopy`` or a
+pickle of the model is untraced and needs no traceml-otel to load. ``uninstall`` restores each class.
 
-Each hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which Dynamo
-folds to ``True`` without a guard): a hooked module inside a ``torch.compile``d region (the user
-compiled a wrapper, or called ``model.compile()``) compiles as if unhooked, with no graph break and
-no crash under ``fullgraph=True``; that forward is then not timed by these hooks.
+Step inference (zero-code tracing) times its roots with hooks instead: its own pre-hook on a root
+opens the step before the forward's clock starts, and a class's call would start the clock first.
+A module that takes neither (a scripted TorchScript module) is refused once. The two hooks torch keeps
+on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of the model carries no-op hooks,
+never the capture state (``capture/copy_safe.py``).
+
+Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
+Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
+compiled a wrapper, or called ``model.compile()``) compiles as if untraced, with no graph break and
+no crash under ``fullgraph=True``; that forward is then not timed here.
 """
 
 from __future__ import annotations
@@ -26,13 +37,22 @@ from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
 
 
-class ForwardHooks:
-    """Times the outermost forward of each traced model via module hooks.
+def _is_torch_layer(cls: type) -> bool:
+    """One of torch's layer classes (``nn.Linear``, ``nn.Conv2d``...), called many times per step in
+    most models: a model of such a class takes hooks, so that the other instances do not each pass
+    through a wrapper of its class's call. Containers (``nn.Sequential``) and the DDP/FSDP wrappers are
+    wrapped: a pass-through costs a few hundred instructions per other call, the hooks' slow path more
+    than that on every traced call."""
+    module = cls.__module__
+    return module.startswith("torch.nn.modules.") and module != "torch.nn.modules.container"
 
-    Hooks go on the model passed to ``trace_step`` only (not every module), so sub-modules
-    cost nothing; a depth counter shared by all traced models ignores nested calls, e.g. a
-    DDP wrapper and its ``.module`` both traced. The hooks are :class:`CopySafeHook` objects: a
-    ``copy.deepcopy`` or pickle of a traced model carries no-op hooks, not this object.
+
+class ForwardHooks:
+    """Times the outermost forward of each traced model, by its class's call (or by module hooks).
+
+    Only the models passed to ``trace_step``/``wrap_forward`` (and step inference's roots) are timed,
+    not their sub-modules; a depth counter shared by all traced models ignores nested calls, e.g. a DDP
+    wrapper and its ``.module`` both traced. See the module docstring for the two ways.
     """
 
     def __init__(self, recorder: StepRecorder) -> None:
@@ -40,21 +60,30 @@ class ForwardHooks:
         self._depth = 0
         self._token: tuple[int, Any] | None = None
         self._handles: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
+        self._timed_ids: set[int] = set()
+        """``id`` of each model timed by its class's call (dropped when the model is collected)."""
+        self._wrapped_calls: dict[type, tuple[Any, Any]] = {}
+        """Each wrapped class: its own ``__call__`` before (``None``: inherited), and the wrapper."""
         self.before_forward = _ForwardStart(self)
         """A module call starts (the forward pre-hook; also called directly by step inference)."""
         self.after_forward = _ForwardEnd(self)
         """A module call ends (the forward hook, also run when the call raised)."""
 
     def watch(self, model: torch.nn.Module,
-              on_refused: Callable[[torch.nn.Module], None] | None = None) -> None:
-        """Hook ``model`` once; later calls are a dictionary lookup.
+              on_refused: Callable[[torch.nn.Module], None] | None = None, *, by_call: bool = True) -> None:
+        """Time ``model``'s outermost forward, once; later calls are a dictionary lookup.
 
+        ``by_call``: by its class's call (``False``: by module hooks, as step inference needs). A class
+        whose call cannot be replaced, or a module that is not weakly referenceable, takes hooks.
         Torch refuses hooks on a scripted TorchScript module (``torch.jit.script``;
-        ``torch.jit.trace``'s modules take hooks): ``register_forward_pre_hook`` raises. Nothing is
-        hooked then, ``on_refused(model)`` is called that once, and the refusal is kept: the model is
-        not asked again, however often the traced model changes.
+        ``torch.jit.trace``'s modules take hooks): nothing is timed then, ``on_refused(model)`` is
+        called that once, and the refusal is kept: the model is not asked again, however often the
+        traced model changes.
         """
         if model in self._handles:
+            return
+        if by_call and self._time_calls_of(model):
+            self._handles[model] = [_TimedByCall(self, id(model))]
             return
         handles: list[Any] = []
         try:
@@ -68,6 +97,65 @@ class ForwardHooks:
                 on_refused(model)
             return
         self._handles[model] = handles
+
+    def _time_calls_of(self, model: torch.nn.Module) -> bool:
+        """Wrap ``type(model).__call__`` (once per class) and add ``model`` to the timed ones."""
+        cls = type(model)
+        if (isinstance(model, torch.jit.ScriptModule) or not isinstance(model, torch.nn.Module)
+                or _is_torch_layer(cls)):
+            return False
+        key = id(model)
+        try:
+            weakref.finalize(model, self._timed_ids.discard, key)
+        except TypeError:  # not weakly referenceable: an id could then outlive its model
+            return False
+        if cls not in self._wrapped_calls:
+            own = cls.__dict__.get("__call__")
+            wrapper = self._timed_call(cls, own)
+            try:
+                cls.__call__ = wrapper  # type: ignore[method-assign]
+            except (TypeError, AttributeError):  # a class that takes no new attributes
+                return False
+            self._wrapped_calls[cls] = own, wrapper
+        self._timed_ids.add(key)
+        return True
+
+    def _timed_call(self, cls: type, own: Any) -> Callable[..., Any]:
+        """``cls.__call__`` timed as an outermost forward for the traced instances of ``cls``."""
+        hooks, recorder, timed = self, self._recorder, self._timed_ids
+        # With no call of its own, the one it inherits: read from the class that defines it on every call
+        # (usually nn.Module, whose __call__ torch.fx patches while it traces)
+        base = next((k for k in cls.__mro__[1:] if "__call__" in k.__dict__), torch.nn.Module)
+
+        def traceml_timed_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+            call = base.__call__ if own is None else own
+            if is_compiling() or id(module) not in timed:  # traced by Dynamo, or not a traced object
+                return call(module, *args, **kwargs)
+            owner = recorder.owner
+            if owner is not None and get_ident() != owner:  # another thread: untimed, counted in a step
+                try:
+                    return call(module, *args, **kwargs)
+                finally:
+                    if recorder.in_step:
+                        recorder.other_thread_phases += 1
+            depth = hooks._depth = hooks._depth + 1
+            if depth == 1:
+                hooks._token = perf_counter_ns(), (  # phase_begin(), inline
+                    recorder.clock.mark() if recorder.in_step and recorder.device else None)
+            try:
+                return call(module, *args, **kwargs)
+            finally:
+                depth = hooks._depth - 1
+                if depth > 0:
+                    hooks._depth = depth
+                else:
+                    hooks._depth = 0
+                    token = hooks._token
+                    if token is not None:
+                        hooks._token = None
+                        recorder.phase_done("forward", token)
+
+        return traceml_timed_forward
 
     @property
     def in_forward(self) -> bool:
@@ -89,13 +177,35 @@ class ForwardHooks:
         return traceml_timed_forward
 
     def install(self) -> None:
-        """Nothing global: models are hooked as they are traced."""
+        """Nothing global: models are timed as they are traced."""
 
     def uninstall(self) -> None:
         for handles in list(self._handles.values()):
             for handle in handles:
                 handle.remove()
         self._handles = weakref.WeakKeyDictionary()
+        for cls, (own, wrapper) in self._wrapped_calls.items():
+            if cls.__dict__.get("__call__") is not wrapper:  # replaced since by someone else: theirs stays
+                continue
+            if own is None:
+                del cls.__call__  # type: ignore[method-assign]
+            else:
+                cls.__call__ = own  # type: ignore[method-assign]
+        self._wrapped_calls = {}
+        self._timed_ids.clear()
+
+
+class _TimedByCall:
+    """The handle of a model timed by its class's call: ``remove()`` stops timing it."""
+
+    __slots__ = ("_hooks", "_key")
+
+    def __init__(self, hooks: ForwardHooks, key: int) -> None:
+        self._hooks = hooks
+        self._key = key
+
+    def remove(self) -> None:
+        self._hooks._timed_ids.discard(self._key)
 
 
 class _ForwardStart(CopySafeHook):

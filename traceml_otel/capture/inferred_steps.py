@@ -327,7 +327,7 @@ class InferredSteps:
         forward = self._session.forward
         if forward is not None:
             for root in self._roots:
-                forward.watch(root)
+                forward.watch(root, by_call=False)  # hooks: the pre-hook above runs first
 
 
 class _RootForwardStart(CopySafeHook):

@@ -248,7 +248,10 @@ class TrainingSession(Session):
         self._model = model
         if model is not None and self.forward is not None:
             # (step inference times a root that refuses hooks with its global module hooks: no warning)
-            self.forward.watch(model, _forward_not_timed if self.inferred is None else None)
+            if self.inferred is None:
+                self.forward.watch(model, _forward_not_timed)
+            else:  # step inference's roots take hooks: its pre-hook opens the step before the forward starts
+                self.forward.watch(model, None, by_call=False)
         if model is not None and self.collectives is not None:
             self.collectives.watch(model)
         try:
