@@ -20,7 +20,7 @@ from traceml_otel import session_root
 from traceml_otel.capture import process_hooks
 from traceml_otel.capture.capture_config import capture_config
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.capture.session import NOOP, Session, current, warn
+from traceml_otel.capture.session import current, warn
 from traceml_otel.sanitize import strip_control
 
 _warned_not_initialised = False
@@ -58,31 +58,42 @@ def init(
     return session_root.start(config, disabled=disabled, strict=strict)
 
 
-class _StepContext:
-    __slots__ = ("_counter", "_flops", "_measure", "_model", "_opened", "_samples", "_session", "_tokens")
+class _StepWork:
+    """What a ``trace_step`` call declared beyond the model (rare: most calls pass the model alone)."""
 
-    def __init__(
-        self, model: Any, samples: int | None, tokens: int | None, flops: float | None = None,
-        measure_flops: bool = False,
-    ) -> None:
+    __slots__ = ("counter", "flops", "measure", "samples", "tokens")
+
+    def __init__(self, samples: int | None, tokens: int | None, flops: float | None, measure: bool) -> None:
+        self.samples = samples
+        self.tokens = tokens
+        self.flops = flops
+        self.measure = measure
+        self.counter: Any = None
+
+
+class _StepContext:
+    """One ``trace_step`` block. The usual call (the model alone) sets two slots: it runs every step."""
+
+    __slots__ = ("_model", "_opened", "_session", "_work")
+
+    def __init__(self, model: Any, work: _StepWork | None = None) -> None:
         self._model = model
-        self._samples = samples
-        self._tokens = tokens
-        self._flops = flops
-        self._measure = measure_flops
-        self._counter: Any = None
-        self._opened = False
-        self._session: Session = NOOP
+        self._work = work
 
     def __enter__(self) -> None:
         session = self._session = current()  # the one its __exit__ ends the step on
+        self._opened = False
         try:
-            self._opened = session.begin_step(self._model, self._samples, self._tokens)
-            if self._opened and self._measure and session.time_ledger is not None:
+            work = self._work
+            if work is None:
+                self._opened = session.begin_step(self._model)
+                return
+            self._opened = session.begin_step(self._model, work.samples, work.tokens)
+            if self._opened and work.measure and session.time_ledger is not None:
                 from traceml_otel.capture.flops import StepFlopCounter
 
                 counter = StepFlopCounter()
-                self._counter = counter if counter.start() else None
+                work.counter = counter if counter.start() else None
         except Exception:
             session.count_internal_error()
 
@@ -94,12 +105,16 @@ class _StepContext:
         self._opened = False
         session = self._session
         try:
-            counted = self._counter.stop() if self._counter is not None else None
-            self._counter = None
+            work = self._work
+            if work is None:
+                session.end_step(None if exc_type is None else exc_type.__name__)
+                return False
+            counted = work.counter.stop() if work.counter is not None else None
+            work.counter = None
             session.end_step(exc_type.__name__ if exc_type is not None else None)
             ledger = session.time_ledger
-            if ledger is not None and self._flops is not None:
-                ledger.declare_step_flops(self._flops)
+            if ledger is not None and work.flops is not None:
+                ledger.declare_step_flops(work.flops)
             if ledger is not None and counted is not None:
                 from traceml_otel.capture.flops import device_name
 
@@ -140,10 +155,10 @@ def trace_step(
     if not current().active:
         _warn_not_initialised()
     if samples is None and tokens is None and flops is None and measure_flops is False:  # the usual call
-        return _StepContext(model, None, None)
+        return _StepContext(model)
     measure = measure_flops is not False and bool(measure_flops)
-    return _StepContext(model, _work("samples", samples), _work("tokens", tokens),
-                        None if flops is None else _flops(flops), measure)
+    return _StepContext(model, _StepWork(_work("samples", samples), _work("tokens", tokens),
+                                         None if flops is None else _flops(flops), measure))
 
 
 def _flops(value: float | None) -> float | None:
