@@ -158,3 +158,24 @@ def test_a_class_swapped_in_later_still_times_the_model(timing) -> None:
     _step(recorder, lambda: model(torch.ones(1, 4)))
     recorder.flush()
     assert _forwards(sink) == [1]
+
+
+def test_the_wrapped_call_pickles_by_value_to_a_pass_through(timing) -> None:
+    """cloudpickle and dill pickle a class of ``__main__`` by value, its ``__call__`` with it: every
+    cell of the wrapper's closure must pickle, and what loads must time nothing."""
+    import pickle
+    import types
+
+    sink, recorder, forward = timing
+    model = Net()
+    forward.watch(model)
+    wrapper = Net.__dict__["__call__"]
+    cells = [pickle.loads(pickle.dumps(cell.cell_contents)) for cell in wrapper.__closure__]
+    assert "_thread.lock" not in repr(cells)
+    loaded = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, None,
+                                tuple(types.CellType(value) for value in cells))
+    recorder.begin_step()
+    assert torch.equal(loaded(model, torch.ones(1, 4)), model.layer(torch.ones(1, 4)))  # passed through
+    recorder.end_step()
+    recorder.flush()
+    assert _forwards(sink) == [0]

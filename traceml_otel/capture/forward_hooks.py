@@ -122,15 +122,16 @@ class ForwardHooks:
 
     def _timed_call(self, cls: type, own: Any) -> Callable[..., Any]:
         """``cls.__call__`` timed as an outermost forward for the traced instances of ``cls``."""
-        hooks, recorder, timed = self, self._recorder, self._timed_ids
+        hooks = self  # the only capture state in the closure (a by-value pickle gets a stand-in)
         # With no call of its own, the one it inherits: read from the class that defines it on every call
         # (usually nn.Module, whose __call__ torch.fx patches while it traces)
         base = next((k for k in cls.__mro__[1:] if "__call__" in k.__dict__), torch.nn.Module)
 
         def traceml_timed_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
             call = base.__call__ if own is None else own
-            if is_compiling() or id(module) not in timed:  # traced by Dynamo, or not a traced object
+            if is_compiling() or id(module) not in hooks._timed_ids:  # traced by Dynamo, or not traced
                 return call(module, *args, **kwargs)
+            recorder = hooks._recorder
             owner = recorder.owner
             if owner is not None and get_ident() != owner:  # another thread: untimed, counted in a step
                 try:
@@ -156,6 +157,12 @@ class ForwardHooks:
                         recorder.phase_done("forward", token)
 
         return traceml_timed_forward
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        """A class whose call is wrapped, pickled by value (cloudpickle or dill pickle a class of
+        ``__main__`` that way), carries the wrapper's closure: it gets a stand-in that times nothing,
+        so the unpickled class's calls pass straight through (loading it needs traceml-otel)."""
+        return _untimed_hooks, ()
 
     @property
     def in_forward(self) -> bool:
@@ -193,6 +200,18 @@ class ForwardHooks:
                 cls.__call__ = own  # type: ignore[method-assign]
         self._wrapped_calls = {}
         self._timed_ids.clear()
+
+
+class _NoSteps:
+    """The sink of a stand-in recorder, which never records a step."""
+
+    def send_steps(self, rows: list[list[Any]]) -> None:
+        """Nothing is sent."""
+
+
+def _untimed_hooks() -> ForwardHooks:
+    """What a pickled :class:`ForwardHooks` loads as: no model timed, no capture state."""
+    return ForwardHooks(StepRecorder(_NoSteps()))
 
 
 class _TimedByCall:
