@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/step_instructions.py                      # this tree
     .venv/bin/python benchmarks/step_instructions.py --tree /tmp/before   # another tree (git archive)
     .venv/bin/python benchmarks/step_instructions.py --bytecodes-only     # no valgrind needed
+    .venv/bin/python benchmarks/step_instructions.py --init '{"mode": "manual"}' --no-model  # no hooks
+    .venv/bin/python benchmarks/step_instructions.py --model-class user  # the model in a class of the user's
 
 Timings on this VM move by ±50 µs per step between runs, so changes of a few µs on the training
 thread cannot be seen in wall time. Counts can:
@@ -40,16 +42,28 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 mode, steps, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+init_args, traced_model, model_class = json.loads(sys.argv[4]), sys.argv[5] == "1", sys.argv[6]
 torch.manual_seed(0)
 torch.set_num_threads(1)
 data = TensorDataset(torch.randn(8192, 64), torch.randint(0, 10, (8192,)))
 loader = DataLoader(data, batch_size=32)
-model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+class Net(nn.Module):  # the same layers in a class of the user's
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+model = Net() if model_class == "user" else nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = nn.CrossEntropyLoss()
 if mode == "traced":
     import traceml_otel as traceml
-    traceml.init(mode="auto")
+    traceml.init(**init_args)
 batches = iter(loader)
 
 def step(_accumulated=None, _index=None):
@@ -60,7 +74,7 @@ def step(_accumulated=None, _index=None):
         batches = iter(loader)
         x, y = next(batches)
     if mode == "traced":
-        with traceml.trace_step(model):
+        with traceml.trace_step(model if traced_model else None):
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             optimizer.step()
@@ -102,12 +116,13 @@ if mode == "traced":
 EVENTS = ("Ir", "I1mr", "D1mr", "D1mw")
 
 
-def instructions(child: Path, mode: str, steps: int, env: dict[str, str], out: Path) -> dict[str, float]:
-    """Per-step callgrind counts of one run."""
+def instructions(child: Path, mode: str, steps: int, env: dict[str, str], out: Path,
+                 variant: list[str]) -> dict[str, float]:
+    """Per-step callgrind counts of one run (``variant``: the child's init arguments, model arguments)."""
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--cache-sim=yes", "--instr-atstart=no", "--collect-atstart=no",
          "--toggle-collect=functools_reduce", f"--callgrind-out-file={out}",
-         sys.executable, str(child), mode, str(steps), "instructions"],
+         sys.executable, str(child), mode, str(steps), "instructions", *variant],
         env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800,
     )
     return {name: value / steps for name, value in callgrind_totals(out).items()}
@@ -125,8 +140,9 @@ def callgrind_totals(out: Path) -> dict[str, int]:
     return dict(zip(events, totals, strict=True))
 
 
-def bytecodes(child: Path, mode: str, steps: int, env: dict[str, str]) -> dict[str, float]:
-    result = subprocess.run([sys.executable, str(child), mode, str(steps), "bytecodes"], env=env,
+def bytecodes(child: Path, mode: str, steps: int, env: dict[str, str],
+              variant: list[str]) -> dict[str, float]:
+    result = subprocess.run([sys.executable, str(child), mode, str(steps), "bytecodes", *variant], env=env,
                             check=True, capture_output=True, text=True, timeout=600)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -137,7 +153,14 @@ def main() -> None:
                                        "the installed one)")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--bytecodes-only", action="store_true")
+    parser.add_argument("--init", default='{"mode": "auto"}',
+                        help="init()'s keyword arguments, as JSON ('{\"mode\": \"manual\"}': no hooks)")
+    parser.add_argument("--no-model", action="store_true",
+                        help="trace_step() without the model (no forward timing)")
+    parser.add_argument("--model-class", choices=("sequential", "user"), default="sequential",
+                        help="the model: nn.Sequential (default) or the same layers in a class of the user's")
     args = parser.parse_args()
+    variant = [json.dumps(json.loads(args.init)), "0" if args.no_model else "1", args.model_class]
 
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
@@ -148,7 +171,8 @@ def main() -> None:
         if args.tree:
             env["PYTHONPATH"] = str(Path(args.tree).resolve())
 
-        bare, traced = bytecodes(child, "bare", 100, env), bytecodes(child, "traced", 100, env)
+        bare = bytecodes(child, "bare", 100, env, variant)
+        traced = bytecodes(child, "traced", 100, env, variant)
         added = {name: traced.get(name, 0.0) - bare.get(name, 0.0) for name in set(bare) | set(traced)}
         print(f"bytecodes per step: bare {sum(bare.values()):.0f}, traced {sum(traced.values()):.0f}, "
               f"added {sum(added.values()):+.0f}")
@@ -161,7 +185,7 @@ def main() -> None:
         if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
             print("valgrind not installed (Debian: apt-get install valgrind): instruction counts skipped")
             return
-        counts = {mode: instructions(child, mode, args.steps, env, work / f"{mode}.out")
+        counts = {mode: instructions(child, mode, args.steps, env, work / f"{mode}.out", variant)
                   for mode in ("bare", "traced")}
         print(f"per step, {args.steps} steps under callgrind (bare -> traced, added):")
         for event in EVENTS:
