@@ -77,9 +77,22 @@ def value_texts(flat: list[Any], integers: tuple[int, ...]) -> list[Any]:
     """``flat`` with the integer columns the texts pick written as text (each column once, however
     many slots take it)."""
     texts = list(flat)
+    fast = orjson_module()
     for i in integers:
-        texts[i] = list(map(repr, flat[i]))  # an int's repr is its str, made with less dispatch
+        texts[i] = _integer_texts(flat[i], fast)
     return texts
+
+
+def _integer_texts(column: list[int], fast: Any) -> list[str]:
+    """Each integer's decimal text: ``orjson`` writes a column in one C call, ``repr`` each value
+    (an int's ``repr`` is its ``str``, with less dispatch) where ``orjson`` is missing or refuses one
+    (beyond 64 bits)."""
+    if fast is not None and column:
+        try:
+            return fast.dumps(column)[1:-1].decode().split(",")
+        except TypeError:  # orjson.JSONEncodeError: an integer wider than 64 bits
+            pass
+    return list(map(repr, column))
 
 
 class StepColumns:

@@ -118,8 +118,8 @@ class _Shape:
     row: SlotText
     """The step's CSV line; lines joined as they are."""
     integers: tuple[int, ...]
-    """The flat layout's indices both texts pick whose values are integers (written by ``repr``,
-    which for an ``int`` is its ``str``)."""
+    """The flat layout's indices both texts pick whose values are integers (written as their decimal
+    text, ``str``'s: see ``step_columns.value_texts``)."""
     table_slots: tuple[int | None, ...] | None
     """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
     None when no phase is called twice (each per-phase column is then one call's own value)."""
