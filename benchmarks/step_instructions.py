@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/step_instructions.py --bytecodes-only     # no valgrind needed
     .venv/bin/python benchmarks/step_instructions.py --init '{"mode": "manual"}' --no-model  # no hooks
     .venv/bin/python benchmarks/step_instructions.py --model-class user  # the model in a class of the user's
+    .venv/bin/python benchmarks/step_instructions.py --zero-code  # no trace_step: inferred steps
 
 Timings on this VM move by ±50 µs per step between runs, so changes of a few µs on the training
 thread cannot be seen in wall time. Counts can:
@@ -43,6 +44,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 mode, steps, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 init_args, traced_model, model_class = json.loads(sys.argv[4]), sys.argv[5] == "1", sys.argv[6]
+inferred = sys.argv[7] == "1"  # no trace_step: zero-code tracing's step inference finds the steps
 torch.manual_seed(0)
 torch.set_num_threads(1)
 data = TensorDataset(torch.randn(8192, 64), torch.randint(0, 10, (8192,)))
@@ -64,6 +66,10 @@ loss_fn = nn.CrossEntropyLoss()
 if mode == "traced":
     import traceml_otel as traceml
     traceml.init(**init_args)
+    if inferred:
+        from traceml_otel.capture.session import current
+
+        current().start_inference()
 batches = iter(loader)
 
 def step(_accumulated=None, _index=None):
@@ -73,7 +79,7 @@ def step(_accumulated=None, _index=None):
     except StopIteration:
         batches = iter(loader)
         x, y = next(batches)
-    if mode == "traced":
+    if mode == "traced" and not inferred:
         with traceml.trace_step(model if traced_model else None):
             optimizer.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
@@ -159,8 +165,11 @@ def main() -> None:
                         help="trace_step() without the model (no forward timing)")
     parser.add_argument("--model-class", choices=("sequential", "user"), default="sequential",
                         help="the model: nn.Sequential (default) or the same layers in a class of the user's")
+    parser.add_argument("--zero-code", action="store_true",
+                        help="no trace_step: step inference finds the steps, as under `traceml run`")
     args = parser.parse_args()
-    variant = [json.dumps(json.loads(args.init)), "0" if args.no_model else "1", args.model_class]
+    variant = [json.dumps(json.loads(args.init)), "0" if args.no_model else "1", args.model_class,
+               "1" if args.zero_code else "0"]
 
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)

@@ -121,32 +121,14 @@ def test_a_call_from_another_thread_is_untimed_and_counted(timing) -> None:
     assert recorder.other_thread_phases == 1
 
 
-def test_a_user_exception_propagates_and_the_phase_is_kept(timing) -> None:
-    sink, recorder, forward = timing
-
-    class Boom(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            raise RuntimeError("user bug")
-
-    model = Boom()
-    forward.watch(model)
-    recorder.begin_step()
-    with pytest.raises(RuntimeError, match="user bug"):
-        model(torch.ones(1))
-    recorder.end_step("RuntimeError")
-    recorder.flush()
-    assert _forwards(sink) == [1]
-    assert not forward.in_forward
-
-
 def test_a_collected_model_leaves_no_identity_behind(timing) -> None:
     _, _, forward = timing
     model = Net()
     forward.watch(model)
-    assert len(forward._timed_ids) == 1
+    assert len(forward._timed) == 1
     del model
     gc.collect()
-    assert not forward._timed_ids  # its id may be reused by a new object: that one is not traced
+    assert not forward._timed  # its id may be reused by a new object: that one is not traced
 
 
 def test_a_class_swapped_in_later_still_times_the_model(timing) -> None:
@@ -179,3 +161,29 @@ def test_the_wrapped_call_pickles_by_value_to_a_pass_through(timing) -> None:
     recorder.end_step()
     recorder.flush()
     assert _forwards(sink) == [0]
+
+
+def test_an_inferred_root_runs_its_start_before_the_clock_and_keeps_timing_when_it_goes(timing) -> None:
+    """Step inference's roots: the class's call runs the root's start first (it opens the step, so
+    the forward falls inside it), replacing the warm-up's hooks; removing the start keeps the timing."""
+    sink, recorder, forward = timing
+    root, layer = Net(), nn.Linear(4, 2)
+    forward.watch(root, by_call=False)  # the warm-up hooked it
+    started: list[nn.Module] = []
+
+    def start(module: nn.Module) -> None:
+        started.append(module)
+        recorder.begin_step()
+
+    handle = forward.watch_root(root, start)
+    assert handle is not None and not root._forward_hooks and not root._forward_pre_hooks
+    assert forward.watch_root(layer, start) is None  # a torch layer class: the caller hooks it
+    root(torch.ones(1, 4))
+    recorder.end_step()
+    handle.remove()  # inference stopped: the root no longer opens steps, and is still timed
+    _step(recorder, lambda: root(torch.ones(1, 4)))
+    recorder.flush()
+    assert started == [root]
+    assert _forwards(sink) == [1, 1]
+    first = sink.records()[0]
+    assert first.start_ns <= first.phases[0].start_ns  # the step opened before the forward's clock

@@ -41,8 +41,8 @@ def test_each_failure_shows_one_clearly_named_traceml_frame(tmp_path: Path) -> N
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO))
-    expected = {"forward": "traceml_timed_forward", "backward": "traceml_timed_backward", "optimizer": "traceml_timed_optimizer_step",
-                "loader": "traceml_timed_next"}
+    expected = {"forward": "traceml_timed_forward", "backward": "traceml_timed_backward",
+                "optimizer": "traceml_timed_optimizer_step", "loader": "traceml_timed_next"}
     for where, name in expected.items():
         result = subprocess.run([sys.executable, str(script), where], env=env, capture_output=True, text=True,
                                 timeout=120)

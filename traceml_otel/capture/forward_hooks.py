@@ -9,11 +9,12 @@ walks and an ``always_call`` set per call), which was a third of what telemetry 
 (``benchmarks/step_instructions.py``). Nothing of ours lands on the instance: a ``copy.deepcopy`` or a
 pickle of the model is untraced and needs no traceml-otel to load. ``uninstall`` restores each class.
 
-Step inference (zero-code tracing) times its roots with hooks instead: its own pre-hook on a root
-opens the step before the forward's clock starts, and a class's call would start the clock first.
-A module that takes neither (a scripted TorchScript module) is refused once. The two hooks torch keeps
-on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of the model carries no-op hooks,
-never the capture state (``capture/copy_safe.py``).
+Step inference (zero-code tracing) times its roots the same way after its warm-up
+(:meth:`ForwardHooks.watch_root`): the wrapper first runs inference's start for the root, which may
+open the step, then starts the forward's clock. During the warm-up, and for roots that Dynamo
+compiled, it uses hooks. A module that takes neither (a scripted TorchScript module) is refused once.
+The two hooks torch keeps on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of
+the model carries no-op hooks, never the capture state (``capture/copy_safe.py``).
 
 Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
 Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
@@ -35,6 +36,9 @@ from torch.compiler import is_compiling
 
 from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
+
+_UNTIMED = object()
+"""What a module not timed by its class's call finds in :attr:`ForwardHooks._timed`."""
 
 
 def _is_torch_layer(cls: type) -> bool:
@@ -60,8 +64,9 @@ class ForwardHooks:
         self._depth = 0
         self._token: tuple[int, Any] | None = None
         self._handles: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
-        self._timed_ids: set[int] = set()
-        """``id`` of each model timed by its class's call (dropped when the model is collected)."""
+        self._timed: dict[int, Callable[[Any], None] | None] = {}
+        """``id`` of each model timed by its class's call (dropped when the model is collected), with what
+        its call runs first (step inference's root: the call may open a step), or ``None``."""
         self._wrapped_calls: dict[type, tuple[Any, Any]] = {}
         """Each wrapped class: its own ``__call__`` before (``None``: inherited), and the wrapper."""
         self.before_forward = _ForwardStart(self)
@@ -73,8 +78,9 @@ class ForwardHooks:
               on_refused: Callable[[torch.nn.Module], None] | None = None, *, by_call: bool = True) -> None:
         """Time ``model``'s outermost forward, once; later calls are a dictionary lookup.
 
-        ``by_call``: by its class's call (``False``: by module hooks, as step inference needs). A class
-        whose call cannot be replaced, or a module that is not weakly referenceable, takes hooks.
+        ``by_call``: by its class's call (``False``: by module hooks, as step inference's warm-up
+        needs). A class whose call cannot be replaced, or a module that is not weakly referenceable,
+        takes hooks.
         Torch refuses hooks on a scripted TorchScript module (``torch.jit.script``;
         ``torch.jit.trace``'s modules take hooks): nothing is timed then, ``on_refused(model)`` is
         called that once, and the refusal is kept: the model is not asked again, however often the
@@ -82,7 +88,7 @@ class ForwardHooks:
         """
         if model in self._handles:
             return
-        if by_call and self._time_calls_of(model):
+        if by_call and self._time_calls_of(model, None):
             self._handles[model] = [_TimedByCall(self, id(model))]
             return
         handles: list[Any] = []
@@ -98,17 +104,33 @@ class ForwardHooks:
             return
         self._handles[model] = handles
 
-    def _time_calls_of(self, model: torch.nn.Module) -> bool:
+    def watch_root(self, root: torch.nn.Module, before: Callable[[Any], None]) -> Any:
+        """Time step inference's ``root`` by its class's call, which runs ``before(root)`` first (it
+        may open a step) and then starts the forward's clock; hooks the warm-up put on it go.
+
+        Returns a handle whose ``remove()`` drops ``before`` (the root stays timed), or ``None`` when
+        its class's call cannot time it (the caller hooks it instead)."""
+        handles = self._handles.get(root)
+        if (handles is not None and not handles) or not self._time_calls_of(root, before):
+            return None  # (an empty list: it refused hooks before, a scripted module)
+        for handle in handles or ():
+            if not isinstance(handle, _TimedByCall):
+                handle.remove()
+        self._handles[root] = [_TimedByCall(self, id(root))]
+        return _RootStart(self, id(root))
+
+    def _time_calls_of(self, model: torch.nn.Module, before: Callable[[Any], None] | None) -> bool:
         """Wrap ``type(model).__call__`` (once per class) and add ``model`` to the timed ones."""
         cls = type(model)
         if (isinstance(model, torch.jit.ScriptModule) or not isinstance(model, torch.nn.Module)
                 or _is_torch_layer(cls)):
             return False
         key = id(model)
-        try:
-            weakref.finalize(model, self._timed_ids.discard, key)
-        except TypeError:  # not weakly referenceable: an id could then outlive its model
-            return False
+        if key not in self._timed:
+            try:
+                weakref.finalize(model, self._timed.pop, key, None)
+            except TypeError:  # not weakly referenceable: an id could then outlive its model
+                return False
         if cls not in self._wrapped_calls:
             own = cls.__dict__.get("__call__")
             wrapper = self._timed_call(cls, own)
@@ -117,7 +139,7 @@ class ForwardHooks:
             except (TypeError, AttributeError):  # a class that takes no new attributes
                 return False
             self._wrapped_calls[cls] = own, wrapper
-        self._timed_ids.add(key)
+        self._timed[key] = before
         return True
 
     def _timed_call(self, cls: type, own: Any) -> Callable[..., Any]:
@@ -129,8 +151,13 @@ class ForwardHooks:
 
         def traceml_timed_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
             call = base.__call__ if own is None else own
-            if is_compiling() or id(module) not in hooks._timed_ids:  # traced by Dynamo, or not traced
+            if is_compiling():  # traced by Dynamo: compile nothing of ours
                 return call(module, *args, **kwargs)
+            before = hooks._timed.get(id(module), _UNTIMED)
+            if before is _UNTIMED:  # another instance of the class (a copy), or not traced any more
+                return call(module, *args, **kwargs)
+            if before is not None:
+                before(module)
             recorder = hooks._recorder
             owner = recorder.owner
             if owner is not None and get_ident() != owner:  # another thread: untimed, counted in a step
@@ -199,7 +226,7 @@ class ForwardHooks:
             else:
                 cls.__call__ = own  # type: ignore[method-assign]
         self._wrapped_calls = {}
-        self._timed_ids.clear()
+        self._timed.clear()
 
 
 class _NoSteps:
@@ -224,7 +251,17 @@ class _TimedByCall:
         self._key = key
 
     def remove(self) -> None:
-        self._hooks._timed_ids.discard(self._key)
+        self._hooks._timed.pop(self._key, None)
+
+
+class _RootStart(_TimedByCall):
+    """The handle of a root's ``before``: ``remove()`` drops it, and the root stays timed."""
+
+    __slots__ = ()
+
+    def remove(self) -> None:
+        if self._key in self._hooks._timed:
+            self._hooks._timed[self._key] = None
 
 
 class _ForwardStart(CopySafeHook):

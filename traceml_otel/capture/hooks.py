@@ -154,20 +154,7 @@ class OptimizerHooks:
                 return step(*args, **kwargs)
             finally:
                 hooks._outer -= 1
-                depth = hooks._depth - 1  # _leave(None, args) on the training thread, inline
-                if depth > 0:
-                    hooks._depth = depth
-                else:
-                    hooks._depth = 0
-                    recorder.on_nested_phase = None
-                    token = hooks._token
-                    if token is not None:
-                        hooks._token = None
-                        recorder.phase_done("optimizer", token, None, True)  # and counts the update
-                    elif depth < 0:
-                        recorder.optimizer_stepped()
-                    if hooks.after_update is not None:
-                        hooks.after_update(None, args)
+                hooks._leave(None, args)
 
         traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
         traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]

@@ -314,20 +314,29 @@ class InferredSteps:
         if not self._roots:
             return
         roots = [root for root in self._roots if root not in self._hooked]
+        forward = self._session.forward
         handles: list[Any] = []
         try:
             for root in roots:
-                handles.append(root.register_forward_pre_hook(self._root_hook, prepend=True))
+                handle = None
+                if forward is not None and not self._compiled and not _compiled_in_place(root):
+                    handle = forward.watch_root(root, self._root_start)  # its class's call, fast path
+                if handle is None:
+                    handle = root.register_forward_pre_hook(self._root_hook, prepend=True)
+                handles.append(handle)
         except Exception:  # never a reason to stop training: the global hooks stay
             self._remove(handles)
             return
         self._hooked.update(roots)
         self._root_handles.extend(handles)
         self._remove(self._global_handles)
-        forward = self._session.forward
         if forward is not None:
             for root in self._roots:
-                forward.watch(root, by_call=False)  # hooks: the pre-hook above runs first
+                forward.watch(root, by_call=False)  # hooks where its class's call does not time it
+
+    def _root_start(self, module: torch.nn.Module) -> None:
+        """A training root's call starts (run by its class's call, before the forward's clock)."""
+        self._outermost_call(module, known=True)
 
 
 class _RootForwardStart(CopySafeHook):
@@ -355,6 +364,12 @@ def _is_compiled_wrapper(module: torch.nn.Module) -> bool:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     wrapper = getattr(eval_frame, "OptimizedModule", None)
     return wrapper is not None and isinstance(module, wrapper)
+
+
+def _compiled_in_place(module: torch.nn.Module) -> bool:
+    """``module.compile()`` ran: its calls go through Dynamo's code, which a change of its class's
+    call after the compile would make recompile (its hooks were compiled with it: they stay)."""
+    return getattr(module, "_compiled_call_impl", None) is not None
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:
