@@ -31,6 +31,7 @@ module compiled in place (``model.compile()``) is seen by no hook at all: its ea
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections.abc import Callable
@@ -82,6 +83,8 @@ class InferredSteps:
         self._warned_optimizers = False
         self._root_hook = _RootForwardStart(self)
         """The pre-hook on each root after the warm-up (a copy of a root gets a no-op, not this)."""
+        self._root_start = functools.partial(self._outermost_call, known=True)
+        """What a root's class call runs first, before the forward's clock (the call may open a step)."""
         self.active = False
 
     # --- lifecycle -------------------------------------------------------------------
@@ -319,8 +322,11 @@ class InferredSteps:
         try:
             for root in roots:
                 handle = None
-                if forward is not None and not self._compiled and not _compiled_in_place(root):
-                    handle = forward.watch_root(root, self._root_start)  # its class's call, fast path
+                # Its class's call, torch's fast path; not for a root Dynamo compiled (in place, or once a
+                # compile wrapper was seen): changing its class's call after the compile would recompile it
+                in_place = getattr(root, "_compiled_call_impl", None) is not None
+                if forward is not None and not self._compiled and not in_place:
+                    handle = forward.watch_root(root, self._root_start)
                 if handle is None:
                     handle = root.register_forward_pre_hook(self._root_hook, prepend=True)
                 handles.append(handle)
@@ -334,9 +340,6 @@ class InferredSteps:
             for root in self._roots:
                 forward.watch(root, by_call=False)  # hooks where its class's call does not time it
 
-    def _root_start(self, module: torch.nn.Module) -> None:
-        """A training root's call starts (run by its class's call, before the forward's clock)."""
-        self._outermost_call(module, known=True)
 
 
 class _RootForwardStart(CopySafeHook):
@@ -364,12 +367,6 @@ def _is_compiled_wrapper(module: torch.nn.Module) -> bool:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     wrapper = getattr(eval_frame, "OptimizedModule", None)
     return wrapper is not None and isinstance(module, wrapper)
-
-
-def _compiled_in_place(module: torch.nn.Module) -> bool:
-    """``module.compile()`` ran: its calls go through Dynamo's code, which a change of its class's
-    call after the compile would make recompile (its hooks were compiled with it: they stay)."""
-    return getattr(module, "_compiled_call_impl", None) is not None
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:
