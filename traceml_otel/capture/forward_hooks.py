@@ -2,12 +2,13 @@
 
 A model traced by ``trace_step(model)`` or ``wrap_forward(model)`` is timed by its class's call: the
 class's ``__call__`` becomes a wrapper that times the call when its module is one of the traced objects
-(by identity: a weakly held set of ``id``s) and passes any other instance (a copy of the model, another
-module of that class) straight through. torch's module call then keeps its fast path, as it would
-untraced: module hooks switch every call of the hooked module to its slow path (a closure, hook-dict
-walks and an ``always_call`` set per call), which was a third of what telemetry added to a small step
-(``benchmarks/step_instructions.py``). Nothing of ours lands on the instance: a ``copy.deepcopy`` or a
-pickle of the model is untraced and needs no traceml-otel to load. ``uninstall`` restores each class.
+(by identity: their ``id``s, each dropped when its model is collected) and passes any other instance (a
+copy of the model, another module of that class) straight through. torch's module call then keeps its
+fast path, as it would untraced: module hooks switch every call of the hooked module to its slow path (a
+closure, hook-dict walks and an ``always_call`` set per call), which was a third of what telemetry added
+to a small step (``benchmarks/step_instructions.py``). Nothing of ours lands on the instance: a
+``copy.deepcopy`` or a pickle of the model is untraced and needs no traceml-otel to load. ``uninstall``
+restores each class.
 
 Step inference (zero-code tracing) times its roots the same way after its warm-up
 (:meth:`ForwardHooks.watch_root`): the wrapper first runs inference's start for the root, which may
