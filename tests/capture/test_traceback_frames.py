@@ -43,10 +43,11 @@ def test_each_failure_shows_one_clearly_named_traceml_frame(tmp_path: Path) -> N
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO))
     expected = {"forward": "traceml_timed_forward", "backward": "traceml_timed_backward",
                 "optimizer": "traceml_timed_optimizer_step", "loader": "traceml_timed_next"}
+    runs = {where: subprocess.Popen([sys.executable, str(script), where], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True) for where in expected}  # side by side
     for where, name in expected.items():
-        result = subprocess.run([sys.executable, str(script), where], env=env, capture_output=True, text=True,
-                                timeout=120)
-        assert result.returncode == 1
-        ours = [line for line in result.stderr.splitlines() if line.strip().startswith("File") and
+        _, stderr = runs[where].communicate(timeout=120)
+        assert runs[where].returncode == 1
+        ours = [line for line in stderr.splitlines() if line.strip().startswith("File") and
                 "traceml_otel" in line]
-        assert len(ours) == 1 and ours[0].endswith(f"in {name}"), result.stderr
+        assert len(ours) == 1 and ours[0].endswith(f"in {name}"), stderr
