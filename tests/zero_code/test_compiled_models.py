@@ -58,3 +58,16 @@ def test_steps_of_the_compiled_loops_are_still_inferred_with_one_forward_each(co
         assert rank.phases(step).count("forward") == 1, rank.phases(step)
         assert "optimizer" in rank.phases(step)
     assert len(rank.steps) == 4 * STEPS  # and the trace_step phase lost no step
+
+
+@pytest.mark.parametrize(("window", "forwards"), [("window_inner", 0), ("window_explicit_in_place", 1)])
+def test_trace_step_times_the_forward_of_what_it_is_given(compiled_run, window, forwards) -> None:
+    """``trace_step(model)`` for a model compiled in place: its class's call runs outside the compiled
+    call, so the forward is timed. The inner model of ``torch.compile(model)``: its call is inside the
+    compiled region, where our timing does nothing (its time is residual, as the README says)."""
+    run, result = compiled_run
+    start, end = result[window]
+    rank = run.ranks[0]
+    steps = [s for s in rank.steps if start - SKEW_NS <= s.start_ns and s.end_ns <= end + SKEW_NS]
+    assert len(steps) == STEPS
+    assert [rank.phases(step).count("forward") for step in steps] == [forwards] * STEPS

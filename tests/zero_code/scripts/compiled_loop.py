@@ -84,10 +84,15 @@ with warnings.catch_warnings(record=True) as caught:
 
     inner, optimizer = build()
     compiled = torch.compile(inner, backend=counting_backend("inner"), fullgraph=True)
+    start = time.time_ns()
     train(compiled, optimizer, lambda: traceml.trace_step(inner))
+    result["window_inner"] = [start, time.time_ns()]
+    time.sleep(0.12)
     in_place, optimizer = build()
     in_place.compile(backend=counting_backend("in_place"), fullgraph=True)
+    start = time.time_ns()
     train(in_place, optimizer, lambda: traceml.trace_step(in_place))
+    result["window_explicit_in_place"] = [start, time.time_ns()]
 result["compiles"] = COMPILES
 result["graph_breaks"] = dict(dynamo_utils.counters["graph_break"])
 result["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
