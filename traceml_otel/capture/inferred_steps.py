@@ -17,7 +17,8 @@ own calls, one step per optimizer update:
 
 Phases come from the usual hooks (backward, optimizer, fetches), plus the forward of each module
 seen as the outermost training call. Finding those takes global module hooks, which run for every
-module call; after a few steps they are replaced by hooks on those modules alone. Any explicit step
+module call; after a few steps they are replaced by those modules' own timing (their class's call,
+or hooks on them alone: ``capture/forward_hooks.py``). Any explicit step
 (``trace_step``, a framework callback) stops inference for the rest of the run.
 
 ``torch.compile``: every hook here returns at once while Dynamo traces it (``is_compiling()``), so
@@ -308,7 +309,8 @@ class InferredSteps:
         return self._stepped >= live
 
     def _hook_roots_only(self) -> None:
-        """After the warm-up: hook the outermost training modules found, drop the global hooks.
+        """After the warm-up: time the outermost training modules found by their class's call (or,
+        where that cannot be, a pre-hook each), then drop the global hooks.
 
         A root that takes no hooks (a scripted TorchScript module: ``torch.jit.script``) keeps the
         global hooks on instead, for the rest of the run: they still see its calls, and its own
@@ -339,7 +341,6 @@ class InferredSteps:
         if forward is not None:
             for root in self._roots:
                 forward.watch(root, by_call=False)  # hooks where its class's call does not time it
-
 
 
 class _RootForwardStart(CopySafeHook):

@@ -250,7 +250,7 @@ class TrainingSession(Session):
             # (step inference times a root that refuses hooks with its global module hooks: no warning)
             if self.inferred is None:
                 self.forward.watch(model, _forward_not_timed)
-            else:  # step inference's roots take hooks: its pre-hook opens the step before the forward starts
+            else:  # hooks during step inference's warm-up; its roots move to their class's call after it
                 self.forward.watch(model, None, by_call=False)
         if model is not None and self.collectives is not None:
             self.collectives.watch(model)
