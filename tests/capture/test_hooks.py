@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -297,3 +302,20 @@ def test_accelerate_loader_copies_become_prefetch_h2d_of_the_next_step() -> None
         assert record.prefetch_h2d_ns is not None and record.prefetch_h2d_ns > 0
         assert record.input_fetches >= 1
     assert not hasattr(accelerate.data_loader.send_to_device, "__wrapped__")
+
+
+def test_global_optimizer_hooks_only_when_an_optimizer_predates_them() -> None:
+    """In a fresh process no optimizer exists before install: torch's global step hooks stay
+    unregistered (two calls fewer per step). Once one existed (its LR scheduler holds an older
+    ``step`` on the instance), they are the fallback, and every step still counts once."""
+    root = Path(__file__).resolve().parents[2]
+    script = Path(__file__).resolve().parent / "scripts" / "optimizer_hooks_fallback.py"
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["fresh_global_hooks"] is False
+    assert report["fresh"] == [[["optimizer"], 1]]
+    assert report["restored"] is True  # a class first used while installed gets torch's step back
+    assert report["late_global_hooks"] is True
+    assert report["late"] == [[["optimizer"], 1], [["optimizer"], 1]]

@@ -101,14 +101,28 @@ class BackwardPatch:
             self._original = None
 
 
+class _UndoneByCaller:
+    """The gate of a wrapper that its caller's undo removes (:meth:`OptimizerHooks.wrap_outer_step`)."""
+
+    _off = False
+
+
+_UNDONE_BY_CALLER = _UndoneByCaller()
+
+
 class OptimizerHooks:
     """Times ``optimizer.step()`` from the outside, with the global step hooks as a fallback.
 
     torch wraps each optimizer class's ``step`` once (``Optimizer.profile_hook_step``: a
     profiler range plus the hook loops) and calls the hooks inside that wrapper, so hooks
     alone miss 10-30 us per step, which would show up as residual. The outer wrapper goes
-    around torch's wrapper, for classes already wrapped and for those wrapped later; the
-    global hooks still time any optimizer whose ``step`` escaped both.
+    around torch's wrapper, for classes already wrapped and for those wrapped later.
+
+    An optimizer made before :meth:`install` may hold its class's earlier ``step`` on the instance
+    (an LR scheduler wraps ``optimizer.step`` there), which escapes the class's new wrapper: only
+    then are torch's global step hooks registered, as the fallback that times it. When no optimizer
+    existed yet (``init()`` at the top of a script, ``traceml run``), torch's step wrapper runs with
+    no hook of ours: two Python calls and a hook loop fewer per step.
 
     Wrappers the user holds instead of the torch optimizer (Accelerate's ``AcceleratedOptimizer``,
     Lightning's ``LightningOptimizer``) get the same outer timing through :meth:`wrap_outer_step`;
@@ -123,20 +137,29 @@ class OptimizerHooks:
         self._token: tuple[int, Any] | None = None
         self._outer = 0
         """Open calls of our own step wrappers on the training thread (torch's hooks inside skip)."""
+        self._off = True
+        """Not installed: a wrapper still held (an LR scheduler's copy of ``step``) passes through."""
         self._handles: list[Any] = []
+        """torch's global step hooks (only when an optimizer may predate the class wrappers)."""
         self._wrapped_classes: list[tuple[type, Any]] = []
+        self._made_by_torch: set[Any] = set()
+        """Wrappers made through ``Optimizer.profile_hook_step`` (classes first used after install)."""
         self._original_profile_hook_step: Any = None
         self.after_update: Callable[[Any, Any], None] | None = None
         """Called with (optimizer, args) after each outermost optimizer call (step inference)."""
 
     def _timed_step(
-        self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None
+        self, step: Callable[..., Any], untimed_if: Callable[[Any], bool] | None = None, gate: Any = None
     ) -> Callable[..., Any]:
+        """``step`` timed as the outermost optimizer call. It passes through while ``gate._off`` (by
+        default these hooks: uninstalled, while an instance may still hold the wrapper) or when
+        ``untimed_if(optimizer)``."""
         hooks, recorder = self, self._recorder
+        gate = self if gate is None else gate
 
         @functools.wraps(step)
         def traceml_timed_optimizer_step(*args: Any, **kwargs: Any) -> Any:
-            if untimed_if is not None and args and untimed_if(args[0]):
+            if gate._off or (untimed_if is not None and args and untimed_if(args[0])):
                 return step(*args, **kwargs)
             owner = recorder.owner
             if owner is not None and get_ident() != owner:  # another thread: untimed, counted when it ends
@@ -154,7 +177,7 @@ class OptimizerHooks:
                 return step(*args, **kwargs)
             finally:
                 hooks._outer -= 1
-                hooks._leave(None, args)
+                hooks._leave_owned(None, args)  # (the thread was checked above)
 
         traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
         traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]
@@ -165,17 +188,21 @@ class OptimizerHooks:
 
         original = Optimizer.__dict__["profile_hook_step"]
         self._original_profile_hook_step = original
-        Optimizer.profile_hook_step = staticmethod(  # type: ignore[method-assign]
-            lambda func: self._timed_step(original.__func__(func))
-        )
-        pending = list(Optimizer.__subclasses__())
-        while pending:
-            cls = pending.pop()
-            pending.extend(cls.__subclasses__())
+        Optimizer.profile_hook_step = staticmethod(self._timed_by_torch)  # type: ignore[method-assign]
+        for cls in _optimizer_classes():
             step = cls.__dict__.get("step")
             if getattr(step, "hooked", False) and not hasattr(step, "__traceml_original__"):
                 self._wrapped_classes.append((cls, step))
                 cls.step = self._timed_step(step)
+
+    def _timed_by_torch(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``Optimizer.profile_hook_step`` while installed: torch's wrapper, inside ours (a class whose
+        first instance is made now)."""
+        torch_wrapper = self._original_profile_hook_step.__func__(func)
+        torch_wrapper.hooked = True  # what torch marks on the class's step: it is the step once uninstalled
+        wrapped = self._timed_step(torch_wrapper)
+        self._made_by_torch.add(wrapped)
+        return wrapped
 
     def wrap_outer_step(
         self, cls: type, untimed_if: Callable[[Any], bool] | None = None
@@ -186,7 +213,7 @@ class OptimizerHooks:
         micro-step of an Accelerate wrapper): it is not timed and is no optimizer update.
         """
         original = cls.__dict__["step"]
-        cls.step = self._timed_step(original, untimed_if)  # type: ignore[attr-defined]
+        cls.step = self._timed_step(original, untimed_if, _UNDONE_BY_CALLER)  # type: ignore[attr-defined]
         return lambda: setattr(cls, "step", original)
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -227,6 +254,11 @@ class OptimizerHooks:
             if recorder.in_step:
                 recorder.other_thread_phases += 1
             return
+        self._leave_owned(optimizer, args)
+
+    def _leave_owned(self, optimizer: Any, args: Any) -> None:
+        """:meth:`_leave` on the training thread (or before it is known)."""
+        recorder = self._recorder
         depth = self._depth - 1
         if depth > 0:
             self._depth = depth
@@ -248,25 +280,53 @@ class OptimizerHooks:
             register_optimizer_step_pre_hook,
         )
 
-        if not self._handles:
+        if not self._off:
+            return
+        self._off = False
+        self._wrap_optimizer_classes()
+        if self._wrapped_classes:  # optimizers were made before: one may hold the old step itself
             self._handles = [
                 register_optimizer_step_pre_hook(self.pre),
                 register_optimizer_step_post_hook(self.post),
             ]
-            self._wrap_optimizer_classes()
+
+    @property
+    def global_hooks(self) -> bool:
+        """Whether torch's global step hooks are registered (the fallback for a step held on an instance)."""
+        return bool(self._handles)
 
     def uninstall(self) -> None:
         from torch.optim import Optimizer
 
+        self._off = True
         for handle in self._handles:
             handle.remove()
         self._handles = []
         for cls, step in self._wrapped_classes:
             cls.step = step
         self._wrapped_classes = []
+        if self._made_by_torch:  # classes first used while installed: torch's own wrapper again
+            for cls in _optimizer_classes():
+                step = cls.__dict__.get("step")
+                if step in self._made_by_torch:
+                    cls.step = step.__traceml_original__
+            self._made_by_torch = set()
         if self._original_profile_hook_step is not None:
             Optimizer.profile_hook_step = self._original_profile_hook_step  # type: ignore[method-assign]
             self._original_profile_hook_step = None
+
+
+def _optimizer_classes() -> list[type]:
+    """Every subclass of torch's ``Optimizer``, at any depth."""
+    from torch.optim import Optimizer
+
+    found: list[type] = []
+    pending = list(Optimizer.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
 
 
 class HostToDevicePatch:
