@@ -7,7 +7,7 @@ backward and optimizer step, padded by spinning) with two CPU-bound neighbour pr
 OTLP export to a dead endpoint (a port nobody listens on), then counts the step spans in the
 local copy and compares them with the steps traced. Prints the training-loop time, the exit
 time (loop end to process end, which includes the local copy being finished) and what
-``rank-0.export.json`` says.
+``rank-0.export.json`` says. The neighbours start when the training loop does.
 """
 
 from __future__ import annotations
@@ -56,21 +56,28 @@ def count_steps(traces: Path) -> set[int]:
 
 def run(steps: int, neighbours: int, step_ms: float, protocol: str = "grpc",
         extra_env: dict[str, str] | None = None) -> dict[str, object]:
-    """One load run; returns what it measured."""
+    """One load run; returns what it measured. The neighbours start with the training loop (the
+    trainer's ``loop_start`` line), not during its start-up, and run until the trainer has exited."""
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(neighbours)]
-    for spinner in spinners:
-        spinner.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="traceml-load-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="traceml-load-") as scratch, \
+                tempfile.TemporaryFile("w+") as stderr:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
             env.update(TRACEML_RUNS_DIR=scratch, TRACEML_RUN_ID="load", PYTHONUNBUFFERED="1",
                        OTEL_EXPORTER_OTLP_ENDPOINT=dead_endpoint(), OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
                        OTEL_EXPORTER_OTLP_TIMEOUT="1", **(extra_env or {}))
             started = time.time()
-            result = subprocess.run([sys.executable, str(TRAINER), "--steps", str(steps),
-                                     "--step-ms", str(step_ms)], env=env, capture_output=True, text=True,
-                                    timeout=3600)
+            trainer = subprocess.Popen([sys.executable, str(TRAINER), "--steps", str(steps),
+                                        "--step-ms", str(step_ms)], env=env, stdout=subprocess.PIPE,
+                                       stderr=stderr, text=True)
+            assert trainer.stdout is not None
+            first = trainer.stdout.readline()  # "loop_start", or "" when the trainer died first
+            for spinner in spinners:
+                spinner.start()
+            stdout = first + trainer.communicate(timeout=3600)[0]
             ended = time.time()
+            stderr.seek(0)
+            result = subprocess.CompletedProcess(trainer.args, trainer.returncode, stdout, stderr.read())
             lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
             run_dir = Path(scratch) / "load"
             written = count_steps(run_dir / "rank-0.traces.jsonl")
@@ -89,7 +96,8 @@ def run(steps: int, neighbours: int, step_ms: float, protocol: str = "grpc",
             }
     finally:
         for spinner in spinners:
-            spinner.terminate()
+            if spinner.pid is not None:
+                spinner.terminate()
 
 
 def main() -> None:

@@ -72,6 +72,10 @@ def start_telemetry():
 
 if mode == "traced" and not inferred:  # at the top of the script, as the README and overhead_pairs.py do
     start_telemetry()
+elif mode == "traced":  # zero-code tracing records every optimizer from the moment torch is imported
+    from traceml_otel.capture.optimizer_registry import OPTIMIZERS
+
+    OPTIMIZERS.track()
 model = Net() if model_class == "user" else nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = nn.CrossEntropyLoss()

@@ -308,14 +308,31 @@ def test_global_optimizer_hooks_only_when_an_optimizer_predates_them() -> None:
     """In a fresh process no optimizer exists before install: torch's global step hooks stay
     unregistered (two calls fewer per step). Once one existed (its LR scheduler holds an older
     ``step`` on the instance), they are the fallback, and every step still counts once."""
-    root = Path(__file__).resolve().parents[2]
-    script = Path(__file__).resolve().parent / "scripts" / "optimizer_hooks_fallback.py"
-    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
+    report = _fallback_script()
     assert report["fresh_global_hooks"] is False
     assert report["fresh"] == [[["optimizer"], 1]]
     assert report["restored"] is True  # a class first used while installed gets torch's step back
     assert report["late_global_hooks"] is True
     assert report["late"] == [[["optimizer"], 1], [["optimizer"], 1]]
+
+
+def test_optimizers_known_from_the_start_get_their_held_step_wrapped_not_global_hooks() -> None:
+    """Zero-code tracing records every optimizer from the moment torch is imported: the ``step`` an LR
+    scheduler put on the instance before install gets the outer wrapper (no global hooks), counts once,
+    reports its optimizer to step inference, is given back at uninstall, and holds the optimizer only
+    weakly (freed without a garbage collection, as torch's scheduler arranges)."""
+    assert _fallback_script("known") == {
+        "global_hooks": False, "held_steps": 1, "steps": [[["optimizer"], 1], [["optimizer"], 1]],
+        "updated_is_the_optimizer": True, "held_step_restored": True, "freed_without_gc": True}
+
+
+def _fallback_script(*args: str) -> dict[str, object]:
+    """``scripts/optimizer_hooks_fallback.py`` in a fresh process (no optimizer class used yet);
+    a UserWarning (the scheduler's "optimizer.step() overridden") fails it."""
+    root = Path(__file__).resolve().parents[2]
+    script = Path(__file__).resolve().parent / "scripts" / "optimizer_hooks_fallback.py"
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", str(script), *args], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)

@@ -148,9 +148,11 @@ def test_each_category_within_5_percent_and_sum_is_wall(runs: dict[str, dict], n
         assert _near(total, rank_time.wall_s, 0.02)
         # Seen from outside, the process also forks before its start and tears the interpreter down
         # after its last record (torch: 1-2 s on a loaded machine; the launcher's own exit for
-        # traceml run): invisible from inside, so only a loose bound here (docs/goodput.md).
+        # traceml run): invisible from inside, so only a loose bound here (docs/goodput.md). On a
+        # saturated machine that tail took 5 s of a 33 s run (0.85 failed); a missing category of
+        # the run's own (its 9 s start-up) would still fall far below 0.75.
         outside_wall = run["ended"] - run["launched"]
-        assert outside_wall * 0.85 <= rank_time.wall_s <= outside_wall + 0.05, (rank_time, outside_wall)
+        assert outside_wall * 0.75 <= rank_time.wall_s <= outside_wall + 0.05, (rank_time, outside_wall)
 
 
 def test_the_live_time_counters_match_the_known_times(runs: dict[str, dict]) -> None:

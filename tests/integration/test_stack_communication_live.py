@@ -29,7 +29,8 @@ from traceml_otel.stack import StackConfig, Windows, render_all, write_files
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "comm_run.py"
 RUN_ID = "comm"
-RUN_SECONDS = 24.0  # steps; the drift baseline needs about 18 s of them
+RUN_SECONDS = 16.0  # steps: the alert fires after ~8 s of them; the drift baseline needs 8 s (below)
+WINDOWS = {"rate": "10s", "baseline_min_history": "8s"}  # the short profile's, halved: a shorter job
 pytestmark = requires_tool("prometheus")
 COMMUNICATION = ("traceml_collective_", "traceml_communication_share")
 
@@ -57,7 +58,7 @@ def _alert(prometheus: Prometheus, state: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def comm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CommunicationRun]:
     tmp = tmp_path_factory.mktemp("stack-comm")
-    write_files(render_all(StackConfig(windows=Windows.short())), tmp)
+    write_files(render_all(StackConfig(windows=Windows.short().with_overrides(WINDOWS))), tmp)
     port = free_port_pair()
     ranks = [f"127.0.0.1:{p}" for p in (port, port + 1)]
     prometheus = start_prometheus(tmp, [static_targets("traceml", ranks)], rules_dir=tmp / "prometheus",

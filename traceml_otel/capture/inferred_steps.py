@@ -57,8 +57,11 @@ def _warn(message: str) -> None:
 
 
 def optimizer_of(optimizer: Any, args: Any) -> Any:
-    """The torch optimizer behind an outermost step call (Accelerate's wrapper holds it in ``.optimizer``)."""
+    """The torch optimizer behind an outermost step call (Accelerate's wrapper holds it in ``.optimizer``);
+    ``optimizer`` may be a weak reference to it (a ``step`` held on the instance)."""
     candidate = optimizer if optimizer is not None else (args[0] if args else None)
+    if type(candidate) is weakref.ref:
+        candidate = candidate()
     inner = getattr(candidate, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else candidate
 

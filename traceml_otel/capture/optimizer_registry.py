@@ -25,12 +25,17 @@ class OptimizerRegistry:
         """Optimizers built since tracking began (0: the script updates its parameters by hand, so far)."""
         self.on_new: Any = None
         """Called after an optimizer is built (step inference then looks for a new model's forwards)."""
+        self.complete = False
+        """Tracking began before any optimizer was built (zero-code tracing arms it when ``torch`` is
+        imported): every live optimizer is known."""
 
     def track(self) -> None:
         """Wrap ``Optimizer.__init__`` (once): every optimizer built from now on is recorded."""
         if self._tracking:
             return
         self._tracking = True
+        self.complete = not any(getattr(cls.__dict__.get("step"), "hooked", False)
+                                for cls in optimizer_classes())  # torch marks a class at its first build
         original = torch.optim.Optimizer.__init__
         registry = self
         depth = [0]  # an optimizer built inside another's __init__ (ZeroRedundancyOptimizer's) is its part
@@ -61,9 +66,24 @@ class OptimizerRegistry:
         self._refs.pop(key, None)
         self.ids.discard(key)
 
+    def alive(self) -> list[Any]:
+        """The recorded optimizers still alive."""
+        return [optimizer for ref in list(self._refs.values()) if (optimizer := ref()) is not None]
+
     def forget(self, ids: set[int]) -> None:
         """Stop waiting for these optimizers (they exist but do not step)."""
         self.ids -= ids
+
+
+def optimizer_classes() -> list[type]:
+    """Every subclass of torch's ``Optimizer``, at any depth."""
+    found: list[type] = []
+    pending = list(torch.optim.Optimizer.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
 
 
 OPTIMIZERS = OptimizerRegistry()

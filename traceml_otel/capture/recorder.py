@@ -220,13 +220,20 @@ class StepRecorder:
 
     def phase_end(self, phase: str, token: tuple[int, Any], nbytes: int | None = None) -> None:
         """Record one call of ``phase`` that began at ``token``."""
-        owner = self.owner
-        if owner is not None and get_ident() != owner:
-            if self.in_step:
-                self.other_thread_phases += 1
+        if self.other_thread():
             self.clock.release(token[1])
             return
         self.phase_done(phase, token, nbytes)
+
+    def other_thread(self) -> bool:
+        """Whether this is a thread other than the training thread: a phase call ending here is left
+        untimed, and counted when a step is open. (The hooks run once or more a step inline it.)"""
+        owner = self.owner
+        if owner is None or get_ident() == owner:
+            return False
+        if self.in_step:
+            self.other_thread_phases += 1
+        return True
 
     def phase_done(
         self, phase: str, token: tuple[int, Any], nbytes: int | None = None, update: bool = False

@@ -1,6 +1,7 @@
 """Many short steps (a tiny model padded to --step-ms by spinning); prints timing lines.
 
-Prints ``loop_done <unix time>`` when the training loop ends, so a caller can time the exit.
+Prints ``loop_start`` when the training loop starts (a caller may load the CPUs from then on) and
+``loop_done <unix time>`` when it ends, so a caller can time the exit.
 """
 
 import argparse
@@ -17,6 +18,7 @@ args = parser.parse_args()
 
 traceml.init(mode="auto")
 trainer = BusySteps(args.step_ms)
+print("loop_start", flush=True)
 started = time.perf_counter()
 trainer.run(args.steps)
 print(f"loop_s {time.perf_counter() - started:.3f}", flush=True)
