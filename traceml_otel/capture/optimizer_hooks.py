@@ -39,8 +39,9 @@ class OptimizerHooks:
     (an LR scheduler wraps ``optimizer.step`` there), which escapes the class's new wrapper. When
     every such optimizer is known (zero-code tracing records each one from the moment ``torch`` is
     imported: :data:`~traceml_otel.capture.optimizer_registry.OPTIMIZERS`), the ``step`` held on each
-    instance gets the same outer wrapper. Otherwise (``init()`` called after the optimizer was made)
-    torch's global step hooks are registered, as the fallback that times it. With no global hooks,
+    instance gets the same outer wrapper. Otherwise (``init()`` called after the optimizer was made,
+    or a ``step()`` running at install, whose end only a hook sees) torch's global step hooks are
+    registered, as the fallback that times it. With no global hooks,
     torch's step wrapper runs no hook of ours: two Python calls and a hook loop fewer per step.
 
     Wrappers the user holds instead of the torch optimizer (Accelerate's ``AcceleratedOptimizer``,
