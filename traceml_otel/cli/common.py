@@ -19,10 +19,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.errors import TracemlError
 from traceml_otel.sanitize import strip_control
+
+if TYPE_CHECKING:  # the analyzer is imported by the commands that use it, not by `traceml run`'s launcher
+    from traceml_otel.analyze.run_model import WindowSpec
 
 EXIT_OK, EXIT_NO_DATA, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_REGRESSION = EXIT_NO_DATA
@@ -100,6 +103,8 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
 
 def window_spec(args: argparse.Namespace) -> WindowSpec:
     """The analysis window the window options describe."""
+    from traceml_otel.analyze.run_model import WindowSpec
+
     if getattr(args, "step_range", None):
         first, last = args.step_range
         return WindowSpec(first_step=first, last_step=last)

@@ -7,15 +7,13 @@ import sys
 from collections.abc import Sequence
 
 from traceml_otel._version import __version__
-from traceml_otel.cli.analyze import add_analyze_arguments, run_analyze
 from traceml_otel.cli.common import run_command
-from traceml_otel.cli.compare import add_compare_arguments, run_compare
 from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments, unknown_launcher_option
-from traceml_otel.cli.stack import add_stack_arguments, run_stack
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+def build_parser(launch_only: bool = False) -> argparse.ArgumentParser:
+    """The argument parser of every subcommand; with ``launch_only``, of ``traceml run`` alone (the
+    launcher then never imports the analyzer: its diagnosis runs in a child process)."""
     parser = argparse.ArgumentParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
     parser.add_argument("--version", action="version", version=f"traceml-otel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "the script's first argument); the rest goes to the script, as with torchrun "
                     "(`--` before the script's arguments is accepted).",
     ))
+    if launch_only:
+        return parser
+    from traceml_otel.cli.analyze import add_analyze_arguments
+    from traceml_otel.cli.compare import add_compare_arguments
+    from traceml_otel.cli.stack import add_stack_arguments
+
     add_stack_arguments(commands.add_parser("stack", help="render alert rules, dashboard and manifests"))
     add_analyze_arguments(commands.add_parser("analyze", help="diagnose a run from its spans"))
     add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
@@ -40,10 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"usage: traceml run [options] SCRIPT [script arguments]\ntraceml run: error: {problem}",
                   file=sys.stderr)
             return 2
-    args = build_parser().parse_args(argv)
+    args = build_parser(launch_only=argv[:1] == ["run"]).parse_args(argv)
     # Each command maps its own errors; what still escapes is a user's error (exit 2) or a bug (exit 70).
     if args.command == "run":
         return run_command("run", lambda: run_run(split_script_arguments(args, argv)))
+    from traceml_otel.cli.analyze import run_analyze
+    from traceml_otel.cli.compare import run_compare
+    from traceml_otel.cli.stack import run_stack
+
     if args.command == "stack":
         return run_command("stack", lambda: run_stack(args))
     command = run_analyze if args.command == "analyze" else run_compare

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from traceml_otel.cli.analyze import diagnose_run_directory
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.errors import TracemlError
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
@@ -177,7 +176,10 @@ _MAX_REPORT_BYTES = 16 << 20
 
 
 def diagnose_child(argv: list[str]) -> int:
-    """The diagnosis process (``--diagnose RUN_DIR BUDGET_MB [--html]``): the report on stdout."""
+    """The diagnosis process (``--diagnose RUN_DIR BUDGET_MB [--html]``): the report on stdout. (The
+    analyzer is imported here, before the budget, and never by the launcher.)"""
+    from traceml_otel.cli.analyze import diagnose_run_directory
+
     run_dir, budget_mb, html = Path(argv[1]), int(argv[2]), "--html" in argv[3:]
     try:
         import resource
