@@ -3,7 +3,8 @@
 `traceml run --nproc-per-node 2` runs a gloo DDP job whose gradients (about 38 MiB a step) are
 large against its compute, with collective timing on (the default) and the direct scrape path
 (TRACEML_PROMETHEUS_PORT=P: local rank 0 serves P, local rank 1 serves P+1). Prometheus 2.42
-scrapes both every second and evaluates the rules of `traceml stack render --profile short`.
+scrapes both every second and evaluates the rules of `traceml stack render --profile short`,
+with its rate window and baseline history halved (`WINDOWS`) so that the job can be shorter.
 """
 
 from __future__ import annotations
