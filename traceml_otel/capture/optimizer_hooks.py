@@ -233,9 +233,10 @@ class OptimizerHooks:
         held = vars(optimizer).get("step")
         if held is None or hasattr(held, "__traceml_original__"):
             return
-        wrapper = self._timed_step(held, optimizer=weakref.ref(optimizer))
+        ref = weakref.ref(optimizer)
+        wrapper = self._timed_step(held, optimizer=ref)
         optimizer.step = wrapper
-        self._held_steps.append((weakref.ref(optimizer), held, wrapper))
+        self._held_steps.append((ref, held, wrapper))
 
     @property
     def global_hooks(self) -> bool:
