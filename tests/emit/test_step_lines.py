@@ -244,3 +244,40 @@ def test_durations_written_by_orjson_are_the_repr_text() -> None:
     assert step_columns.seconds_text(large) == [repr(ns * 1e-9) for ns in large]
     by_orjson = orjson.dumps([ns * 1e-9 for ns in large])[1:-1].decode().split(",")
     assert step_columns.seconds_text(large) == by_orjson  # the orjson path, all of it
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 1024, 1027])
+def test_span_ids_drawn_at_once_are_the_builders_ids(count: int) -> None:
+    """One ``getrandbits(64 * n)`` gives the ids n calls of ``getrandbits(64) or 1`` give, in order."""
+    for seed in range(5):
+        one_by_one, at_once = random.Random(seed), random.Random(seed)
+        expected = [f"{one_by_one.getrandbits(64) or 1:016x}" for _ in range(count)]
+        assert step_columns.span_id_texts(at_once.getrandbits, count) == expected
+        assert at_once.getrandbits(64) == one_by_one.getrandbits(64)  # the generator moved as far
+
+
+def test_a_zero_span_id_is_written_as_one() -> None:
+    """A draw of 0 (one in 2**64) is the builder's id 1, wherever it falls in the batch."""
+    ids = [5, 0, 2**64 - 1, 0]
+    whole = sum(value << (64 * i) for i, value in enumerate(ids))
+    texts = step_columns.span_id_texts(lambda bits: whole if bits == 64 * len(ids) else 0, len(ids))
+    assert texts == [f"{value or 1:016x}" for value in ids]
+
+
+def test_trace_ids_as_hex_are_the_contracts_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [0, 1, 7, 10**6, 2**62, *random.Random(3).sample(range(10**9), 200)]
+    for run_id in ("run-1", RANK.run_id, "ü\x00,%s"):
+        assert c.step_trace_ids_hex(run_id, steps) == [f"{c.step_trace_id(run_id, s):032x}" for s in steps]
+
+    class ZeroDigest:  # a hash of 0 (one in 2**128): the trace id is 1
+        def __init__(self, data: bytes) -> None:
+            pass
+
+        def hexdigest(self) -> str:
+            return "0" * 64
+
+        def digest(self) -> bytes:
+            return bytes(32)
+
+    monkeypatch.setattr(c.hashlib, "sha256", ZeroDigest)
+    assert c.step_trace_ids_hex("r", [1, 2]) == [f"{c.step_trace_id('r', 1):032x}"] * 2 == ["0" * 31 + "1"] * 2

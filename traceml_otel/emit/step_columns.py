@@ -10,7 +10,7 @@ a ``%`` scan of a 2.6 KB template.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import add, mul, sub
@@ -131,24 +131,38 @@ def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
     return list(map(repr, values))
 
 
-def _hex(ids: Iterable[int], spec: str) -> list[str]:
-    """Each id as fixed-width hex text (``spec``: ``%016x`` or ``%032x``)."""
-    return list(map(spec.__mod__, ids))
+_SIXTEEN_DIGITS = re.compile(".{16}", re.DOTALL)
+_ZERO_SPAN_HEX, _ONE_SPAN_HEX = "0" * 16, "0" * 15 + "1"
 
 
-def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[int], step_ids: list[int],
-                  phase_ids: list[list[int]], table_slots: tuple[int | None, ...] | None) -> list[Any]:
+def span_id_texts(random_bits: Callable[[int], int], count: int) -> list[str]:
+    """``count`` span ids as 16 hex digits each: the ids ``count`` calls of ``random_bits(64) or 1``
+    would draw, in that order, drawn by one call. ``random.getrandbits(64 * n)`` fills its result from
+    the lowest 32 bits up, as ``n`` calls of ``getrandbits(64)`` would draw them, so the first id is
+    the lowest 64 bits: the last 16 digits of the whole number's hex text."""
+    if count <= 0:
+        return []
+    texts = _SIXTEEN_DIGITS.findall(format(random_bits(64 * count), f"0{16 * count}x"))
+    texts.reverse()
+    if _ZERO_SPAN_HEX in texts:  # one in 2**64 per id: 0 is not a valid span id, the builder's is 1
+        texts = [_ONE_SPAN_HEX if text == _ZERO_SPAN_HEX else text for text in texts]
+    return texts
+
+
+def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[str], step_ids: list[str],
+                  phase_ids: list[list[str]], table_slots: tuple[int | None, ...] | None) -> list[Any]:
     """A run's values, one column per slot of the flat layout the templates pick from: what the
-    decoder and the builder compute for each row, with ids as hex text and each float as its
-    ``repr`` text. A run has one shape, so a slot is ``None`` in every row or in none (a ``None``
-    column is never picked: its attribute or cell is absent)."""
+    decoder and the builder compute for each row, with the ids given as hex text (32 digits for trace
+    ids, 16 for span ids) and each float as its ``repr`` text. A run has one shape, so a slot is
+    ``None`` in every row or in none (a ``None`` column is never picked: its attribute or cell is
+    absent)."""
     (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
      peak_reserved, total, _, _, _, samples, tokens, _, _, between) = columns.step
     starts = list(map(add, start, repeat(anchor_ns)))
     ends = list(map(add, end, repeat(anchor_ns)))
     on_gpu = gpu[0] is not None
     flat: list[Any] = [
-        _hex(trace_ids, "%032x"), _hex(step_ids, "%016x"), starts, ends, step,
+        trace_ids, step_ids, starts, ends, step,
         seconds_text(map(sub, end, start)), optimizer_steps, _optional_seconds(gpu), _optional_seconds(wait),
         _optional_seconds(wait_gpu), _optional_seconds(prefetch), peak_allocated, peak_reserved, total,
         _optional_seconds(between), fetches, samples, tokens, *NO_SUMS,
@@ -163,7 +177,7 @@ def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[int], ste
         else:
             phase_starts = list(map(add, phase_start, repeat(anchor_ns)))
             phase_ends.append(list(map(add, phase_end, repeat(anchor_ns))))
-        flat += (_hex(ids, "%016x"), phase_starts, phase_ends[-1], call, cpu_text,
+        flat += (ids, phase_starts, phase_ends[-1], call, cpu_text,
                  _optional_seconds(phase_gpu), nbytes)
     if on_gpu:
         flat[END] = list(map(max, ends, map(add, starts, gpu), *phase_ends))

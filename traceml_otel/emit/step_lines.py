@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, groupby, repeat
+from itertools import chain, groupby
 from operator import itemgetter, not_
 from typing import Any
 
@@ -52,6 +52,7 @@ from traceml_otel.emit.step_columns import (
     SlotText,
     StepColumns,
     flat_columns,
+    span_id_texts,
     value_texts,
 )
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
@@ -169,11 +170,10 @@ class StepLines:
         """Rows of one templated shape, a column at a time: each value is computed by ``map`` over
         the run (C loops), then the run's text is one ``join`` of constants and value texts."""
         calls = len(columns.phases)
-        bits = self._random_bits
-        ids = [bits(64) or 1 for _ in range(len(rows) * (1 + calls))]  # the builder's order, per step
+        ids = span_id_texts(self._random_bits, len(rows) * (1 + calls))  # the builder's order, per step
         step_ids = ids[::1 + calls]
         phase_ids = [ids[1 + i::1 + calls] for i in range(calls)]
-        trace_ids = list(map(c.step_trace_id, repeat(self._run_id), columns.step[0]))
+        trace_ids = c.step_trace_ids_hex(self._run_id, columns.step[0])
         flat = flat_columns(columns, anchor_ns, trace_ids, step_ids, phase_ids, shape.table_slots)
         texts = value_texts(flat, shape.integers)
         out.spans_json.append(shape.spans.fill(texts))
@@ -184,7 +184,8 @@ class StepLines:
             for k, row in enumerate(rows):
                 record = decode_step(row, anchor_ns)
                 out.records.append(record)
-                out.built.append(self._builder.build(record, (step_ids[k], [ids[k] for ids in phase_ids])))
+                out.built.append(self._builder.build(
+                    record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids])))
 
     def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> StepSpans:
         """One row by the reference path (decode, span objects, their JSON and CSV line)."""
@@ -272,8 +273,9 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         return _REFERENCE
     sums = tuple(table_slots) if repeated else None
     try:  # the columns this shape's later runs are encoded from, for this one row
-        flat = flat_columns(StepColumns.of([row]), anchor_ns, [built.step.trace_id], [built.step.span_id],
-                             [[phase.span_id] for phase in built.phases], sums)
+        flat = flat_columns(StepColumns.of([row]), anchor_ns, [format(built.step.trace_id, "032x")],
+                             [format(built.step.span_id, "016x")],
+                             [[format(phase.span_id, "016x")] for phase in built.phases], sums)
         integers = tuple(sorted({i for i in (*spans_text.picks, *row_text.picks) if type(flat[i][0]) is int}))
         shape = _Shape(spans_text, row_text, integers, sums)
         texts = value_texts(flat, integers)
