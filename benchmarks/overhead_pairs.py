@@ -25,6 +25,10 @@ emitter's and launcher's by process), the training process's garbage collections
 their time (``gc.callbacks``), and the median and spread of each one's on - off difference.
 ``--control``: an A/A run, telemetry off on both sides of every pair, so the printed spreads are the
 noise floor the real pairs must be read against.
+``--floor``: the "on" side runs, with telemetry off, bare Python wrappers at the points telemetry
+times (the loader's ``next()``, the model's class call, ``backward()``, the optimizer's ``step``, the
+step block, a 256-row JSON frame written to ``/dev/null``): the least any design that times those
+points from Python adds on this machine, to read telemetry's own pairs against.
 """
 
 from __future__ import annotations
@@ -92,6 +96,53 @@ loader = DataLoader(data, batch_size=32, shuffle=False)
 model = nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = nn.CrossEntropyLoss()
+
+
+if os.environ.get("OVERHEAD_PAIRS_FLOOR") == "1":
+    # --floor: telemetry off, and in its place the least any Python-level design adds at the same
+    # points: a bare wrapper on the loader's next(), the model's class call, backward() and the
+    # optimizer's step, each two clock readings and an append, and a step block that keeps a row and
+    # writes 256 rows at a time as one JSON frame (to /dev/null).
+    from time import perf_counter_ns as clock
+    from torch.utils.data import dataloader as loader_module
+    try:
+        from orjson import dumps
+    except ImportError:
+        def dumps(rows):
+            return json.dumps(rows).encode()
+    floor_rows, floor_step = [], [[]]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+
+    def bare(original, name, to_step=True):
+        def timed(*args, **kwargs):
+            start = clock()
+            out = original(*args, **kwargs)
+            (floor_step[0] if to_step else floor_rows).append([name, start, clock()])
+            return out
+        return timed
+
+    iterator = loader_module._BaseDataLoaderIter
+    iterator.__next__ = bare(iterator.__next__, "fetch", False)
+    nn.Sequential.__call__ = bare(nn.Module.__call__, "forward")
+    torch.Tensor.backward = bare(torch.Tensor.backward, "backward")
+    type(optimizer).step = bare(type(optimizer).step, "optimizer")
+
+    class BareStep:
+        def __enter__(self):
+            self.start = clock()
+            floor_step[0] = []
+
+        def __exit__(self, *exc):
+            floor_rows.append([self.start, clock(), floor_step[0]])
+            if len(floor_rows) >= 256:
+                os.write(devnull, dumps(floor_rows))
+                floor_rows.clear()
+            return False
+
+    class traceml:  # noqa: N801 (the loop below calls traceml.trace_step)
+        @staticmethod
+        def trace_step(model=None):
+            return BareStep()
 
 
 def batches():
@@ -217,20 +268,24 @@ SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 
 
 def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path,
-             out: Path) -> tuple[list[str], dict[str, str]]:
+             out: Path, floor: bool = False) -> tuple[list[str], dict[str, str]]:
     out.unlink(missing_ok=True)
     env = {**os.environ, "OVERHEAD_PAIRS_OUT": str(out), "TRACEML_RUNS_DIR": str(workdir / "runs")}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.pop("TRACEML_DISABLED", None)
+    env.pop("OVERHEAD_PAIRS_FLOOR", None)
     if not telemetry:
         env["TRACEML_DISABLED"] = "1"
+    if floor:
+        env["OVERHEAD_PAIRS_FLOOR"] = "1"
     traceml = Path(sys.executable).with_name("traceml")
     return [str(traceml), "run", "--no-report", str(script), str(steps), str(warmup), str(hidden)], env
 
 
-def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path) -> dict:
+def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path,
+             floor: bool = False) -> dict:
     out = workdir / "result.json"
-    command, env = _command(script, telemetry, steps, warmup, hidden, workdir, out)
+    command, env = _command(script, telemetry, steps, warmup, hidden, workdir, out, floor)
     subprocess.run(command, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())
@@ -271,7 +326,7 @@ def _spread(values: list[float]) -> str:
 
 def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
              show_tasks: bool = False, control: bool = False, hidden: int | None = None,
-             raw: Path | None = None, concurrent: bool = False) -> None:
+             raw: Path | None = None, concurrent: bool = False, floor: bool = False) -> None:
     default_hidden, hog_count = SCENARIOS[name]
     hidden = hidden or default_hidden
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
@@ -287,8 +342,9 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
                                            (0, 1) if pair % 2 == 0 else (1, 0), control)
             for telemetry in ((True, False) if pair % 2 == 0 else (False, True)) if not concurrent else ():
                 loads.append(os.getloadavg()[0])
-                traced = telemetry and not control
-                results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir)
+                traced = telemetry and not control and not floor
+                results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir,
+                                              floor and telemetry)
             on, off = results[True], results[False]
             runs.append((on, off))
             if raw is not None:
@@ -320,7 +376,8 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             hog.kill()
             hog.wait()
     bare_ms = statistics.median(bare) / 1000
-    label = f"{name} (A/A control: telemetry off on both sides)" if control else name
+    label = (f"{name} (A/A control: telemetry off on both sides)" if control
+             else f"{name} (floor: bare Python wrappers against nothing)" if floor else name)
     print(f"{label}: {pairs} pairs, {steps} steps each, hidden {hidden}, bare step median {bare_ms:.3f} ms, "
           f"{hog_count} CPU hogs, load average {min(loads):.1f}..{max(loads):.1f}")
     print(f"  wall per step (median step), us:   {_spread(wall_us)}")
@@ -373,7 +430,12 @@ def main() -> None:
                         help="run on and off at the same time, each tree pinned to its own CPU (swapped "
                              "every pair): both see the same machine speed; each emitter shares its "
                              "trainer's CPU (no spare core), so the wall includes the emitter's work")
+    parser.add_argument("--floor", action="store_true",
+                        help="the 'on' side runs bare Python wrappers at the points telemetry hooks "
+                             "(telemetry off): what any Python-level design costs there, on this machine")
     args = parser.parse_args()
+    if args.floor and (args.control or args.concurrent):
+        parser.error("--floor runs alone (not with --control or --concurrent)")
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
         script = workdir / "trainer.py"
@@ -382,7 +444,7 @@ def main() -> None:
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
             scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control,
-                     args.hidden, args.raw, args.concurrent)
+                     args.hidden, args.raw, args.concurrent, args.floor)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 

@@ -280,4 +280,5 @@ def test_trace_ids_as_hex_are_the_contracts_ids(monkeypatch: pytest.MonkeyPatch)
             return bytes(32)
 
     monkeypatch.setattr(c.hashlib, "sha256", ZeroDigest)
-    assert c.step_trace_ids_hex("r", [1, 2]) == [f"{c.step_trace_id('r', 1):032x}"] * 2 == ["0" * 31 + "1"] * 2
+    one = "0" * 31 + "1"
+    assert c.step_trace_ids_hex("r", [1, 2]) == [f"{c.step_trace_id('r', 1):032x}"] * 2 == [one] * 2
