@@ -25,6 +25,8 @@ emitter's and launcher's by process), the training process's garbage collections
 their time (``gc.callbacks``), and the median and spread of each one's on - off difference.
 ``--control``: an A/A run, telemetry off on both sides of every pair, so the printed spreads are the
 noise floor the real pairs must be read against.
+``--traced step|loader|no-model``: the "on" side turns on only a part of telemetry (the pieces of its
+cost, one at a time; see ``TRACED_PARTS``).
 ``--floor``: the "on" side runs, with telemetry off, bare Python wrappers at the points telemetry
 times (the loader's ``next()``, the model's class call, ``backward()``, the optimizer's ``step``, the
 step block, a 256-row JSON frame written to ``/dev/null``): the least any design that times those
@@ -87,7 +89,9 @@ def tree_cpu_ns(pids):
     return total
 
 
-traceml.init(mode="auto")
+TRACED = os.environ.get("OVERHEAD_PAIRS_TRACED", "all")  # --traced: which part of telemetry is on
+traceml.init(**{"step": {"mode": "manual"}, "loader": {"mode": "selective", "patch_dataloader": True}}.get(
+    TRACED, {"mode": "auto"}))
 torch.manual_seed(0)
 torch.set_num_threads(1)
 n = 256 * 32
@@ -243,7 +247,7 @@ for step in range(WARMUP + STEPS):
         calibrate()
     started = time.perf_counter_ns()
     x, y = next(source)
-    with traceml.trace_step(model):
+    with traceml.trace_step(model if TRACED == "all" else None):
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         optimizer.step()
@@ -262,13 +266,21 @@ with open(os.environ["OVERHEAD_PAIRS_OUT"], "w") as out:
     json.dump(result, out)
 '''
 
+TRACED_PARTS = {
+    "all": "everything (init(mode='auto'), trace_step(model))",
+    "step": "trace_step() alone (init(mode='manual'))",
+    "loader": "trace_step() and the DataLoader patch (mode='selective')",
+    "no-model": "auto mode without the model's forward (trace_step())",
+}
+"""--traced: the parts of telemetry the 'on' side runs (the pieces of its cost, one at a time)."""
+
 SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 """Hidden width and the number of CPU hogs: ~0.5 ms steps, and ~2 ms steps with two hogs on this 2-vCPU VM
 (640: 512 gave 1.1-1.6 ms steps beside the hogs)."""
 
 
 def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path,
-             out: Path, floor: bool = False) -> tuple[list[str], dict[str, str]]:
+             out: Path, floor: bool = False, traced: str = "all") -> tuple[list[str], dict[str, str]]:
     out.unlink(missing_ok=True)
     env = {**os.environ, "OVERHEAD_PAIRS_OUT": str(out), "TRACEML_RUNS_DIR": str(workdir / "runs")}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
@@ -278,21 +290,22 @@ def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
         env["TRACEML_DISABLED"] = "1"
     if floor:
         env["OVERHEAD_PAIRS_FLOOR"] = "1"
+    env["OVERHEAD_PAIRS_TRACED"] = traced
     traceml = Path(sys.executable).with_name("traceml")
     return [str(traceml), "run", "--no-report", str(script), str(steps), str(warmup), str(hidden)], env
 
 
 def run_once(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int, workdir: Path,
-             floor: bool = False) -> dict:
+             floor: bool = False, traced: str = "all") -> dict:
     out = workdir / "result.json"
-    command, env = _command(script, telemetry, steps, warmup, hidden, workdir, out, floor)
+    command, env = _command(script, telemetry, steps, warmup, hidden, workdir, out, floor, traced)
     subprocess.run(command, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 
 def run_concurrently(script: Path, steps: int, warmup: int, hidden: int, workdir: Path,
-                     cpus: tuple[int, int], control: bool = False) -> dict[bool, dict]:
+                     cpus: tuple[int, int], control: bool = False, traced: str = "all") -> dict[bool, dict]:
     """Telemetry on and off at the same time, each whole tree (launcher, trainer, emitter) pinned to
     its own CPU (``cpus``: on's, off's), measuring from a common start: the machine's speed, which
     moves between runs, is the same for both sides of the pair."""
@@ -303,7 +316,7 @@ def run_concurrently(script: Path, steps: int, warmup: int, hidden: int, workdir
     for telemetry, cpu in zip((True, False), cpus, strict=True):
         out = workdir / f"result-{telemetry}.json"
         command, env = _command(script, telemetry and not control, steps, warmup, hidden,
-                                workdir / str(telemetry), out)
+                                workdir / str(telemetry), out, traced=traced)
         env["OVERHEAD_PAIRS_BARRIER"] = str(barrier)
         processes[telemetry] = (subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -326,7 +339,8 @@ def _spread(values: list[float]) -> str:
 
 def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, script: Path,
              show_tasks: bool = False, control: bool = False, hidden: int | None = None,
-             raw: Path | None = None, concurrent: bool = False, floor: bool = False) -> None:
+             raw: Path | None = None, concurrent: bool = False, floor: bool = False,
+             traced: str = "all") -> None:
     default_hidden, hog_count = SCENARIOS[name]
     hidden = hidden or default_hidden
     wall_us, wall_pct, mean_us, cpu_us, loads, bare = [], [], [], [], [], []
@@ -339,12 +353,11 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             if concurrent:
                 loads.append(os.getloadavg()[0])
                 results = run_concurrently(script, steps, warmup, hidden, workdir,
-                                           (0, 1) if pair % 2 == 0 else (1, 0), control)
+                                           (0, 1) if pair % 2 == 0 else (1, 0), control, traced)
             for telemetry in ((True, False) if pair % 2 == 0 else (False, True)) if not concurrent else ():
                 loads.append(os.getloadavg()[0])
-                traced = telemetry and not control and not floor
-                results[telemetry] = run_once(script, traced, steps, warmup, hidden, workdir,
-                                              floor and telemetry)
+                results[telemetry] = run_once(script, telemetry and not control and not floor, steps,
+                                              warmup, hidden, workdir, floor and telemetry, traced)
             on, off = results[True], results[False]
             runs.append((on, off))
             if raw is not None:
@@ -377,7 +390,8 @@ def scenario(name: str, pairs: int, steps: int, warmup: int, workdir: Path, scri
             hog.wait()
     bare_ms = statistics.median(bare) / 1000
     label = (f"{name} (A/A control: telemetry off on both sides)" if control
-             else f"{name} (floor: bare Python wrappers against nothing)" if floor else name)
+             else f"{name} (floor: bare Python wrappers against nothing)" if floor
+             else f"{name} (traced: {TRACED_PARTS[traced]})" if traced != "all" else name)
     print(f"{label}: {pairs} pairs, {steps} steps each, hidden {hidden}, bare step median {bare_ms:.3f} ms, "
           f"{hog_count} CPU hogs, load average {min(loads):.1f}..{max(loads):.1f}")
     print(f"  wall per step (median step), us:   {_spread(wall_us)}")
@@ -433,6 +447,9 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true",
                         help="the 'on' side runs bare Python wrappers at the points telemetry hooks "
                              "(telemetry off): what any Python-level design costs there, on this machine")
+    parser.add_argument("--traced", choices=list(TRACED_PARTS), default="all",
+                        help="which part of telemetry the 'on' side turns on: " + "; ".join(
+                            f"{key}: {text}" for key, text in TRACED_PARTS.items()))
     args = parser.parse_args()
     if args.floor and (args.control or args.concurrent):
         parser.error("--floor runs alone (not with --control or --concurrent)")
@@ -444,7 +461,7 @@ def main() -> None:
         for name in SCENARIOS if args.scenario == "all" else [args.scenario]:
             started = time.monotonic()
             scenario(name, args.pairs, args.steps, args.warmup, workdir, script, args.tasks, args.control,
-                     args.hidden, args.raw, args.concurrent, args.floor)
+                     args.hidden, args.raw, args.concurrent, args.floor, args.traced)
             print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
 
 
