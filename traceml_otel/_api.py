@@ -18,6 +18,7 @@ from typing import Any
 
 from traceml_otel import session_root
 from traceml_otel.capture import process_hooks
+from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import capture_config
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.capture.session import current, warn
@@ -72,7 +73,9 @@ class _StepWork:
 
 
 class _StepContext:
-    """One ``trace_step`` block. The usual call (the model alone) sets two slots: it runs every step."""
+    """One ``trace_step`` block. The usual call (the model alone) sets two slots: it runs every step,
+    so :func:`trace_step` makes it with ``object.__new__`` and sets them itself, as ``__init__`` does
+    (a call of ``__init__`` from the class's constructor is a Python frame of its own)."""
 
     __slots__ = ("_model", "_opened", "_session", "_work")
 
@@ -81,7 +84,7 @@ class _StepContext:
         self._work = work
 
     def __enter__(self) -> None:
-        session = self._session = current()  # the one its __exit__ ends the step on
+        session = self._session = sessions._current  # current() without the call: every step runs this
         self._opened = False
         try:
             work = self._work
@@ -126,6 +129,9 @@ class _StepContext:
         return False
 
 
+_new_context = object.__new__
+
+
 def _work(name: str, value: int | None) -> int | None:
     if value is None:
         return None
@@ -152,10 +158,13 @@ def trace_step(
     ``measure_flops=True``: count them with ``FlopCounterMode`` in this one step (use it once; the
     count is then used for every step). See ``docs/goodput.md``.
     """
-    if not current().active:
+    if not sessions._current.active:  # current() without the call: every step runs this
         _warn_not_initialised()
     if samples is None and tokens is None and flops is None and measure_flops is False:  # the usual call
-        return _StepContext(model)
+        context = _new_context(_StepContext)  # _StepContext(model) without a Python frame for __init__
+        context._model = model
+        context._work = None
+        return context
     measure = measure_flops is not False and bool(measure_flops)
     return _StepContext(model, _StepWork(_work("samples", samples), _work("tokens", tokens),
                                          None if flops is None else _flops(flops), measure))

@@ -44,7 +44,9 @@ class _OpenStep:
 
 
 class _StepState:
-    """The open step's readings (a plain class: the dataclass's default factories cost a call each)."""
+    """The open step's readings (a plain class: the dataclass's default factories cost a call each).
+    :meth:`StepRecorder.begin_step` refills the recorder's one instance slot by slot, as this
+    constructor fills it: a slot added here is set there too."""
 
     __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
                  "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
@@ -328,9 +330,21 @@ class StepRecorder:
             return False
         if self._reads_memory:
             self.clock.reset_peak_memory()
-        start_mark = self.clock.mark() if self.device else None
-        self._state = _StepState(
-            perf_counter_ns() if start_ns is None else start_ns, start_mark, samples, tokens)
+        # The one state object is refilled, as _StepState.__init__ fills it: a new one per step cost a
+        # Python frame, an allocation and a garbage-collector count. A finished step's row holds its
+        # lists, not the state.
+        state = self._state
+        state.start_mark = self.clock.mark() if self.device else None
+        state.start_ns = perf_counter_ns() if start_ns is None else start_ns
+        state.phases = []
+        state.phase_marks = []
+        state.calls = {}
+        state.optimizer_steps = 0
+        state.samples = None
+        state.tokens = tokens
+        state.given_samples = samples
+        state.collectives = []
+        state.collective_marks = []
         self.in_step = True
         return True
 

@@ -355,6 +355,8 @@ class TrainingSession(Session):
 
 NOOP = Session()
 _current: Session = NOOP
+"""The process's session. ``traceml_otel._api`` reads it directly on every step (a call of
+:func:`current` is a Python frame); :func:`install` and :func:`take` are its only writers."""
 
 
 def current() -> Session:
