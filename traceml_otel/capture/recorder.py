@@ -9,12 +9,12 @@ sink. It builds no OTel objects, never blocks on the device and never raises int
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
 
 from traceml_otel.capture.device_clock import CpuClock
+from traceml_otel.capture.step_state import OpenStep, StepState
 from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
 
 
@@ -27,45 +27,6 @@ class StepSink(Protocol):
 
     def send_steps(self, rows: list[list[Any]]) -> None:
         """Take a batch of rows in :class:`StepRow`'s layout (plain lists, or StepRows on a device)."""
-
-
-@dataclass(slots=True)
-class _OpenStep:
-    """A finished step whose device marks may still be in flight."""
-
-    row: list[Any]
-    """The step's row in :class:`StepRow`'s layout (a plain list until it is resolved)."""
-    start_mark: Any
-    end_mark: Any
-    phase_marks: list[tuple[Any, Any]]
-    wait_marks: list[tuple[Any, Any]]
-    collective_marks: list[list[Any]]
-    """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
-
-
-class _StepState:
-    """The open step's readings (a plain class: the dataclass's default factories cost a call each).
-    :meth:`StepRecorder.begin_step` refills the recorder's one instance slot by slot, as this
-    constructor fills it: a slot added here is set there too."""
-
-    __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
-                 "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
-
-    def __init__(self, start_ns: int = 0, start_mark: Any = None, given_samples: int | None = None,
-                 tokens: int | None = None) -> None:
-        self.start_ns = start_ns
-        self.start_mark = start_mark
-        self.phases: list[list[Any]] = []
-        """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
-        self.phase_marks: list[tuple[Any, Any]] = []
-        """Device marks of each phase call (on a device clock only)."""
-        self.calls: dict[str, int] = {}
-        self.optimizer_steps = 0
-        self.samples: int | None = None
-        self.tokens = tokens
-        self.given_samples = given_samples
-        self.collectives: list[CollectiveRow] = []
-        self.collective_marks: list[list[Any]] = []
 
 
 class StepRecorder:
@@ -100,7 +61,7 @@ class StepRecorder:
         self._outside_ns = 0
         self.step = 0
         self.in_step = False
-        self._state = _StepState()
+        self._state = StepState()
         self._wait_ns: int | None = None
         self._fetches = 0
         self._wait_marks: list[tuple[Any, Any]] = []
@@ -122,7 +83,7 @@ class StepRecorder:
         Fetches made inside are no step's input wait."""
         self.outside_fetches = 0
         """Fetches made inside ``outside_step`` blocks (not input wait of any step)."""
-        self._pending: collections.deque[_OpenStep] = collections.deque()
+        self._pending: collections.deque[OpenStep] = collections.deque()
         self._ready: list[list[Any]] = []
         self._queued = 0
         """Steps closed and not yet handed to the sink (``_ready`` plus ``_pending``)."""
@@ -330,7 +291,7 @@ class StepRecorder:
             return False
         if self._reads_memory:
             self.clock.reset_peak_memory()
-        # The one state object is refilled, as _StepState.__init__ fills it: a new one per step cost a
+        # The one state object is refilled, as StepState.__init__ fills it: a new one per step cost a
         # Python frame, an allocation and a garbage-collector count. A finished step's row holds its
         # lists, not the state.
         state = self._state
@@ -355,7 +316,7 @@ class StepRecorder:
             for mark in (state.start_mark, *(m for pair in state.phase_marks for m in pair)):
                 self.clock.release(mark)
             self.in_step = False
-            self._state = _StepState()
+            self._state = StepState()
 
     def end_step(self, exception_type: str | None = None) -> None:
         """Close the step and queue it; flush a batch when one is due."""
@@ -396,7 +357,7 @@ class StepRecorder:
         self._samples = None
         self._loader_pending = None
         if self.device:
-            self._pending.append(_OpenStep(
+            self._pending.append(OpenStep(
                 row, state.start_mark, end_mark, state.phase_marks, self._wait_marks, state.collective_marks
             ))
             self._wait_marks = []
@@ -453,7 +414,7 @@ class StepRecorder:
         """Steps whose device work had not finished at the last flush."""
         return len(self._pending)
 
-    def _resolve(self, open_step: _OpenStep) -> StepRow:
+    def _resolve(self, open_step: OpenStep) -> StepRow:
         clock = self.clock
         row = StepRow(open_step.row)
         start = open_step.start_mark

@@ -1,0 +1,48 @@
+"""The records the hot path keeps per step: the open step's readings, and a finished step waiting
+for its device marks. :mod:`traceml_otel.capture.recorder` fills them on the training thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from traceml_otel.wire.step_row import CollectiveRow
+
+
+@dataclass(slots=True)
+class OpenStep:
+    """A finished step whose device marks may still be in flight."""
+
+    row: list[Any]
+    """The step's row in :class:`StepRow`'s layout (a plain list until it is resolved)."""
+    start_mark: Any
+    end_mark: Any
+    phase_marks: list[tuple[Any, Any]]
+    wait_marks: list[tuple[Any, Any]]
+    collective_marks: list[list[Any]]
+    """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
+
+
+class StepState:
+    """The open step's readings (a plain class: the dataclass's default factories cost a call each).
+    :meth:`StepRecorder.begin_step` refills the recorder's one instance slot by slot, as this
+    constructor fills it: a slot added here is set there too."""
+
+    __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
+                 "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
+
+    def __init__(self, start_ns: int = 0, start_mark: Any = None, given_samples: int | None = None,
+                 tokens: int | None = None) -> None:
+        self.start_ns = start_ns
+        self.start_mark = start_mark
+        self.phases: list[list[Any]] = []
+        """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
+        self.phase_marks: list[tuple[Any, Any]] = []
+        """Device marks of each phase call (on a device clock only)."""
+        self.calls: dict[str, int] = {}
+        self.optimizer_steps = 0
+        self.samples: int | None = None
+        self.tokens = tokens
+        self.given_samples = given_samples
+        self.collectives: list[CollectiveRow] = []
+        self.collective_marks: list[list[Any]] = []
