@@ -149,6 +149,9 @@ class TrainingSession(Session):
             link, default_clock(), flush_steps=settings.flush_steps,
             flush_interval_ns=settings.flush_interval_ns,
         )
+        # end_step() is the recorder's own, bound once: it runs every step, and the method below would
+        # add a Python frame only to pass the call on.
+        self.end_step = self.recorder.end_step  # type: ignore[method-assign]
         self.wrapped_model: Any = None  # the model given to wrap_forward()
         self.inferred: InferredSteps | None = None
         """Step inference for a plain loop (zero-code tracing), until an explicit step replaces it."""
@@ -240,6 +243,7 @@ class TrainingSession(Session):
         return False
 
     def end_step(self, exception_type: str | None) -> None:
+        """Close the open step (``__init__`` binds the recorder's ``end_step`` over this method)."""
         self.recorder.end_step(exception_type)
 
     def model_seen(self, model: Any) -> None:
