@@ -291,21 +291,8 @@ class StepRecorder:
             return False
         if self._reads_memory:
             self.clock.reset_peak_memory()
-        # The one state object is refilled, as StepState.__init__ fills it: a new one per step cost a
-        # Python frame, an allocation and a garbage-collector count. A finished step's row holds its
-        # lists, not the state.
-        state = self._state
-        state.start_mark = self.clock.mark() if self.device else None
-        state.start_ns = perf_counter_ns() if start_ns is None else start_ns
-        state.phases = []
-        state.phase_marks = []
-        state.calls = {}
-        state.optimizer_steps = 0
-        state.samples = None
-        state.tokens = tokens
-        state.given_samples = samples
-        state.collectives = []
-        state.collective_marks = []
+        start_mark = self.clock.mark() if self.device else None
+        self._state.begin(perf_counter_ns() if start_ns is None else start_ns, start_mark, samples, tokens)
         self.in_step = True
         return True
 

@@ -25,14 +25,17 @@ class OpenStep:
 
 class StepState:
     """The open step's readings (a plain class: the dataclass's default factories cost a call each).
-    :meth:`StepRecorder.begin_step` refills the recorder's one instance slot by slot, as this
-    constructor fills it: a slot added here is set there too."""
+    The recorder keeps one and refills it with :meth:`begin` at each step (a new one per step cost an
+    allocation and a garbage-collector count); a finished step's row holds its lists, not the state."""
 
     __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
                  "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
 
-    def __init__(self, start_ns: int = 0, start_mark: Any = None, given_samples: int | None = None,
-                 tokens: int | None = None) -> None:
+    def __init__(self) -> None:
+        self.begin(0, None, None, None)
+
+    def begin(self, start_ns: int, start_mark: Any, given_samples: int | None, tokens: int | None) -> None:
+        """Every slot set for a new step (the one place that lists them)."""
         self.start_ns = start_ns
         self.start_mark = start_mark
         self.phases: list[list[Any]] = []
