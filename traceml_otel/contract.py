@@ -275,8 +275,7 @@ def step_trace_id(run_id: str, step: int) -> int:
     Derived from (run id, step) alone, so ranks agree without a collective and a
     ratio sampler (which reads the low 64 bits) decides the same on every rank.
     """
-    digest = hashlib.sha256(f"{run_id}\x00{step}".encode()).digest()
-    return int.from_bytes(digest[:16], "big") or 1
+    return int(step_trace_ids_hex(run_id, [step])[0], 16)
 
 
 _ZERO_TRACE_HEX, _ONE_TRACE_HEX = "0" * 32, "0" * 31 + "1"
@@ -284,7 +283,8 @@ _ZERO_TRACE_HEX, _ONE_TRACE_HEX = "0" * 32, "0" * 31 + "1"
 
 def step_trace_ids_hex(run_id: str, steps: list[int]) -> list[str]:
     """Each step's :func:`step_trace_id` as 32 hex digits (``"%032x"``), for many steps of one run:
-    the hash's own hex digest, without the integer in between."""
+    the first 16 bytes of ``sha256(run_id + "\0" + str(step))`` in hex, 1 where they are all zero.
+    The one place that derives trace ids."""
     prefix, sha256 = f"{run_id}\x00".encode(), hashlib.sha256
     texts = [sha256(prefix + b"%d" % step).hexdigest()[:32] for step in steps]
     if _ZERO_TRACE_HEX in texts:  # one in 2**128: the id is 1, as step_trace_id says

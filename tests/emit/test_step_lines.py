@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -265,9 +266,13 @@ def test_a_zero_span_id_is_written_as_one() -> None:
 
 
 def test_trace_ids_as_hex_are_the_contracts_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both forms follow docs/telemetry.md: the first 16 bytes of sha256(run_id + "\0" + N)."""
     steps = [0, 1, 7, 10**6, 2**62, *random.Random(3).sample(range(10**9), 200)]
     for run_id in ("run-1", RANK.run_id, "ü\x00,%s"):
-        assert c.step_trace_ids_hex(run_id, steps) == [f"{c.step_trace_id(run_id, s):032x}" for s in steps]
+        documented = [int.from_bytes(hashlib.sha256(f"{run_id}\x00{s}".encode()).digest()[:16], "big")
+                      for s in steps]
+        assert c.step_trace_ids_hex(run_id, steps) == [f"{value:032x}" for value in documented]
+        assert [c.step_trace_id(run_id, s) for s in steps] == documented
 
     class ZeroDigest:  # a hash of 0 (one in 2**128): the trace id is 1
         def __init__(self, data: bytes) -> None:
