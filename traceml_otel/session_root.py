@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
-from time import perf_counter_ns
 from typing import Any
 
 from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import CaptureConfig, config_difference
+from traceml_otel.capture.clock_anchor import wall_anchor_ns
 from traceml_otel.capture.session import TrainingSession, warn
 from traceml_otel.settings import Settings, load_settings, strict_requested
 from traceml_otel.wire.hello import Hello
@@ -140,7 +139,7 @@ def hello(settings: Settings) -> Hello:
     return Hello(
         run_id=settings.run_id, rank=identity.rank, local_rank=identity.local_rank,
         world_size=identity.world_size, node_rank=identity.node_rank, host=identity.host, pid=os.getpid(),
-        anchor_ns=time.time_ns() - perf_counter_ns(), shutdown_timeout_s=settings.shutdown_timeout_s,
+        anchor_ns=wall_anchor_ns(), shutdown_timeout_s=settings.shutdown_timeout_s,
         service_name=settings.service_name, run_dir=str(settings.run_dir) if settings.run_dir else None,
         traces_endpoint=settings.traces.endpoint if settings.traces else None,
         traces_protocol=settings.traces.protocol if settings.traces else None,

@@ -17,7 +17,8 @@ the other) shows a collective's own cost, which counts as transfer. Per rank and
     transfer[r] = exposed[r] - waiting[r]
 
 **Clock.** Entry times are on the spans' clock: each rank's ``perf_counter`` plus an anchor read
-once at ``init()`` (``time_ns() - perf_counter_ns()``). On one host every rank reads the same kernel
+once at ``init()`` (``time_ns() - perf_counter_ns()``, the tightest of a few bracketed reads, so a
+preemption cannot skew it: ``capture/clock_anchor.py``). On one host every rank reads the same kernel
 clocks, so ranks agree to within the anchor's read (about a microsecond) unless the wall clock was
 stepped between two ranks' ``init()``. Across hosts the entries differ by the hosts' clock offset:
 NTP keeps it to about 0.1-10 ms, PTP to microseconds. A waiting time smaller than that offset is not

@@ -35,7 +35,8 @@ class Hello:
     pid: int
     """The training process (``process.pid`` on the resource)."""
     anchor_ns: int
-    """``time.time_ns() - time.perf_counter_ns()`` in the trainer: added to every step row's readings."""
+    """``time.time_ns() - time.perf_counter_ns()`` in the trainer, read bracketed
+    (``capture/clock_anchor.py``): added to every step row's readings."""
     shutdown_timeout_s: float
     """``TRACEML_SHUTDOWN_TIMEOUT_S``: the emitter's whole OTLP drain (spans, then metrics) at shutdown."""
     service_name: str | None = None

@@ -28,13 +28,16 @@ from pathlib import Path
 
 import torch
 
+from traceml_otel.capture.clock_anchor import wall_anchor_ns
+
 windows: list[list] = []
-_ANCHOR_NS = time.time_ns() - time.perf_counter_ns()
+_ANCHOR_NS = wall_anchor_ns()  # read as the trainer reads its own: a preemption between reads cannot skew it
 
 
 def _now_ns() -> int:
     """The epoch clock as span times are made: a monotonic reading plus an anchor taken once (the
-    wall clock alone may be slewed against the spans' clock during a run)."""
+    wall clock alone may be slewed against the spans' clock during a run). The windows sit ~15 us
+    from the steps around them, so both anchors must be exact to well under the 1 ms tolerance."""
     return _ANCHOR_NS + time.perf_counter_ns()
 
 
