@@ -29,6 +29,7 @@ def start_time_ledger(recorder: StepRecorder, settings: Settings, warn: Callable
         ledger.carry_earlier_attempt()
         recorder.step = ledger.first_step  # go on numbering: the earlier attempts' spans keep their ids
     ledger.write()
+    ledger.start_writer()
     return ledger
 
 

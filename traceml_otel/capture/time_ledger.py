@@ -3,7 +3,15 @@
 ``outside_step`` blocks, a FLOPs declaration or measurement, ``init()`` and shutdown update a
 :class:`TimeLedger`; it writes ``rank-R.time.json`` (:mod:`traceml_otel.wire.time_record`) at
 ``init()``, after an ``outside_step`` block (at once when it lasted ``min_interval_s`` or more, else
-at most once per ``min_interval_s``), after a FLOPs measurement, at ``resume_from()`` and at shutdown.
+at most once per ``min_interval_s``), after the first FLOPs declaration and a FLOPs measurement, at
+``resume_from()`` and at shutdown.
+
+The writes during training (after a block, after a FLOPs declaration or measurement) are made by the
+ledger's writer thread: the training thread only signals it. A file write there would be telemetry's
+time between two steps (milliseconds on a loaded host: a test once counted 20-50 ms of the ledger's
+own writes and thread starts as ``between_steps``). The final record at shutdown is written on the
+caller's thread, and no background write can replace it afterwards.
+
 A step costs nothing here unless it declares ``flops=`` (two additions). A failed write is counted
 and said once; it never reaches training.
 """
@@ -76,6 +84,10 @@ class TimeLedger:
         self._open: list[float] = []
         self._last_write = 0.0
         self._write_lock = threading.Lock()
+        self._write_due = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._ended = False
+        """The final record is written: nothing is written after it."""
         self.write_errors = 0
         self.declared_sum: float | None = None
         self.declared_steps = 0
@@ -145,21 +157,21 @@ class TimeLedger:
         else:
             total.trailing_step, total.trailing_s = steps, seconds
         if seconds >= self.min_interval_s or time.time() - self._last_write >= self.min_interval_s:
-            self.write()  # a long block (an evaluation) is written at once: the live counters wait for it
+            self.write_soon()  # a long block (an evaluation) is written at once: the live counters wait
 
     # --- FLOPs ------------------------------------------------------------------------
     def declare_step_flops(self, flops: float) -> None:
         """One step declared its FLOPs (``trace_step(flops=)``)."""
         self.declared_sum = (self.declared_sum or 0.0) + flops
         self.declared_steps += 1
-        if self.declared_steps == 1:  # once, off this thread: the emitter's live FLOPs counter reads it
-            threading.Thread(target=self._write_in_background, daemon=True).start()
+        if self.declared_steps == 1:  # once: the emitter's live FLOPs counter reads it
+            self.write_soon()
 
     def measured_flops(self, flops: float, step: int, device_name: str = "") -> None:
-        """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once."""
+        """``FlopCounterMode`` counted ``flops`` in step ``step``; written at once (off this thread)."""
         self.measured, self.measured_step = float(flops), step
         self.device_name = device_name or self.device_name
-        self.write()
+        self.write_soon()
 
     # --- the record ---------------------------------------------------------------------
     def record(self, ended_at: float | None = None) -> TimeRecord:
@@ -178,22 +190,55 @@ class TimeLedger:
                           earlier_progress=self.earlier_progress, first_step=self.first_step,
                           earlier_after_last_step_s=self.earlier_after_s)
 
-    def _write_in_background(self) -> None:
-        try:
-            self.write()
-        except RuntimeError:  # the training thread added a kind while the record was read: next time
-            pass
+    def start_writer(self) -> None:
+        """Start the writer thread now (``init()``), so the first write during training only signals it."""
+        if self.run_dir is not None and self._writer is None and not self._ended:
+            writer = threading.Thread(target=self._write_when_due, name="traceml-time-record", daemon=True)
+            self._writer = writer
+            writer.start()
+
+    def write_soon(self) -> None:
+        """Have the writer thread write the record (started here if ``start_writer`` was not called)."""
+        if self.run_dir is None or self._ended:
+            return
+        self._last_write = time.time()
+        self._write_due.set()
+        if self._writer is None:
+            self.start_writer()
+
+    def _write_when_due(self) -> None:
+        while True:
+            self._write_due.wait()
+            self._write_due.clear()
+            if self._ended:
+                return
+            try:
+                self.write()
+            except RuntimeError:  # the training thread added a kind while the record was read: again
+                time.sleep(0.01)
+                self._write_due.set()
+            except Exception as error:  # no traceback from a telemetry thread: counted, said once
+                self._count_failure(f"{type(error).__name__}: {error}")
 
     def write(self, ended: bool = False) -> None:
-        """Write the record now (``ended``: with the end time); a failure is counted, said once."""
+        """Write the record now (``ended``: with the end time, and the last write); a failure is
+        counted, said once."""
         if self.run_dir is None:
             return
         self._last_write = time.time()
         try:
-            with self._write_lock:  # the first FLOPs declaration writes from its own thread
+            with self._write_lock:  # the writer thread and the caller's
+                if self._ended:
+                    return
+                if ended:
+                    self._ended = True
+                    self._write_due.set()  # the writer thread ends
                 write_time_record(self.run_dir, self.record(self._last_write if ended else None))
         except OSError as error:
-            self.write_errors += 1
-            if self.write_errors == 1 and self._warn is not None:
-                self._warn(f"cannot write the time record in {self.run_dir}: {error.strerror or error}; "
-                           "the time accounting of this rank will be partial")
+            self._count_failure(str(error.strerror or error))
+
+    def _count_failure(self, reason: str) -> None:
+        self.write_errors += 1
+        if self.write_errors == 1 and self._warn is not None:
+            self._warn(f"cannot write the time record in {self.run_dir}: {reason}; "
+                       "the time accounting of this rank will be partial")

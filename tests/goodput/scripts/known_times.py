@@ -1,5 +1,6 @@
 """A run with known time in each category: start-up sleep, evaluation, checkpoints, unnamed work
-between steps, a stall inside one step, and work after the last step.
+between steps, a stall inside one step, and work after the last step (the loop's fetch written out
+with ``next()`` so the script can time the gaps between steps itself).
 
 It writes what it measured itself into ``$KNOWN_TIMES_OUT.rank-R.json``, the ground truth the test
 compares the analyzer's account with. Durations come from ``KNOWN_*`` variables (seconds).
@@ -41,8 +42,19 @@ def timed(kind: str, seconds: float) -> None:
     truth[kind] += time.time() - began
 
 
+# between steps: each gap from a step's end to the next fetch, less its outside_step blocks. Measured,
+# not taken as BETWEEN: on a loaded host the sleeps overshoot and the loop itself waits for a CPU
+# (4 busy processes on 2 cores once made the gaps 1.037 s for BETWEEN=1, all of it real).
+truth["between"] = 0.0
 truth["first_fetch"] = time.time()
-for index, (x,) in enumerate(loader):
+batches = iter(loader)  # the loop's fetch written out, so the gap's end is timed before it
+step_ended, outside_before = None, 0.0
+for index in range(STEPS):
+    fetch_began = time.time()
+    (x,) = next(batches)
+    if step_ended is not None:
+        outside_since = truth["evaluation"] + truth["checkpoint"] - outside_before
+        truth["between"] += fetch_began - step_ended - outside_since
     with traceml.trace_step(model, flops=FLOPS_PER_STEP, measure_flops=index == 1):
         optimizer.zero_grad()
         for micro in x.chunk(ACCUMULATION):  # gradient accumulation: 4 micro-batches, one update
@@ -52,6 +64,7 @@ for index, (x,) in enumerate(loader):
             began = time.time()
             time.sleep(STALL)
             truth["stall"] = time.time() - began
+    step_ended, outside_before = time.time(), truth["evaluation"] + truth["checkpoint"]
     if index in (4, 14):
         timed("evaluation", EVALUATION / 2)
     if index in (6, 16):
