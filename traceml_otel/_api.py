@@ -148,7 +148,7 @@ def _work(name: str, value: int | None) -> int | None:
 def trace_step(
     model: Any = None, *, samples: int | None = None, tokens: int | None = None, flops: float | None = None,
     measure_flops: bool = False,
-) -> _StepContext:
+) -> contextlib.AbstractContextManager[None]:
     """Context manager around one training step (zero_grad → forward → backward → step).
 
     Pass the model (or its DDP/FSDP wrapper) so its outermost forward is timed. ``samples`` and
@@ -158,13 +158,18 @@ def trace_step(
     ``measure_flops=True``: count them with ``FlopCounterMode`` in this one step (use it once; the
     count is then used for every step). See ``docs/goodput.md``.
     """
-    if not sessions._current.active:  # current() without the call: every step runs this
-        _warn_not_initialised()
+    session = sessions._current  # current() without the call: every step runs this
     if samples is None and tokens is None and flops is None and measure_flops is False:  # the usual call
+        if model is session.block_model:  # the session's recorder is the block (two calls a step)
+            return session.recorder
+        if not session.active:
+            _warn_not_initialised()
         context = _new_context(_StepContext)  # _StepContext(model) without a Python frame for __init__
         context._model = model
         context._work = None
         return context
+    if not session.active:
+        _warn_not_initialised()
     measure = measure_flops is not False and bool(measure_flops)
     return _StepContext(model, _StepWork(_work("samples", samples), _work("tokens", tokens),
                                          None if flops is None else _flops(flops), measure))

@@ -130,6 +130,19 @@ def test_runs_of_one_shape_encode_as_the_reference(batch: int) -> None:
     assert lines.reference_steps <= 13
 
 
+def test_rows_as_the_training_thread_sends_them_unnumbered_encode_as_numbered_rows() -> None:
+    """The trainer leaves each phase call's number to the emitter: the text is the same as from rows
+    that carry them (gradient accumulation's repeated phases included), on both paths."""
+    values = random.Random(8)
+    rows = [_row(_record(step, random.Random(step // 20 % 10), values)) for step in range(600)]
+    unnumbered = json.loads(json.dumps(rows))
+    for row in unnumbered:
+        for phase in row[14]:
+            phase[1] = None
+    assert any(len({p[0] for p in row[14]}) < len(row[14]) for row in rows)  # some phase runs twice
+    assert _fast(unnumbered, seed=4)[:2] == _fast(rows, seed=4)[:2] == _reference(rows, seed=4)
+
+
 def test_rows_the_templates_cannot_hold_take_the_reference_path() -> None:
     values = random.Random(2)
     base = [_row(_record(step, random.Random(13), values)) for step in range(60)]  # phases, GPU, source

@@ -18,6 +18,7 @@ from traceml_otel.wire.step_row import (
     PhaseRow,
     StepRow,
     decode_step,
+    number_phase_calls,
 )
 
 STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
@@ -148,3 +149,47 @@ def test_decode_step_puts_every_slot_in_the_field_of_its_name() -> None:
     )
     assert decode_step(json.loads(json.dumps(row)), anchor_ns=1000) == expected
     assert decode_step(row, anchor_ns=1000) == expected  # a StepRow itself, not a plain list
+
+
+def test_the_emitter_numbers_the_calls_the_training_thread_left_unnumbered() -> None:
+    def row(*phases: tuple[str, int | None]) -> list:
+        values = StepRow.of(step=0, start_ns=0, end_ns=9, phases=[
+            PhaseRow.timed(name, call, 1, 2, None) for name, call in phases])
+        return json.loads(json.dumps(values))  # as a frame carries it
+
+    micro = row(("forward", None), ("backward", None), ("forward", None), ("backward", None),
+                ("optimizer", None))
+    numbered = row(("forward", 0), ("forward", 1), ("backward", None))  # an older trainer's, and a mix
+    plain = row(("forward", None), ("backward", None), ("optimizer", None))
+    short = [0, 0, 9]  # a row of another layout, and one whose phases are not a list
+    odd = row()
+    odd[14] = "garbage"
+    number_phase_calls([micro, numbered, plain, short, odd])
+    assert [(p[0], p[1]) for p in micro[14]] == [
+        ("forward", 0), ("backward", 0), ("forward", 1), ("backward", 1), ("optimizer", 0)]
+    assert [p[1] for p in numbered[14]] == [0, 1, None]  # numbered in part: decode_step finishes it
+    assert [p.call for p in decode_step(numbered, 0).phases] == [0, 1, 0]
+    assert [p[1] for p in plain[14]] == [0, 0, 0]
+    assert short == [0, 0, 9] and odd[14] == "garbage"
+
+
+def test_decode_step_numbers_a_row_straight_from_a_recorder() -> None:
+    recorder = StepRecorder(_Keep(), CpuClock(), flush_steps=1000)
+    recorder.begin_step()
+    for name in ("forward", "forward", "h2d", "forward"):
+        recorder.phase_done(name, recorder.phase_begin())
+    recorder.end_step()
+    recorder.flush()
+    (raw,) = recorder.sink.rows
+    assert [p[1] for p in raw[14]] == [None] * 4
+    record = decode_step(raw, 0)
+    assert [(p.phase, p.call) for p in record.phases] == [("forward", 0), ("forward", 1), ("h2d", 0),
+                                                          ("forward", 2)]
+
+
+class _Keep:
+    def __init__(self) -> None:
+        self.rows: list = []
+
+    def send_steps(self, rows: list) -> None:
+        self.rows.extend(rows)

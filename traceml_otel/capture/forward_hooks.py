@@ -182,7 +182,16 @@ class ForwardHooks:
                     token = hooks._token
                     if token is not None:
                         hooks._token = None
-                        recorder.phase_done("forward", token)
+                        end = perf_counter_ns()  # recorder.phase_done("forward", token), inline
+                        if recorder.in_step:
+                            state = recorder.state
+                            state.phases.append(["forward", None, token[0], end, None, None, None])
+                            if recorder.device:
+                                state.phase_marks.append((token[1], recorder.clock.mark()))
+                            if recorder.on_nested_phase is not None:
+                                recorder.on_nested_phase()
+                        else:
+                            recorder.clock.release(token[1])
 
         return traceml_timed_forward
 

@@ -103,7 +103,28 @@ class OptimizerHooks:
                 return step(*args, **kwargs)
             finally:
                 hooks._outer -= 1
-                hooks._leave_owned(optimizer, args)  # (the thread was checked above)
+                depth = hooks._depth - 1  # _leave_owned(optimizer, args), inline (the thread was checked)
+                if depth > 0:
+                    hooks._depth = depth
+                else:
+                    hooks._depth = 0
+                    recorder.on_nested_phase = None
+                    token = hooks._token
+                    if token is not None:
+                        hooks._token = None
+                        end = perf_counter_ns()  # recorder.phase_done("optimizer", token, None, True), inline
+                        if recorder.in_step:
+                            state = recorder.state
+                            state.optimizer_steps += 1
+                            state.phases.append(["optimizer", None, token[0], end, None, None, None])
+                            if recorder.device:
+                                state.phase_marks.append((token[1], recorder.clock.mark()))
+                        else:
+                            recorder.clock.release(token[1])
+                    elif depth < 0:
+                        recorder.optimizer_stepped()
+                    if hooks.after_update is not None:
+                        hooks.after_update(optimizer, args)
 
         traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
         traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]

@@ -61,7 +61,9 @@ class StepRecorder:
         self._outside_ns = 0
         self.step = 0
         self.in_step = False
-        self._state = StepState()
+        self.state = StepState()
+        """The open step's readings (refilled at each step). The forward, backward and optimizer hooks
+        append their phase calls to it inline, as :meth:`phase_done` does."""
         self._wait_ns: int | None = None
         self._fetches = 0
         self._wait_marks: list[tuple[Any, Any]] = []
@@ -89,10 +91,61 @@ class StepRecorder:
         """Steps closed and not yet handed to the sink (``_ready`` plus ``_pending``)."""
         self._last_flush_ns = perf_counter_ns()
         self._device_sent: tuple[int, str | None] | None = None
+        self._nested_blocks = 0
+        """Blocks entered (as a context manager) inside an open step and not yet exited."""
+        self.on_refused: Any = None
+        """Called with ``"thread"`` or ``"nested"`` when a block opens no step (the session warns)."""
+        self.on_internal_error: Any = None
+        """Called when a block's own code raised (the session counts it and warns once)."""
+
+    # --- trace_step's usual block ------------------------------------------------------
+    def __enter__(self) -> None:
+        """Open a step: ``trace_step()``'s usual block (the traced model, no declared work) is this
+        recorder itself, so a step costs two Python calls here instead of a context object and the
+        session's and recorder's ``begin_step`` (:meth:`begin_step`'s checks, inline). A block inside an
+        open step, or on a thread other than the training thread, opens nothing (counted; the
+        session's ``on_refused`` warns once)."""
+        try:
+            thread = get_ident()
+            owner = self.owner
+            if owner is None:
+                self.owner = thread
+            elif thread != owner:
+                self.other_thread_steps += 1
+                if self.on_refused is not None:
+                    self.on_refused("thread")
+                return
+            if self.in_step:
+                self.nested_steps += 1
+                self._nested_blocks += 1
+                if self.on_refused is not None:
+                    self.on_refused("nested")
+                return
+            if self._reads_memory:
+                self.clock.reset_peak_memory()
+            self.state.begin(perf_counter_ns(), self.clock.mark() if self.device else None, None, None)
+            self.in_step = True
+        except Exception:
+            if self.on_internal_error is not None:
+                self.on_internal_error()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        """Close the step :meth:`__enter__` opened (a refused block closes nothing); exceptions pass."""
+        try:
+            if get_ident() != self.owner:
+                return False
+            if self._nested_blocks:
+                self._nested_blocks -= 1
+                return False
+            self.end_step(None if exc_type is None else exc_type.__name__)
+        except Exception:
+            if self.on_internal_error is not None:
+                self.on_internal_error()
+        return False
 
     def step_started_ns(self) -> int:
         """``perf_counter_ns`` when the open (or last) step began (read by the hang watchdog)."""
-        return self._state.start_ns
+        return self.state.start_ns
 
     # --- input fetches ---------------------------------------------------------
     def fetch_begin(self) -> tuple[int, Any]:
@@ -120,7 +173,7 @@ class StepRecorder:
             if not self.in_step:
                 self.outside_fetches += 1
             elif samples is not None:
-                state = self._state
+                state = self.state
                 state.samples = samples if state.samples is None else state.samples + samples
             return
         if not fetched:
@@ -203,20 +256,22 @@ class StepRecorder:
     ) -> None:
         """:meth:`phase_end` for a hook that has already checked it runs on the training thread.
 
-        ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call)."""
+        ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call).
+        The call is appended in the order it ends, unnumbered (``call`` is ``None``: the emitter
+        numbers it, :func:`~traceml_otel.wire.step_row.number_phase_calls`). The forward, backward and
+        optimizer hooks, which end a phase every step, run this body inline (a call of it was a
+        Python frame per phase call); ``tests/capture/test_phase_inline.py`` holds them to it.
+        """
         end = perf_counter_ns()
         if not self.in_step:
             self.clock.release(token[1])
             return
-        state = self._state
+        state = self.state
         if update:
             state.optimizer_steps += 1
-        calls = state.calls
-        call = calls.get(phase, 0)
-        calls[phase] = call + 1
         # A plain list in PhaseRow's layout: a PhaseRow per call costs 0.3 us more (construction and
         # release of a list subclass); _resolve views them as PhaseRows when it fills device timings.
-        state.phases.append([phase, call, token[0], end, None, None, nbytes])
+        state.phases.append([phase, None, token[0], end, None, None, nbytes])
         if self.device:
             state.phase_marks.append((token[1], self.clock.mark()))
         if self.on_nested_phase is not None and phase != "optimizer":
@@ -225,7 +280,7 @@ class StepRecorder:
     def optimizer_stepped(self) -> None:
         """Count an optimizer update inside the current step."""
         if self.in_step and get_ident() == self.owner:
-            self._state.optimizer_steps += 1
+            self.state.optimizer_steps += 1
 
     @property
     def last_step_end_ns(self) -> int | None:
@@ -235,14 +290,14 @@ class StepRecorder:
     @property
     def last_phase(self) -> str | None:
         """The name of the open step's last phase call so far (``None`` when none, or no step is open)."""
-        if not self.in_step or not self._state.phases:
+        if not self.in_step or not self.state.phases:
             return None
-        return self._state.phases[-1][0]
+        return self.state.phases[-1][0]
 
     @property
     def updates_in_step(self) -> int:
         """Optimizer updates counted in the open step so far (0 when none is open)."""
-        return self._state.optimizer_steps if self.in_step else 0
+        return self.state.optimizer_steps if self.in_step else 0
 
     # --- collectives -------------------------------------------------------------
     def collective_begin(
@@ -254,7 +309,7 @@ class StepRecorder:
         """
         if not self.in_step:
             return None
-        state = self._state
+        state = self.state
         marks = [self.clock.mark(), None]
         row = CollectiveRow.started(
             kind=kind, source=source, start_ns=perf_counter_ns(), nbytes=nbytes, blocking=blocking
@@ -292,25 +347,25 @@ class StepRecorder:
         if self._reads_memory:
             self.clock.reset_peak_memory()
         start_mark = self.clock.mark() if self.device else None
-        self._state.begin(perf_counter_ns() if start_ns is None else start_ns, start_mark, samples, tokens)
+        self.state.begin(perf_counter_ns() if start_ns is None else start_ns, start_mark, samples, tokens)
         self.in_step = True
         return True
 
     def cancel_step(self) -> None:
         """Drop the open step without recording it (an inferred step that explicit steps replace)."""
         if self.in_step:
-            state = self._state
+            state = self.state
             for mark in (state.start_mark, *(m for pair in state.phase_marks for m in pair)):
                 self.clock.release(mark)
             self.in_step = False
-            self._state = StepState()
+            self.state = StepState()
 
     def end_step(self, exception_type: str | None = None) -> None:
         """Close the step and queue it; flush a batch when one is due."""
         end_ns = perf_counter_ns()
         if not self.in_step:
             return
-        state = self._state
+        state = self.state
         self.in_step = False
         end_mark = self.clock.mark() if self.device else None
         memory = self.clock.peak_memory() if self._reads_memory else None

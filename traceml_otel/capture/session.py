@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from traceml_otel.settings import Settings
 
 _UNSEEN = object()
+_NO_BLOCK = object()
+"""What :attr:`Session.block_model` holds while ``trace_step`` must take the session's full path."""
 
 
 def warn(message: str) -> None:
@@ -75,6 +77,10 @@ class Session:
     """The interface, and the session of a process where telemetry is off: every call is a no-op."""
 
     active = False
+    block_model: Any = _NO_BLOCK
+    """The model for which ``trace_step(model)`` may return :attr:`recorder` as its block (its usual
+    call: this model, no declared work, no step inference running); a sentinel matching nothing until
+    :meth:`begin_step` has opened a step for it."""
     config: CaptureConfig | None = None
     recorder: StepRecorder | None = None
     time_ledger: TimeLedger | None = None
@@ -152,6 +158,8 @@ class TrainingSession(Session):
         # end_step() is the recorder's own, bound once: it runs every step, and the method below would
         # add a Python frame only to pass the call on.
         self.end_step = self.recorder.end_step  # type: ignore[method-assign]
+        self.recorder.on_refused = self._refused
+        self.recorder.on_internal_error = self.count_internal_error
         self.wrapped_model: Any = None  # the model given to wrap_forward()
         self.inferred: InferredSteps | None = None
         """Step inference for a plain loop (zero-code tracing), until an explicit step replaces it."""
@@ -178,6 +186,7 @@ class TrainingSession(Session):
         )
         self.wrappers = WrapperRegistry()
         self._model: Any = _UNSEEN
+        self.block_model = _NO_BLOCK
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
             (True, self.wrappers),
@@ -230,17 +239,23 @@ class TrainingSession(Session):
         recorder = self.recorder
         other_threads = recorder.other_thread_steps
         if recorder.begin_step(samples, tokens):
+            if self.inferred is None and not self.closed:  # trace_step(model) may now use the recorder
+                self.block_model = model
             return True
-        if recorder.other_thread_steps != other_threads:
-            if other_threads == 0:
-                warn(f"trace_step() was called on a second thread ({threading.current_thread().name}); "
-                     "telemetry traces one training thread per process (the first to call it), so this "
-                     "thread's steps and phases are ignored, never merged (counted at exit; warned once)")
-            return False
-        if recorder.nested_steps == 1:
+        self._refused("thread" if recorder.other_thread_steps != other_threads else "nested")
+        return False
+
+    def _refused(self, why: str) -> None:
+        """A block opened no step: on another thread than the training thread, or inside an open step.
+        Warned the first time of each (the recorder counts them all)."""
+        recorder = self.recorder
+        if why == "thread" and recorder.other_thread_steps == 1:
+            warn(f"trace_step() was called on a second thread ({threading.current_thread().name}); "
+                 "telemetry traces one training thread per process (the first to call it), so this "
+                 "thread's steps and phases are ignored, never merged (counted at exit; warned once)")
+        elif why == "nested" and recorder.nested_steps == 1:
             warn("trace_step() blocks are nested; only the outermost block is a step (the inner ones are "
                  "not counted; warned once)")
-        return False
 
     def end_step(self, exception_type: str | None) -> None:
         """Close the open step (``__init__`` binds the recorder's ``end_step`` over this method)."""
@@ -250,6 +265,7 @@ class TrainingSession(Session):
         """The traced model changed: hook it, find its parallelism (once per model, so loops that
         alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
         self._model = model
+        self.block_model = _NO_BLOCK  # until a step opens for this model through begin_step
         if model is not None and self.forward is not None:
             # (step inference times a root that refuses hooks with its global module hooks: no warning)
             if self.inferred is None:
@@ -294,6 +310,7 @@ class TrainingSession(Session):
         if not inferred.active:
             return None
         self.inferred = inferred
+        self.block_model = _NO_BLOCK  # explicit steps go through begin_step, which stops the inference
         return inferred
 
     # --- what the wrap_* helpers and the framework callbacks time ------------------------
@@ -343,6 +360,7 @@ class TrainingSession(Session):
         if self.closed:
             return
         self.closed = True
+        self.block_model = _NO_BLOCK
         from traceml_otel.capture.session_end import close_session
 
         close_session(self, status)

@@ -28,7 +28,7 @@ class StepState:
     The recorder keeps one and refills it with :meth:`begin` at each step (a new one per step cost an
     allocation and a garbage-collector count); a finished step's row holds its lists, not the state."""
 
-    __slots__ = ("calls", "collective_marks", "collectives", "given_samples", "optimizer_steps",
+    __slots__ = ("collective_marks", "collectives", "given_samples", "optimizer_steps",
                  "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
 
     def __init__(self) -> None:
@@ -42,7 +42,6 @@ class StepState:
         """Phase calls in :class:`PhaseRow`'s layout, as plain lists (cheaper on the training thread)."""
         self.phase_marks: list[tuple[Any, Any]] = []
         """Device marks of each phase call (on a device clock only)."""
-        self.calls: dict[str, int] = {}
         self.optimizer_steps = 0
         self.samples: int | None = None
         self.tokens = tokens

@@ -319,7 +319,7 @@ class HangWatchdog:
         threads.sort(key=lambda t: not t.main)
         in_step = recorder.in_step
         done: list[str] = []
-        for call in list(recorder._state.phases) if in_step else ():
+        for call in list(recorder.state.phases) if in_step else ():
             if call[0] not in done:
                 done.append(call[0])
         entered, open_calls = self.progress.snapshot() if self.progress is not None else ({}, [])

@@ -19,7 +19,8 @@ newer one appended (longer) are ignored. The layout is version 2 of the stream
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
+from itertools import repeat
+from operator import itemgetter, setitem
 from typing import Any
 
 from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
@@ -40,7 +41,8 @@ class PhaseRow(list):  # type: ignore[type-arg]
 
     __slots__ = ()
     phase = _slot(0, "``forward``, ``backward``, ``optimizer`` or ``h2d``.")
-    call = _slot(1, "Which call of this phase in the step, from 0.")
+    call = _slot(1, "Which call of this phase in the step, from 0; ``None`` as the training thread "
+                    "appends it (:func:`number_phase_calls` numbers it on the emitter side).")
     start_ns = _slot(2, "CPU clock reading at the start.")
     end_ns = _slot(3, "CPU clock reading at the end.")
     gpu_offset_ns = _slot(4, "CUDA events: from the step's start event to this call's start.")
@@ -48,7 +50,7 @@ class PhaseRow(list):  # type: ignore[type-arg]
     nbytes = _slot(6, "Bytes moved (h2d copies only).")
 
     @classmethod
-    def timed(cls, phase: str, call: int, start_ns: int, end_ns: int, nbytes: int | None) -> PhaseRow:
+    def timed(cls, phase: str, call: int | None, start_ns: int, end_ns: int, nbytes: int | None) -> PhaseRow:
         """A phase call the CPU clock timed (its device timings come later, on CUDA).
 
         The recorder appends a plain list in this layout instead, once per phase call on the training
@@ -166,6 +168,8 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
      prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
      device_total_bytes, exception_type, phase_rows, collective_rows, samples, tokens, loader, source,
      between_ns) = values
+    if phase_rows and None in [row[1] if len(row) > 1 else 0 for row in phase_rows]:
+        _number_unnumbered(phase_rows)  # a row straight from a recorder (the emitter numbers its batches)
     phases = tuple([
         PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes)
         for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phase_rows)
@@ -189,6 +193,60 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
 
 
 _PHASE_FIELDS = 7
+
+
+def number_phase_calls(rows: Sequence[Any]) -> None:
+    """Fill in each phase call's ``call`` (which call of its phase in the step, from 0), in place.
+
+    The training thread appends phase calls in the order they end and leaves ``call`` as ``None``
+    (counting them there cost every phase call a dictionary read and write); the order is all the
+    count needs, so the emitter numbers a batch here when it arrives: a row whose first call is
+    unnumbered gets every call numbered, from its phase names (the numbers of a name sequence are
+    worked out once per batch and written by ``map``, no Python loop per call). Other rows, and rows
+    not in the layout, are left as they are (:func:`decode_step` numbers or rejects what is left).
+    """
+    numbers: dict[tuple[Any, ...], tuple[int, ...]] = {}
+    for row in rows:
+        try:
+            phases = row[_ROW_PHASES]
+            if not phases or phases[0][1] is not None:
+                continue
+            names = tuple(map(_first, phases))
+            calls = numbers.get(names)
+            if calls is None:
+                calls = numbers[names] = _calls_in_order(names)
+            list(map(setitem, phases, repeat(1), calls))
+        except (TypeError, IndexError, KeyError, AttributeError):
+            continue  # not a row of this layout: the decoder says what is wrong with it
+
+
+def _calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
+    """Each name's count among the names before it: ``forward, backward, forward`` -> ``0, 0, 1``."""
+    seen: dict[Any, int] = {}
+    calls = []
+    for name in names:
+        call = seen.get(name, 0)
+        calls.append(call)
+        seen[name] = call + 1
+    return tuple(calls)
+
+
+def _number_unnumbered(phase_rows: list[Any]) -> None:
+    """:func:`number_phase_calls` for one decoded row whose calls are numbered in part (a number
+    already there stays and counts)."""
+    seen: dict[Any, int] = {}
+    for phase in phase_rows:
+        if isinstance(phase, list) and len(phase) > 1:
+            name = phase[0] if isinstance(phase[0], str) else None
+            call = seen.get(name, 0)
+            if phase[1] is None:
+                phase[1] = call
+            seen[name] = call + 1
+
+
+_ROW_PHASES = 14
+"""The phases' slot in a step row (:attr:`StepRow.phases`)."""
+_first = itemgetter(0)
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
