@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/emitter_cost.py --otlp     # also OTLP spans + metrics to a real rotel
 
 One synthetic stream of 1 ms steps (a step, forward, backward and optimizer span, an input wait,
-CUDA peaks; sent in frames of 64 steps, as the trainer batches them) goes through each stage of
+CUDA peaks, the phase calls unnumbered as the training thread sends them; in frames of 64 steps) goes
+through each stage of
 the real emitter code in this process, and each stage's process CPU time (``time.process_time``:
 all threads, so an exporter's own thread counts) is divided by the steps:
 
@@ -54,9 +55,9 @@ def _rows(first: int, count: int) -> list[StepRow]:
     rows = []
     for step in range(first, first + count):
         start = step * MS
-        phases = [PhaseRow.timed("forward", 0, start + 50_000, start + 350_000, None),
-                  PhaseRow.timed("backward", 0, start + 350_000, start + 850_000, None),
-                  PhaseRow.timed("optimizer", 0, start + 860_000, start + 950_000, None)]
+        phases = [PhaseRow.timed("forward", None, start + 50_000, start + 350_000, None),
+                  PhaseRow.timed("backward", None, start + 350_000, start + 850_000, None),
+                  PhaseRow.timed("optimizer", None, start + 860_000, start + 950_000, None)]
         rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 990_000,
                                input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
                                peak_allocated_bytes=1 << 30, peak_reserved_bytes=2 << 30,

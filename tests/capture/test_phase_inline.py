@@ -14,7 +14,7 @@ from torch import nn
 from tests.capture.test_recorder import FakeEventClock, ListSink
 from traceml_otel.capture import hooks
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.wire.step_row import decode_step, number_phase_calls
+from traceml_otel.wire.step_row import decode_step
 
 
 class Net(nn.Module):
@@ -80,8 +80,7 @@ def test_the_hooks_record_what_phase_done_records() -> None:
     clock.complete_all()
     recorder.flush()
     (row,) = sink.batches[0]
-    number_phase_calls([row])
-    record = decode_step(row, 0)
+    record = decode_step(row, 0)  # numbers the calls, as the emitter does
     assert [(p.phase, p.call) for p in record.phases] == [
         ("forward", 0), ("backward", 0), ("forward", 1), ("backward", 1), ("optimizer", 0)]
     assert all(p.gpu_duration_ns is not None for p in record.phases) and record.optimizer_steps == 1

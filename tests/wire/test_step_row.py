@@ -17,8 +17,8 @@ from traceml_otel.wire.step_row import (
     CollectiveRow,
     PhaseRow,
     StepRow,
+    calls_in_order,
     decode_step,
-    number_phase_calls,
 )
 
 STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
@@ -151,7 +151,13 @@ def test_decode_step_puts_every_slot_in_the_field_of_its_name() -> None:
     assert decode_step(row, anchor_ns=1000) == expected  # a StepRow itself, not a plain list
 
 
-def test_the_emitter_numbers_the_calls_the_training_thread_left_unnumbered() -> None:
+def test_calls_are_numbered_from_the_order_of_the_phase_names() -> None:
+    assert calls_in_order(["forward", "backward", "forward", "backward", "optimizer"]) == (0, 0, 1, 1, 0)
+    assert calls_in_order(["forward", "backward", "optimizer"]) == (0, 0, 0)
+    assert calls_in_order([]) == ()
+
+
+def test_decode_step_numbers_unnumbered_calls_and_keeps_given_numbers() -> None:
     def row(*phases: tuple[str, int | None]) -> list:
         values = StepRow.of(step=0, start_ns=0, end_ns=9, phases=[
             PhaseRow.timed(name, call, 1, 2, None) for name, call in phases])
@@ -159,18 +165,12 @@ def test_the_emitter_numbers_the_calls_the_training_thread_left_unnumbered() -> 
 
     micro = row(("forward", None), ("backward", None), ("forward", None), ("backward", None),
                 ("optimizer", None))
-    numbered = row(("forward", 0), ("forward", 1), ("backward", None))  # an older trainer's, and a mix
-    plain = row(("forward", None), ("backward", None), ("optimizer", None))
-    short = [0, 0, 9]  # a row of another layout, and one whose phases are not a list
-    odd = row()
-    odd[14] = "garbage"
-    number_phase_calls([micro, numbered, plain, short, odd])
-    assert [(p[0], p[1]) for p in micro[14]] == [
+    assert [(p.phase, p.call) for p in decode_step(micro, 0).phases] == [
         ("forward", 0), ("backward", 0), ("forward", 1), ("backward", 1), ("optimizer", 0)]
-    assert [p[1] for p in numbered[14]] == [0, 1, None]  # numbered in part: decode_step finishes it
+    numbered = row(("forward", 0), ("forward", 1), ("backward", None))  # an older trainer's, and a mix
     assert [p.call for p in decode_step(numbered, 0).phases] == [0, 1, 0]
-    assert [p[1] for p in plain[14]] == [0, 0, 0]
-    assert short == [0, 0, 9] and odd[14] == "garbage"
+    odd = row(("forward", 7), ("forward", None))  # a given number stays, and counts as a call
+    assert [p.call for p in decode_step(odd, 0).phases] == [7, 1]
 
 
 def test_decode_step_numbers_a_row_straight_from_a_recorder() -> None:

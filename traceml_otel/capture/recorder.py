@@ -258,9 +258,10 @@ class StepRecorder:
 
         ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call).
         The call is appended in the order it ends, unnumbered (``call`` is ``None``: the emitter
-        numbers it, :func:`~traceml_otel.wire.step_row.number_phase_calls`). The forward, backward and
-        optimizer hooks, which end a phase every step, run this body inline (a call of it was a
-        Python frame per phase call); ``tests/capture/test_phase_inline.py`` holds them to it.
+        numbers it from that order, :func:`~traceml_otel.wire.step_row.calls_in_order`). The
+        forward, backward and optimizer hooks, which end a phase every step, run this body inline (a
+        call of it was a Python frame per phase call); ``tests/capture/test_phase_inline.py`` holds
+        them to it.
         """
         end = perf_counter_ns()
         if not self.in_step:

@@ -18,6 +18,7 @@ from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.wire.frames import orjson_module
+from traceml_otel.wire.step_row import calls_in_order
 
 NS = 1e-9
 
@@ -168,8 +169,13 @@ def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[str], ste
         _optional_seconds(between), fetches, samples, tokens, *NO_SUMS,
     ]
     phase_ends = []
-    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), ids in zip(
-            columns.phases, phase_ids, strict=True):
+    # The training thread leaves each call's number to us; a run's rows share their phase names, so
+    # its numbers are the names' order, worked out once per run (a row that has them keeps them).
+    numbers = calls_in_order([column[0][0] for column in columns.phases])
+    for (_, call, phase_start, phase_end, offset, phase_gpu, nbytes), ids, number in zip(
+            columns.phases, phase_ids, numbers, strict=True):
+        if call[0] is None:
+            call = (number,) * len(call)
         cpu_text = seconds_text(map(sub, phase_end, phase_start))
         if on_gpu and phase_gpu[0] is not None and offset[0] is not None:  # on the device's timeline
             phase_starts = list(map(add, starts, offset))

@@ -57,7 +57,7 @@ from traceml_otel.emit.step_columns import (
 )
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
-from traceml_otel.wire.step_row import ROW_FIELDS, decode_step, number_phase_calls
+from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
 from traceml_otel.wire.step_table import COLUMNS
 
 SHAPE_LIMIT = 256
@@ -146,7 +146,6 @@ class StepLines:
         ``keep_spans`` (OTLP export or metrics need them) also each step's record and span objects,
         built with the same ids as the text."""
         out = EncodedSteps([], [], 0)
-        number_phase_calls(rows)  # the training thread leaves them to us
         rows = list(rows)
         if rows and self._builder.first:  # the first step span carries the host's CPU count
             self._reference(rows[0], anchor_ns, out, keep_spans)

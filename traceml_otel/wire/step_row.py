@@ -19,8 +19,7 @@ newer one appended (longer) are ignored. The layout is version 2 of the stream
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
-from operator import itemgetter, setitem
+from operator import itemgetter
 from typing import Any
 
 from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
@@ -42,7 +41,7 @@ class PhaseRow(list):  # type: ignore[type-arg]
     __slots__ = ()
     phase = _slot(0, "``forward``, ``backward``, ``optimizer`` or ``h2d``.")
     call = _slot(1, "Which call of this phase in the step, from 0; ``None`` as the training thread "
-                    "appends it (:func:`number_phase_calls` numbers it on the emitter side).")
+                    "appends it (the emitter numbers it, :func:`calls_in_order`).")
     start_ns = _slot(2, "CPU clock reading at the start.")
     end_ns = _slot(3, "CPU clock reading at the end.")
     gpu_offset_ns = _slot(4, "CUDA events: from the step's start event to this call's start.")
@@ -195,33 +194,14 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
 _PHASE_FIELDS = 7
 
 
-def number_phase_calls(rows: Sequence[Any]) -> None:
-    """Fill in each phase call's ``call`` (which call of its phase in the step, from 0), in place.
+def calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
+    """Each phase call's number (which call of its phase in the step, from 0) from the step's phase
+    names in the order the calls ended: ``forward, backward, forward`` -> ``0, 0, 1``.
 
-    The training thread appends phase calls in the order they end and leaves ``call`` as ``None``
-    (counting them there cost every phase call a dictionary read and write); the order is all the
-    count needs, so the emitter numbers a batch here when it arrives: a row whose first call is
-    unnumbered gets every call numbered, from its phase names (the numbers of a name sequence are
-    worked out once per batch and written by ``map``, no Python loop per call). Other rows, and rows
-    not in the layout, are left as they are (:func:`decode_step` numbers or rejects what is left).
-    """
-    numbers: dict[tuple[Any, ...], tuple[int, ...]] = {}
-    for row in rows:
-        try:
-            phases = row[_ROW_PHASES]
-            if not phases or phases[0][1] is not None:
-                continue
-            names = tuple(map(_first, phases))
-            calls = numbers.get(names)
-            if calls is None:
-                calls = numbers[names] = _calls_in_order(names)
-            list(map(setitem, phases, repeat(1), calls))
-        except (TypeError, IndexError, KeyError, AttributeError):
-            continue  # not a row of this layout: the decoder says what is wrong with it
-
-
-def _calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
-    """Each name's count among the names before it: ``forward, backward, forward`` -> ``0, 0, 1``."""
+    The training thread leaves ``call`` as ``None`` (counting there cost every phase call a
+    dictionary read and write); the order is all the count needs, so the emitter numbers them: once
+    per run of rows of one shape on the default path (``emit/step_columns.py``), per row in
+    :func:`decode_step`."""
     seen: dict[Any, int] = {}
     calls = []
     for name in names:
@@ -232,8 +212,8 @@ def _calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
 
 
 def _number_unnumbered(phase_rows: list[Any]) -> None:
-    """:func:`number_phase_calls` for one decoded row whose calls are numbered in part (a number
-    already there stays and counts)."""
+    """:func:`calls_in_order`, written into a row's unnumbered phase calls (a number already there
+    stays and counts)."""
     seen: dict[Any, int] = {}
     for phase in phase_rows:
         if isinstance(phase, list) and len(phase) > 1:
@@ -246,7 +226,6 @@ def _number_unnumbered(phase_rows: list[Any]) -> None:
 
 _ROW_PHASES = 14
 """The phases' slot in a step row (:attr:`StepRow.phases`)."""
-_first = itemgetter(0)
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
