@@ -168,7 +168,7 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
      device_total_bytes, exception_type, phase_rows, collective_rows, samples, tokens, loader, source,
      between_ns) = values
     if phase_rows and None in [row[1] if len(row) > 1 else 0 for row in phase_rows]:
-        _number_unnumbered(phase_rows)  # a row straight from a recorder (the emitter numbers its batches)
+        _number_unnumbered(phase_rows)  # as the training thread sends them: calls in order, unnumbered
     phases = tuple([
         PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes)
         for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phase_rows)
@@ -222,10 +222,6 @@ def _number_unnumbered(phase_rows: list[Any]) -> None:
             if phase[1] is None:
                 phase[1] = call
             seen[name] = call + 1
-
-
-_ROW_PHASES = 14
-"""The phases' slot in a step row (:attr:`StepRow.phases`)."""
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
