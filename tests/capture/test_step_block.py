@@ -113,6 +113,11 @@ def test_trace_step_hands_out_the_recorder_only_on_the_sessions_usual_path(tmp_p
         step(second); step(second)  # another model: the session sees it first
         step(first, samples=2); step(first)  # declared work: the session's path, then the usual one
         print("KINDS", " ".join(kinds))
+        import os
+        child = os.fork()  # a DataLoader worker's fork: the child never records into the parent's recorder
+        if child == 0:
+            os._exit(3 if isinstance(traceml.trace_step(first), StepRecorder) else 0)
+        print("CHILD", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
         traceml.shutdown()
         block = traceml.trace_step(first)
         print("AFTER", "recorder" if isinstance(block, StepRecorder) else "context")
@@ -120,7 +125,7 @@ def test_trace_step_hands_out_the_recorder_only_on_the_sessions_usual_path(tmp_p
     assert result.returncode == 0, result.stderr
     kinds = "KINDS context recorder recorder context recorder context recorder"
     assert kinds in result.stdout, result.stdout
-    assert "AFTER context" in result.stdout, result.stdout
+    assert "AFTER context" in result.stdout and "CHILD 0" in result.stdout, result.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     spans = read_run(run_dir)
     steps = [s for s in spans if s.name == c.SPAN_STEP]

@@ -367,6 +367,7 @@ class TrainingSession(Session):
 
     def forget_in_child(self) -> None:
         self.closed = True
+        self.block_model = _NO_BLOCK
         self.link.detach()
         if self.watchdog is not None:  # its thread did not survive the fork; its parent may ask
             self.watchdog = None  # for this child's stacks (a DataLoader worker) on a hang
