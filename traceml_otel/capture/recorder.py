@@ -9,6 +9,7 @@ sink. It builds no OTel objects, never blocks on the device and never raises int
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from threading import get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -93,9 +94,9 @@ class StepRecorder:
         self._device_sent: tuple[int, str | None] | None = None
         self._nested_blocks = 0
         """Blocks entered (as a context manager) inside an open step and not yet exited."""
-        self.on_refused: Any = None
+        self.on_refused: Callable[[str], None] | None = None
         """Called with ``"thread"`` or ``"nested"`` when a block opens no step (the session warns)."""
-        self.on_internal_error: Any = None
+        self.on_internal_error: Callable[[], None] | None = None
         """Called when a block's own code raised (the session counts it and warns once)."""
 
     # --- trace_step's usual block ------------------------------------------------------

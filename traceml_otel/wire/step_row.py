@@ -213,15 +213,11 @@ def calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
 
 def _number_unnumbered(phase_rows: list[Any]) -> None:
     """:func:`calls_in_order`, written into a row's unnumbered phase calls (a number already there
-    stays and counts)."""
-    seen: dict[Any, int] = {}
-    for phase in phase_rows:
-        if isinstance(phase, list) and len(phase) > 1:
-            name = phase[0] if isinstance(phase[0], str) else None
-            call = seen.get(name, 0)
-            if phase[1] is None:
-                phase[1] = call
-            seen[name] = call + 1
+    stays and counts; a name that is not a string counts as ``None``'s)."""
+    names = [phase[0] if len(phase) and isinstance(phase[0], str) else None for phase in phase_rows]
+    for phase, call in zip(phase_rows, calls_in_order(names), strict=True):
+        if isinstance(phase, list) and len(phase) > 1 and phase[1] is None:
+            phase[1] = call
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
