@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Check the analysis-only install: traceml-otel without any of its dependencies (no torch, grpc,
-# prometheus-client or OTel SDK) in a fresh venv must analyze and compare a stored run.
+# Check the analysis-only install: traceml-otel with only its statistics dependencies (numpy, scipy,
+# ruptures; no torch, grpc, prometheus-client or OTel SDK) in a fresh venv must analyze and compare a
+# stored run.
 #   bash scripts/check_analysis_install.sh
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,9 +20,11 @@ pip wheel --no-deps --no-build-isolation -w "$work/wheel" "$repo" >/dev/null 2>&
 if pip --python "$PYTHON" --version >/dev/null 2>&1; then
   "$PYTHON" -m venv --without-pip "$work/venv"
   pip --python "$py" install --no-deps "$work"/wheel/*.whl
+  pip --python "$py" install numpy scipy ruptures
 else
   "$PYTHON" -m venv "$work/venv"
   "$py" -m pip install -q --disable-pip-version-check --no-deps "$work"/wheel/*.whl
+  "$py" -m pip install -q --disable-pip-version-check numpy scipy ruptures
 fi
 "$py" -c "import traceml_otel" || { echo "traceml-otel did not install" >&2; exit 1; }
 for module in torch grpc prometheus_client opentelemetry; do
