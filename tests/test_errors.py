@@ -84,8 +84,8 @@ def test_a_bug_is_an_internal_error_not_bad_input(run_dir: Path, bug: Exception,
 def test_a_runs_folder_is_listed_one_run_per_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("run-1", "run-2"):
         write_run(tmp_path / name, name, [SyntheticStep(rank=0, step=n) for n in range(3)])
-    assert main(["analyze", str(tmp_path)]) == EXIT_ERROR
+    assert main(["analyze", str(tmp_path), "--format", "json"]) == EXIT_ERROR
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == (f"traceml analyze: error: {tmp_path} holds 2 runs, not one run's spans; "
-                        "analyse one of them (newest first):")
+    assert lines[0] == (f"traceml analyze: error: {tmp_path} is a runs folder with 2 runs (newest first); "
+                        "analyze one of them:")
     assert len(lines) == 4 and lines[1].startswith("  ") and lines[3].startswith("e.g. traceml analyze ")

@@ -45,6 +45,50 @@ def test_impossible_option_values_are_refused_plainly(
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert f"argument {option}: {message}" in error and "Traceback" not in error
+    assert error.count("\n") == 1 and "usage:" not in error  # one line, as the README promises
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["analyze", "--fromat", "json", "x"],
+     "traceml analyze: error: unrecognized arguments: --fromat (did you mean --format?)"),
+    (["analyz", "x"], "(did you mean analyze?)"),
+    (["compare", "a", "b", "--fail-on-regresion"], "(did you mean --fail-on-regression?)"),
+    (["analyze", "--engine", "colum", "x"], "invalid choice: 'colum'"),
+])
+def test_a_mistyped_option_or_command_gets_one_line_with_the_closest_spelling(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert expected in error and error.count("\n") == 1 and "usage:" not in error, error
+    assert error.rstrip().endswith("--help")
+
+
+def test_analyse_is_the_same_command_as_analyze(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_run(tmp_path / "run", "r", [SyntheticStep(rank=0, step=n) for n in range(30)])
+    assert main(["analyse", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "traceml-otel/report"
+
+
+def test_an_html_report_on_a_terminal_goes_to_a_file(tmp_path: Path) -> None:
+    """Under a real terminal (``script`` gives the command a pty), ``--format html`` without ``-o``
+    writes report.html into the run folder and prints its path; with no run folder it asks for ``-o``."""
+    run = write_run(tmp_path / "run", "r", [SyntheticStep(rank=0, step=n) for n in range(30)])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def on_a_terminal(*arguments: str) -> str:
+        command = " ".join([sys.executable, "-m", "traceml_otel.cli", *arguments])
+        done = subprocess.run(["script", "-qec", command, "/dev/null"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        return done.stdout
+
+    screen = on_a_terminal("analyze", str(run), "--format", "html")
+    assert f"wrote {run / 'report.html'}" in screen and "<!DOCTYPE" not in screen
+    assert (run / "report.html").read_text().startswith("<!DOCTYPE html>")
+    screen = on_a_terminal("analyze", str(run / "rank-0.traces.jsonl"), "--html")
+    assert "an HTML report goes to a file: add -o" in screen and "<!DOCTYPE" not in screen
 
 
 @pytest.mark.parametrize(("body", "own_error"), [
@@ -75,12 +119,16 @@ def test_analyze_on_the_runs_folder_lists_the_runs_newest_first(
         stamp = run.stat().st_mtime - age
         os.utime(run, (stamp, stamp))
     (parent / "not-a-run").mkdir()
-    assert main(["analyze", str(parent)]) == 2
-    error = capsys.readouterr().err
-    assert "holds 3 runs" in error and "not-a-run" not in error
-    listed = [line.split()[-1] for line in error.splitlines() if line.startswith("  20")]
+    assert main(["analyze", str(parent)]) == 0  # asked plainly, the list is the answer (no "error:")
+    out, err = capsys.readouterr()
+    assert "is a runs folder with 3 runs" in out and "not-a-run" not in out and err == ""
+    listed = [line.split()[-1] for line in out.splitlines() if line.startswith("  20")]
     assert [Path(p).name for p in listed] == ["new", "middle", "old"]
-    assert f"e.g. traceml analyze {parent / 'new'}" in error
+    assert f"e.g. traceml analyze {parent / 'new'}" in out
+    # a report asked of a runs folder is no report: exit 2 and the same list, as the error
+    assert main(["analyze", str(parent), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("traceml analyze: error: ") and "is a runs folder with 3 runs" in err
 
 
 def test_json_and_html_work_as_format_aliases(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

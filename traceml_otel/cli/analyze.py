@@ -177,7 +177,9 @@ def runs_inside(folder: Path) -> str:
     if not runs:
         return ""
     runs.sort(key=lambda item: (-item[0], item[1].name))
-    lines = [f"{folder} holds {len(runs)} runs, not one run's spans; analyse one of them (newest first):"]
+    count = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
+    name = strip_control(str(folder))
+    lines = [f"{name} is a runs folder with {count} (newest first); analyze one of them:"]
     for when, run, traced in runs[:MAX_LISTED_RUNS]:
         stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(f"  {stamp}  {strip_control(str(run))}{'' if traced else '  (no steps traced)'}")
@@ -209,6 +211,10 @@ class RunsFolderGiven(UsageError):
 
     multiline = True  # our own lines (paths already stripped of control characters)
 
+    def __init__(self, listing: str) -> None:
+        super().__init__(listing)
+        self.listing = listing
+
 
 def run_analyze(args: argparse.Namespace) -> int:
     """Run ``traceml analyze``; returns the exit code (see ``common``)."""
@@ -217,9 +223,27 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 def _analyze_and_write(args: argparse.Namespace) -> int:
     trace_url = trace_url_template(getattr(args, "trace_url", None))
-    analysis = _analyze(args)
-    write_output(render(analysis, args.format, trace_url=trace_url), args.output)
+    output = _html_destination(args)
+    try:
+        analysis = _analyze(args)
+    except RunsFolderGiven as folder:
+        if args.format != "text" or args.output is not None:
+            raise  # a report was asked for: no report is an error (exit 2), with the list of runs
+        print(folder.listing)  # asked plainly, the list of runs is the answer
+        return EXIT_OK
+    write_output(render(analysis, args.format, trace_url=trace_url), output)
     return EXIT_NO_DATA if analysis.step.primary.kind is StepKind.NO_DATA else EXIT_OK
+
+
+def _html_destination(args: argparse.Namespace) -> Path | None:
+    """Where an HTML report goes: ``-o``; else, on a terminal, ``report.html`` in the one run folder
+    given (a page of HTML on a terminal helps nobody), or an error asking for ``-o``."""
+    if args.format != "html" or args.output is not None or not sys.stdout.isatty():
+        return args.output
+    inputs = list(args.inputs or ())
+    if len(inputs) == 1 and inputs[0].is_dir() and not runs_inside(inputs[0]):
+        return inputs[0] / REPORT_HTML
+    raise UsageError("an HTML report goes to a file: add -o report.html (or pipe the output)")
 
 
 def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:

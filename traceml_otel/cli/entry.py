@@ -8,13 +8,14 @@ from collections.abc import Sequence
 
 from traceml_otel._version import __version__
 from traceml_otel.cli.common import run_command
+from traceml_otel.cli.parser import CommandParser
 from traceml_otel.cli.run import add_run_arguments, run_run, split_script_arguments, unknown_launcher_option
 
 
 def build_parser(launch_only: bool = False) -> argparse.ArgumentParser:
     """The argument parser of every subcommand; with ``launch_only``, of ``traceml run`` alone (the
     launcher then never imports the analyzer: its diagnosis runs in a child process)."""
-    parser = argparse.ArgumentParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
+    parser = CommandParser(prog="traceml", description="PyTorch step telemetry on OpenTelemetry.")
     parser.add_argument("--version", action="version", version=f"traceml-otel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(commands.add_parser(
@@ -30,7 +31,9 @@ def build_parser(launch_only: bool = False) -> argparse.ArgumentParser:
     from traceml_otel.cli.stack import add_stack_arguments
 
     add_stack_arguments(commands.add_parser("stack", help="render alert rules, dashboard and manifests"))
-    add_analyze_arguments(commands.add_parser("analyze", help="diagnose a run from its spans"))
+    add_analyze_arguments(
+        commands.add_parser("analyze", aliases=["analyse"], help="diagnose a run from its spans")
+    )
     add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
     return parser
 
@@ -41,10 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["run"]:
         problem = unknown_launcher_option(argv)
         if problem:
-            print(f"usage: traceml run [options] SCRIPT [script arguments]\ntraceml run: error: {problem}",
-                  file=sys.stderr)
+            print(f"traceml run: error: {problem}; see traceml run --help", file=sys.stderr)
             return 2
     args = build_parser(launch_only=argv[:1] == ["run"]).parse_args(argv)
+    if args.command == "analyse":  # the British spelling is the same command
+        args.command = "analyze"
     # Each command maps its own errors; what still escapes is a user's error (exit 2) or a bug (exit 70).
     if args.command == "run":
         return run_command("run", lambda: run_run(split_script_arguments(args, argv)))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from traceml_otel.cli.common import EXIT_ERROR
+from traceml_otel.cli.parser import CommandParser
 from traceml_otel.errors import TracemlError
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
@@ -206,7 +207,7 @@ def diagnose_child(argv: list[str]) -> int:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="traceml run")
+    parser = CommandParser(prog="traceml run")
     add_run_arguments(parser)
     return parser
 
