@@ -10,7 +10,8 @@ from html import escape
 from traceml_otel.analyze.findings import Finding, RunAnalysis
 from traceml_otel.analyze.kinds import DriftKind, MemoryKind
 from traceml_otel.analyze.rules import missing_signals
-from traceml_otel.report.svg import PALETTE, BarRow, Line, line_chart, stacked_bars
+from traceml_otel.report.palette import PHASE_COLORS, RANK_COLORS
+from traceml_otel.report.svg import BarRow, Line, line_chart, stacked_bars
 from traceml_otel.report.time_section import time_html
 from traceml_otel.report.units import (
     PHASE_LABELS,
@@ -31,15 +32,7 @@ from traceml_otel.report.units import (
 
 GIB = float(1 << 30)
 
-SEGMENTS = (
-    ("input_wait", "#f59e0b"),
-    ("h2d", "#06b6d4"),
-    ("forward", "#2563eb"),
-    ("backward", "#db2777"),
-    ("optimizer", "#10b981"),
-    ("communication", "#ef4444"),
-    ("residual", "#9ca3af"),
-)
+SEGMENTS = tuple(PHASE_COLORS.items())
 _CSS = """
 body{margin:0;background:#f3f4f6;color:#111827;font:14px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif}
 main{max-width:1080px;margin:0 auto;padding:24px 20px 40px}
@@ -166,7 +159,7 @@ def _charts(analysis: RunAnalysis) -> str:
     if drift.since_step is not None and drift.kind is not DriftKind.STABLE:
         marker = (float(drift.since_step), f"{signed_percent(drift.change, 0)} from step {drift.since_step}")
     lines = [
-        Line(f"rank {s.rank}", PALETTE[i % len(PALETTE)], s.steps, s.step_time)
+        Line(f"rank {s.rank}", RANK_COLORS[i % len(RANK_COLORS)], s.steps, s.step_time)
         for i, s in enumerate(analysis.series)
         if s.steps
     ]
@@ -212,7 +205,7 @@ def _memory(analysis: RunAnalysis) -> str:
     lines = [
         Line(
             f"rank {s.rank}",
-            PALETTE[i % len(PALETTE)],
+            RANK_COLORS[i % len(RANK_COLORS)],
             [x for x, p in zip(s.steps, s.peak_reserved, strict=True) if p is not None],
             [p / GIB for p in s.peak_reserved if p is not None],
         )

@@ -10,20 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-PALETTE = (
-    "#2563eb",
-    "#dc2626",
-    "#059669",
-    "#d97706",
-    "#7c3aed",
-    "#0891b2",
-    "#db2777",
-    "#65a30d",
-    "#4b5563",
-    "#ea580c",
-    "#0d9488",
-    "#9333ea",
-)
 FONT = 'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="12"'
 MAX_LEGEND = 16
 

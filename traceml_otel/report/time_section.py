@@ -7,7 +7,8 @@ from html import escape
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.mfu import MfuAnalysis
 from traceml_otel.analyze.time_accounting import PRODUCTIVE, TimeAccount
-from traceml_otel.report.svg import PALETTE, BarRow, stacked_bars
+from traceml_otel.report.palette import category_colors
+from traceml_otel.report.svg import BarRow, stacked_bars
 from traceml_otel.sanitize import strip_control
 
 MAX_RANK_BARS = 16
@@ -98,7 +99,7 @@ def time_html(analysis: RunAnalysis) -> str:
     parts: list[str] = []
     if account is not None:
         names = [name for name, _ in account.categories]
-        segments = [(category_label(n), PALETTE[i % len(PALETTE)]) for i, n in enumerate(names)]
+        segments = list(zip([category_label(n) for n in names], category_colors(names), strict=True))
         ranks = sorted(account.ranks, key=lambda r: r.goodput if r.goodput is not None else 0.0)
         ranks = ranks[:MAX_RANK_BARS]
         rows = [BarRow("job (mean)", [dict(account.categories).get(n, 0.0) / max(1, len(account.ranks))
