@@ -4,15 +4,17 @@ that is not drift, the drift marker's label."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze import analyze_path
-from traceml_otel.analyze.findings import DriftAnalysis
+from traceml_otel.analyze.communication_rules import calls_per_step
+from traceml_otel.analyze.findings import DriftAnalysis, Throughput
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.report import render
 from traceml_otel.report.svg import Line, line_chart
-from traceml_otel.report.units import drift_sentence, seconds
+from traceml_otel.report.units import drift_sentence, seconds, throughput_gap
 
 
 def test_a_one_rank_run_speaks_of_no_other_ranks_and_charts_no_collectives(tmp_path: Path) -> None:
@@ -38,3 +40,21 @@ def test_the_drift_label_sits_above_the_plotted_lines() -> None:
     label_y = float(re.search(r'y="([\d.]+)"[^>]*>\+100% from step 50<', svg).group(1))
     tops = [float(y) for y in re.findall(r",([\d.]+)", re.search(r'points="([^"]+)"', svg).group(1))]
     assert label_y < min(tops) - 4  # above the highest point of every line
+
+
+def test_collectives_per_step_are_said_as_counts() -> None:
+    assert calls_per_step(1.975) == "about 2 collectives"
+    assert calls_per_step(2.0) == "2 collectives" and calls_per_step(1) == "1 collective"
+    assert calls_per_step(0.97) == "about 1 collective" and calls_per_step(1.5) == "1.5 collectives"
+    assert "." not in calls_per_step(48.7).removeprefix("about ")
+
+
+def test_a_sample_count_on_every_step_is_never_called_fewer_than_half(tmp_path: Path) -> None:
+    steps = [SyntheticStep(rank=0, step=n) for n in range(3)]
+    analysis = analyze_path([write_run(tmp_path / "run", "r", steps)])
+    every = Throughput(measured_ranks=1, observed_ranks=2, counted_steps=80, steps=80)
+    text = throughput_gap(replace(analysis, throughput=every))
+    assert "every step" in text and "fewer than half" not in text and "80 of 80" not in text
+    some = Throughput(measured_ranks=1, observed_ranks=2, counted_steps=50, steps=80)
+    text = throughput_gap(replace(analysis, throughput=some))
+    assert "50 of 80 steps" in text and "1 rank counted them on fewer than half" in text

@@ -107,11 +107,11 @@ def communication_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
     overlap = ""
     if total is not None and total > 0 and middle.communication is not None:
         overlap = f"; {1 - middle.communication / total:.0%} of all its collective time overlaps compute"
-    plural = "" if calls == 1 else "s"
+    how_many = calls_per_step(calls)
     regime = (
-        f"{calls:g} collective{plural} per step of {byte_size(per_call)} each "
+        f"{how_many} per step of {byte_size(per_call)} each "
         f"({_milliseconds(transfer / calls)} per call): latency, not bytes, is the cost" if latency else
-        f"{byte_size(per_step)} per step in {calls:g} collective{plural}: the bytes cost (bandwidth)"
+        f"{byte_size(per_step)} per step in {how_many}: the bytes cost (bandwidth)"
     )
     split = (
         f", after {_milliseconds(waiting)} waiting for other ranks to arrive" if len(ranks) > 1 else ""
@@ -217,3 +217,16 @@ def _culprit_and_victim(ranks: Sequence[RankMetrics]) -> tuple[RankMetrics, Rank
             return culprit, victim
     ordered = sorted(ranks, key=lambda m: (_waiting(m), m.rank))
     return ordered[0], ordered[len(ordered) // 2]
+
+
+def calls_per_step(calls: float) -> str:
+    """A mean count of collectives per step, said as a count: ``2 collectives``, ``about 2 collectives``
+    (1.975: a step or two had one fewer), ``1.5 collectives`` (half the steps have one more)."""
+    whole = round(calls)
+    if calls == whole:
+        number = f"{whole:,}"
+    elif abs(calls - whole) <= 0.1 * max(whole, 1):
+        number = f"about {whole:,}"
+    else:
+        number = f"{calls:,.1f}"
+    return f"{number} collective{'' if number in ('1', 'about 1') else 's'}"

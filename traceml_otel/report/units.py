@@ -175,9 +175,13 @@ def throughput_gap(analysis: RunAnalysis) -> str:
     """Why the run's throughput is not known, naming the real cause."""
     work = analysis.throughput
     if work.counted_steps and work.measured_ranks < work.observed_ranks:
-        return (f"samples counted on only {work.counted_steps:,} of {work.steps:,} steps (fewer than half on "
-                f"{plural(work.observed_ranks - work.measured_ranks, 'rank')}); pass trace_step(model, "
-                "samples=N) where the loader's batch is not what the step uses")
+        unmeasured = plural(work.observed_ranks - work.measured_ranks, "rank")
+        if work.counted_steps >= work.steps:  # every step counted: the rate lacks its time, not its work
+            return (f"samples were counted on every step, but {unmeasured} recorded no step time to divide "
+                    "them by (its input wait was not measured)")
+        return (f"samples counted on {work.counted_steps:,} of {work.steps:,} steps; {unmeasured} counted "
+                "them on fewer than half of its steps; pass trace_step(model, samples=N) where the loader's "
+                "batch is not what the step uses")
     if any(host.has_loader for host in analysis.hosts):
         return ("the DataLoader's batches have no tensor with a batch dimension to count (the first tensor "
                 "of a tuple, list or dict is read); pass trace_step(model, samples=N)")
