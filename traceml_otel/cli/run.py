@@ -48,8 +48,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rendezvous port (multi-node)")
     parser.add_argument("--max-restarts", type=_at_least(0), default=0,
                         help="restart every rank up to N times after a failure (torchrun's --max-restarts)")
-    parser.add_argument("--run-name", help="name of the run (default: the script name)")
-    parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
+    parser.add_argument("--run-name", help="name of the run (default: the script name); the same characters "
+                                           "as --run-id")
+    parser.add_argument("--run-id", help="run id shared by all ranks (default: generated): 1 to 128 ASCII "
+                                         "letters, digits, '.', '_', '-', starting with a letter or digit")
+    parser.add_argument("--resume", action="store_true",
+                        help="write into the folder of a --run-id that already holds data (the same run "
+                             "continued); without it such an id is refused")
     parser.add_argument("--html-report", "--html", action="store_true", help="also write report.html")
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
     parser.add_argument("--hang-action", choices=("report", "terminate"), default="report",
@@ -114,6 +119,7 @@ def run_run(args: argparse.Namespace) -> int:
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,
         hang_action=args.hang_action, auto_attach=not args.no_auto_attach, max_restarts=args.max_restarts,
+        resume=args.resume,
     )
     code, run_dir = launch(options)
     print()
