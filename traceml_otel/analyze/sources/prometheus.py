@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
-from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.http import ReadLimits, get_documents, shown_url
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
@@ -147,7 +147,7 @@ class PrometheusReader:
     ) -> None:
         if not run_id:
             raise SourceError("--prometheus needs --run-id (the traceml_run_id label of the run)")
-        self.url = url
+        self.url = shown_url(url)
         self.run_id = run_id
         self.when = when
         self.timeout = timeout
