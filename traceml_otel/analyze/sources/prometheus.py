@@ -154,6 +154,11 @@ class PrometheusReader:
         self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
         self.log = log if log is not None else ReadLog()
         self.queries = 0
+        self.dropped: dict[str, set[str]] = {}
+        """Ranks (their label as given) whose series were left out of an answer, by reason: said in
+        the report (``2 series dropped: non-numeric rank label (1e3, -5)``)."""
+        self.dropped_samples: dict[str, int] = {}
+        """Samples left out of the series over the run, by reason."""
 
     def describe(self) -> str:
         return f"Prometheus {self.url}"
@@ -217,7 +222,9 @@ class PrometheusReader:
             raise SourceError(f"Prometheus at {self.url} answered an implausible step count "
                               f"({max(by_rank.values()):.3g} steps on one rank)")
         if not by_rank:
-            return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
+            self._say_dropped()
+            return MetricRun(self.run_id, self.describe(), (), queries=self.queries,
+                             warnings=tuple(self.log.warnings))
         traced, wait, wait_steps = vector(STEP_SUM), vector(WAIT_SUM), vector(WAIT_COUNT)
         phase_time, phase_calls = by_label(PHASE_SUM, PHASE_LABEL), by_label(PHASE_COUNT, PHASE_LABEL)
         exposed, collective = by_source(EXPOSED_SUM), by_source(COLLECTIVE_SUM)
@@ -257,6 +264,7 @@ class PrometheusReader:
         )
         series = self._over_the_run(extent)
         exemplars, queried = self._exemplars(extent)
+        self._say_dropped()
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
             queries=self.queries, warnings=tuple(self.log.warnings),
@@ -370,7 +378,23 @@ class PrometheusReader:
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             if rank is not None and value is not None:
                 values[rank] = value
+            else:
+                self._drop(item["metric"].get(RANK_LABEL), item.get("value"))
         return values
+
+    def _say_dropped(self) -> None:
+        """One warning per reason a series or sample was left out (never silently)."""
+        for reason, labels in sorted(self.dropped.items()):
+            shown = ", ".join(sorted(labels)[:3]) + (", ..." if len(labels) > 3 else "")
+            self.log.warn(f"{len(labels)} series dropped: {reason} ({RANK_LABEL} {shown})")
+        for reason, count in sorted(self.dropped_samples.items()):
+            self.log.warn(f"{count} samples of the series over the run dropped: {reason}")
+
+    def _drop(self, rank: object, pair: object) -> None:
+        """Count a series left out (once per rank label and reason, whatever the number of queries)."""
+        labels = self.dropped.setdefault(_series_drop(rank, pair), set())
+        if len(labels) < MAX_RANKS:
+            labels.add(_printable(rank, 24) if rank is not None else "(none)")
 
     def _by_label(self, query: str, label: str, at: float) -> dict[tuple[int, str], float]:
         values: dict[tuple[int, str], float] = {}
@@ -379,6 +403,8 @@ class PrometheusReader:
             name = item["metric"].get(label)
             if rank is not None and value is not None and isinstance(name, str):
                 values[(rank, strip_control(name)[:64])] = value
+            elif rank is None or value is None:
+                self._drop(item["metric"].get(RANK_LABEL), item.get("value"))
         return values
 
     def _scalar(self, query: str, at: float) -> float | None:
@@ -397,6 +423,9 @@ class PrometheusReader:
             if value is not None:
                 times.append(float(pair[0]))
                 values.append(value)
+            else:
+                reason = _value_problem(pair)
+                self.dropped_samples[reason] = self.dropped_samples.get(reason, 0) + 1
         return times, values
 
 
@@ -422,6 +451,27 @@ def _sample(pair: object) -> float | None:
     if not isinstance(pair, list) or len(pair) != 2 or _number(pair[0]) is None:
         return None
     return _number(pair[1])
+
+
+def _value_problem(pair: object) -> str:
+    """Why a ``[timestamp, "value"]`` pair was not read: a non-finite number, or no number at all."""
+    raw = pair[1] if isinstance(pair, list) and len(pair) == 2 else None
+    try:
+        number = float(raw) if isinstance(raw, str) and len(raw) <= 40 else None
+    except ValueError:
+        number = None
+    return "value not finite (NaN or Inf)" if number is not None and not math.isfinite(number) \
+        else "value not a number"
+
+
+def _series_drop(rank: object, pair: object) -> str:
+    """Why a series was left out: its rank label, else its value."""
+    if rank is None:
+        return "no rank label"
+    if _rank(rank) is None:
+        digits = isinstance(rank, str) and rank.isascii() and rank.isdigit()
+        return f"rank label above {MAX_RANK}" if digits else "non-numeric rank label"
+    return _value_problem(pair)
 
 
 def _rank(raw: object) -> int | None:

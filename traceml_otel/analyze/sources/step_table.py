@@ -132,6 +132,8 @@ def load_tables(check: TableCheck, temp_directory: str, threads: int | None = No
         )
         _lock_down(con)
         counted = dict(con.execute("SELECT rank, count(*) FROM steps GROUP BY rank").fetchall())
+        bad = con.execute(f"SELECT rank, count(*) FROM steps WHERE {_NOT_FINITE} GROUP BY rank "
+                          "ORDER BY rank LIMIT 1").fetchone()
     except (duckdb.Error, RefusedFile) as error:
         con.close()
         raise ColumnarUnavailable(f"a step table could not be read ({_first_line(error)})") from None
@@ -141,6 +143,10 @@ def load_tables(check: TableCheck, temp_directory: str, threads: int | None = No
     finally:
         for fd in fds:
             os.close(fd)
+    if bad is not None:
+        con.close()
+        raise ColumnarUnavailable(f"rank {bad[0]}'s step table holds non-finite numbers (NaN or Inf) in "
+                                  f"{bad[1]:,} row(s): bad data")
     if counted != check.rows:
         con.close()
         differ = sorted(r for r in set(counted) | set(check.rows) if counted.get(r) != check.rows.get(r))
@@ -177,6 +183,9 @@ def _lock_down(con: Any) -> None:
     con.execute("SET lock_configuration = true")
 
 
+_NOT_FINITE = " OR ".join(f"NOT coalesce(isfinite({name}), true)" for name, kind in COLUMN_TYPES
+                         if kind == "DOUBLE")
+"""A row with a NaN or infinite number (``nan``, ``inf`` in the CSV, which DuckDB reads as numbers)."""
 _AT = {name: index for index, name in enumerate(COLUMNS)}
 _CALLS = itemgetter(*(_AT[f"calls_{p}"] for p in c.PHASES))
 _CPU = itemgetter(*(_AT[f"cpu_{p}"] for p in c.PHASES))
