@@ -91,3 +91,17 @@ def test_a_reused_run_id_is_refused_unless_resumed(tmp_path: Path) -> None:
     assert "already holds another run's data" in line and "--resume" in line
     resumed = _run(tmp_path, "--no-report", "--resume", "--run-id", "same", str(ECHO), TRACEML_RUNS_DIR=runs)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_run_folder_path_with_a_newline_is_printed_on_one_line(tmp_path: Path) -> None:
+    runs = tmp_path / "runs\nINJECTED"
+    done = _run(tmp_path, "--run-id", "nl", str(SCRIPTS / "steady_loop.py"), "--steps", "5",
+                TRACEML_RUNS_DIR=str(runs))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (runs / "nl" / "rank-0.steps.csv").is_file()
+    output = done.stdout + done.stderr
+    assert not [line for line in output.splitlines() if line.startswith("INJECTED")], output[-3000:]
+    assert "runs\\nINJECTED" in output  # the path, with its newline written as an escape
+    listed = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "analyze", str(runs)], env=_env(),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert not [line for line in (listed.stdout + listed.stderr).splitlines() if line.startswith("INJECTED")]

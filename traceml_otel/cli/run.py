@@ -13,6 +13,7 @@ from pathlib import Path
 
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.errors import TracemlError
+from traceml_otel.sanitize import one_line
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
 
@@ -128,7 +129,8 @@ def run_run(args: argparse.Namespace) -> int:
         # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
         # (A runs folder we could not write holds no statistics either: the account below says why.)
         print(f"traceml run: the script exited with code {code} before telemetry started (it never reached "
-              f"traceml.init()): see its error above. Nothing was traced; {run_dir} holds only the manifest.",
+              f"traceml.init()): see its error above. Nothing was traced; {one_line(run_dir)} holds only the "
+              "manifest.",
               file=sys.stderr)
         return code
     if not args.no_report and run_dir.exists():
