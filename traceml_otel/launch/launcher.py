@@ -88,10 +88,11 @@ def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
     explicit = explicit_run_id(env)
     if explicit:
         return checked_name(TRACEML_RUN_ID, explicit)
-    name = checked_name("--run-name", options.run_name) if options.run_name else options.default_name
+    name = (checked_name("--run-name", options.run_name) if options.run_name
+            else safe_name(options.default_name))
     if options.nnodes > 1:
         seed = f"{name}:{options.master_addr}:{options.master_port}"
-        run_id = f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
+        run_id = f"{name[:100]}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"  # a safe name, as given
         print(f"traceml: run id {run_id} is derived from the run name and master address, so a later run "
               "with the same ones reuses it; pass the same --run-id on every node to tell runs apart",
               file=sys.stderr, flush=True)
