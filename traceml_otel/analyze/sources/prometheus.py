@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
+from traceml_otel.analyze.sources.dropped import DroppedSeries, rank_problem, value_problem
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents, shown_url
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
@@ -154,11 +155,8 @@ class PrometheusReader:
         self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
         self.log = log if log is not None else ReadLog()
         self.queries = 0
-        self.dropped: dict[str, set[str]] = {}
-        """Ranks (their label as given) whose series were left out of an answer, by reason: said in
-        the report (``2 series dropped: non-numeric rank label (1e3, -5)``)."""
-        self.dropped_samples: dict[str, int] = {}
-        """Samples left out of the series over the run, by reason."""
+        self.dropped = DroppedSeries()
+        """Series and samples left out of the answers, by reason: said in the report."""
 
     def describe(self) -> str:
         return f"Prometheus {self.url}"
@@ -383,18 +381,12 @@ class PrometheusReader:
         return values
 
     def _say_dropped(self) -> None:
-        """One warning per reason a series or sample was left out (never silently)."""
-        for reason, labels in sorted(self.dropped.items()):
-            shown = ", ".join(sorted(labels)[:3]) + (", ..." if len(labels) > 3 else "")
-            self.log.warn(f"{len(labels)} series dropped: {reason} ({RANK_LABEL} {shown})")
-        for reason, count in sorted(self.dropped_samples.items()):
-            self.log.warn(f"{count} samples of the series over the run dropped: {reason}")
+        for line in self.dropped.lines(RANK_LABEL):
+            self.log.warn(line)
 
     def _drop(self, rank: object, pair: object) -> None:
-        """Count a series left out (once per rank label and reason, whatever the number of queries)."""
-        labels = self.dropped.setdefault(_series_drop(rank, pair), set())
-        if len(labels) < MAX_RANKS:
-            labels.add(_printable(rank, 24) if rank is not None else "(none)")
+        reason = rank_problem(rank, MAX_RANK) if _rank(rank) is None else value_problem(pair)
+        self.dropped.add_series(reason, rank)
 
     def _by_label(self, query: str, label: str, at: float) -> dict[tuple[int, str], float]:
         values: dict[tuple[int, str], float] = {}
@@ -424,8 +416,7 @@ class PrometheusReader:
                 times.append(float(pair[0]))
                 values.append(value)
             else:
-                reason = _value_problem(pair)
-                self.dropped_samples[reason] = self.dropped_samples.get(reason, 0) + 1
+                self.dropped.add_sample(value_problem(pair))
         return times, values
 
 
@@ -451,27 +442,6 @@ def _sample(pair: object) -> float | None:
     if not isinstance(pair, list) or len(pair) != 2 or _number(pair[0]) is None:
         return None
     return _number(pair[1])
-
-
-def _value_problem(pair: object) -> str:
-    """Why a ``[timestamp, "value"]`` pair was not read: a non-finite number, or no number at all."""
-    raw = pair[1] if isinstance(pair, list) and len(pair) == 2 else None
-    try:
-        number = float(raw) if isinstance(raw, str) and len(raw) <= 40 else None
-    except ValueError:
-        number = None
-    return "value not finite (NaN or Inf)" if number is not None and not math.isfinite(number) \
-        else "value not a number"
-
-
-def _series_drop(rank: object, pair: object) -> str:
-    """Why a series was left out: its rank label, else its value."""
-    if rank is None:
-        return "no rank label"
-    if _rank(rank) is None:
-        digits = isinstance(rank, str) and rank.isascii() and rank.isdigit()
-        return f"rank label above {MAX_RANK}" if digits else "non-numeric rank label"
-    return _value_problem(pair)
 
 
 def _rank(raw: object) -> int | None:
