@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import socket
 import sys
@@ -22,8 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceml_otel.env_values import whole_number
+from traceml_otel.errors import SettingsError
 
 MAX_JOB_CHARS = 128
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A run id or run name we accept from a person (``--run-id``, ``--run-name``, ``TRACEML_RUN_ID``,
+``TRACEML_RUN_NAME``): one path component of ASCII letters, digits, ``.``, ``_`` and ``-``, starting
+with a letter or digit (so never ``.``, ``..`` or an option), at most 128 characters."""
+
+
+def checked_name(what: str, value: str) -> str:
+    """``value`` when it is a :data:`SAFE_NAME`; else :class:`SettingsError` naming ``what`` (printed
+    bounded, without control characters)."""
+    if SAFE_NAME.fullmatch(value):
+        return value
+    shown = "".join(ch if ch.isprintable() else "?" for ch in value[:60]) + ("..." if len(value) > 60 else "")
+    raise SettingsError(f"{what} {shown!r} is not a safe name: use 1 to 128 ASCII letters, digits, '.', '_' "
+                        "or '-', starting with a letter or digit (one folder name, no '/' or '..')")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +62,14 @@ def rank_identity(env: Mapping[str, str]) -> RankIdentity:
         node_rank=whole_number(env, "GROUP_RANK", whole_number(env, "NODE_RANK", 0, minimum=0), minimum=0),
         host=socket.gethostname(),
     )
+
+
+def safe_name(text: str) -> str:
+    """``text`` made a :data:`SAFE_NAME` (other characters become ``-``; ``run`` when nothing is left),
+    for names we derive ourselves (a script's file name)."""
+    kept = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "-" for ch in text)
+    kept = kept.lstrip("._-")[:128]
+    return kept or "run"
 
 
 def new_run_id(run_name: str) -> str:

@@ -27,6 +27,15 @@ _OPTION = re.compile(r"^(-{1,2}[A-Za-z0-9][\w.-]*)(=)(.*)$", re.DOTALL)
 _SETTING = re.compile(r"^([A-Za-z_][\w.-]*)(=)(.*)$", re.DOTALL)
 
 
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(value: object) -> str:
+    """``value`` (a path, a name) as one printable line: every control character, newline and tab
+    included, written as its escape (``run\\nx``), so a folder name cannot split or repaint a line."""
+    return _ANY_CONTROL.sub(lambda found: repr(found.group())[1:-1], str(value))
+
+
 def strip_control(text: str) -> str:
     """``text`` without control characters and escape sequences; newlines and tabs stay."""
     return _CONTROL.sub("", text)

@@ -37,6 +37,7 @@ from traceml_otel.otlp_choice import SignalExport, signal_export
 from traceml_otel.run_identity import (
     RankIdentity,
     bounded_job,
+    checked_name,
     detected_launcher,
     launcher_job,
     launcher_run_id,
@@ -266,7 +267,8 @@ def diagnosis_memory_mb(env: Mapping[str, str] | None = None) -> int:
 
 
 def _run_id(env: Mapping[str, str], run_name: str) -> str:
-    return explicit_run_id(env) or launcher_run_id(env, run_name)
+    explicit = explicit_run_id(env)
+    return checked_name(TRACEML_RUN_ID, explicit) if explicit else launcher_run_id(env, run_name)
 
 
 def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
@@ -325,7 +327,8 @@ def trace_url_template(value: str | None = None, env: Mapping[str, str] | None =
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Parse the environment once. Raises :class:`SettingsError` on unusable values."""
     env = os.environ if env is None else env
-    run_name = env.get(TRACEML_RUN_NAME, "").strip() or script_name()
+    given_name = env.get(TRACEML_RUN_NAME, "").strip()
+    run_name = checked_name(TRACEML_RUN_NAME, given_name) if given_name else script_name()
     run_id = _run_id(env, run_name)
     job = job_identity(env, run_id, run_name)
     local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")

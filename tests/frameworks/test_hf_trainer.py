@@ -41,9 +41,9 @@ def _assert_trainer_steps(run: FrameworkRun, parallelism: str) -> None:
 
 
 def test_trainer_callback_one_process(tmp_path: Path) -> None:
-    # Under torchrun (traceml run) the Trainer's Accelerate state is MULTI_CPU even for one process,
-    # so the model is DDP-wrapped; the callback traces the unwrapped trainer.model and still says ddp.
-    _assert_trainer_steps(_train(tmp_path, 1), "ddp")
+    # One process under traceml run gets python's environment (no torchrun variables): the Trainer
+    # does not DDP-wrap the model, as under `python train.py`.
+    _assert_trainer_steps(_train(tmp_path, 1), "none")
 
 
 def test_trainer_callback_under_torchrun_ddp(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def _check(run: FrameworkRun, *, source: str, parallelism: str, calls: int, wind
 
 
 @pytest.mark.parametrize(("nproc", "extra", "parallelism"), [
-    (1, ("--subclass",), "ddp"),  # torchrun's environment makes the Trainer DDP-wrap even one process
+    (1, ("--subclass",), "none"),  # one process: python's environment, no DDP wrapper (issue 38)
     (2, ("--callback",), "ddp"),
 ], ids=["1proc-subclass", "2proc-with-callback"])
 def test_unmodified_trainer(tmp_path: Path, nproc: int, extra: tuple, parallelism: str) -> None:

@@ -71,17 +71,35 @@ def _install_os_exit_flush() -> None:
 
 
 def _install_sigterm_flush() -> None:
-    """On SIGTERM, flush completed steps, then let the previous handler act."""
+    """On SIGTERM, the script's own handler first and at once; telemetry ends only with the process.
+
+    - A handler the script installed before ``init()`` runs immediately, before anything of ours: the
+      grace period (Kubernetes, Slurm, torchrun) is the script's, and a blackholed OTLP endpoint must
+      not eat it. The session stays open, so the steps the script still runs (it finishes its step,
+      saves, exits) are traced, handed over by the usual batches and flushed at exit, bounded by
+      ``TRACEML_SHUTDOWN_TIMEOUT_S``.
+    - An ignored SIGTERM stays ignored: nothing ends.
+    - With the default action, the completed steps are flushed (bounded by
+      ``TRACEML_SHUTDOWN_TIMEOUT_S``) and the process then dies of the signal as it would have.
+    - A handler installed after ``init()`` replaces ours; if it chains to us (as frameworks do to
+      the handler they found), we do what the default action's absence would: nothing, so the
+      script's handler decides, as without traceml.
+    """
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
     flushing = False
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        nonlocal flushing
+        if callable(previous):
+            previous(signum, frame)  # the script's handler, before anything of ours
+            return
+        if previous == signal.SIG_IGN or signal.getsignal(signal.SIGTERM) is not on_sigterm:
+            return  # ignored, or chained to by a later handler that decides what happens
         # A repeated SIGTERM must not cut the first one's flush short: Python runs a handler again
         # inside a running one, and the kernel sends the parent-death signal once per exiting thread
         # of a SIGKILLed launcher. The first call ends the process when its flush is done.
-        nonlocal flushing
         if flushing:
             return
         flushing = True
@@ -89,11 +107,8 @@ def _install_sigterm_flush() -> None:
             end_session("SIGTERM")  # bounded by TRACEML_SHUTDOWN_TIMEOUT_S
         finally:
             flushing = False
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
 

@@ -33,7 +33,7 @@ from traceml_otel.cli.common import (
 )
 from traceml_otel.errors import SettingsError, UsageError
 from traceml_otel.report import FORMATS, render
-from traceml_otel.sanitize import strip_control
+from traceml_otel.sanitize import one_line
 from traceml_otel.settings import trace_url_template
 from traceml_otel.wire._json import write_atomically
 
@@ -178,15 +178,14 @@ def runs_inside(folder: Path) -> str:
         return ""
     runs.sort(key=lambda item: (-item[0], item[1].name))
     count = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
-    name = strip_control(str(folder))
-    lines = [f"{name} is a runs folder with {count} (newest first); analyze one of them:"]
+    lines = [f"{one_line(folder)} is a runs folder with {count} (newest first); analyze one of them:"]
     for when, run, traced in runs[:MAX_LISTED_RUNS]:
         stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"  {stamp}  {strip_control(str(run))}{'' if traced else '  (no steps traced)'}")
+        lines.append(f"  {stamp}  {one_line(run)}{'' if traced else '  (no steps traced)'}")
     if len(runs) > MAX_LISTED_RUNS:
         lines.append(f"  ... and {len(runs) - MAX_LISTED_RUNS} older")
     example = next((run for _, run, traced in runs if traced), runs[0][1])
-    lines.append(f"e.g. traceml analyze {strip_control(str(example))}")
+    lines.append(f"e.g. traceml analyze {one_line(example)}")
     return "\n".join(lines)
 
 
@@ -267,8 +266,9 @@ def diagnose_run_directory(run_dir: Path, *, html: bool = False) -> str:
     for name, fmt in ((REPORT_JSON, "json"), *(((REPORT_HTML, "html"),) if html else ())):
         try:  # a read-only or full disk costs the report file, not the diagnosis
             write_atomically(run_dir / name, render(analysis, fmt, trace_url=trace_url))
-            lines.append(f"Report: {run_dir / name}\n")
+            lines.append(f"Report: {one_line(run_dir / name)}\n")
         except OSError as error:
             reason = error.strerror if error.errno == errno.ELOOP and error.strerror else error
-            lines.append(f"Report: not written to {run_dir / name} ({type(error).__name__}: {reason})\n")
+            lines.append(f"Report: not written to {one_line(run_dir / name)} "
+                         f"({type(error).__name__}: {reason})\n")
     return render(analysis, "text", trace_url=trace_url) + "".join(lines)

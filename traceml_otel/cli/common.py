@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceml_otel.errors import TracemlError
-from traceml_otel.sanitize import strip_control
+from traceml_otel.sanitize import one_line, strip_control
 
 if TYPE_CHECKING:  # the analyzer is imported by the commands that use it, not by `traceml run`'s launcher
     from traceml_otel.analyze.run_model import WindowSpec
@@ -72,7 +72,7 @@ def write_output(text: str, output: Path | None) -> None:
         return
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
-    print(f"traceml: wrote {output}", file=sys.stderr)
+    print(f"traceml: wrote {one_line(output)}", file=sys.stderr)
 
 
 def add_format_aliases(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.cli.parser import CommandParser
 from traceml_otel.errors import TracemlError
+from traceml_otel.sanitize import one_line
 from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
 
 
@@ -49,8 +50,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rendezvous port (multi-node)")
     parser.add_argument("--max-restarts", type=_at_least(0), default=0,
                         help="restart every rank up to N times after a failure (torchrun's --max-restarts)")
-    parser.add_argument("--run-name", help="name of the run (default: the script name)")
-    parser.add_argument("--run-id", help="run id shared by all ranks (default: generated)")
+    parser.add_argument("--run-name", help="name of the run (default: the script name); the same characters "
+                                           "as --run-id")
+    parser.add_argument("--run-id", help="run id shared by all ranks (default: generated): 1 to 128 ASCII "
+                                         "letters, digits, '.', '_', '-', starting with a letter or digit")
+    parser.add_argument("--resume", action="store_true",
+                        help="write into the folder of a --run-id that already holds data (the same run "
+                             "continued); without it such an id is refused")
     parser.add_argument("--html-report", "--html", action="store_true", help="also write report.html")
     parser.add_argument("--no-report", action="store_true", help="skip the end-of-run diagnosis")
     parser.add_argument("--hang-action", choices=("report", "terminate"), default="report",
@@ -115,6 +121,7 @@ def run_run(args: argparse.Namespace) -> int:
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,
         hang_action=args.hang_action, auto_attach=not args.no_auto_attach, max_restarts=args.max_restarts,
+        resume=args.resume,
     )
     code, run_dir = launch(options)
     print()
@@ -123,7 +130,8 @@ def run_run(args: argparse.Namespace) -> int:
         # The script stopped before traceml.init(): its own error is the last thing above; say so, briefly.
         # (A runs folder we could not write holds no statistics either: the account below says why.)
         print(f"traceml run: the script exited with code {code} before telemetry started (it never reached "
-              f"traceml.init()): see its error above. Nothing was traced; {run_dir} holds only the manifest.",
+              f"traceml.init()): see its error above. Nothing was traced; {one_line(run_dir)} holds only the "
+              "manifest.",
               file=sys.stderr)
         return code
     if not args.no_report and run_dir.exists():

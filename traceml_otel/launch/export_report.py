@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from traceml_otel.sanitize import strip_control
+from traceml_otel.sanitize import one_line, strip_control
 from traceml_otel.wire.export_stats import ExportStats, read_export_stats
 
 FINAL_WAIT_EXTRA_S = 5.0
@@ -44,7 +44,7 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
         return strip_control(_no_statistics(run_dir))
     steps = sum(e.steps_received for e in exports)
     spans = sum(e.spans_local for e in exports)
-    lines = [f"telemetry: {steps} steps, {spans} spans from {len(exports)} rank(s) in {run_dir}"]
+    lines = [f"telemetry: {steps} steps, {spans} spans from {len(exports)} rank(s) in {one_line(run_dir)}"]
     lines.extend(_local_copy_lines(exports))
     endpoints = sorted({e.otlp_endpoint for e in exports if e.otlp_endpoint})
     if endpoints:
@@ -82,14 +82,14 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
 def _no_statistics(run_dir: Path) -> str:
     """Why a run folder holds no export statistics, as far as the launcher can tell."""
     if run_dir.is_symlink():
-        return (f"telemetry: {run_dir} is a symbolic link (planted?); nothing was written or read through it "
-                "(OTLP export went on: see the ranks' stderr)")
+        return (f"telemetry: {one_line(run_dir)} is a symbolic link (planted?); nothing was written or read "
+                "through it (OTLP export went on: see the ranks' stderr)")
     folder = run_dir if run_dir.is_dir() else run_dir.parent
     if not os.access(folder, os.W_OK | os.X_OK):
         return (f"telemetry: no export statistics: {folder} is not writable (read-only runs folder?), so "
                 "no local copy or statistics were written; OTLP export went on without them (the ranks' "
                 "stderr says what each output did)")
-    return f"telemetry: no export statistics in {run_dir} (did the script call traceml.init()?)"
+    return f"telemetry: no export statistics in {one_line(run_dir)} (did the script call traceml.init()?)"
 
 
 def _local_copy_lines(exports: list[ExportStats]) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from traceml_otel.contract import hang_file_name, hang_traceback_file_name, rank_of_file
-from traceml_otel.sanitize import strip_control
+from traceml_otel.sanitize import one_line, strip_control
 from traceml_otel.wire.hang_record import SOURCE_FAULTHANDLER, STATE_HUNG, HangRecord, read_hang_record
 from traceml_otel.wire.hang_verdict import HangVerdict, combine, faulthandler_record, hang_file_names
 
@@ -119,7 +119,7 @@ class HangMonitor:
                 return
             self.reported = verdict
             print(f"traceml: HANG: {strip_control(verdict.sentence)}", file=sys.stderr, flush=True)
-            print(f"traceml: stacks of every thread: {self.run_dir}/rank-R.hang.json; "
+            print(f"traceml: stacks of every thread: {one_line(self.run_dir)}/rank-R.hang.json; "
                   "`traceml analyze` shows the verdict after the run", file=sys.stderr, flush=True)
         if self.reported is not None and self.action == "terminate" and not self.terminated:
             if everyone or now - self._first_hung_at >= 2 * GATHER_S:

@@ -25,8 +25,9 @@ from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
+from traceml_otel.launch.run_folder import refuse_reused_folder
 from traceml_otel.launch.single import run_single_process, single_process_command
-from traceml_otel.run_identity import new_run_id
+from traceml_otel.run_identity import checked_name, new_run_id, safe_name
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.settings import (
     SHUTDOWN_TIMEOUT_DEFAULT_S,
@@ -36,6 +37,7 @@ from traceml_otel.settings import (
     TRACEML_LAUNCHER_PID,
     TRACEML_RUN_ID,
     TRACEML_RUN_NAME,
+    TRACEML_RUNS_DIR,
     explicit_job,
     explicit_run_id,
     runs_dir,
@@ -71,6 +73,8 @@ class LaunchOptions:
         return self.script.rpartition(".")[2] if self.module else Path(self.script).stem
     auto_attach: bool = True
     """Zero-code tracing in the ranks (framework callbacks, inferred steps): see launch/bootstrap.py."""
+    resume: bool = False
+    """Write into a run folder that already holds data of this run id (``--resume``)."""
 
 
 def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
@@ -80,14 +84,15 @@ def resolve_run_id(options: LaunchOptions, env: dict[str, str]) -> str:
     share (run name, master address and port) unless given.
     """
     if options.run_id:
-        return options.run_id
+        return checked_name("--run-id", options.run_id)
     explicit = explicit_run_id(env)
     if explicit:
-        return explicit
-    name = options.run_name or options.default_name
+        return checked_name(TRACEML_RUN_ID, explicit)
+    name = (checked_name("--run-name", options.run_name) if options.run_name
+            else safe_name(options.default_name))
     if options.nnodes > 1:
         seed = f"{name}:{options.master_addr}:{options.master_port}"
-        run_id = f"{name}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"
+        run_id = f"{name[:100]}-{hashlib.sha256(seed.encode()).hexdigest()[:12]}"  # a safe name, as given
         print(f"traceml: run id {run_id} is derived from the run name and master address, so a later run "
               "with the same ones reuses it; pass the same --run-id on every node to tell runs apart",
               file=sys.stderr, flush=True)
@@ -175,8 +180,12 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     """Run the script under ``torch.distributed.run``; returns (exit code, run directory)."""
     env = {**os.environ, **options.extra_env}
     run_id = resolve_run_id(options, env)
-    run_name = options.run_name or options.default_name
-    run_dir = runs_dir(env) / run_id  # the ranks' own folder: no link followed
+    run_name = (checked_name("--run-name", options.run_name) if options.run_name
+                else safe_name(options.default_name))
+    runs = runs_dir(env)  # absolute, resolved here: the ranks write there whatever their cwd
+    run_dir = runs / run_id  # the ranks' own folder: no link followed
+    if not options.resume:
+        refuse_reused_folder(run_dir, options.nnodes, options.node_rank, options.nproc_per_node)
     arguments = torchrun_arguments(options)
     single = options.nproc_per_node == 1 and options.nnodes == 1 and not options.max_restarts  # no agent
     launcher = single_process_command(options.script, options.script_args, options.module) if single else [
@@ -196,8 +205,9 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     attach = auto_attach_env(env, options.script) if options.auto_attach else {TRACEML_AUTO_ATTACH: "0"}
     saved = {name: os.environ.get(name)
              for name in (TRACEML_RUN_ID, TRACEML_RUN_NAME, TRACEML_LAUNCHER, TRACEML_LAUNCHER_PID,
-                          TRACEML_JOB, *options.extra_env, *attach)}
+                          TRACEML_JOB, TRACEML_RUNS_DIR, *options.extra_env, *attach)}
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
+                       TRACEML_RUNS_DIR: str(runs),
                        **options.extra_env, **attach,
                        TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
     if options.run_name and not explicit_job():

@@ -3,8 +3,10 @@
 ``torch.distributed.run`` would import torch in the launcher and start an elastic agent and a
 rendezvous before the script even begins (about 2.5 s on the development machine, on top of the
 script's own start-up). For one process on one node none of that is needed. The script gets the
-environment torchrun would give it (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` for a
-``init_process_group`` of one), runs in its own session as under torchrun, and SIGINT, SIGTERM,
+environment ``python train.py`` would give it: none of torchrun's variables (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ...), so Trainer, Accelerate and Lightning do not wrap the model
+for a one-process "distributed" job; a script that calls ``init_process_group`` itself fails as under
+``python``. It runs in its own session as under torchrun, and SIGINT, SIGTERM,
 SIGHUP and SIGQUIT are forwarded to it (a child still running 30 s later is killed). Exit codes
 follow torchrun's: the script's, or 128 + the signal number.
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -54,23 +55,20 @@ def _exit_within(child: subprocess.Popen[bytes], pidfd: int | None, timeout_s: f
     return child.poll()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (for ``MASTER_PORT``)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+TORCHRUN_VARIABLES = (
+    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE", "NODE_RANK",
+)
+"""What torchrun gives a rank, and what makes Trainer, Accelerate and Lightning believe they are
+distributed: none of it reaches a one-process script."""
 
 
-def single_process_env(env: Mapping[str, str], run_id: str) -> dict[str, str]:
-    """The variables torchrun sets for rank 0 of a one-process job, over ``env``."""
-    return {
-        **env,
-        "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "ROLE_RANK": "0", "ROLE_NAME": "default",
-        "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-        "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
-    }
+def single_process_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The script's environment: ``env`` without torchrun's variables, as ``python train.py`` sees it
+    (telemetry's rank identity comes from traceml's own variables, and defaults to rank 0 of 1)."""
+    return {name: value for name, value in env.items() if name not in TORCHRUN_VARIABLES}
 
 
 def single_process_command(script: str, script_args: Sequence[str], module: bool = False) -> list[str]:
@@ -101,7 +99,7 @@ def run_single_process(
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
-        child = subprocess.Popen(command, env=single_process_env(env, run_id), start_new_session=True)
+        child = subprocess.Popen(command, env=single_process_env(env), start_new_session=True)
     except BaseException:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

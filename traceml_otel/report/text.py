@@ -23,6 +23,7 @@ from traceml_otel.report.units import (
     trace_link,
     updates_sentence,
 )
+from traceml_otel.sanitize import one_line
 
 WIDTH = 100
 _LABEL = 10
@@ -49,7 +50,7 @@ def _header(analysis: RunAnalysis) -> list[str]:
     parts.append(f"{analysis.clock} clock")
     lines = [
         f"traceml-otel diagnosis  run {run.run_id or '(unknown)'}",
-        f"source: {run.source}",
+        f"source: {one_line(run.source)}",
         " | ".join(parts),
     ]
     if run.step_sources:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,29 @@ def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str,
     except RefusedFile as error:
         raise RecordError(str(error)) from None
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+    except _NotFinite as error:
+        raise RecordError(f"{path}: bad data: {error} (JSON has no such number)") from None
     except (ValueError, RecursionError, UnicodeDecodeError) as error:
         raise RecordError(f"{path}: not valid JSON ({type(error).__name__})") from None
     if not isinstance(value, dict):
         raise RecordError(f"{path}: not a JSON object")
+    return value
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> float:
+    """``NaN``, ``Infinity`` and ``-Infinity``, which Python's parser accepts and strict JSON does not."""
+    raise _NotFinite(f"a non-finite number ({name})")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise _NotFinite(f"a number out of range ({text[:40]})")
     return value
 
 

@@ -8,8 +8,10 @@ off with a :class:`SourceError` that names the bound and the option that sets it
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from traceml_otel.analyze.sources.base import ReadLog, SourceError, SpanSource
 from traceml_otel.analyze.timerange import TimeRange
-from traceml_otel.sanitize import strip_control
+from traceml_otel.sanitize import REDACTED, strip_control
 
 DEFAULT_TOTAL_S = 600.0
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -51,6 +53,31 @@ class _Cancelled(Exception):
     pass
 
 
+_CREDENTIALS: dict[str, tuple[str, str]] = {}
+"""By the shown URL (:func:`shown_url`): the URL to request (no user-info) and its ``Authorization``."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: with user-info (``http://alice:S3CRET@host``) its password is replaced by
+    ``[redacted]`` (a user name alone, often a token, is replaced itself), and the credentials are kept
+    here for :func:`get_documents` to send as HTTP basic authentication, as curl and the OTel exporters
+    do. Every message and report names the backend by this form; the password is never printed."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        user, password, host = parts.username, parts.password, parts.netloc.rpartition("@")[2]
+    except ValueError:  # not a URL we can split: print it without anything that looks like user-info
+        return _printable(re.sub(r"//[^/@]*@", f"//{REDACTED}@", url))
+    if "@" not in parts.netloc:
+        return url
+    name = urllib.parse.quote(urllib.parse.unquote(user or ""), safe="")
+    who = f"{name}:{REDACTED}" if password is not None else REDACTED
+    shown = urllib.parse.urlunsplit(parts._replace(netloc=f"{who}@{host}"))
+    pair = f"{urllib.parse.unquote(user or '')}:{urllib.parse.unquote(password or '')}"
+    request_base = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    _CREDENTIALS[shown] = (request_base, "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii"))
+    return shown
+
+
 class HttpSpanSource(SpanSource):
     """A span source behind an HTTP search API (Tempo, Jaeger): its address, search range, page size
     and read bounds, and the requests, counted in pages, that every search of it makes."""
@@ -71,7 +98,7 @@ class HttpSpanSource(SpanSource):
         limits: ReadLimits | None = None,
     ) -> None:
         super().__init__(run_id=run_id, service=service, log=log)
-        self.url = url
+        self.url = shown_url(url)
         self.when = when
         self.page_size = page_size
         self.timeout = timeout
@@ -118,14 +145,16 @@ def get_documents(
     remaining = limits.remaining()
     if remaining <= 0:
         raise _deadline_error(what, base_url, limits)
-    url = base_url.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    # user-info goes as a header, never in the request line
+    request_base, authorization = _CREDENTIALS.get(base_url, (base_url, None))
+    url = request_base.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
     outcome: dict[str, object] = {}
     cancelled = threading.Event()
 
     def fetch() -> None:
         try:
             outcome["body"] = _fetch(url, base_url, path, what, min(timeout, remaining), missing_ok, limits,
-                                     cancelled)
+                                     cancelled, authorization)
         except BaseException as error:  # handed to the caller's thread
             outcome["error"] = error
 
@@ -148,9 +177,10 @@ def get_documents(
 
 def _fetch(
     url: str, base_url: str, path: str, what: str, timeout: float, missing_ok: bool, limits: ReadLimits,
-    cancelled: threading.Event,
+    cancelled: threading.Event, authorization: str | None = None,
 ) -> bytes | bytearray:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json", **({"Authorization": authorization} if authorization else {})}
+    request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             declared = response.headers.get("Content-Length")
@@ -176,6 +206,9 @@ def _fetch(
             detail = error.read(300)[:300].decode("utf-8", "replace")
         except (OSError, http.client.HTTPException):
             detail = ""
+        if error.code == 401:
+            detail = ("the credentials in the URL were refused" if authorization else
+                      "it needs credentials: give them in the URL (http://user:password@host)")
         raise SourceError(
             f"{what} at {base_url} answered HTTP {error.code} to {path}: {_printable(detail or error.reason)}"
         ) from None

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
-from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.dropped import DroppedSeries, rank_problem, value_problem
+from traceml_otel.analyze.sources.http import ReadLimits, get_documents, shown_url
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
@@ -147,13 +148,15 @@ class PrometheusReader:
     ) -> None:
         if not run_id:
             raise SourceError("--prometheus needs --run-id (the traceml_run_id label of the run)")
-        self.url = url
+        self.url = shown_url(url)
         self.run_id = run_id
         self.when = when
         self.timeout = timeout
         self.limits = limits if limits is not None else ReadLimits(timeout=timeout)
         self.log = log if log is not None else ReadLog()
         self.queries = 0
+        self.dropped = DroppedSeries()
+        """Series and samples left out of the answers, by reason: said in the report."""
 
     def describe(self) -> str:
         return f"Prometheus {self.url}"
@@ -217,7 +220,9 @@ class PrometheusReader:
             raise SourceError(f"Prometheus at {self.url} answered an implausible step count "
                               f"({max(by_rank.values()):.3g} steps on one rank)")
         if not by_rank:
-            return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
+            self._say_dropped()
+            return MetricRun(self.run_id, self.describe(), (), queries=self.queries,
+                             warnings=tuple(self.log.warnings))
         traced, wait, wait_steps = vector(STEP_SUM), vector(WAIT_SUM), vector(WAIT_COUNT)
         phase_time, phase_calls = by_label(PHASE_SUM, PHASE_LABEL), by_label(PHASE_COUNT, PHASE_LABEL)
         exposed, collective = by_source(EXPOSED_SUM), by_source(COLLECTIVE_SUM)
@@ -257,6 +262,7 @@ class PrometheusReader:
         )
         series = self._over_the_run(extent)
         exemplars, queried = self._exemplars(extent)
+        self._say_dropped()
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
             queries=self.queries, warnings=tuple(self.log.warnings),
@@ -370,7 +376,17 @@ class PrometheusReader:
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             if rank is not None and value is not None:
                 values[rank] = value
+            else:
+                self._drop(item["metric"].get(RANK_LABEL), item.get("value"))
         return values
+
+    def _say_dropped(self) -> None:
+        for line in self.dropped.lines(RANK_LABEL):
+            self.log.warn(line)
+
+    def _drop(self, rank: object, pair: object) -> None:
+        reason = rank_problem(rank, MAX_RANK) if _rank(rank) is None else value_problem(pair)
+        self.dropped.add_series(reason, rank)
 
     def _by_label(self, query: str, label: str, at: float) -> dict[tuple[int, str], float]:
         values: dict[tuple[int, str], float] = {}
@@ -379,6 +395,8 @@ class PrometheusReader:
             name = item["metric"].get(label)
             if rank is not None and value is not None and isinstance(name, str):
                 values[(rank, strip_control(name)[:64])] = value
+            elif rank is None or value is None:
+                self._drop(item["metric"].get(RANK_LABEL), item.get("value"))
         return values
 
     def _scalar(self, query: str, at: float) -> float | None:
@@ -397,6 +415,8 @@ class PrometheusReader:
             if value is not None:
                 times.append(float(pair[0]))
                 values.append(value)
+            else:
+                self.dropped.add_sample(value_problem(pair))
         return times, values
 
 

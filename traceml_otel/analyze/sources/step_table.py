@@ -11,6 +11,7 @@ so the analysis-only install stays free of it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -21,6 +22,7 @@ from traceml_otel import contract as c
 from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.errors import TracemlError
 from traceml_otel.wire._json import RecordError
+from traceml_otel.wire.bounded_file import RefusedFile, open_regular
 from traceml_otel.wire.step_table import (
     COLUMN_TYPES,
     COLUMNS,
@@ -72,7 +74,10 @@ def check_tables(run_dir: Path, ranks: Sequence[int], run_id: str | None = None)
     files, rows, services = [], {}, set()
     for rank in ranks:
         path, record_path = run_dir / table_file_name(rank), run_dir / table_record_name(rank)
-        if not path.is_file() or path.is_symlink():
+        if path.is_symlink():
+            return TableCheck((), {}, f"rank {rank}'s step table {path.name} is a symbolic link; "
+                                      "not followed")
+        if not path.is_file():
             return TableCheck((), {}, f"rank {rank} has no step table ({path.name})")
         try:
             record = read_table_record(record_path)
@@ -87,7 +92,7 @@ def check_tables(run_dir: Path, ranks: Sequence[int], run_id: str | None = None)
             return TableCheck((), {}, f"rank {rank}'s step table is incomplete ({why})")
         if run_id and record.run_id != run_id:
             return TableCheck((), {}, f"rank {rank}'s step table is of run {record.run_id!r}, not {run_id!r}")
-        size = path.stat().st_size
+        size = path.lstat().st_size
         if size > (record.rows + 1) * MAX_ROW_BYTES:
             return TableCheck((), {}, f"rank {rank}'s step table is {size:,} bytes, more than "
                                       f"{record.rows:,} rows can hold; not read")
@@ -116,16 +121,32 @@ def load_tables(check: TableCheck, temp_directory: str, threads: int | None = No
     except duckdb.Error as error:  # e.g. an address-space limit below what it reserves
         raise ColumnarUnavailable(f"DuckDB did not start ({_first_line(error)})") from None
     columns = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in COLUMN_TYPES) + "}"
-    files = "[" + ", ".join(_sql_string(str(p)) for p in check.files) + "]"
+    fds: list[int] = []
     try:
+        for path, rows in zip(check.files, check.rows.values(), strict=True):
+            fds.append(_open_table(path, rows))
+        files = "[" + ", ".join(_sql_string(_fd_path(fd)) for fd in fds) + "]"
         con.execute(
             f"CREATE TABLE steps AS SELECT * FROM read_csv({files}, header = true, auto_detect = false, "
             f"columns = {columns}, quote = '\"', escape = '\"', delim = ',', null_padding = false)"
         )
+        _lock_down(con)
         counted = dict(con.execute("SELECT rank, count(*) FROM steps GROUP BY rank").fetchall())
-    except duckdb.Error as error:
+        bad = con.execute(f"SELECT rank, count(*) FROM steps WHERE {_NOT_FINITE} GROUP BY rank "
+                          "ORDER BY rank LIMIT 1").fetchone()
+    except (duckdb.Error, RefusedFile) as error:
         con.close()
         raise ColumnarUnavailable(f"a step table could not be read ({_first_line(error)})") from None
+    except BaseException:
+        con.close()
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if bad is not None:
+        con.close()
+        raise ColumnarUnavailable(f"rank {bad[0]}'s step table holds non-finite numbers (NaN or Inf) in "
+                                  f"{bad[1]:,} row(s): bad data")
     if counted != check.rows:
         con.close()
         differ = sorted(r for r in set(counted) | set(check.rows) if counted.get(r) != check.rows.get(r))
@@ -135,6 +156,36 @@ def load_tables(check: TableCheck, temp_directory: str, threads: int | None = No
     return con
 
 
+def _open_table(path: Path, rows: int) -> int:
+    """A descriptor on the table ``path``: a regular file opened without following a link, no larger
+    than ``rows`` rows can be. DuckDB then reads the descriptor, never a path we were given: a run
+    folder named ``run[x]`` or ``~`` is not a glob pattern or a home folder to it."""
+    fd = open_regular(path, follow_links=False)
+    size = os.fstat(fd).st_size
+    if size > (rows + 1) * MAX_ROW_BYTES:
+        os.close(fd)
+        raise RefusedFile(f"{path.name}: {size:,} bytes, more than {rows:,} rows can hold; not read")
+    return fd
+
+
+def _fd_path(fd: int) -> str:
+    """A path naming the open descriptor ``fd`` (``/proc/self/fd/N``, else ``/dev/fd/N``)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(folder):
+            return f"{folder}/{fd}"
+    raise RefusedFile("this system has no /proc/self/fd or /dev/fd to hand DuckDB an open file")
+
+
+def _lock_down(con: Any) -> None:
+    """After the tables are read: no file, network or extension access any more, and no setting may
+    turn it back on (DuckDB's advice for untrusted input)."""
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+_NOT_FINITE = " OR ".join(f"NOT coalesce(isfinite({name}), true)" for name, kind in COLUMN_TYPES
+                         if kind == "DOUBLE")
+"""A row with a NaN or infinite number (``nan``, ``inf`` in the CSV, which DuckDB reads as numbers)."""
 _AT = {name: index for index, name in enumerate(COLUMNS)}
 _CALLS = itemgetter(*(_AT[f"calls_{p}"] for p in c.PHASES))
 _CPU = itemgetter(*(_AT[f"cpu_{p}"] for p in c.PHASES))
