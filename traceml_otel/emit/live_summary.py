@@ -48,7 +48,7 @@ PUBLISH_S = 1.0
 WINDOW_FIELDS = ("steps", "step_time", "input_wait", "traced", "forward", "backward", "optimizer", "h2d",
                  "compute", "residual", "samples_per_step", "tokens_per_step", "communication",
                  "communication_total", "communication_waiting", "communication_transfer", "between_steps",
-                 "optimizer_updates", "micro_steps")
+                 "optimizer_updates", "micro_steps", "h2d_measured", "communication_measured")
 """The ``RankMetrics`` fields a live record carries (the viewer rebuilds ``RankMetrics`` from them)."""
 
 _CONVERT: dict[str, Callable[[str], object]] = {
@@ -240,7 +240,7 @@ class LiveWindow:
 
 
 def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(value) if isinstance(value, int | float) else None  # booleans as 1.0 / 0.0
 
 
 def _base_fields(base: LiveRecord) -> dict[str, object]:
