@@ -43,7 +43,8 @@ def render_panel(snap: LiveSnapshot, source: str = "") -> RenderableType:
             + (f" (min {int(steps.low):,} r{steps.low_rank})" if steps and steps.low != steps.high else "")
             + (f"  {snap.steps_per_s:.3g} steps/s" if snap.steps_per_s else "")
             + (f"  {snap.samples_per_s:,.0f} samples/s" if snap.samples_per_s else "")
-            + f"  {time.strftime('%H:%M:%S', time.localtime(snap.at))}" + (f"  {source}" if source else ""))
+            + f"  {time.strftime('%H:%M:%S', time.localtime(snap.at))}" + ("  ENDED" if snap.ended else "")
+            + (f"  {source}" if source else ""))
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
     for name, justify in (("last 100 steps (ms)", "left"), ("median", "right"), ("min", "right"),
                           ("max", "right"), ("share", "right"), ("slowest ranks", "left")):

@@ -31,10 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceml_otel.report.live_view import LiveFolder, LiveSnapshot, flag_sentences, live_line, snapshot
 from traceml_otel.sanitize import strip_control
+
+if TYPE_CHECKING:
+    from traceml_otel.report.live_view import LiveFolder, LiveSnapshot
 
 LIVE_MODES = ("auto", "panel", "lines", "off")
 REFRESH_S = 1.0
@@ -129,7 +131,8 @@ class LiveView:
 
     def __init__(self, run_dir: Path, run_id: str, mode: str, interval_s: float = 30.0,
                  refresh_s: float = REFRESH_S) -> None:
-        self.folder = LiveFolder(run_dir, run_id)
+        self.folder: LiveFolder | None = None
+        self.run_id = run_id
         self.run_dir = run_dir
         self.mode = resolve_mode(mode)
         self.interval_s = interval_s
@@ -207,7 +210,14 @@ class LiveView:
                     self._say(f"live view: {type(error).__name__}: {error}; it keeps trying")
 
     def refresh(self) -> LiveSnapshot:
-        """Read the records and redraw (the panel) or just keep the snapshot (lines)."""
+        """Read the records and redraw (the panel) or just keep the snapshot (lines).
+
+        The analyzer's modules are imported here, on the view's thread, at the first refresh: the
+        launcher starts the job without waiting for them."""
+        from traceml_otel.report.live_view import LiveFolder, snapshot
+
+        if self.folder is None:
+            self.folder = LiveFolder(self.run_dir, self.run_id)
         snap = snapshot(self.folder.read())
         self.last = snap
         self.refreshes += 1
@@ -217,6 +227,8 @@ class LiveView:
         return snap
 
     def _print_line(self) -> None:
+        from traceml_otel.report.live_view import live_line
+
         if self.last is not None and self.last.ranks_seen:
             sys.stdout.write(live_line(self.last) + "\n")
             sys.stdout.flush()
@@ -241,6 +253,8 @@ class LiveView:
                     self._live.stop()
                 if rest:
                     proxy.terminal.write(strip_control(rest) + "\n")
+            from traceml_otel.report.live_view import flag_sentences, live_line
+
             last = self.last
             summary = [live_line(last), *flag_sentences(last)] if last and last.ranks_seen else []
             for line in summary:
