@@ -15,7 +15,7 @@ from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
 from traceml_otel.emit.live_summary import LiveWindow, parse_table_line
 from traceml_otel.launch.live_panel import render_panel
 from traceml_otel.launch.live_view import LineSplitter
-from traceml_otel.report.live_view import LiveFolder, live_line, snapshot
+from traceml_otel.report.live_view import LiveFolder, flag_sentences, live_line, snapshot
 from traceml_otel.wire.live_record import LiveHang, LiveRecord
 
 
@@ -61,15 +61,18 @@ def test_silent_stopped_waiting_and_hung_ranks() -> None:
         3: _record(3, now, hang=LiveHang("hung", 70.0, "backward", "train.py:42", "loss.backward()",
                                          "all_reduce #9 (0)"), last_step_at=now - 70),
         4: _record(4, now),
+        5: _record(5, now, ended=True, end_status="trainer exited without shutdown (killed?)"),
+        6: _record(6, now, ended=True, end_status="ok"),
     }
     snap = snapshot(records, now)
     states = {flag.rank: (flag.state, round(flag.age_s, 1)) for flag in snap.flags}
     assert states == {0: ("waiting", 4.5), 1: ("not reporting", 4.2), 2: ("not reporting", 6.0),
-                      3: ("hung", 70.0)}
-    assert snap.reporting == 3
+                      3: ("hung", 70.0), 5: ("exited", 0.5)}
+    assert snap.reporting == 5  # 7 ranks, 2 not reporting (the ended ones reported their end)
     line = live_line(snap)
     assert "silent=1:4.2s,2:6.0s" in line and "waiting=0:4.5s,3:70.0s" in line
     assert "hang=in_all_reduce_#9_(0)_at_train.py:42" in line
+    assert any(s.startswith("EXITED: rank 5 (trainer exited") for s in flag_sentences(snap))
 
 
 def test_1024_ranks_stay_bounded() -> None:

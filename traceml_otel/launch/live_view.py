@@ -146,6 +146,7 @@ class LiveView:
         self._split = LineSplitter()
         self._lock = threading.Lock()
         self._complained = False
+        self._panel: tuple[LiveSnapshot, Any] | None = None
 
     def start(self) -> None:
         if self.mode == "off":
@@ -175,10 +176,12 @@ class LiveView:
         from rich.text import Text
 
         with self._lock:
+            before = self._split.current
             done = self._split.feed(text)
-            if done:
+            if done:  # printing above a Live display redraws it too
                 self._live.console.print(Text.from_ansi(done.rstrip("\n")), soft_wrap=True, highlight=False)
-            self._draw()
+            if self._split.current != before:
+                self._draw()
 
     def _draw(self) -> None:
         from rich.console import Group
@@ -186,11 +189,13 @@ class LiveView:
 
         from traceml_otel.launch.live_panel import render_panel
 
-        parts = []
+        parts: list[Any] = []
         if self._split.current:
             parts.append(Text.from_ansi(self._split.current))
         if self.last is not None:
-            parts.append(render_panel(self.last))
+            if self._panel is None or self._panel[0] is not self.last:
+                self._panel = (self.last, render_panel(self.last))  # built once per refresh
+            parts.append(self._panel[1])
         else:
             parts.append(Text(f"traceml live: waiting for the ranks' first reports in {self.run_dir}",
                               style="dim"))

@@ -54,7 +54,8 @@ class Spread:
 
 @dataclass(frozen=True, slots=True)
 class RankFlag:
-    """One rank that is not simply training: ``not reporting``, ``waiting``, ``hung`` or ``ended``."""
+    """One rank that is not simply training: ``not reporting``, ``waiting``, ``hung``, ``exited`` (ended
+    otherwise than ``ok``: an exception, a signal, killed) or ``ended``."""
 
     rank: int
     state: str
@@ -188,7 +189,8 @@ def _step_base(record: LiveRecord) -> float | None:
 def rank_flag(record: LiveRecord, now: float) -> RankFlag | None:
     """Why a rank is not simply training now, or ``None``."""
     if record.ended:
-        return RankFlag(record.rank, "ended", max(0.0, now - record.written_at), record.end_status)
+        state = "ended" if record.end_status in ("ok", "") else "exited"
+        return RankFlag(record.rank, state, max(0.0, now - record.written_at), record.end_status)
     last = record.last_step_at or record.started_at or record.written_at
     since_step = max(0.0, now - last)
     age = max(0.0, now - record.written_at)
@@ -296,6 +298,10 @@ def flag_sentences(snap: LiveSnapshot) -> list[str]:
     if silent:
         details = sorted({f.detail for f in silent})
         out.append(f"NOT REPORTING: rank {ranks_text(silent)} (last report/step age; {', '.join(details)})")
+    exited = groups.get("exited", [])
+    if exited:
+        reasons = sorted({f.detail for f in exited})[:3]
+        out.append(f"EXITED: rank {ranks_text(exited, with_age=False)} ({'; '.join(reasons)})")
     waiting = groups.get("waiting", [])
     if waiting:
         out.append(f"waiting: rank {ranks_text(waiting)} (no step for that long"
