@@ -107,3 +107,20 @@ def test_line_splitter_keeps_order_and_progress_bars() -> None:
     assert split.feed("a\r\nb") == "a\n" and split.current == "b"
     assert split.feed("c\n10%\r20%") == "bc\n" and split.current == "20%"
     assert split.feed("\r100%\n") == "100%\n" and split.current == ""
+
+
+def test_a_skewed_writer_clock_neither_hides_nor_fakes_silence(tmp_path: Path) -> None:
+    from traceml_otel.wire.live_record import write_live_record
+
+    now = time.time()
+    folder = LiveFolder(tmp_path)
+    write_live_record(tmp_path, _record(0, now, seq=1, written_at=now - 30))  # writer's clock 30 s behind
+    folder.read()
+    write_live_record(tmp_path, _record(0, now, seq=2, written_at=now - 29))
+    folder.read()
+    assert snapshot(folder.records, now + 1, frozen_since=folder.frozen_since).reporting == 1  # it moves
+    later = now + 20  # no new seq for 20 s of the reader's clock, writer's clock 10 s ahead
+    write_live_record(tmp_path, _record(0, now, seq=2, written_at=later + 10))
+    folder.read()
+    snap = snapshot(folder.records, later, frozen_since=folder.frozen_since)
+    assert snap.reporting == 0 and snap.flags[0].age_s >= 19

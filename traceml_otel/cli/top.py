@@ -68,7 +68,7 @@ def _finished(folder: LiveFolder) -> bool:
 
 def _lines(folder: LiveFolder, interval: float, once: bool) -> int:
     while True:
-        snap = snapshot(folder.read())
+        snap = snapshot(folder.read(), frozen_since=folder.frozen_since)
         print(live_line(snap), flush=True)
         if once or snap.ended:
             return 0
@@ -115,7 +115,7 @@ def _panel(folder: LiveFolder, run_dir: Path, interval: float, once: bool, k: in
     console = Console()
 
     def view() -> tuple[LiveSnapshot, object]:
-        snap = snapshot(folder.read(), k=k)
+        snap = snapshot(folder.read(), k=k, frozen_since=folder.frozen_since)
         return snap, render_panel(snap, str(run_dir))
 
     snap, panel = view()

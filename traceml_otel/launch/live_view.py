@@ -223,7 +223,7 @@ class LiveView:
 
         if self.folder is None:
             self.folder = LiveFolder(self.run_dir, self.run_id)
-        snap = snapshot(self.folder.read())
+        snap = snapshot(self.folder.read(), frozen_since=self.folder.frozen_since)
         self.last = snap
         self.refreshes += 1
         if self._live is not None:

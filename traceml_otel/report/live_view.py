@@ -31,6 +31,7 @@ SILENT_S = 3.0
 records are rewritten every second, so a silent rank shows within ``SILENT_S`` + one refresh < 5 s."""
 WAITING_S = 3.0
 """A running rank with no step for max(this, 5 x its median step) is shown waiting."""
+REREAD_S = 2.0
 SLOWEST_K = 3
 MAX_RANKS = 4096
 """Live records read from one folder at most."""
@@ -106,13 +107,20 @@ class LiveSnapshot:
 
 
 class LiveFolder:
-    """Reads a run folder's ``rank-R.live.json`` records, re-reading only the ones that changed."""
+    """Reads a run folder's ``rank-R.live.json`` records, re-reading the ones that changed.
+
+    A file whose size and time look unchanged is still re-read every :data:`REREAD_S` (a network
+    filesystem's attribute cache may hide a change that long). ``frozen_since`` keeps, per rank, when
+    (this reader's clock) its ``seq`` last moved, so a silent rank is seen even when the writer's
+    clock is skewed against the reader's (another host).
+    """
 
     def __init__(self, run_dir: Path, run_id: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.records: dict[int, LiveRecord] = {}
-        self._seen: dict[str, tuple[int, int]] = {}
+        self.frozen_since: dict[int, float] = {}
+        self._seen: dict[str, tuple[int, int, float]] = {}
 
     def read(self) -> dict[int, LiveRecord]:
         """The newest record of every rank (a record being replaced is read at the next call)."""
@@ -122,24 +130,27 @@ class LiveFolder:
                          if e.name.startswith("rank-") and e.name.endswith(".live.json")]
         except OSError:
             return self.records
+        now = time.time()
         for name in names[:MAX_RANKS]:
             try:
                 stat = os.stat(self.run_dir / name, follow_symlinks=False)
             except OSError:
                 continue
-            key = (stat.st_mtime_ns, stat.st_size)
-            if self._seen.get(name) == key:
+            seen = self._seen.get(name)
+            if seen is not None and seen[:2] == (stat.st_mtime_ns, stat.st_size) and now - seen[2] < REREAD_S:
                 continue
             try:
                 record = read_live_record(self.run_dir / name)
             except RecordError:
                 continue
-            self._seen[name] = key
+            self._seen[name] = (stat.st_mtime_ns, stat.st_size, now)
             if self.run_id and record.run_id and record.run_id != self.run_id:
                 continue  # another run's leftovers
             old = self.records.get(record.rank)
             if old is None or (record.written_at, record.seq) >= (old.written_at, old.seq):
                 self.records[record.rank] = record
+                if old is not None and record.seq != old.seq:  # seen moving: from now on, our clock
+                    self.frozen_since[record.rank] = now
         return self.records
 
 
@@ -186,14 +197,19 @@ def _step_base(record: LiveRecord) -> float | None:
     return record.window.get("step_time") or record.window.get("traced")
 
 
-def rank_flag(record: LiveRecord, now: float) -> RankFlag | None:
-    """Why a rank is not simply training now, or ``None``."""
+def rank_flag(record: LiveRecord, now: float, frozen_since: float | None = None) -> RankFlag | None:
+    """Why a rank is not simply training now, or ``None``. ``frozen_since``: when the reader last saw
+    the record's ``seq`` move (its own clock); ``None``: judge by the writer's ``written_at`` alone."""
     if record.ended:
         state = "ended" if record.end_status in ("ok", "") else "exited"
         return RankFlag(record.rank, state, max(0.0, now - record.written_at), record.end_status)
     last = record.last_step_at or record.started_at or record.written_at
     since_step = max(0.0, now - last)
     age = max(0.0, now - record.written_at)
+    if frozen_since is not None and now - frozen_since > SILENT_S + REREAD_S:
+        age = max(age, now - frozen_since)  # not moving, whatever the writer's clock says
+    elif frozen_since is not None and now - frozen_since <= SILENT_S:
+        age = min(age, now - frozen_since)  # moving: a writer's clock ahead or behind is not silence
     if age > SILENT_S:
         return RankFlag(record.rank, "not reporting", age, "no report")
     if record.trainer_state in (TRAINER_STOPPED, TRAINER_GONE):
@@ -208,11 +224,14 @@ def rank_flag(record: LiveRecord, now: float) -> RankFlag | None:
     return None
 
 
-def snapshot(records: dict[int, LiveRecord], now: float | None = None, k: int = SLOWEST_K) -> LiveSnapshot:
-    """Fold the ranks' records into one :class:`LiveSnapshot` (see the module docstring)."""
+def snapshot(records: dict[int, LiveRecord], now: float | None = None, k: int = SLOWEST_K,
+             frozen_since: dict[int, float] | None = None) -> LiveSnapshot:
+    """Fold the ranks' records into one :class:`LiveSnapshot` (see the module docstring);
+    ``frozen_since``: :attr:`LiveFolder.frozen_since`."""
     now = time.time() if now is None else now
     ordered = [records[r] for r in sorted(records)]
-    flags = [f for f in (rank_flag(r, now) for r in ordered) if f is not None]
+    frozen = frozen_since or {}
+    flags = [f for f in (rank_flag(r, now, frozen.get(r.rank)) for r in ordered) if f is not None]
     silent = {f.rank for f in flags if f.state == "not reporting"}
     live = [r for r in ordered if r.rank not in silent]
     world = max((r.world_size for r in ordered), default=0)
