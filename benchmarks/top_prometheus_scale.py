@@ -67,6 +67,8 @@ def measure(ranks: int, seconds: float, workers: int, refreshes: int) -> dict[st
             lines = len(screen)
             time.sleep(1.0)
         print("\n".join(screen), file=sys.stderr)
+        print("last refresh, per query (s): " + ", ".join(f"{k} {v:.2f}" for k, v in view.query_s.items()),
+              file=sys.stderr)
         return {"ranks": ranks, "wall_median": statistics.median(walls), "wall_max": max(walls),
                 "samples": max(samples), "queries": view.queries, "lines": lines,
                 "ranks_seen": len(view.per_rank.get("steps", {}))}
