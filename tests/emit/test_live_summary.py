@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from traceml_otel.emit.live_summary import LiveWindow, parse_table_line, trainer_state
+import pytest
+
+from traceml_otel.emit.live_summary import LiveWindow, live_records_enabled, parse_table_line, trainer_state
 from traceml_otel.emit.step_table import csv_line
 from traceml_otel.wire.live_record import live_file_name, read_live_record
 from traceml_otel.wire.step_table import COLUMNS
@@ -71,3 +73,10 @@ def test_trainer_state_stopped_and_gone() -> None:
         child.kill()
         child.wait()
     assert trainer_state(child.pid) == "gone"
+
+
+@pytest.mark.parametrize(("value", "enabled"), [("", True), ("lines", True), ("off", False), ("OFF", False),
+                                                ("bogus", True)])
+def test_live_records_follow_traceml_live(monkeypatch: pytest.MonkeyPatch, value: str, enabled: bool) -> None:
+    monkeypatch.setenv("TRACEML_LIVE", value)
+    assert live_records_enabled() is enabled

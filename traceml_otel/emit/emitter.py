@@ -23,7 +23,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
-from traceml_otel.emit.live_summary import LiveWindow
+from traceml_otel.emit.live_summary import LiveWindow, live_records_enabled
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
@@ -118,7 +118,7 @@ class Emitter:
             self.metrics.watch_time_record(run_dir, rank.rank,
                                            self.hang_watch.state if self.hang_watch is not None else None)
         self.live = (self._start_live(run_dir, hello)
-                     if run_dir is not None and stats_path is not None else None)
+                     if run_dir is not None and stats_path is not None and live_records_enabled() else None)
         self.write_stats()
 
     def _start_live(self, run_dir: Path, hello: Hello) -> LiveWindow:

@@ -90,6 +90,17 @@ def trainer_state(pid: int) -> str:
     return TRAINER_GONE if state in (b"Z", b"X", b"x") else TRAINER_RUNNING
 
 
+def live_records_enabled() -> bool:
+    """False when ``TRACEML_LIVE=off``: no live view, so the rank writes no live record either."""
+    from traceml_otel.errors import SettingsError
+    from traceml_otel.settings import live_mode
+
+    try:
+        return live_mode() != "off"
+    except SettingsError:
+        return True
+
+
 def _percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
