@@ -164,11 +164,15 @@ class LiveView:
         from rich.live import Live
 
         proxy = TerminalProxy()
-        self._proxy = proxy
-        console = Console(file=proxy.terminal, force_terminal=True)
-        self._live = Live(console=console, auto_refresh=False, transient=True, redirect_stdout=False,
-                          redirect_stderr=False)
-        self._live.start()
+        try:
+            console = Console(file=proxy.terminal, force_terminal=True)
+            live = Live(console=console, auto_refresh=False, transient=True, redirect_stdout=False,
+                        redirect_stderr=False)
+            live.start()
+        except BaseException:
+            proxy.restore()  # the ranks write to the terminal itself again
+            raise
+        self._proxy, self._live = proxy, live
         proxy.on_text = self._output
 
     def _output(self, text: str) -> None:
