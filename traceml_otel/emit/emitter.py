@@ -23,7 +23,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
-from traceml_otel.emit.live_summary import LiveWindow, live_records_enabled
+from traceml_otel.emit.live_summary import start_live_window
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
@@ -117,18 +117,8 @@ class Emitter:
         if run_dir is not None and self.metrics is not None:
             self.metrics.watch_time_record(run_dir, rank.rank,
                                            self.hang_watch.state if self.hang_watch is not None else None)
-        self.live = (self._start_live(run_dir, hello)
-                     if run_dir is not None and stats_path is not None and live_records_enabled() else None)
+        self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.write_stats()
-
-    def _start_live(self, run_dir: Path, hello: Hello) -> LiveWindow:
-        """``rank-R.live.json``, the live view's window (:mod:`traceml_otel.emit.live_summary`)."""
-        watch = self.hang_watch
-        return LiveWindow(run_dir, hello.run_id, hello.rank, local_rank=hello.local_rank,
-                          world_size=hello.world_size, host=hello.host, trainer_pid=hello.pid,
-                          dropped=lambda: self._dropped_spans() + self.stats.capture_dropped_steps,
-                          degraded=lambda: [f"{k}: {v}" for k, v in self.stats.outputs_disabled.items()],
-                          hang=lambda: watch.state.record if watch is not None else None, warn=self.warn)
 
     @property
     def stats_path(self) -> Path | None:

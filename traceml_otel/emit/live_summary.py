@@ -20,11 +20,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traceml_otel.contract import time_file_name
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.hang_record import HangRecord
+from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.live_record import (
     MAX_LIST,
     TRAINER_GONE,
@@ -88,6 +89,20 @@ def trainer_state(pid: int) -> str:
     if state in (b"T", b"t"):
         return TRAINER_STOPPED
     return TRAINER_GONE if state in (b"Z", b"X", b"x") else TRAINER_RUNNING
+
+
+def start_live_window(emitter: Any, run_dir: Path | None, hello: Hello) -> LiveWindow | None:
+    """The emitter's live window (``None``: no run folder, or ``TRACEML_LIVE=off``); it reads the
+    emitter's drop counts, disabled outputs and hang record when it summarizes."""
+    if run_dir is None or not live_records_enabled():
+        return None
+    watch = emitter.hang_watch
+    stats = emitter.stats
+    return LiveWindow(run_dir, hello.run_id, hello.rank, local_rank=hello.local_rank,
+                      world_size=hello.world_size, host=hello.host, trainer_pid=hello.pid,
+                      dropped=lambda: emitter._dropped_spans() + stats.capture_dropped_steps,
+                      degraded=lambda: [f"{k}: {v}" for k, v in stats.outputs_disabled.items()],
+                      hang=lambda: watch.state.record if watch is not None else None, warn=emitter.warn)
 
 
 def live_records_enabled() -> bool:
