@@ -25,6 +25,8 @@ emitter's and launcher's by process), the training process's garbage collections
 their time (``gc.callbacks``), and the median and spread of each one's on - off difference.
 ``--control``: an A/A run, telemetry off on both sides of every pair, so the printed spreads are the
 noise floor the real pairs must be read against.
+``--live``: the "off" side keeps telemetry on with ``TRACEML_LIVE=off`` (no launcher view, no
+``rank-R.live.json``): the live view's own cost (with ``--control``, an A/A of that off side).
 ``--traced step|loader|no-model``: the "on" side turns on only a part of telemetry (the pieces of its
 cost, one at a time; see ``TRACED_PARTS``).
 ``--floor``: the "on" side runs, with telemetry off, bare Python wrappers at the points telemetry
@@ -274,6 +276,9 @@ TRACED_PARTS = {
 }
 """--traced: the parts of telemetry the 'on' side runs (the pieces of its cost, one at a time)."""
 
+LIVE_AB = False
+"""--live: the 'off' side keeps telemetry on and turns the live view off (``TRACEML_LIVE=off``)."""
+
 SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 """Hidden width and the number of CPU hogs: ~0.5 ms steps, and ~2 ms steps with two hogs on this 2-vCPU VM
 (640: 512 gave 1.1-1.6 ms steps beside the hogs)."""
@@ -286,7 +291,10 @@ def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.pop("TRACEML_DISABLED", None)
     env.pop("OVERHEAD_PAIRS_FLOOR", None)
-    if not telemetry:
+    env.pop("TRACEML_LIVE", None)
+    if not telemetry and LIVE_AB:
+        env["TRACEML_LIVE"] = "off"  # telemetry on, the live view and the ranks' live records off
+    elif not telemetry:
         env["TRACEML_DISABLED"] = "1"
     if floor:
         env["OVERHEAD_PAIRS_FLOOR"] = "1"
@@ -450,7 +458,12 @@ def main() -> None:
     parser.add_argument("--traced", choices=list(TRACED_PARTS), default="all",
                         help="which part of telemetry the 'on' side turns on: " + "; ".join(
                             f"{key}: {text}" for key, text in TRACED_PARTS.items()))
+    parser.add_argument("--live", action="store_true",
+                        help="'off' is telemetry with TRACEML_LIVE=off (no live view, no rank-R.live.json) "
+                             "instead of TRACEML_DISABLED=1: the live view's own cost")
     args = parser.parse_args()
+    global LIVE_AB
+    LIVE_AB = args.live
     if args.floor and (args.control or args.concurrent):
         parser.error("--floor runs alone (not with --control or --concurrent)")
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:

@@ -58,7 +58,16 @@ def start(config: CaptureConfig, *, disabled: bool = False, strict: bool | None 
             return False
         sessions.install(session)
         process_hooks.install()
+        _announce(settings)
         return True
+
+
+def _announce(settings: Settings) -> None:
+    """A direct launch's start line, from local rank 0 (``traceml run``'s launcher prints its own)."""
+    from traceml_otel.launch.start_line import direct_launch_prints, print_start_line
+
+    if direct_launch_prints(settings):
+        print_start_line(settings)
 
 
 def _again(config: CaptureConfig, disabled: bool) -> bool:

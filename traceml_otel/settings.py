@@ -396,3 +396,24 @@ def _bind_address(env: Mapping[str, str]) -> str:
     except ValueError:
         raise SettingsError(f"{TRACEML_PROMETHEUS_ADDR}={raw!r} is not an IP address") from None
     return raw.strip("[]")
+
+
+TRACEML_LIVE = "TRACEML_LIVE"
+"""``traceml run``'s live view: ``auto`` (default), ``panel``, ``lines`` or ``off`` (``--live``)."""
+TRACEML_LIVE_INTERVAL_S = "TRACEML_LIVE_INTERVAL_S"
+"""Seconds between live lines (``--live-interval``; default 30)."""
+LIVE_VIEW_MODES = ("auto", "panel", "lines", "off")
+
+
+def live_mode(env: Mapping[str, str] | None = None) -> str:
+    """``TRACEML_LIVE`` checked (``auto`` when unset); raises :class:`SettingsError` on another value."""
+    env = os.environ if env is None else env
+    raw = env.get(TRACEML_LIVE, "").strip().lower() or "auto"
+    if raw not in LIVE_VIEW_MODES:
+        raise SettingsError(f"{TRACEML_LIVE}={raw!r} is not one of {', '.join(LIVE_VIEW_MODES)}")
+    return raw
+
+
+def live_interval_s(env: Mapping[str, str] | None = None) -> float:
+    """``TRACEML_LIVE_INTERVAL_S`` (default 30, at least 1)."""
+    return decimal(os.environ if env is None else env, TRACEML_LIVE_INTERVAL_S, 30.0, minimum=1.0)

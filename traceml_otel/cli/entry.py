@@ -35,6 +35,9 @@ def build_parser(launch_only: bool = False) -> argparse.ArgumentParser:
         commands.add_parser("analyze", aliases=["analyse"], help="diagnose a run from its spans")
     )
     add_compare_arguments(commands.add_parser("compare", help="compare two runs or reports"))
+    from traceml_otel.cli.top import add_top_arguments
+
+    add_top_arguments(commands.add_parser("top", help="watch a run live (a run folder, or Prometheus)"))
     return parser
 
 
@@ -58,5 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "stack":
         return run_command("stack", lambda: run_stack(args))
+    if args.command == "top":
+        from traceml_otel.cli.top import run_top
+
+        return run_command("top", lambda: run_top(args))
     command = run_analyze if args.command == "analyze" else run_compare
     return run_command(args.command, lambda: command(args))

@@ -13,9 +13,14 @@ from pathlib import Path
 
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.cli.parser import CommandParser
-from traceml_otel.errors import TracemlError
+from traceml_otel.errors import SettingsError, TracemlError
 from traceml_otel.sanitize import one_line
-from traceml_otel.settings import TRACEML_DIAGNOSIS_MEMORY_MB, diagnosis_memory_mb
+from traceml_otel.settings import (
+    TRACEML_DIAGNOSIS_MEMORY_MB,
+    diagnosis_memory_mb,
+    live_interval_s,
+    live_mode,
+)
 
 
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -32,6 +37,17 @@ def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds, at least 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 1.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, got {text}")
+    return value
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +78,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hang-action", choices=("report", "terminate"), default="report",
                         help="when ranks hang: report it on stderr (default), or also end the job "
                              "(exit code 75) once every rank's hang record is written")
+    parser.add_argument("--live", choices=("auto", "panel", "lines", "off"), default=None,
+                        help="live view while the job runs: a panel under the script's output on a terminal, "
+                             "a line every --live-interval seconds otherwise (default auto; TRACEML_LIVE)")
+    parser.add_argument("--live-interval", type=_positive_seconds, default=None, metavar="SECONDS",
+                        help="seconds between live lines (default 30; TRACEML_LIVE_INTERVAL_S)")
     parser.add_argument("--no-auto-attach", action="store_true",
                         help="no zero-code tracing: do not attach to Trainer/Lightning or infer the steps of "
                              "a loop without trace_step (same as TRACEML_AUTO_ATTACH=0)")
@@ -116,7 +137,14 @@ def run_run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     _near_miss_after_script(args)
 
+    try:
+        live = args.live or live_mode()
+        live_interval = args.live_interval or live_interval_s()
+    except SettingsError as error:
+        print(f"traceml run: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
     options = LaunchOptions(
+        live=live, live_interval_s=live_interval,
         script=args.script, script_args=tuple(script_args), nproc_per_node=args.nproc_per_node,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port, run_name=args.run_name, run_id=args.run_id, module=args.module,

@@ -23,6 +23,7 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
+from traceml_otel.emit.live_summary import start_live_window
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
@@ -116,6 +117,7 @@ class Emitter:
         if run_dir is not None and self.metrics is not None:
             self.metrics.watch_time_record(run_dir, rank.rank,
                                            self.hang_watch.state if self.hang_watch is not None else None)
+        self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.write_stats()
 
     @property
@@ -250,6 +252,8 @@ class Emitter:
             self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
         if self.table is not None:
             self.table.write_lines(encoded.rows, encoded.steps)
+        if self.live is not None:
+            self.live.add(encoded.rows, encoded.steps)
         self.stats_file.mark_dirty()
         self.refresh_stats()
 
@@ -259,6 +263,8 @@ class Emitter:
         if self.ledger.take_rejected(self.metrics):
             self.stats_file.mark_dirty()
         self.stats_file.refresh(self.stats)
+        if self.live is not None:
+            self.live.maybe_publish()
 
     def write_stats(self) -> None:
         """Replace ``rank-R.export.json`` now (:class:`~traceml_otel.emit.stats_file.StatsFile`)."""
@@ -342,6 +348,8 @@ class Emitter:
         if self.table is not None:
             self.table.close()
         stats.local_copy_closed_unix = time.time()
+        if self.live is not None:
+            self.live.publish(ended=True, end_status=status)
         local_on = "local copy" not in stats.outputs_disabled and self.stats_path is not None
         if steps_traced is not None and self.stats_path is not None:
             stats.local_copy_complete = local_on and stats.steps_local == steps_traced

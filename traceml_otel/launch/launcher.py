@@ -24,6 +24,7 @@ from traceml_otel.capture.time_ledger import process_start_time
 from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
+from traceml_otel.launch.live_view import announce, start_live_view
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
 from traceml_otel.launch.run_folder import refuse_reused_folder
 from traceml_otel.launch.single import run_single_process, single_process_command
@@ -66,6 +67,9 @@ class LaunchOptions:
     """``script`` is a module name, run as ``python -m`` (torchrun's ``--module``)."""
     max_restarts: int = 0
     """torchrun's ``--max-restarts``: a failed attempt restarts every rank up to this many times."""
+    live: str = "off"
+    """The live view (``launch/live_view.py``): ``auto``, ``panel``, ``lines`` or ``off``."""
+    live_interval_s: float = 30.0
 
     @property
     def default_name(self) -> str:
@@ -213,6 +217,8 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     if options.run_name and not explicit_job():
         os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
+    announce()
+    view = start_live_view(run_dir, run_id, options.live, options.live_interval_s)
     monitor.start()
     try:
         if single:
@@ -222,6 +228,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
         if monitor.terminated:
             code = EXIT_HANG
     finally:
+        view.stop()
         monitor.stop()
         for name, value in saved.items():
             if value is None:
