@@ -17,6 +17,7 @@ from traceml_otel.cli.entry import build_parser
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 _FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+_COMMANDS = {"run", "analyze", "analyse", "compare", "stack", "top", "--version", "--help"}
 _INLINE = re.compile(r"`(traceml (?:run|analyze|analyse|compare|stack)\b[^`]*)`")
 
 
@@ -30,7 +31,9 @@ def _shown_commands() -> list[tuple[str, str]]:
                 line = line.strip().removeprefix("$ ").replace(".venv/bin/traceml", "traceml")
                 line = line.split("&&")[-1].strip()
                 if line.startswith("traceml ") or (" traceml " in line and "=" in line.split()[0]):
-                    found.append((doc.name, line[line.index("traceml "):]))
+                    command = line[line.index("traceml "):]
+                    if command.split()[1:2] and command.split()[1] in _COMMANDS:  # not a screen capture
+                        found.append((doc.name, command))
         for command in _INLINE.findall(text):
             complete = re.search(r"\.py\b|traceml-runs/|RUN_DIR|\.json\b", command)  # prose names a
             if complete and not re.search(r"[\[|…]|\.\.\.", command):  # command; these are whole ones
