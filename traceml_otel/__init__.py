@@ -14,6 +14,24 @@ API loads on first use (``__getattr__``), so the analyzer imports none of it.
 
 from traceml_otel._version import __version__
 
+
+def _first_seen() -> tuple[float, float | None]:
+    """The wall time now and how long this process has run or waited for a CPU since it began
+    (``/proc/self/schedstat``): the earliest this interpreter can vouch for its own start
+    (``capture/time_ledger.py:own_start_time``). Two small reads, once per process."""
+    import time
+
+    try:
+        with open("/proc/self/schedstat", "rb") as stat:
+            run_ns, wait_ns = stat.read().split()[:2]
+        return time.time(), (int(run_ns) + int(wait_ns)) / 1e9
+    except (OSError, ValueError):
+        return time.time(), None
+
+
+_FIRST_SEEN = _first_seen()
+"""(wall time, seconds running or runnable) when this package was first imported."""
+
 TYPE_CHECKING = False  # not typing's: start-up hooks import this package in every process (typing costs ms)
 
 if TYPE_CHECKING:
