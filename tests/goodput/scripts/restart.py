@@ -7,8 +7,8 @@ an attempt starts in a fraction of a second. The script writes the seconds each 
 steps took into ``$RESTART_OUT.attempt-A.json`` (the test's truth).
 
 With ``RESTART_FAILURES=2`` (``--max-restarts 2``) attempt 1 fails too, after step 13 (checkpoint at
-12), and attempt 2 resumes from 12, redoing step 13. Each attempt also writes, on the system-wide monotonic clock,
-its process's start (``forked``, from ``/proc``) and when its last step ended before failing
+12), and attempt 2 resumes from 12, redoing step 13. Each attempt also writes, on the system-wide
+monotonic clock, its process's start (``forked``, from ``/proc``) and when its last step ended before failing
 (``failed``): each restart's gap is one attempt's ``failed`` to the next's ``forked``.
 """
 
@@ -41,4 +41,5 @@ for step in range(done, STEPS):
         Path(f"{os.environ['RESTART_OUT']}.attempt-{attempt}.json").write_text(
             json.dumps({"took": took, "forked": forked, "failed": time.monotonic()}))
         raise SystemExit(f"simulated failure after step {FAIL_AFTER}: torchrun restarts the job")
-Path(f"{os.environ['RESTART_OUT']}.attempt-{attempt}.json").write_text(json.dumps({"took": took, "forked": forked}))
+Path(f"{os.environ['RESTART_OUT']}.attempt-{attempt}.json").write_text(
+    json.dumps({"took": took, "forked": forked}))
