@@ -76,25 +76,44 @@ def runnable_seconds(pid: int | str = "self") -> float | None:
         return None
 
 
-def own_start_time(pid: int | str = "self", seen: tuple[float, float | None] | None = None) -> float | None:
-    """When process ``pid``'s own program started: the later of its ``/proc`` start (the fork) and the
-    earliest its running time can vouch for (``seen``: (wall time, :func:`runnable_seconds`) then;
-    read now when not given), when that is more than :data:`EXEC_GAP_S` later.
+def waited_for_children(pid: int | str = "self") -> bool:
+    """Whether process ``pid`` has waited for a child (its children's page faults or CPU time are
+    counted: ``/proc/PID/stat`` fields 11, 16 and 17; ``exec`` keeps them)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return int(fields[8]) + int(fields[13]) + int(fields[14]) > 0
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def own_start_time(
+    pid: int | str = "self", seen: tuple[float, float | None, bool] | None = None,
+) -> float | None:
+    """When process ``pid``'s own program started: its ``/proc`` start (the fork), or, when the
+    process had already waited for a child and its running time vouches for a start more than
+    :data:`EXEC_GAP_S` later, that start (``seen``: (wall time, :func:`runnable_seconds`,
+    :func:`waited_for_children`) then; read now when not given).
 
     A PID keeps its fork time across ``exec``: ``bash -c "sleep 20 && traceml run ..."`` (or a
     container entrypoint that installs packages first) execs the launcher in the shell's process, 20 s
-    after the fork. The shell sleeping is not runnable time, so wall time less running-or-runnable
-    time is at most the exec's time (it is later by what the program itself slept before ``seen``).
+    after the fork, once the shell has waited for ``sleep``. The shell sleeping is not runnable time,
+    so wall time less running-or-runnable time is at most the exec's time (it is later by what the
+    program itself slept or waited for the disk before ``seen``). A program forked and exec'd at once
+    (the usual case: a shell's ``python train.py``, torchrun's ranks) has waited for no child, and
+    keeps its exact ``/proc`` start whatever its imports waited for.
     """
     forked = process_start_time(pid)
-    now, runnable = seen if seen is not None else (time.time(), runnable_seconds(pid))
-    if forked is None or runnable is None:
+    if seen is None:
+        seen = (time.time(), runnable_seconds(pid), waited_for_children(pid))
+    now, runnable, waited = seen
+    if forked is None or runnable is None or not waited:
         return forked
     vouched = now - runnable
     return vouched if vouched - forked > EXEC_GAP_S else forked
 
 
-def first_seen() -> tuple[float, float | None] | None:
+def first_seen() -> tuple[float, float | None, bool] | None:
     """When ``traceml_otel`` was first imported in this process (see its ``_FIRST_SEEN``)."""
     import traceml_otel
 
