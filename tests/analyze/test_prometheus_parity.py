@@ -53,6 +53,7 @@ ALL = (
     Scenario("slow_rank", "slow_rank.py", ranks=2),
     Scenario("incomplete_data", "incomplete_data.py"),
     Scenario("healthy_tiny", "healthy_tiny.py", steps=100),
+    Scenario("healthy_long", "healthy_tiny.py", steps=1500),
     Scenario("tiny_collectives", "tiny_collectives.py", ranks=2, steps=1000),
     Scenario("preloaded_compute", "preloaded_compute.py", steps=25),
     Scenario("slow_generator", "slow_generator.py", steps=200),
@@ -66,7 +67,9 @@ ALL = (
 # slow_generator: 20 steps of ~17 ms end inside one 1 s scrape interval, so metrics see no time
 # between steps (the wall time between two scrapes' last-step times); 200 steps (~4 s) give
 # several scrapes, as any real run of minutes does. Shorter, the metrics verdict is INCOMPLETE_DATA.
-DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank")
+# healthy_long: drift is judged (50 steps or more) from both readers; from metrics, each time bucket's
+# mean step time stands for the steps done in it (once "fewer than 50 aligned steps" for 1,497 steps).
+DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank", "healthy_long")
 SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
 
 
@@ -147,6 +150,14 @@ def _prometheus_report(parity: Parity, name: str, capsys: pytest.CaptureFixture[
     return json.loads(out)
 
 
+def _drift_text(report: dict) -> tuple[str, bool]:
+    """The drift sentence's words (``report/units.py:drift_sentence``): its verdict, and for a stable
+    run whether a large change was called noise. The levels' digits may differ (from metrics a time
+    bucket's mean stands for each of its steps); the words may not."""
+    drift = report["drift"]
+    return drift["kind"], drift["kind"] == "STABLE" and abs(drift["change"] or 0.0) >= 0.10
+
+
 def _shares(report: dict) -> dict[str, float | None]:
     return {s["name"]: s["share"] for s in report["phases"] if s["name"] in SHARES}
 
@@ -157,6 +168,7 @@ def _assert_same_diagnosis(spans: dict, other: dict) -> None:
         json.dumps(_shares(spans)), json.dumps(_shares(other)))
     assert [r["rank"] for r in other["ranks"]] == [r["rank"] for r in spans["ranks"]]
     assert [r["steps"] for r in other["ranks"]] == [r["steps"] for r in spans["ranks"]]
+    assert other["run"]["steps_read"] == spans["run"]["steps_read"]
     for component, share in _shares(spans).items():
         value = _shares(other)[component]
         if share is None:
@@ -170,6 +182,9 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     spans = parity.span_reports[name]
     metrics = _prometheus_report(parity, name, capsys)
     _assert_same_diagnosis(spans, metrics)
+    assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
+    if name == "healthy_long":  # judged from both, not "fewer than 50 aligned steps"
+        assert metrics["drift"]["kind"] != "NOT_ENOUGH_STEPS", metrics["drift"]
     if metrics["primary_diagnosis"]["kind"] == "COMMUNICATION_BOUND":  # the counters give the regime
         regime = [{e["name"]: e["value"] for e in r["primary_diagnosis"]["evidence"]}["regime"]
                   for r in (spans, metrics)]

@@ -59,3 +59,28 @@ def test_redone_steps_count_as_lost(restarted: dict) -> None:
     assert got["restarts"] > 0  # from the failed attempt's last step to the new process
     assert sum(got.values()) == pytest.approx(rank.wall_s, rel=0.02)
     assert "steps redone after a restart" not in [f.text for f in account.findings]  # 0.2 s: no finding
+
+
+def test_every_restarts_gap_is_billed_to_restarts(tmp_path: Path) -> None:
+    """``--max-restarts 2`` with two failures (after steps 10 and 13): both gaps, from an attempt's last
+    step to the next attempt's process start, are ``restarts``; none of them is ``between_steps``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), RESTART_OUT=str(tmp_path / "out"),
+               RESTART_FAILURES="2", PYTHONUNBUFFERED="1")
+    command = [sys.executable, "-m", "traceml_otel.cli", "run", "--max-restarts", "2", "--no-report",
+               str(SCRIPT)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    truth = [json.loads((tmp_path / f"out.attempt-{a}.json").read_text()) for a in (0, 1, 2)]
+    gaps = [truth[a + 1]["forked"] - truth[a]["failed"] for a in (0, 1)]
+    assert all(gap > 0 for gap in gaps)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    account = analyze_path([run_dir]).time_account
+    assert account is not None
+    (rank,) = account.ranks
+    got = dict(rank.categories)
+    # /proc's start is 10 ms coarse; the last step's end is the span's, the truth's a moment later
+    assert got["restarts"] == pytest.approx(sum(gaps), rel=0.05, abs=0.1), (got, gaps)
+    assert got["between_steps"] < 0.5, got  # was the first gap (8-14 s under torchrun on a loaded host)
+    assert got["redone_steps"] > 0  # attempt 2 resumed from 12; attempt 1 had reached 13
+    assert sum(got.values()) == pytest.approx(rank.wall_s, rel=0.02)

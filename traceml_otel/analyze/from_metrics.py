@@ -18,8 +18,11 @@ reader builds, and the same rules decide. What metrics cannot tell, and how it i
 - The time between steps is the wall time between the first and the last step end seen in the
   range, less the traced time of the steps ended in between (it includes ``outside_step`` blocks,
   which the span attribute leaves out).
-- Drift is read per time bucket, not per step; step numbers of the slowest steps are unknown
-  (the trace ids of the slowest sampled steps come from exemplars when the engine keeps them).
+- Drift is read per time bucket: each bucket's mean step time stands for every step done in it
+  (:func:`per_step_series`), so the drift rule sees the run's steps on the span reader's step axis
+  (its minimum of 50 steps, warm-up and bands are counted in steps, not buckets); step numbers of
+  the slowest steps are unknown (the trace ids of the slowest sampled steps come from exemplars when
+  the engine keeps them).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from traceml_otel.analyze.sources.prometheus import MetricRun, RankCounters
 
 FORWARD, BACKWARD, OPTIMIZER, H2D = (c.PHASES.index(p) for p in ("forward", "backward", "optimizer", "h2d"))
 DDP_SOURCE = "ddp"
+MAX_DRIFT_STEPS = 100_000
+"""Steps the drift series holds at most: beyond it each point stands for several steps."""
 NOT_FROM_METRICS = (
     "from metrics: step numbers, per-step detail and per-rank charts are not available (use the spans "
     "for them); phase coverage is per call, not per step"
@@ -152,7 +157,27 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
 def _drift(run: MetricRun) -> DriftAnalysis:
     if not run.step_time_series:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
-    return detect_drift(list(run.step_points), list(run.step_time_series))
+    return detect_drift(*per_step_series(run.step_points, run.step_time_series))
+
+
+def per_step_series(
+    done: tuple[int, ...] | list[int], means: tuple[float, ...] | list[float], limit: int = MAX_DRIFT_STEPS,
+) -> tuple[list[int], list[float]]:
+    """The drift's step axis from time buckets: ``done[i]`` steps were done by the end of bucket ``i``
+    (median over ranks) and ``means[i]`` is the bucket's mean step time; each step done in a bucket
+    gets its mean, numbered as the span reader numbers steps (from 0). A bucket with no step done adds
+    none. Beyond ``limit`` steps each point stands for ``ceil(steps / limit)`` steps (bounded memory)."""
+    total = max(done, default=0)
+    stride = max(1, -(-total // limit))
+    steps: list[int] = []
+    series: list[float] = []
+    previous = 0
+    for count, mean in zip(done, means, strict=False):
+        for number in range(previous + (-previous) % stride, count, stride):
+            steps.append(number)
+            series.append(mean)
+        previous = max(previous, count)
+    return steps, series
 
 
 def _between_steps_line(run: MetricRun) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ Per rank the timeline is cut at the first step's input fetch and the last step's
 - ``between_steps``: the rest of the training window (code between steps that nothing named);
 - ``stalled``: no progress, every stall the hang record names (its earlier episodes and its own),
   each carved out of where it happened, overlaps counted once;
-- ``shutdown``: from the last step's end to the process end, less ``outside_step`` time and stalls.
+- ``shutdown``: from the last step's end to the process end, less ``outside_step`` time and stalls;
+- ``telemetry``: telemetry's own time at the end (the last hand-off, the final export, the metrics
+  endpoint's linger), taken out of what would otherwise be ``shutdown``.
 
 The categories add up to the rank's wall time by construction; where measurements overlap (a
 negative remainder) the remainder is clamped to 0 and a note says so.
@@ -41,6 +43,9 @@ REDONE_STEPS = "redone_steps"
 BETWEEN_STEPS = "between_steps"
 STALLED = "stalled"
 SHUTDOWN = "shutdown"
+TELEMETRY = "telemetry"
+"""Telemetry's own time at the end of a rank (``TimeRecord.telemetry_s``): never the program's
+shutdown, and no advice about checkpoints."""
 STEP_PARTS = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 PRODUCTIVE = frozenset(f"step.{part}" for part in STEP_PARTS if part != "input_wait")
 """Goodput's numerator: the time inside step blocks, stalls excluded (see ``docs/goodput.md``)."""
@@ -58,6 +63,9 @@ class RankTime:
     wall_s: float
     categories: tuple[tuple[str, float], ...]
     goodput: float | None
+    exit_s: float = 0.0
+    """The part of ``shutdown`` after telemetry's end: the interpreter's exit (its libraries'
+    teardown; 1-2 s with torch) and, under ``traceml run``, the launcher seeing it."""
 
     def seconds(self, name: str) -> float:
         """Seconds of one category (0 when absent)."""
@@ -223,22 +231,31 @@ def _carve(parts: list[float], seconds: float) -> None:
             return
 
 
-def _attempts(
-    spans: Sequence[tuple[float, float, int]], record: TimeRecord,
-) -> tuple[float, float, float] | None:
-    """A restarted rank whose spans hold earlier attempts' steps: (the time between the earlier
-    attempt's last step and this attempt's process start, less its outside_step time there; this
-    attempt's start-up to its first step; the seconds of this attempt's first steps that redo steps an
-    earlier attempt had done). ``None`` when no earlier attempt's step is in the spans."""
-    started = record.process_start or 0.0
-    earlier = [end for begin, end, _ in spans if end <= started]
-    this = sorted((begin, end) for begin, end, _ in spans if begin >= started)
-    if not earlier or not this:
-        return None
-    gap = max(0.0, started - max(earlier) - record.earlier_after_last_step_s)
+def _restarts(
+    spans: Sequence[tuple[float, float, int]], record: TimeRecord, start: float,
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], float]:
+    """A restarted rank: (every restart's gap, from the attempt before's last step, or its start when
+    it made none, to the restarted process's start; each restarted attempt's start-up, from its
+    process start to its first step; the seconds of this attempt's first steps that redo steps an
+    earlier attempt had done). Every restarted attempt's start is in the record
+    (``earlier_restart_starts`` and this one's), so a second restart's gap is a restart too."""
+    starts = sorted(t for t in (*record.earlier_restart_starts, record.process_start) if t and t > start)
+    ends = sorted(end for _, end, _ in spans)
+    begins = sorted(begin for begin, _, _ in spans)
+    gaps: list[tuple[float, float]] = []
+    startups: list[tuple[float, float]] = []
+    previous = start
+    for index, began in enumerate(starts):
+        later = starts[index + 1] if index + 1 < len(starts) else float("inf")
+        before = bisect.bisect_right(ends, began)
+        gaps.append((max(ends[before - 1] if before else previous, previous), began))
+        after = bisect.bisect_left(begins, began)
+        if after < len(begins) and begins[after] < later:
+            startups.append((began, begins[after]))
+        previous = began
+    this = sorted((begin, end) for begin, end, _ in spans if begin >= (record.process_start or 0.0))
     count = 0 if record.resumed_from is None else max(0, record.earlier_progress - record.resumed_from)
-    redone = sum(end - begin for begin, end in this[:count])
-    return gap, max(0.0, this[0][0] - started), redone
+    return gaps, startups, sum(end - begin for begin, end in this[:count])
 
 
 def _take_share(parts: list[float], seconds: float) -> None:
@@ -320,17 +337,20 @@ def account_rank(
     startup = (first - start) - before - stall_start
     restarts = redone = 0.0
     if record is not None and record.restart > 0 and record.process_start and record.process_start > start:
-        split = _attempts(builder.spans, record)
-        if split is None:  # no step of an earlier attempt in the spans: count the earlier attempts whole
-            restarts = min(record.process_start - start, max(0.0, startup))
-            startup -= restarts
-        else:
-            restarts, this_startup, redone = split
-            startup += this_startup
-            between -= restarts + record.earlier_after_last_step_s + this_startup
-            _take_share(parts, redone)
+        gaps, startups, redone = _restarts(builder.spans, record, start)
+        in_window = sum(_overlap(a, b, first, last) for a, b in gaps)  # out of between_steps
+        before_first = sum(_overlap(a, b, start, first) for a, b in gaps)  # out of start-up
+        carried = record.earlier_after_last_step_s  # earlier attempts' outside_step time in the gaps
+        restarts = max(0.0, in_window + before_first - carried)
+        attempt_startups = sum(_overlap(a, b, first, last) for a, b in startups)
+        startup += attempt_startups - before_first
+        between -= max(0.0, in_window - carried) + attempt_startups
+        _take_share(parts, redone)
     between, stalled = _place_left_out(rank, hang, between, stalled, parts, notes)
     shutdown = (end - last) - after - stall_end
+    telemetry = min(record.telemetry_s, max(0.0, shutdown)) if record is not None else 0.0
+    shutdown -= telemetry
+    exit_s = min(max(0.0, shutdown), end - record.ended_at) if record is not None and record.ended_at else 0.0
     for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
         if value < -0.05:
             notes.append(f"rank {rank}: {name} came out at {value:.2f} s (overlapping records); shown as 0")
@@ -340,13 +360,16 @@ def account_rank(
     categories += [(f"step.{name}", value) for name, value in zip(STEP_PARTS, parts, strict=True)]
     categories += [(f"outside.{o.kind}", o.seconds) for o in outside]
     categories += [(BETWEEN_STEPS, max(0.0, between)), (STALLED, stalled), (SHUTDOWN, max(0.0, shutdown))]
+    categories += [(TELEMETRY, telemetry)] if telemetry else []
     wall = end - start
     productive = sum(value for name, value in categories if name in PRODUCTIVE)
-    return RankTime(rank, wall, tuple(categories), productive / wall if wall > 0 else None), notes
+    return RankTime(rank, wall, tuple(categories), productive / wall if wall > 0 else None,
+                    max(0.0, exit_s)), notes
 
 
-def _advice(category: str, seconds: float) -> tuple[str, str]:
-    """The finding's name for ``category`` and what to do about it."""
+def _advice(category: str, seconds: float, exit_s: float = 0.0) -> tuple[str, str]:
+    """The finding's name for ``category`` and what to do about it (``exit_s``: the part of the
+    shutdown after telemetry's end, the interpreter's exit)."""
     if category == RESTARTS:
         return "earlier attempts (restarts)", ("find why the earlier attempts failed (the manifest and hang "
                                                "records), and checkpoint more often so a restart redoes less")
@@ -370,19 +393,28 @@ def _advice(category: str, seconds: float) -> tuple[str, str]:
                                       "logging and host syncs (.item(), printing) off the training loop")
     if category == STALLED:
         return "stalled time", "ranks made no progress: see the HANG finding for where they stopped"
+    if category == TELEMETRY:
+        return "telemetry's own time", ("the final export and the metrics endpoint's linger "
+                                        "(TRACEML_PROMETHEUS_LINGER_S; 0 turns it off): not your program's")
+    if category == SHUTDOWN and exit_s >= seconds / 2:
+        return "shutdown", ("mostly the process's exit after its last step and telemetry's end (the "
+                            "interpreter and its libraries' teardown, 1-2 s with torch): run longer jobs "
+                            "so it is amortised")
     if category == SHUTDOWN:
         return "shutdown", ("time after the last step (final saves, teardown): make the final checkpoint "
                             "asynchronous")
     return "input wait", "the loader holds steps up: see the diagnosis (INPUT_BOUND) for the fix"
 
 
-def _findings(categories: Iterable[tuple[str, float]], wall: float) -> tuple[TimeFinding, ...]:
+def _findings(
+    categories: Iterable[tuple[str, float]], wall: float, exit_s: float = 0.0,
+) -> tuple[TimeFinding, ...]:
     found = []
     for name, seconds in sorted(categories, key=lambda item: -item[1]):
         share = seconds / wall if wall > 0 else 0.0
         if name in PRODUCTIVE or share < FINDING_SHARE:
             continue
-        label, advice = _advice(name, seconds)
+        label, advice = _advice(name, seconds, exit_s)
         text = f"{label} takes {share * 100:.0f} % of wall time"
         found.append(TimeFinding(name, share, seconds, text, advice))
     return tuple(found[:MAX_FINDINGS])
@@ -418,4 +450,4 @@ def account_time(
                         "outside_step time and shutdown are unknown there (counted as between steps or "
                         "not at all)")
     return TimeAccount(wall, tuple(totals.items()), productive / wall if wall > 0 else None, tuple(ranks),
-                       _findings(totals.items(), wall), tuple(notes[:20]))
+                       _findings(totals.items(), wall, sum(r.exit_s for r in ranks)), tuple(notes[:20]))

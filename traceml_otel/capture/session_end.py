@@ -22,6 +22,8 @@ def close_session(session: TrainingSession, status: str) -> None:
     from traceml_otel.capture.session import warn
 
     settings, link, recorder = session.settings, session.link, session.recorder
+    if session.time_ledger is not None:  # from here to the final record: telemetry's own time
+        session.time_ledger.telemetry_began()
     if session.watchdog is not None:
         session.watchdog.stop(clean=status == "ok")
     try:

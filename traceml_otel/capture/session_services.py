@@ -15,16 +15,19 @@ if TYPE_CHECKING:
 
 def start_time_ledger(recorder: StepRecorder, settings: Settings, warn: Callable[[str], None]) -> TimeLedger:
     """This rank's time record (``rank-R.time.json``), written now with the process start."""
-    from traceml_otel.capture.time_ledger import TimeLedger, process_start_time
+    from traceml_otel.capture.time_ledger import TimeLedger, own_start_time, process_start_time
 
     ledger = TimeLedger(
         settings.run_dir, settings.identity.rank, settings.run_id, lambda: recorder.step,
         peak_flops=settings.peak_flops, dtype=settings.mfu_dtype, warn=warn,
     )
-    if settings.launcher in ("torchrun", "accelerate launch"):  # start-up counts from the agent's start
-        ledger.launcher_start = process_start_time(os.getppid())
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     ledger.restart = int(restart) if restart.isdigit() else 0
+    if settings.launcher in ("torchrun", "accelerate launch"):  # start-up counts from the agent's start
+        # Its own start, not a parent shell's; after a restart the agent has waited for the failed
+        # ranks and runs since the first attempt: its /proc start then.
+        agent = os.getppid()
+        ledger.launcher_start = own_start_time(agent) if not ledger.restart else process_start_time(agent)
     if ledger.restart > 0:
         ledger.carry_earlier_attempt()
         recorder.step = ledger.first_step  # go on numbering: the earlier attempts' spans keep their ids

@@ -14,6 +14,12 @@ caller's thread, and no background write can replace it afterwards.
 
 A step costs nothing here unless it declares ``flops=`` (two additions). A failed write is counted
 and said once; it never reaches training.
+
+Every duration is read on the monotonic clock (``perf_counter``); the record's times are one wall
+anchor, read at construction, plus monotonic time, so a wall-clock step (NTP, a suspended VM) moves
+no duration. Telemetry's own time at the end (the last hand-off, the final export, the metrics
+endpoint's linger) is measured from :meth:`TimeLedger.telemetry_began` to the final record
+(``telemetry_s``): the account bills it to ``telemetry``, not to the program's shutdown.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceml_otel.capture.clock_anchor import wall_anchor_ns
 from traceml_otel.contract import time_file_name
 from traceml_otel.wire.time_record import (
+    MAX_ATTEMPTS,
     MAX_KINDS,
     FlopsRecord,
     OutsideTotal,
@@ -51,6 +59,67 @@ def process_start_time(pid: int | str = "self") -> float | None:
         return None
 
 
+EXEC_GAP_S = 1.0
+"""A process whose interpreter vouches for a start this much later than its ``/proc`` start ran
+something else first in the same process (a shell that slept, then exec'd it): see
+:func:`own_start_time`."""
+
+
+def runnable_seconds(pid: int | str = "self") -> float | None:
+    """Seconds process ``pid``'s main thread has run or waited for a CPU (``/proc/PID/schedstat``);
+    ``None`` where it cannot be read. Time asleep (a shell waiting for ``sleep``) is not in it."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as stat:
+            run_ns, wait_ns = stat.read().split()[:2]
+        return (int(run_ns) + int(wait_ns)) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def waited_for_children(pid: int | str = "self") -> bool:
+    """Whether process ``pid`` has waited for a child (its children's page faults or CPU time are
+    counted: ``/proc/PID/stat`` fields 11, 16 and 17; ``exec`` keeps them)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return int(fields[8]) + int(fields[13]) + int(fields[14]) > 0
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def own_start_time(
+    pid: int | str = "self", seen: tuple[float, float | None, bool] | None = None,
+) -> float | None:
+    """When process ``pid``'s own program started: its ``/proc`` start (the fork), or, when the
+    process had already waited for a child and its running time vouches for a start more than
+    :data:`EXEC_GAP_S` later, that start (``seen``: (wall time, :func:`runnable_seconds`,
+    :func:`waited_for_children`) then; read now when not given).
+
+    A PID keeps its fork time across ``exec``: ``bash -c "sleep 20 && traceml run ..."`` (or a
+    container entrypoint that installs packages first) execs the launcher in the shell's process, 20 s
+    after the fork, once the shell has waited for ``sleep``. The shell sleeping is not runnable time,
+    so wall time less running-or-runnable time is at most the exec's time (it is later by what the
+    program itself slept or waited for the disk before ``seen``). A program forked and exec'd at once
+    (the usual case: a shell's ``python train.py``, torchrun's ranks) has waited for no child, and
+    keeps its exact ``/proc`` start whatever its imports waited for.
+    """
+    forked = process_start_time(pid)
+    if seen is None:
+        seen = (time.time(), runnable_seconds(pid), waited_for_children(pid))
+    now, runnable, waited = seen
+    if forked is None or runnable is None or not waited:
+        return forked
+    vouched = now - runnable
+    return vouched if vouched - forked > EXEC_GAP_S else forked
+
+
+def first_seen() -> tuple[float, float | None, bool] | None:
+    """When ``traceml_otel`` was first imported in this process (see its ``_FIRST_SEEN``)."""
+    import traceml_otel
+
+    return getattr(traceml_otel, "_FIRST_SEEN", None)
+
+
 @dataclass(slots=True)
 class _KindTotal:
     seconds: float = 0.0
@@ -73,11 +142,16 @@ class TimeLedger:
         self.rank = rank
         self.run_id = run_id
         self._steps = steps
-        self.process_start = process_start_time()
+        self._anchor = wall_anchor_ns() / 1e9
+        """Wall time at ``perf_counter() == 0``: every time in the record is this plus monotonic time."""
+        self.process_start = own_start_time("self", first_seen())
         self.launcher_start: float | None = None
-        self.restart = 0
         """When the launcher that started this process started (torchrun's agent), when known."""
-        self.init_at = time.time()
+        self.restart = 0
+        self.init_at = self.now()
+        self._telemetry_from: float | None = None
+        self.telemetry_s = 0.0
+        """Telemetry's own time at the end: from :meth:`telemetry_began` to the final record."""
         self.min_interval_s = min_interval_s
         self._warn = warn
         self._kinds: dict[str, _KindTotal] = {}
@@ -103,6 +177,17 @@ class TimeLedger:
         self.first_step = 0
         """A restarted attempt's first step number (the earlier attempts' steps)."""
         self.earlier_after_s = 0.0
+        self.earlier_restart_starts: tuple[float, ...] = ()
+
+    def now(self) -> float:
+        """Unix time on the monotonic clock (the anchor plus ``perf_counter``)."""
+        return self._anchor + time.perf_counter()
+
+    def telemetry_began(self) -> None:
+        """Telemetry's own shutdown starts (the last hand-off, the final export, the linger): from here
+        to the final record it is ``telemetry``, not the program's shutdown."""
+        if self._telemetry_from is None:
+            self._telemetry_from = time.perf_counter()
 
     # --- restarts -----------------------------------------------------------------------
     def carry_earlier_attempt(self) -> None:
@@ -119,6 +204,10 @@ class TimeLedger:
         self.earlier_progress = max(earlier.earlier_progress, reached)
         self.first_step = earlier.steps
         self.earlier_after_s = earlier.earlier_after_last_step_s
+        starts = earlier.earlier_restart_starts
+        if earlier.restart > 0 and earlier.process_start:  # every restart's gap stays countable
+            starts = (*starts, earlier.process_start)
+        self.earlier_restart_starts = starts[-MAX_ATTEMPTS:]
         for outside in earlier.outside:  # the earlier attempts' outside_step time stays in the account
             total = self._kinds.setdefault(outside.kind, _KindTotal())
             total.seconds += outside.seconds
@@ -134,7 +223,7 @@ class TimeLedger:
     # --- outside_step -------------------------------------------------------------
     def enter_outside(self) -> None:
         """An ``outside_step`` block opens (nested blocks count in the outermost only)."""
-        self._open.append(time.time())
+        self._open.append(time.perf_counter())
 
     def exit_outside(self, kind: str, in_step: bool) -> None:
         """The innermost open block of ``kind`` ends; ``in_step``: it ran inside a step (not counted)."""
@@ -143,7 +232,7 @@ class TimeLedger:
         began = self._open.pop()
         if self._open or in_step:
             return
-        seconds = max(0.0, time.time() - began)
+        seconds = max(0.0, time.perf_counter() - began)
         if kind not in self._kinds and len(self._kinds) >= MAX_KINDS:
             kind = "other"
         total = self._kinds.setdefault(kind, _KindTotal())
@@ -156,7 +245,7 @@ class TimeLedger:
             total.trailing_s += seconds
         else:
             total.trailing_step, total.trailing_s = steps, seconds
-        if seconds >= self.min_interval_s or time.time() - self._last_write >= self.min_interval_s:
+        if seconds >= self.min_interval_s or time.perf_counter() - self._last_write >= self.min_interval_s:
             self.write_soon()  # a long block (an evaluation) is written at once: the live counters wait
 
     # --- FLOPs ------------------------------------------------------------------------
@@ -184,11 +273,12 @@ class TimeLedger:
         )
         flops = FlopsRecord(self.declared_sum, self.declared_steps, self.per_sample, self.per_token,
                             self.measured, self.measured_step, self.peak_flops, self.dtype, self.device_name)
-        return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, time.time(), ended_at,
+        return TimeRecord(self.rank, self.run_id, self.process_start, self.init_at, self.now(), ended_at,
                           steps, outside, flops, restart=self.restart,
                           launcher_start=self.launcher_start, resumed_from=self.resumed_from,
                           earlier_progress=self.earlier_progress, first_step=self.first_step,
-                          earlier_after_last_step_s=self.earlier_after_s)
+                          earlier_after_last_step_s=self.earlier_after_s, telemetry_s=self.telemetry_s,
+                          earlier_restart_starts=self.earlier_restart_starts)
 
     def start_writer(self) -> None:
         """Start the writer thread now (``init()``), so the first write during training only signals it."""
@@ -201,7 +291,7 @@ class TimeLedger:
         """Have the writer thread write the record (started here if ``start_writer`` was not called)."""
         if self.run_dir is None or self._ended:
             return
-        self._last_write = time.time()
+        self._last_write = time.perf_counter()
         self._write_due.set()
         if self._writer is None:
             self.start_writer()
@@ -225,7 +315,7 @@ class TimeLedger:
         counted, said once."""
         if self.run_dir is None:
             return
-        self._last_write = time.time()
+        self._last_write = time.perf_counter()
         try:
             with self._write_lock:  # the writer thread and the caller's
                 if self._ended:
@@ -233,7 +323,9 @@ class TimeLedger:
                 if ended:
                     self._ended = True
                     self._write_due.set()  # the writer thread ends
-                write_time_record(self.run_dir, self.record(self._last_write if ended else None))
+                    if self._telemetry_from is not None:
+                        self.telemetry_s = max(0.0, self._last_write - self._telemetry_from)
+                write_time_record(self.run_dir, self.record(self.now() if ended else None))
         except OSError as error:
             self._count_failure(str(error.strerror or error))
 

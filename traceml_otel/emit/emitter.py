@@ -28,6 +28,7 @@ from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
 from traceml_otel.emit.resource import build_resource
+from traceml_otel.emit.run_end import linger_line
 from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
     make_span_exporter,
@@ -74,6 +75,7 @@ class Emitter:
 
     def __init__(self, hello: Hello) -> None:
         self.anchor_ns = hello.anchor_ns
+        self.local_rank = hello.local_rank
         rank = RankInfo(
             run_id=hello.run_id, rank=hello.rank, local_rank=hello.local_rank,
             world_size=hello.world_size, node_rank=hello.node_rank, host=hello.host, cpus=hello.cpus,
@@ -194,6 +196,10 @@ class Emitter:
         """The trainer reported its CUDA device (index, UUID) for the info series."""
         if self.metrics is not None:
             self.metrics.set_device(device.index, device.uuid)
+
+    def _announce_linger(self, seconds: float) -> None:
+        """Say once per node (local rank 0) that the run is held open for the last scrape."""
+        print(f"traceml: {linger_line(seconds)}", file=sys.stderr, flush=True)
 
     # --- faults -----------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -398,7 +404,7 @@ class Emitter:
         self.write_stats()
         if stats.clean_shutdown and self.metrics is not None:
             # Every scraper sees the end marker, so the end is not mistaken for a dead rank.
-            self.metrics.linger(self.linger_s)
+            self.metrics.linger(self.linger_s, self._announce_linger if self.local_rank == 0 else None)
 
     def _drain_backlog(self, deadline: float, metrics_until: float, span_down: str | None,
                        not_sent: str) -> None:

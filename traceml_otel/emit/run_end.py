@@ -63,6 +63,12 @@ class ScrapeLog:
             return self._longest
 
 
+def linger_line(seconds: float) -> str:
+    """The one line said while the scrape endpoint lingers after the end (the run is held open for
+    it: a long wait is never silent). Without the ``traceml:`` prefix, for any view to reuse."""
+    return f"keeping the metrics endpoint up {max(0.0, seconds):.0f} s for the last scrape"
+
+
 def linger_seconds(configured_s: float, longest_interval_s: float) -> float:
     """How long after the end the endpoint stays up: at least ``configured_s``, and one longest
     observed scrape interval plus :data:`LINGER_GRACE_S` (at most :data:`LINGER_MAX_S`). 0 when

@@ -352,12 +352,13 @@ class StepMetrics:
         if self._provider is not None:
             self._provider.shutdown(timeout_millis=timeout_s * 1000)
 
-    def linger(self, minimum_s: float) -> float:
+    def linger(self, minimum_s: float, announce: Callable[[float], None] | None = None) -> float:
         """Keep the scrape endpoint up after the end so every scraper sees the end marker once.
 
         It stays up ``minimum_s`` after the end, longer when a scraper was seen scraping less often
         (:func:`~traceml_otel.emit.run_end.linger_seconds`), then closes. Not "until the first scrape":
-        the other replica of an HA pair scrapes at another moment. Returns the seconds it waited.
+        the other replica of an HA pair scrapes at another moment. ``announce`` is told the seconds
+        left before it waits. Returns the seconds it waited.
         """
         if self._prometheus is None:
             return 0.0
@@ -365,6 +366,8 @@ class StepMetrics:
         started = time.monotonic()
         linger_s = linger_seconds(minimum_s, prometheus.scrapes.longest_interval_s)
         end = (self.state.ended_at or started) + linger_s
+        if announce is not None and end - started >= 1.0:
+            announce(end - started)
         while linger_s > 0 and time.monotonic() < end:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         if time.monotonic() - prometheus.scrapes.latest < SCRAPE_REPLY_GRACE_S:

@@ -26,6 +26,7 @@ class DirectManifest:
         self.run_dir = run_dir
         self.manifest = manifest
         self.written = False
+        self._clock = time.perf_counter()
 
     @classmethod
     def start(
@@ -42,7 +43,7 @@ class DirectManifest:
             written_by="rank 0",
             world_size=world_size,
             start_time=time.time(),
-        )
+        )  # the end is this plus monotonic time (finish): a wall-clock step moves no duration
         direct = cls(run_dir, manifest)
         direct._write()
         return direct
@@ -50,7 +51,8 @@ class DirectManifest:
     def finish(self, status: str) -> None:
         """Record the end: time, how telemetry shut down, and an uncaught exception if there was one."""
         exception = getattr(sys, "last_type", None)  # set by Python for an uncaught exception, before atexit
-        self.manifest = replace(self.manifest, end_time=time.time(), end_status=status)
+        end = (self.manifest.start_time or time.time()) + time.perf_counter() - self._clock
+        self.manifest = replace(self.manifest, end_time=end, end_status=status)
         if exception is not None and not issubclass(exception, SystemExit):
             self.manifest = replace(self.manifest, exit_code=1, exception_type=exception.__name__)
         self._write()

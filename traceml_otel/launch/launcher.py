@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from traceml_otel import contract as c
-from traceml_otel.capture.time_ledger import process_start_time
+from traceml_otel.capture.clock_anchor import wall_anchor_ns
+from traceml_otel.capture.time_ledger import first_seen, own_start_time
 from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
@@ -182,6 +183,10 @@ def exit_code_of(returncode: int) -> int:
 
 def launch(options: LaunchOptions) -> tuple[int, Path]:
     """Run the script under ``torch.distributed.run``; returns (exit code, run directory)."""
+    # The launch: start-up counts from this process's own start (never a parent shell's: see
+    # own_start_time); the end is that plus monotonic time, so a wall-clock step moves no duration.
+    launched = own_start_time("self", first_seen()) or time.time()
+    anchor = wall_anchor_ns() / 1e9
     env = {**os.environ, **options.extra_env}
     run_id = resolve_run_id(options, env)
     run_name = (checked_name("--run-name", options.run_name) if options.run_name
@@ -203,7 +208,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
         world_size=options.nproc_per_node * options.nnodes,
         nnodes=options.nnodes,
         node_rank=options.node_rank,
-        start_time=process_start_time() or time.time(),  # the launch: start-up counts from here
+        start_time=launched,
     )
     save_manifest(run_dir, manifest)
     attach = auto_attach_env(env, options.script) if options.auto_attach else {TRACEML_AUTO_ATTACH: "0"}
@@ -236,6 +241,6 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
             else:
                 os.environ[name] = value
     status = "hung: ended by --hang-action terminate" if monitor.terminated else end_status_of(code)
-    ended = replace(manifest, end_time=time.time(), exit_code=code, end_status=status)
+    ended = replace(manifest, end_time=anchor + time.perf_counter(), exit_code=code, end_status=status)
     save_manifest(run_dir, ended)
     return code, run_dir

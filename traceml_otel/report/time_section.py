@@ -19,6 +19,7 @@ _LABELS = {
     "startup": "start-up",
     "between_steps": "between steps (unnamed)", "stalled": "stalled", "shutdown": "shutdown",
     "step.input_wait": "step: input wait", "step.residual": "step: other (residual)",
+    "telemetry": "telemetry (final export, linger)",
 }
 
 

@@ -4,8 +4,8 @@ The training process keeps it (:mod:`traceml_otel.capture.time_ledger`): written
 after an ``outside_step`` block (at most once a second), after a FLOPs measurement and at shutdown,
 atomically, never on the per-step path. The analyzer reads it to account for every second from the
 process start to its end (:mod:`traceml_otel.analyze.time_accounting`) and for MFU
-(:mod:`traceml_otel.analyze.mfu`). Times are Unix seconds; every field may be missing in an old or
-hand-made file (then ``None``: not recorded, never zero).
+(:mod:`traceml_otel.analyze.mfu`). Times are Unix seconds (one wall anchor plus monotonic time);
+every field may be missing in an old or hand-made file (then ``None``: not recorded, never zero).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from traceml_otel.wire._json import (
 )
 
 TIME_RECORD_VERSION = 1
+MAX_ATTEMPTS = 64
+"""Earlier restarted attempts' starts kept per rank."""
 MAX_KINDS = 32
 """``outside_step`` kinds kept per rank; later new kinds are added to ``other``."""
 
@@ -96,6 +98,13 @@ class TimeRecord:
     earlier_after_last_step_s: float = 0.0
     """``outside_step`` time the earlier attempts spent after their last step (their totals are
     carried into ``outside``; this part lies between the attempts)."""
+    earlier_restart_starts: tuple[float, ...] = ()
+    """The process starts of this rank's earlier restarted attempts (the most recent
+    :data:`MAX_ATTEMPTS`), carried over at ``init()``: each restart's gap is billed to ``restarts``."""
+    telemetry_s: float = 0.0
+    """Telemetry's own time at the end of this process: from the start of its shutdown (the last
+    hand-off) to ``ended_at``: the final flush and export, the metrics endpoint's linger. The account
+    bills it to ``telemetry``; 0 in a record written before the end."""
     version: int = TIME_RECORD_VERSION
 
 
@@ -108,7 +117,8 @@ def encode_time_record(record: TimeRecord) -> str:
         "ended_at": record.ended_at, "steps": record.steps, "launcher_start": record.launcher_start,
         "restart": record.restart, "resumed_from": record.resumed_from,
         "earlier_progress": record.earlier_progress, "first_step": record.first_step,
-        "earlier_after_last_step_s": record.earlier_after_last_step_s,
+        "earlier_after_last_step_s": record.earlier_after_last_step_s, "telemetry_s": record.telemetry_s,
+        "earlier_restart_starts": list(record.earlier_restart_starts),
         "outside": [{"kind": o.kind, "seconds": o.seconds, "count": o.count,
                      "before_first_step_s": o.before_first_step_s, "after_last_step_s": o.after_last_step_s}
                     for o in record.outside],
@@ -147,6 +157,11 @@ def _flops(raw: object) -> FlopsRecord:
     )
 
 
+def _starts(raw: object) -> tuple[float, ...]:
+    items = raw[-MAX_ATTEMPTS:] if isinstance(raw, list) else []
+    return tuple(t for t in (as_float(item) for item in items) if t is not None and t > 0)
+
+
 def _non_negative(value: int | None) -> int | None:
     return None if value is None or value < 0 else value
 
@@ -173,6 +188,8 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
         earlier_progress=max(0, as_int(data.get("earlier_progress")) or 0),
         first_step=max(0, as_int(data.get("first_step")) or 0),
         earlier_after_last_step_s=max(0.0, as_float(data.get("earlier_after_last_step_s")) or 0.0),
+        telemetry_s=max(0.0, as_float(data.get("telemetry_s")) or 0.0),
+        earlier_restart_starts=_starts(data.get("earlier_restart_starts")),
         version=as_version(data.get("time_record_version")) or 1,
     )
 

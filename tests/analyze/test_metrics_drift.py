@@ -1,0 +1,33 @@
+"""Drift from metrics is judged on the run's steps, not its time buckets (``from_metrics.py``): a run
+of 1,497 steps seen in 20 buckets was once "fewer than 50 aligned steps"."""
+
+from __future__ import annotations
+
+from traceml_otel.analyze.from_metrics import _drift, per_step_series
+from traceml_otel.analyze.kinds import DriftKind
+from traceml_otel.analyze.sources.prometheus import MetricRun
+
+
+def _run(done: list[int], means: list[float]) -> MetricRun:
+    return MetricRun("r", "test", (), step_points=tuple(done), step_time_series=tuple(means))
+
+
+def test_each_bucket_stands_for_the_steps_done_in_it() -> None:
+    assert per_step_series((3, 3, 7), (1.0, 2.0, 3.0)) == ([0, 1, 2, 3, 4, 5, 6], [1.0] * 3 + [3.0] * 4)
+    steps, series = per_step_series((100_000, 250_000), (1.0, 2.0), limit=1000)
+    assert len(steps) == len(series) == 1000 and steps[:2] == [0, 250] and series[-1] == 2.0
+
+
+def test_a_long_run_in_few_buckets_is_judged_like_the_spans() -> None:
+    done = [round(1497 * (i + 1) / 20) for i in range(20)]
+    stable = _drift(_run(done, [0.010] * 20))
+    assert stable.kind is DriftKind.STABLE
+    assert stable.baseline_steps is not None and stable.recent_steps == (1198, 1496)  # the last 20 % of steps
+    slowing = _drift(_run(done, [0.010] * 10 + [0.014] * 10))
+    assert slowing.kind is DriftKind.SLOWING
+    assert slowing.change is not None and abs(slowing.change - 0.4) < 0.01
+    assert slowing.since_step is not None and 700 <= slowing.since_step <= 800  # bucket 10 began at ~748
+
+
+def test_a_short_run_is_still_not_judged() -> None:
+    assert _drift(_run([10, 20, 30], [0.01, 0.01, 0.01])).kind is DriftKind.NOT_ENOUGH_STEPS
