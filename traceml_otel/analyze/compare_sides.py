@@ -1,0 +1,124 @@
+"""A side of ``traceml compare`` made of one or several runs, and the intervals between two sides.
+
+Several runs of one side are pooled into one :class:`RunSummary` for the table (means of the runs'
+step times, time per unit of work and phases; the diagnosis of the run whose time per unit of work is
+the median), and kept as ``members`` for the interval (:mod:`traceml_otel.analyze.compare_interval`).
+Each run's mean and error come from its ``noise`` (block means, :mod:`traceml_otel.analyze.compare_noise`),
+scaled from step time to the unit of work by the run's own ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from statistics import fmean
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from traceml_otel.analyze.compare_interval import Interval, RunMean, change_interval
+
+if TYPE_CHECKING:
+    from traceml_otel.analyze.compare_policy import RunSummary
+
+
+def pool_side(runs: Sequence[RunSummary], label: str) -> RunSummary:
+    """One summary for several runs of a side (a single run is returned as it is).
+
+    A side with an unusable run is unusable: its problem names the run."""
+    if len(runs) == 1:
+        return runs[0]
+    broken = [r for r in runs if not r.usable]
+    if broken:
+        first = broken[0]
+        why = first.problem or f"no usable step data ({first.kind})"
+        return replace(first, label=label, problem=f"{first.label}: {why}", members=tuple(runs))
+    ordered = sorted(runs, key=lambda r: _work_time(r) or 0.0)
+    middle = ordered[(len(ordered) - 1) // 2]
+    names = [name for name, _ in middle.phases]
+    return replace(
+        middle, label=label, run_id=", ".join(r.run_id or "?" for r in runs)[:200],
+        steps=sum(r.steps for r in runs), step_time=_mean([r.step_time for r in runs]),
+        phases=tuple((name, _mean([r.phase(name) for r in runs])) for name in names),
+        peak_memory=max((r.peak_memory for r in runs if r.peak_memory is not None), default=None),
+        time_per_sample=_mean([r.time_per_sample for r in runs]),
+        time_per_token=_mean([r.time_per_token for r in runs]),
+        goodput=_mean([r.goodput for r in runs]), mfu=_mean([r.mfu for r in runs]),
+        noise=None, members=tuple(runs),
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return fmean(known) if len(known) == len(values) and known else None
+
+
+def _work_time(run: RunSummary) -> float | None:
+    return run.time_per_token or run.time_per_sample or run.step_time
+
+
+def _scale(run: RunSummary, basis: str) -> float | None:
+    """Seconds per unit of work per second of step time, for this run."""
+    if basis == "step":
+        return 1.0
+    per = run.time_per_token if basis == "token" else run.time_per_sample
+    if per is None or not run.step_time or run.step_time <= 0:
+        return None
+    return per / run.step_time
+
+
+def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list[RunMean] | None:
+    """Each run's mean time per unit of work with its error; ``cpu``: its on-CPU time instead. ``None``
+    when a run has no noise estimate (or, for ``cpu``, no CPU samples)."""
+    out = []
+    for run in runs:
+        noise, scale = run.noise, _scale(run, basis)
+        if noise is None or scale is None:
+            return None
+        means = noise.cpu_means if cpu else noise.block_means
+        if means is None:
+            return None
+        values = np.asarray(means) * scale
+        k = len(values)
+        se = float(np.std(values, ddof=1)) / math.sqrt(k)
+        out.append(RunMean(float(values.mean()), se, float(k - 1)))
+    return out
+
+
+def side_runs(side: RunSummary) -> tuple[RunSummary, ...]:
+    return side.members or (side,)
+
+
+def intervals(a: RunSummary, b: RunSummary, basis: str) -> tuple[Interval | None, Interval | None]:
+    """(wall interval, on-CPU interval) of the time per unit of work; ``None`` where not estimable."""
+    name = {"token": "time_per_token", "sample": "time_per_sample"}.get(basis, "step_time")
+    runs_a, runs_b = side_runs(a), side_runs(b)
+    wall_a, wall_b = run_means(runs_a, basis), run_means(runs_b, basis)
+    wall = change_interval(name, wall_a, wall_b) if wall_a and wall_b else None
+    cpu_a, cpu_b = run_means(runs_a, basis, cpu=True), run_means(runs_b, basis, cpu=True)
+    cpu = change_interval(f"on_cpu_{name}", cpu_a, cpu_b) if cpu_a and cpu_b else None
+    return wall, cpu
+
+
+def wait_share(side: RunSummary) -> float | None:
+    """The side's mean share of wall time its training thread waited for a CPU (``None``: not recorded)."""
+    shares = [r.noise.wait_share if r.noise is not None else None for r in side_runs(side)]
+    return _mean(shares)
+
+
+def cpu_change(a: RunSummary, b: RunSummary, basis: str) -> float | None:
+    """Relative change of on-CPU time per unit of work, for the text."""
+    def per_step(side: RunSummary) -> float | None:
+        values = []
+        for run in side_runs(side):
+            noise, scale = run.noise, _scale(run, basis)
+            if noise is None or scale is None or noise.cpu_means is None:
+                return None
+            values.append(scale * float(np.mean(noise.cpu_means)))
+        return fmean(values)
+
+    before, after = per_step(a), per_step(b)
+    if before is None or after is None or before <= 0:
+        return None
+    return after / before - 1
