@@ -19,7 +19,9 @@ PHI = 0.8
 """Lag-1 autocorrelation of the synthetic step times."""
 
 
-def ar1(rng: np.random.Generator, n: int, mean: float = 0.01, cv: float = 0.1, phi: float = PHI) -> np.ndarray:
+def ar1(
+    rng: np.random.Generator, n: int, mean: float = 0.01, cv: float = 0.1, phi: float = PHI
+) -> np.ndarray:
     """``n`` step times around ``mean`` whose noise is AR(1) with coefficient ``phi`` (stationary ``cv``)."""
     shocks = rng.normal(0.0, cv * math.sqrt(1 - phi * phi), n)
     noise = np.empty(n)
@@ -33,7 +35,8 @@ def run_mean(series: np.ndarray) -> RunMean:
     noise = run_noise(list(range(len(series))), list(series))
     assert noise is not None
     blocks = np.asarray(noise.block_means)
-    return RunMean(float(blocks.mean()), float(blocks.std(ddof=1)) / math.sqrt(len(blocks)), len(blocks) - 1.0)
+    se = float(blocks.std(ddof=1)) / math.sqrt(len(blocks))
+    return RunMean(float(blocks.mean()), se, len(blocks) - 1.0)
 
 
 def verdicts(shift: float, trials: int, seed: int, runs: int = 1, between_cv: float = 0.0,
@@ -41,7 +44,8 @@ def verdicts(shift: float, trials: int, seed: int, runs: int = 1, between_cv: fl
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(trials):
-        a = [run_mean(ar1(rng, 600, mean=0.01 * (1 + rng.normal(0, between_cv)), cv=cv)) for _ in range(runs)]
+        a = [run_mean(ar1(rng, 600, mean=0.01 * (1 + rng.normal(0, between_cv)), cv=cv))
+             for _ in range(runs)]
         b = [run_mean(ar1(rng, 600, mean=0.01 * (1 + shift) * (1 + rng.normal(0, between_cv)), cv=cv))
              for _ in range(runs)]
         interval = change_interval("step_time", a, b, allowance_cv=allowance)
@@ -64,7 +68,8 @@ def test_the_naive_standard_error_would_flap_on_the_same_runs() -> None:
     alarms = 0
     for _ in range(100):
         a, b = ar1(rng, 600, cv=0.25), ar1(rng, 600, cv=0.25)
-        naive = [RunMean(float(s.mean()), float(s.std(ddof=1)) / math.sqrt(len(s)), len(s) - 1.0) for s in (a, b)]
+        naive = [RunMean(float(s.mean()), float(s.std(ddof=1)) / math.sqrt(len(s)), len(s) - 1.0)
+                 for s in (a, b)]
         interval = change_interval("step_time", naive[:1], naive[1:], allowance_cv=0.0)
         assert interval is not None
         alarms += interval.verdict in ("regression", "improvement")

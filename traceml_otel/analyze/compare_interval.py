@@ -31,8 +31,13 @@ from traceml_otel.analyze import thresholds as t
 
 CONFIDENCE = 0.95
 RUN_TO_RUN_CV = 0.025
-"""Relative standard deviation between runs of the same script assumed when each side has one run
-(measured by ``benchmarks/compare_aa.py`` on a shared 2-core machine; see docs/analyzer.md)."""
+"""Relative standard deviation between runs of the same script assumed when each side has one run and
+its training thread never waited for a CPU."""
+LOADED_CV_PER_WAIT = 0.15
+"""... plus this much per unit of the share of its wall time the run waited for a CPU: a run on a
+loaded machine also loses CPU it cannot see (a hypervisor's, its neighbours' caches), so even its
+on-CPU time varies more from run to run (measured by ``benchmarks/compare_aa.py`` on a shared 2-core
+VM: on-CPU time per sample of identical runs differed by up to 25 % at 75-88 % CPU wait)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,13 @@ class RunMean:
     mean: float
     se: float | None
     df: float
+    wait: float | None = None
+    """The share of its wall time the run waited for a CPU (``None``: not recorded)."""
+
+    @property
+    def allowance(self) -> float:
+        """The run's run-to-run allowance (relative standard deviation) when it is alone on its side."""
+        return RUN_TO_RUN_CV + LOADED_CV_PER_WAIT * (self.wait or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +88,11 @@ def judge(low: float, high: float, threshold: float = t.COMPARE_TIME_CHANGE) -> 
 
 
 def change_interval(
-    name: str, a: Sequence[RunMean], b: Sequence[RunMean], allowance_cv: float = RUN_TO_RUN_CV
+    name: str, a: Sequence[RunMean], b: Sequence[RunMean], allowance_cv: float | None = None
 ) -> Interval | None:
     """The change from side ``a`` to side ``b`` with its interval; ``None`` when a run has no positive
-    finite mean or no standard error. ``allowance_cv``: the run-to-run allowance with one run per side."""
+    finite mean or no standard error. ``allowance_cv``: the run-to-run allowance per run with one run
+    per side (default: each run's :attr:`RunMean.allowance`)."""
     runs = [*a, *b]
     if not a or not b or any(r.se is None or not _positive(r.mean) or not math.isfinite(r.se) for r in runs):
         return None
@@ -100,10 +113,12 @@ def change_interval(
         method = (f"pooled t over {len(a)}+{len(b)} runs (between-run spread, {METHOD_NOTE})")
         between = True
     else:
-        allowance = 2 * allowance_cv ** 2
+        each = [allowance_cv if allowance_cv is not None else r.allowance for r in runs]
+        allowance = sum(cv * cv for cv in each)
         var = within_a + within_b + allowance
         df = _welch_df(runs, within, 1, extra=allowance)
-        method = f"within-run {METHOD_NOTE} + {allowance_cv * 100:g} % run-to-run allowance per run"
+        method = (f"within-run {METHOD_NOTE} + run-to-run allowance {each[0] * 100:.1f} % (A), "
+                  f"{each[1] * 100:.1f} % (B)")
         between = False
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, max(df, 1.0))) * math.sqrt(var)
     change = math.expm1(d)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from traceml_otel.analyze import thresholds as t
-from traceml_otel.analyze.compare_interval import RUN_TO_RUN_CV, Interval
+from traceml_otel.analyze.compare_interval import LOADED_CV_PER_WAIT, RUN_TO_RUN_CV, Interval
 from traceml_otel.analyze.compare_sides import intervals, side_runs, wait_share
 
 if TYPE_CHECKING:
@@ -58,8 +58,9 @@ def judged_time(
         notes.append(f"interval from {n_a} + {n_b} runs: the spread between runs is measured")
     else:
         notes.append(f"only within-run noise was available (one run per side): the interval adds "
-                     f"{RUN_TO_RUN_CV * 100:g} % per run for the run-to-run variation one run cannot show; "
-                     "give several runs per side (A1 A2 A3 --against B1 B2 B3) to measure it")
+                     f"{RUN_TO_RUN_CV * 100:g} % per run, plus {LOADED_CV_PER_WAIT * 100:g} % x the share of "
+                     "time it waited for a CPU, for the run-to-run variation one run cannot show; give "
+                     "several runs per side (A1 A2 A3 --against B1 B2 B3) to measure it")
     decider = wall
     if cpu is None:
         notes.append("CPU wait not recorded on both sides (rank-R.cpu.json): a busier machine cannot be told "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,9 @@ class RunNoise:
     windows over the steady steps (empty: not recorded)."""
     cpu_source: str = ""
     """``schedstat`` (on-CPU and run-queue wait) or empty."""
+    cpu_block_load: tuple[float, ...] = ()
+    """Per block of ``cpu_block_means``: CPUs the rest of the machine kept busy beside the training
+    thread (``/proc/stat``), on average; empty when not recorded."""
     wait_share_run: float | None = None
     """The share of wall time over the steady steps the training thread waited, runnable, for a CPU."""
 
@@ -139,19 +143,23 @@ def with_cpu(noise: RunNoise, records: Sequence[CpuRecord]) -> RunNoise:
     if not series:
         return noise
     series.sort(key=lambda item: float(np.mean(item[0])))
-    cpu, wait = series[(len(series) - 1) // 2]
-    return replace(noise, cpu_block_means=cpu, cpu_source="schedstat", wait_share_run=wait)
+    cpu, load, wait, source = series[(len(series) - 1) // 2]
+    return replace(noise, cpu_block_means=cpu, cpu_block_load=load, cpu_source=source, wait_share_run=wait)
 
 
-def _cpu_series(record: CpuRecord, first: int, end: int) -> tuple[tuple[float, ...], float | None] | None:
-    """(on-CPU s/step per block, share of wall time waited for a CPU) of one rank's samples."""
+def _cpu_series(
+    record: CpuRecord, first: int, end: int
+) -> tuple[tuple[float, ...], tuple[float, ...], float | None, str] | None:
+    """(on-CPU s/step per block, the rest of the machine's busy CPUs per block, share of wall time
+    waited for a CPU, source) of one rank's samples."""
     rows = [r for r in record.samples if first <= r[0] <= end]
-    if len(rows) < MIN_BLOCKS + 1 or record.source != "schedstat":
+    if len(rows) < MIN_BLOCKS + 1 or record.source not in ("schedstat", "stat"):
         return None
-    windows = []  # (steps, wall ns, wait ns, cpu ns)
+    windows = []  # (steps, wall ns, wait ns, cpu ns, machine busy ns)
     pending = None
-    for before, after in zip(rows, rows[1:], strict=False):
-        delta = (after[0] - before[0], after[1] - before[1], after[3] - before[3], after[2] - before[2])
+    for before, after in pairwise(rows):
+        delta = (after[0] - before[0], after[1] - before[1], after[3] - before[3], after[2] - before[2],
+                 after[5] - before[5] if before[5] >= 0 and after[5] >= 0 else -(10**18))
         if pending is not None:
             delta = tuple(x + y for x, y in zip(pending, delta, strict=True))
         if delta[0] <= 0 or delta[1] <= 0:
@@ -162,13 +170,17 @@ def _cpu_series(record: CpuRecord, first: int, end: int) -> tuple[tuple[float, .
     if len(windows) < MIN_BLOCKS:
         return None
     size = max(1, math.ceil(len(windows) / MAX_BLOCKS))
-    cpu = []
+    cpu, load = [], []
     for start in range(0, len(windows) - size + 1, size):
         group = windows[start:start + size]
-        cpu.append(sum(w[3] for w in group) / sum(w[0] for w in group) / 1e9)
+        on_cpu = sum(w[3] for w in group)
+        cpu.append(on_cpu / sum(w[0] for w in group) / 1e9)
+        load.append(max(0.0, (sum(w[4] for w in group) - on_cpu) / sum(w[1] for w in group)))
     total_wall = sum(w[1] for w in windows)
-    share = sum(w[2] for w in windows) / total_wall if total_wall > 0 else None
-    return tuple(cpu), None if share is None else min(1.0, share)
+    waited = record.source == "schedstat" and total_wall > 0
+    share = sum(w[2] for w in windows) / total_wall if waited else None
+    known_load = tuple(load) if all(w[4] >= 0 for w in windows) else ()
+    return tuple(cpu), known_load, None if share is None else min(1.0, share), record.source
 
 
 def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
@@ -179,7 +191,7 @@ def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
         "method": noise.method, "steps": noise.steps, "warmup_steps": noise.warmup,
         "block_size": noise.block_size, "block_means_s": list(noise.block_means),
         "block_first_steps": list(noise.block_first_steps), "block_last_steps": list(noise.block_last_steps),
-        "on_cpu_means_s": list(noise.cpu_block_means),
+        "on_cpu_means_s": list(noise.cpu_block_means), "machine_load_cpus": list(noise.cpu_block_load),
         "cpu_wait_share": noise.wait_share_run, "cpu_source": noise.cpu_source or None,
     }
 
@@ -212,7 +224,9 @@ def noise_from_json(raw: object) -> RunNoise | None:
     means = floats("block_means_s")
     firsts = tuple(int(v) for v in floats("block_first_steps"))
     lasts = tuple(int(v) for v in floats("block_last_steps"))
-    cpus = floats("on_cpu_means_s")
+    cpus, load = floats("on_cpu_means_s"), floats("machine_load_cpus", 4096.0)
+    if load and len(load) != len(cpus):
+        raise NoiseFormatError("noise.machine_load_cpus and on_cpu_means_s of different lengths")
     size = raw.get("block_size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1 or len(means) < MIN_BLOCKS:
         raise NoiseFormatError("noise.block_size or block_means_s malformed")
@@ -227,5 +241,5 @@ def noise_from_json(raw: object) -> RunNoise | None:
     return RunNoise(
         str(raw.get("method", METHOD))[:40], steps if isinstance(steps, int) else len(means) * size,
         warmup if isinstance(warmup, int) else 0, size, means, firsts, lasts, cpus,
-        source[:20] if isinstance(source, str) else "", None if share is None else float(share),
+        source[:20] if isinstance(source, str) else "", load, None if share is None else float(share),
     )

@@ -82,7 +82,7 @@ def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list
         values = np.asarray(means) * scale
         k = len(values)
         se = float(np.std(values, ddof=1)) / math.sqrt(k)
-        out.append(RunMean(float(values.mean()), se, float(k - 1)))
+        out.append(RunMean(float(values.mean()), se, float(k - 1), noise.wait_share))
     return out
 
 
@@ -96,9 +96,58 @@ def intervals(a: RunSummary, b: RunSummary, basis: str) -> tuple[Interval | None
     runs_a, runs_b = side_runs(a), side_runs(b)
     wall_a, wall_b = run_means(runs_a, basis), run_means(runs_b, basis)
     wall = change_interval(name, wall_a, wall_b) if wall_a and wall_b else None
-    cpu_a, cpu_b = run_means(runs_a, basis, cpu=True), run_means(runs_b, basis, cpu=True)
+    adjusted = load_adjusted(runs_a, runs_b, basis)
+    if adjusted is not None:
+        cpu_a, cpu_b = adjusted
+    else:
+        cpu_a, cpu_b = run_means(runs_a, basis, cpu=True), run_means(runs_b, basis, cpu=True)
     cpu = change_interval(f"on_cpu_{name}", cpu_a, cpu_b) if cpu_a and cpu_b else None
+    if cpu is not None and adjusted is not None:
+        cpu = replace(cpu, method=cpu.method + "; on-CPU time adjusted to the same machine load")
     return wall, cpu
+
+
+MIN_LOAD_SPREAD = 0.05
+"""Within-run spread (CPUs, summed squares over blocks) of the machine's load below which its effect on
+on-CPU time is not estimated."""
+
+
+def load_adjusted(runs_a: Sequence[RunSummary], runs_b: Sequence[RunSummary],
+                  basis: str) -> tuple[list[RunMean], list[RunMean]] | None:
+    """Each run's on-CPU time per unit of work at the same machine load (analysis of covariance).
+
+    What else runs on the machine slows the training thread even while it holds a CPU (shared caches,
+    a hyper-thread sibling, memory bandwidth). Over all runs' blocks, ``log(on-CPU per step)`` is
+    regressed on the rest of the machine's busy CPUs with one slope and an intercept per run; each run's
+    mean is then moved along the slope to the runs' common mean load, and its error includes the
+    slope's. ``None`` when a run lacks the load or the load hardly varied within the runs."""
+    runs = [*runs_a, *runs_b]
+    data = []
+    for run in runs:
+        noise, scale = run.noise, _scale(run, basis)
+        if noise is None or scale is None or noise.cpu_means is None or len(noise.cpu_block_load) != len(
+                noise.cpu_block_means) or min(noise.cpu_block_means) <= 0:
+            return None
+        data.append((np.log(np.asarray(noise.cpu_block_means) * scale), np.asarray(noise.cpu_block_load)))
+    xc = [x - x.mean() for _, x in data]
+    yc = [y - y.mean() for y, _ in data]
+    sxx = float(sum((x * x).sum() for x in xc))
+    if sxx < MIN_LOAD_SPREAD:
+        return None
+    slope = float(sum((x * y).sum() for x, y in zip(xc, yc, strict=True))) / sxx
+    blocks = sum(len(y) for y, _ in data)
+    dof = blocks - len(data) - 1
+    if dof < 2:
+        return None
+    residual = float(sum(((y - slope * x) ** 2).sum() for x, y in zip(xc, yc, strict=True))) / dof
+    center = float(np.mean([x.mean() for _, x in data]))
+    means = []
+    for run, (y, x) in zip(runs, data, strict=True):
+        log_mean = float(y.mean()) - slope * (float(x.mean()) - center)
+        var = residual / len(y) + (float(x.mean()) - center) ** 2 * residual / sxx
+        mean = math.exp(log_mean)
+        means.append(RunMean(mean, mean * math.sqrt(var), float(len(y) - 1), run.noise.wait_share))
+    return means[: len(runs_a)], means[len(runs_a):]
 
 
 def wait_share(side: RunSummary) -> float | None:

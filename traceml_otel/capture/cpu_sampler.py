@@ -7,7 +7,9 @@ daemon thread (``traceml-cpu-sampler``) wakes every :data:`INTERVAL_S`, reads th
 count (a plain attribute) and the training thread's counters from ``/proc/self/task/<tid>/schedstat``
 (on-CPU ns, run-queue wait ns), and keeps them as cumulative samples. Where ``schedstat`` is missing
 (a kernel without ``CONFIG_SCHEDSTATS``) it reads ``utime + stime`` from ``/proc/self/task/<tid>/stat``
-(clock ticks, no wait); without ``/proc`` nothing is recorded and compare says so.
+(clock ticks, no wait); without ``/proc`` nothing is recorded and compare says so. Each sample also
+holds the machine's busy CPU time (``/proc/stat``): what the other processes ran beside the training
+thread, which slows even its on-CPU time (shared caches, a hyper-thread sibling).
 
 The samples are cumulative counters, so thinning them loses resolution, never time: at
 :data:`MAX_SAMPLES` every other one is dropped and the interval doubles (bounded for a run of any
@@ -51,6 +53,17 @@ def read_thread_cpu(tid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def read_machine_busy() -> int:
+    """CPU time (ns) all CPUs of the machine spent busy since boot, from ``/proc/stat``; -1 without it."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+        busy = sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8))  # user nice system irq softirq steal
+        return busy * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 class CpuSampler:
     """Samples the training thread's CPU counters against the step count, on its own thread."""
 
@@ -62,7 +75,7 @@ class CpuSampler:
         self._run_id = run_id
         self._warn = warn
         self.interval_s = interval_s
-        self.samples: list[tuple[int, int, int, int, int]] = []
+        self.samples: list[tuple[int, int, int, int, int, int]] = []
         self.source = ""
         self.thinned = 0
         self._tid: int | None = None
@@ -94,7 +107,8 @@ class CpuSampler:
         if reading is None:
             return
         source, on_cpu, wait = reading
-        row = (int(self._recorder.step), time.perf_counter_ns(), on_cpu, wait, time.process_time_ns())
+        row = (int(self._recorder.step), time.perf_counter_ns(), on_cpu, wait, time.process_time_ns(),
+               read_machine_busy())
         with self._lock:
             self.source = source
             self.samples.append(row)
