@@ -24,9 +24,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import stats
-
 from traceml_otel.analyze import thresholds as t
 
 CONFIDENCE = 0.95
@@ -93,6 +90,9 @@ def change_interval(
     """The change from side ``a`` to side ``b`` with its interval; ``None`` when a run has no positive
     finite mean or no standard error. ``allowance_cv``: the run-to-run allowance per run with one run
     per side (default: each run's :attr:`RunMean.allowance`)."""
+    import numpy as np
+    from scipy import stats
+
     runs = [*a, *b]
     if not a or not b or any(r.se is None or not _positive(r.mean) or not math.isfinite(r.se) for r in runs):
         return None

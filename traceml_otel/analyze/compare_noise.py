@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from traceml_otel.analyze.drift import warmup_steps
 from traceml_otel.wire.cpu_record import CpuRecord, read_cpu_record
@@ -64,6 +63,8 @@ class RunNoise:
 
     @property
     def mean(self) -> float:
+        import numpy as np
+
         return float(np.mean(self.block_means))
 
     @property
@@ -80,6 +81,8 @@ class RunNoise:
 def run_noise(step_numbers: Sequence[int], series: Sequence[float]) -> RunNoise | None:
     """Batch means of a run's per-step times (median over ranks); ``None`` with too few steps or a
     value that is not a finite positive number."""
+    import numpy as np
+
     values = np.asarray(series, dtype=float)
     if len(values) < MIN_BLOCKS * MIN_BLOCK or not np.all(np.isfinite(values)) or np.any(values < 0):
         return None
@@ -103,7 +106,9 @@ def run_noise(step_numbers: Sequence[int], series: Sequence[float]) -> RunNoise 
     return RunNoise(METHOD, k * size, skip + start, size, tuple(float(m) for m in means), firsts, lasts)
 
 
-def _lag1(values: np.ndarray) -> float:
+def _lag1(values: Any) -> float:
+    import numpy as np
+
     if len(values) < 3 or float(np.std(values)) == 0.0:
         return 0.0
     return float(np.corrcoef(values[:-1], values[1:])[0, 1])
@@ -135,6 +140,8 @@ def with_cpu(noise: RunNoise, records: Sequence[CpuRecord]) -> RunNoise:
     grouped into at most :data:`MAX_BLOCKS` batch means. A rank's samples measure its whole loop (a
     step and the time until the next), so the time is per step of the loop. With several ranks, the
     rank whose on-CPU time per step is the median is taken."""
+    import numpy as np
+
     series = []
     for record in records:
         found = _cpu_series(record, noise.block_first_steps[0], noise.block_last_steps[-1] + 1)

@@ -15,8 +15,6 @@ from dataclasses import replace
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from traceml_otel.analyze.compare_interval import Interval, RunMean, change_interval
 
 if TYPE_CHECKING:
@@ -71,6 +69,8 @@ def _scale(run: RunSummary, basis: str) -> float | None:
 def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list[RunMean] | None:
     """Each run's mean time per unit of work with its error; ``cpu``: its on-CPU time instead. ``None``
     when a run has no noise estimate (or, for ``cpu``, no CPU samples)."""
+    import numpy as np
+
     out = []
     for run in runs:
         noise, scale = run.noise, _scale(run, basis)
@@ -121,6 +121,8 @@ def load_adjusted(runs_a: Sequence[RunSummary], runs_b: Sequence[RunSummary],
     regressed on the rest of the machine's busy CPUs with one slope and an intercept per run; each run's
     mean is then moved along the slope to the runs' common mean load, and its error includes the
     slope's. ``None`` when a run lacks the load or the load hardly varied within the runs."""
+    import numpy as np
+
     runs = [*runs_a, *runs_b]
     data = []
     for run in runs:
@@ -158,7 +160,10 @@ def wait_share(side: RunSummary) -> float | None:
 
 def cpu_change(a: RunSummary, b: RunSummary, basis: str) -> float | None:
     """Relative change of on-CPU time per unit of work, for the text."""
+    import numpy as np
+
     def per_step(side: RunSummary) -> float | None:
+
         values = []
         for run in side_runs(side):
             noise, scale = run.noise, _scale(run, basis)
