@@ -30,7 +30,7 @@ CONFIDENCE = 0.95
 RUN_TO_RUN_CV = 0.025
 """Relative standard deviation between runs of the same script assumed when each side has one run and
 its training thread never waited for a CPU."""
-LOADED_CV_PER_WAIT = 0.15
+LOADED_CV_PER_WAIT = 0.05
 """... plus this much per unit of the share of its wall time the run waited for a CPU: a run on a
 loaded machine also loses CPU it cannot see (a hypervisor's, its neighbours' caches), so even its
 on-CPU time varies more from run to run (measured by ``benchmarks/compare_aa.py`` on a shared 2-core
