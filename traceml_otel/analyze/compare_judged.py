@@ -41,9 +41,9 @@ at least this share of it (and the on-CPU time did not move the same way)."""
 
 def judged_time(
     a: RunSummary, b: RunSummary, basis: str, point: Change
-) -> tuple[Change, Interval | None, Interval | None, list[str]]:
-    """(the time change with its verdict, the deciding interval, the on-CPU interval when both sides
-    recorded CPU samples, notes)."""
+) -> tuple[Change, Interval | None, Interval | None, Interval | None, list[str]]:
+    """(the time change with its verdict, the deciding interval, the wall interval, the on-CPU interval
+    when both sides recorded CPU samples, notes)."""
     from traceml_otel.analyze.compare_policy import Change
 
     wall, cpu = intervals(a, b, basis)
@@ -52,7 +52,7 @@ def judged_time(
     if wall is None:
         notes.append("no estimate of the runs' own noise (fewer than 12 steady steps, or a report without "
                      "a 'noise' section): the point change is judged alone against +-3 %")
-        return point, None, None, notes
+        return point, None, None, None, notes
     n_a, n_b = len(side_runs(a)), len(side_runs(b))
     if wall.between_runs:
         notes.append(f"interval from {n_a} + {n_b} runs: the spread between runs is measured")
@@ -73,7 +73,7 @@ def judged_time(
     change = Change(point.name, decider.before, decider.after, decider.change, decider.verdict,
                     decider.verdict in ("regression", "improvement")
                     and abs(decider.change) >= t.COMPARE_TIME_MATERIAL)
-    return change, decider, cpu, notes
+    return change, decider, wall, cpu, notes
 
 
 def _contention(a: RunSummary, b: RunSummary, wall: Interval, cpu: Interval, unit: str) -> tuple[bool, str]:

@@ -161,6 +161,8 @@ class Comparison:
     explains the wall change)."""
     cpu: Interval | None = None
     """The on-CPU interval, when both sides recorded CPU samples."""
+    wall: Interval | None = None
+    """The wall-time interval (the deciding one unless the on-CPU interval decided)."""
     usable: bool = True
     """False when a side had no usable or bad data (``--fail-on-regression`` then fails)."""
 
@@ -298,7 +300,7 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
                           basis, work, usable=False)
     from traceml_otel.analyze.compare_judged import judged_time
 
-    primary, interval, cpu, time_notes = judged_time(a, b, basis, primary)
+    primary, interval, wall, cpu, time_notes = judged_time(a, b, basis, primary)
     if basis == "step":
         step = primary
     else:
@@ -314,7 +316,8 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     else:
         verdict = "EQUIVALENT"
     return Comparison(a, b, verdict, primary.material and primary.verdict in ("regression", "improvement"),
-                      step, memory, diagnosis, phases, tuple(notes), basis, work, interval, cpu)
+                      step, memory, diagnosis, phases, tuple(notes), basis, work, interval, cpu,
+                      wall)
 
 
 def with_label(summary: RunSummary, label: str) -> RunSummary:

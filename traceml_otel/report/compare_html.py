@@ -54,8 +54,11 @@ def render_comparison_html(comparison: Comparison) -> str:
     body = verdict + sides
     rows = []
     if c.interval is not None:
-        rows.append(_interval_row("deciding", c.interval))
-    if c.cpu is not None:
+        kind = "on-CPU time" if c.interval.name.startswith("on_cpu") else "wall time"
+        rows.append(_interval_row(f"deciding: {kind}", c.interval))
+    if c.wall is not None and c.wall is not c.interval:
+        rows.append(_interval_row("wall time", c.wall))
+    if c.cpu is not None and c.cpu is not c.interval:
         rows.append(_interval_row("on-CPU time", c.cpu))
     if rows:
         body += _card("Interval and method", _html_table(["", "change", "95 % interval", "verdict", "method"],

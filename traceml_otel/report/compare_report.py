@@ -57,7 +57,8 @@ def render_comparison_text(comparison: Comparison) -> str:
     if c.interval is not None:
         lines += _interval_lines(c)
     if c.work is not None:
-        lines.append(_row(f"per {c.basis}", c.work, seconds))
+        on_cpu = c.interval is not None and c.interval.name.startswith("on_cpu")
+        lines.append(_row(f"per {c.basis}" + (" CPU" if on_cpu else ""), c.work, seconds))
     lines += [
         _row("step time", c.step_time, seconds),
         _row("peak memory", c.memory, lambda v: size(v) if v is not None else "n/a"),
@@ -76,11 +77,12 @@ def _interval_lines(c: Comparison) -> list[str]:
     assert c.interval is not None
     unit = c.basis
     on_cpu = c.interval.name.startswith("on_cpu")
-    clock = "on-CPU" if on_cpu else "wall"
-    lines = [f"{'change':<12} {interval_text(c.interval)}  per {unit}, {clock} time: "
-             f"{c.interval.verdict}  (95 % interval, decides)"]
-    if c.cpu is not None and not on_cpu:
-        lines.append(f"{'on-CPU':<12} {interval_text(c.cpu)}  per {unit}: {c.cpu.verdict}")
+    lines = []
+    for label, interval in (("wall", c.wall), ("on-CPU", c.cpu)):
+        if interval is not None:
+            decides = "  <- decides" if (label == "on-CPU") == on_cpu else ""
+            lines.append(f"{label:<12} {interval_text(interval)}  per {unit}: {interval.verdict}  "
+                         f"(95 % interval){decides}")
     lines.append(f"{'method':<12} {c.interval.method}")
     return lines
 
@@ -157,6 +159,7 @@ def render_comparison_json(comparison: Comparison) -> str:
         "usable": c.usable,
         "interval": interval_json(c.interval),
         "cpu_interval": interval_json(c.cpu),
+        "wall_interval": interval_json(c.wall),
         "basis": c.basis,
         "work": _change_json(c.work) if c.work is not None else None,
         "a": _side_json(c.a),
