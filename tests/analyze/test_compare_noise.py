@@ -121,3 +121,38 @@ def test_blocks_are_bounded_and_round_trip_through_the_report() -> None:
     assert noise_from_json(noise_json(noise)) == noise
     assert run_noise(list(range(8)), [0.01] * 8) is None  # too few steps for an estimate
     assert run_noise(list(range(40)), [0.01] * 39 + [float("nan")]) is None
+
+
+def _run_with_cpu(rng: np.random.Generator, cpu: float, load_level: float, label: str) -> object:
+    """A run summary whose on-CPU time per step grows 20 % per busy CPU beside it (a loaded machine)."""
+    from traceml_otel.analyze.compare_noise import RunNoise
+    from traceml_otel.analyze.compare_policy import RunSummary
+
+    load = np.clip(load_level + rng.normal(0, 0.3, 30), 0, 2)
+    on_cpu = cpu * (1 + 0.2 * load) * np.exp(rng.normal(0, 0.01, 30))
+    means = tuple(float(v) for v in ar1(rng, 30, mean=0.01, cv=0.02))
+    steps = tuple(range(0, 300, 10))
+    noise = RunNoise("batch means", 300, 0, 10, means, steps, tuple(s + 9 for s in steps),
+                     tuple(float(v) for v in on_cpu), "schedstat", tuple(float(v) for v in load), 0.5)
+    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 300, 0.01, (), None, 16.0, 0.01 / 16,
+                      noise=noise)
+
+
+def test_on_cpu_time_is_compared_at_the_same_machine_load() -> None:
+    """Identical code, B on a busier machine: its raw on-CPU time is ~18 % higher; at the same load
+    the difference is gone."""
+    from traceml_otel.analyze.compare_sides import intervals, load_adjusted, run_means
+
+    rng = np.random.default_rng(11)
+    a, b = _run_with_cpu(rng, 0.001, 0.2, "a"), _run_with_cpu(rng, 0.001, 1.2, "b")
+    raw = change_interval("x", run_means([a], "sample", cpu=True), run_means([b], "sample", cpu=True),
+                          allowance_cv=0.0)
+    adjusted = load_adjusted([a], [b], "sample")
+    assert raw is not None and adjusted is not None and raw.change > 0.12
+    fair = change_interval("x", *adjusted, allowance_cv=0.0)
+    assert fair is not None and abs(fair.change) < 0.03 and fair.verdict != "regression"
+    _, cpu = intervals(a, b, "sample")
+    assert cpu is not None and "adjusted to the same machine load" in cpu.method
+    slower = _run_with_cpu(rng, 0.00115, 1.2, "c")  # 15 % more work, on the busier machine too
+    worse = change_interval("x", *load_adjusted([a], [slower], "sample"), allowance_cv=0.0)
+    assert worse is not None and worse.verdict == "regression" and 0.1 < worse.change < 0.2
