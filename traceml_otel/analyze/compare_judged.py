@@ -77,24 +77,31 @@ def judged_time(
 
 
 def _contention(a: RunSummary, b: RunSummary, wall: Interval, cpu: Interval, unit: str) -> tuple[bool, str]:
-    """(whether the on-CPU interval decides, what to say). It decides when the machine's load explains
-    the wall change, or when the wall interval is too wide to judge and the on-CPU time clearly moved
-    the way the wall time points."""
+    """(whether the on-CPU interval decides, what to say).
+
+    The on-CPU interval decides when the wall time and the on-CPU time disagree and the change in CPU
+    wait explains the difference: the wall change the on-CPU change and the waiting predict,
+    ``(1 + cpu change) * (1 - wait A) / (1 - wait B) - 1``, lies inside the wall interval, or the
+    growth in time waited per unit of work is at least half the wall change. It also decides when the
+    wall interval is too wide to judge and the on-CPU time clearly moved the way the wall time points."""
     wait_a, wait_b = wait_share(a), wait_share(b)
     shares = "" if wait_a is None or wait_b is None else (
         f" (B waited for a CPU {wait_b * 100:.0f} % of its wall time, A {wait_a * 100:.0f} %)")
     moved = wall.verdict in ("regression", "improvement")
-    if moved and cpu.verdict != wall.verdict and wait_a is not None and wait_b is not None:
+    cpu_moved = cpu.verdict in ("regression", "improvement")
+    if (moved or cpu_moved) and cpu.verdict != wall.verdict and wait_a is not None and wait_b is not None:
+        stretch = (1 - wait_a) / max(1e-6, 1 - wait_b)  # B's wall per unit of own time, against A's
+        predicted = (1 + cpu.change) * stretch - 1
         waited = wall.after * wait_b - wall.before * wait_a  # per unit of work
         grown = wall.after - wall.before
-        if grown != 0 and waited / grown >= CONTENTION_EXPLAINS:
-            who = "second" if grown > 0 else "first"
-            longer = abs(waited) / (wall.before if grown > 0 else wall.after) * 100
+        if wall.low <= predicted <= wall.high or (grown != 0 and waited / grown >= CONTENTION_EXPLAINS):
+            who = "second" if stretch > 1 else "first"
+            longer = abs(stretch if stretch > 1 else 1 / stretch) * 100 - 100
+            own = "is unchanged" if not cpu_moved else "changed"
             return True, (f"the {who} run waited {longer:.0f} % longer for a CPU{shares}; its own work "
-                          f"per {unit} is unchanged (on-CPU {interval_text(cpu)}): the machine was busier, "
-                          f"not the code slower, so the wall change {interval_text(wall)} is not judged")
-    if wall.verdict == "inconclusive" and cpu.verdict in ("regression", "improvement") and (
-            wall.change > 0) == (cpu.change > 0):
+                          f"per {unit} {own} (on-CPU {interval_text(cpu)}): the machine's load, not the "
+                          f"code, made the wall change {interval_text(wall)}, which is not judged")
+    if wall.verdict == "inconclusive" and cpu_moved and (wall.change > 0) == (cpu.change > 0):
         return True, (f"on-CPU time per {unit} moved {interval_text(cpu)} while the wall time "
                       f"{interval_text(wall)} is too noisy to judge: the code's work changed{shares}")
     if moved and cpu.verdict == wall.verdict:
