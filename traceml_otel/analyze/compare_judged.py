@@ -3,9 +3,10 @@
 The wall time per unit of work decides. When both sides recorded CPU samples (``rank-R.cpu.json``),
 its on-CPU interval is shown beside it, and:
 
-- when the wall time moved but the on-CPU time did not, while the growth in time waited for a CPU
-  accounts for at least half the wall change, the machine was busier, not the code slower: said, and
-  the on-CPU interval decides (so no regression);
+- when the wall and on-CPU verdicts differ and the change in CPU wait explains the difference (the
+  predicted wall change lies in the wall interval, or the growth in time waited accounts for at least
+  half the wall change), the machine's load made the wall change: said, and the on-CPU interval
+  decides;
 - when the wall interval is too wide to judge (a loaded machine) but the on-CPU interval clears the
   threshold in the direction the wall time points, the code's work changed: the on-CPU interval
   decides;
