@@ -1,12 +1,19 @@
-"""Compare two runs: is B a regression, an improvement, or equivalent to A?
+"""Compare two runs (or two sides of runs): is B a regression, an improvement, or equivalent to A?
 
-Policy (TraceML's): a change of 3 % or more in the time per unit of work is a regression or an
-improvement, 8 % or more is material; peak memory counts at +-10 %; a worse primary diagnosis is
-a regression. The unit of work is a token when both runs recorded tokens, else a sample when both
-recorded samples, else a step (step time is only comparable at equal work per step, which is then
-said plainly). Phases are compared only when both runs were analysed on the same clock. A side
-without usable step data makes the verdict INCONCLUSIVE; otherwise any regression makes it
-REGRESSION, any improvement IMPROVEMENT, else EQUIVALENT.
+Policy (TraceML's thresholds, judged with each side's noise): the change in time per unit of work
+gets a 95 % interval (:mod:`traceml_otel.analyze.compare_interval`); it is a regression or an
+improvement only when the whole interval clears 3 % (8 % or more is material), equivalent when the
+interval lies inside +-3 %, else inconclusive. When both sides recorded the training thread's CPU
+wait, the time per unit of work less that wait decides (the machine's contention is not the code's
+change) and the wall-time interval is shown beside it. Without a noise estimate (too few steady
+steps, an older report) the point change is judged alone, said in a note. Peak memory counts at
++-10 %; a worse primary diagnosis is a regression. The unit of work is a token when both runs
+recorded tokens, else a sample when both recorded samples, else a step (step time is only comparable
+at equal work per step, which is then said plainly). Phases are compared only when both runs were
+analysed on the same clock (point changes: information). A side without usable step data, or with
+bad data (NaN), makes the verdict INCONCLUSIVE and ``usable`` False; otherwise any regression makes
+it REGRESSION, any improvement IMPROVEMENT, an inconclusive time per unit of work INCONCLUSIVE, else
+EQUIVALENT.
 
 The thresholds are in :mod:`traceml_otel.analyze.thresholds` (``COMPARE_*``). A side is a
 :class:`RunSummary`: :func:`summary_of` takes it from a run's analysis, and
@@ -16,9 +23,11 @@ fresh run with last week's report works the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.compare_interval import Interval
+from traceml_otel.analyze.compare_noise import RunNoise
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, SEVERITY_ORDER, Severity, StepKind
 
@@ -47,6 +56,10 @@ class RunSummary:
     goodput: float | None = None
     """Share of wall time inside step blocks (``time_accounting.goodput``; shown, never a verdict)."""
     mfu: float | None = None
+    noise: RunNoise | None = None
+    """The run's block means and CPU wait (``None``: no estimate of its own noise)."""
+    members: tuple[RunSummary, ...] = ()
+    """The runs pooled into this side (empty: a single run)."""
 
     def phase(self, name: str) -> float | None:
         return dict(self.phases).get(name)
@@ -63,14 +76,14 @@ def summary_of(analysis: RunAnalysis, label: str) -> RunSummary:
     primary = analysis.step.primary
     throughput = analysis.throughput
     account = analysis.time_account
-    return RunSummary(
+    return filled(RunSummary(
         label=label,
         run_id=analysis.run.run_id,
         kind=str(primary.kind),
         severity=str(primary.severity),
         clock=str(analysis.clock),
         steps=analysis.window.steps,
-        step_time=_median(analysis, "step_time"),
+        step_time=_median(analysis, "step_time") or _median(analysis, "traced"),
         phases=tuple((name, _median(analysis, name)) for name in PHASES),
         peak_memory=peak_memory([(m.peak_reserved, m.peak_allocated) for m in analysis.memory.ranks]),
         samples_per_step=throughput.samples_per_step,
@@ -79,7 +92,21 @@ def summary_of(analysis: RunAnalysis, label: str) -> RunSummary:
         time_per_token=throughput.time_per_token_s,
         goodput=None if account is None else account.goodput,
         mfu=None if analysis.mfu is None else analysis.mfu.mfu,
-    )
+        noise=analysis.noise,
+    ))
+
+
+def filled(summary: RunSummary) -> RunSummary:
+    """Time per sample (token) from step time and work per step when the analysis gave none (a run
+    without a DataLoader has no input wait: its step time is its traced time, as its noise series)."""
+    if summary.step_time is None:
+        return summary
+    updates = {}
+    if summary.time_per_sample is None and summary.samples_per_step:
+        updates["time_per_sample"] = summary.step_time / summary.samples_per_step
+    if summary.time_per_token is None and summary.tokens_per_step:
+        updates["time_per_token"] = summary.step_time / summary.tokens_per_step
+    return replace(summary, **updates) if updates else summary
 
 
 def _median(analysis: RunAnalysis, name: str) -> float | None:
@@ -129,6 +156,15 @@ class Comparison:
     """The unit of work the verdict compares time per: ``token``, ``sample`` or ``step``."""
     work: Change | None = None
     """Time per token or per sample, when that is the basis."""
+    interval: Interval | None = None
+    """The interval that decided the time verdict (wall time; on-CPU time when the machine's load
+    explains the wall change)."""
+    cpu: Interval | None = None
+    """The on-CPU interval, when both sides recorded CPU samples."""
+    wall: Interval | None = None
+    """The wall-time interval (the deciding one unless the on-CPU interval decided)."""
+    usable: bool = True
+    """False when a side had no usable or bad data (``--fail-on-regression`` then fails)."""
 
 
 def _relative(before: float | None, after: float | None) -> float | None:
@@ -261,16 +297,31 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
         empty = ", ".join(s.label for s in (a, b) if not s.usable)
         notes.insert(0, f"no usable step data in {empty}: nothing can be concluded")
         return Comparison(a, b, "INCONCLUSIVE", False, step, memory, diagnosis, phases, tuple(notes),
-                          basis, work)
+                          basis, work, usable=False)
+    from traceml_otel.analyze.compare_judged import judged_time
+
+    primary, interval, wall, cpu, time_notes = judged_time(a, b, basis, primary)
+    if basis == "step":
+        step = primary
+    else:
+        work = primary
+    notes = [*time_notes, *notes]
     verdicts = {primary.verdict, memory.verdict, diagnosis}
     if "regression" in verdicts:
         verdict = "REGRESSION"
     elif "improvement" in verdicts:
         verdict = "IMPROVEMENT"
+    elif "inconclusive" in verdicts:
+        verdict = "INCONCLUSIVE"
     else:
         verdict = "EQUIVALENT"
-    return Comparison(a, b, verdict, primary.material, step, memory, diagnosis, phases, tuple(notes), basis,
-                      work)
+    return Comparison(a, b, verdict, primary.material and primary.verdict in ("regression", "improvement"),
+                      step, memory, diagnosis, phases, tuple(notes), basis, work, interval, cpu,
+                      wall)
+
+
+def with_label(summary: RunSummary, label: str) -> RunSummary:
+    return replace(summary, label=label)
 
 
 def _float(value: int | None) -> float | None:

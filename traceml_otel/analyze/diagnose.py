@@ -66,6 +66,9 @@ def analyze_run(
         for rank, rank_steps, seconds in zip(run.ranks, run.per_rank, run_seconds, strict=True)
     )
     info = _run_info(loaded, manifest, parallelism, notes)
+    from traceml_otel.analyze.compare_noise import run_noise
+
+    noise = run_noise(*step_series(window.step_numbers, window_seconds))
     return RunAnalysis(
         run=info,
         window=window_info,
@@ -86,6 +89,7 @@ def analyze_run(
         ),
         throughput=throughput(ranks),
         hosts=loaded.hosts,
+        noise=noise,
     )
 
 

@@ -6,11 +6,15 @@ Reporters read only these. Times are seconds, memory bytes, shares and scores ra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
 from traceml_otel.analyze.mfu import MfuAnalysis
 from traceml_otel.analyze.run_model import RankHost
 from traceml_otel.analyze.time_accounting import TimeAccount
+
+if TYPE_CHECKING:
+    from traceml_otel.analyze.compare_noise import RunNoise
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +309,8 @@ class RunAnalysis:
     """Where the job's time went, from launch to exit (run folders with time records; see goodput.md)."""
     mfu: MfuAnalysis | None = None
     """Model FLOPs utilisation, when the program declared or measured its FLOPs."""
+    noise: RunNoise | None = None
+    """The run's own variability (block means of its steady steps) and CPU wait, for ``compare``."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

@@ -86,7 +86,7 @@ def analyze_path(
                                   manifest=manifest, export_stats=exports.stats, notes=notes)
         if done is not None:
             analysis, steps = done
-            analysis = _with_hang_records(analysis, run_dir, manifest)
+            analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
             return _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
         if note:
             notes.append(note)
@@ -94,8 +94,18 @@ def analyze_path(
     with paused_gc():
         loaded = source.load()
         analysis = analyze_run(loaded, window, manifest, exports.stats, notes)
-    analysis = _with_hang_records(analysis, run_dir, manifest)
+    analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
     return _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
+
+
+def _with_cpu_samples(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
+    """Add the training thread's CPU wait and on-CPU shares (``rank-R.cpu.json``) to the run's noise."""
+    if run_dir is None or analysis.noise is None:
+        return analysis
+    from traceml_otel.analyze.compare_noise import read_cpu_records, with_cpu
+
+    records, _ = read_cpu_records(run_dir, analysis.run.run_id)
+    return replace(analysis, noise=with_cpu(analysis.noise, records)) if records else analysis
 
 
 def _with_time_accounting(

@@ -144,7 +144,7 @@ class TrainingSession(Session):
     def __init__(self, config: CaptureConfig, settings: Settings, link: EmitterLink,
                  manifest: Finishable | None = None) -> None:
         from traceml_otel.capture.device_clock import default_clock
-        from traceml_otel.capture.session_services import start_time_ledger, start_watchdog
+        from traceml_otel.capture.session_services import start_cpu_sampler, start_time_ledger, start_watchdog
 
         self.settings = settings
         self.link = link
@@ -167,6 +167,7 @@ class TrainingSession(Session):
         self.catch_up_on_accelerate()
         self.watchdog = start_watchdog(self.recorder, self.collectives, settings, warn)
         self.time_ledger = start_time_ledger(self.recorder, settings, warn)
+        self.cpu_sampler = start_cpu_sampler(self.recorder, settings, warn)
 
     def _install_capture(self, config: CaptureConfig) -> None:
         """Build and install the hooks ``config`` asks for."""

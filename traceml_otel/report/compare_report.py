@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 
+from traceml_otel.analyze.compare_interval import Interval
+from traceml_otel.analyze.compare_judged import interval_text
 from traceml_otel.analyze.compare_policy import Change, Comparison, RunSummary
 from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
 
 COMPARE_SCHEMA = "traceml-otel/compare"
-COMPARE_SCHEMA_VERSION = 2
-"""2: verdict ``INCONCLUSIVE``, ``basis``, ``work``, per-side work per step."""
+COMPARE_SCHEMA_VERSION = 3
+"""2: verdict ``INCONCLUSIVE``, ``basis``, ``work``, per-side work per step. 3: ``interval``,
+``cpu_interval``, ``usable``, per-side ``runs`` and ``cpu_wait_share``; verdict ``inconclusive`` of a
+change."""
 
 
 def _signed(change: float | None) -> str:
@@ -19,6 +24,8 @@ def _signed(change: float | None) -> str:
 def _side(name: str, s: RunSummary) -> str:
     if s.problem:
         return f"{name}: {s.label}  no usable data ({s.problem})"
+    if s.members:
+        return f"{name}: {s.label}  {len(s.members)} runs pooled, {s.steps} steps in all, {s.clock} clock"
     work = ""
     if s.samples_per_step is not None:
         work = f", {s.samples_per_step:g} samples/step, {seconds(s.time_per_sample)} per sample"
@@ -47,8 +54,11 @@ def render_comparison_text(comparison: Comparison) -> str:
         "",
         f"Verdict      {headline}" + (f"  (time per {c.basis})" if c.work is not None else ""),
     ]
+    if c.interval is not None:
+        lines += _interval_lines(c)
     if c.work is not None:
-        lines.append(_row(f"per {c.basis}", c.work, seconds))
+        on_cpu = c.interval is not None and c.interval.name.startswith("on_cpu")
+        lines.append(_row(f"per {c.basis}" + (" CPU" if on_cpu else ""), c.work, seconds))
     lines += [
         _row("step time", c.step_time, seconds),
         _row("peak memory", c.memory, lambda v: size(v) if v is not None else "n/a"),
@@ -60,6 +70,21 @@ def render_comparison_text(comparison: Comparison) -> str:
         lines += [_row(PHASE_LABELS[p.name], p, seconds) for p in c.phases]
     lines += [f"Note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
+
+
+def _interval_lines(c: Comparison) -> list[str]:
+    """The deciding interval (and the wall one beside it) with the method."""
+    assert c.interval is not None
+    unit = c.basis
+    on_cpu = c.interval.name.startswith("on_cpu")
+    lines = []
+    for label, interval in (("wall", c.wall), ("on-CPU", c.cpu)):
+        if interval is not None:
+            decides = "  <- decides" if (label == "on-CPU") == on_cpu else ""
+            lines.append(f"{label:<12} {interval_text(interval)}  per {unit}: {interval.verdict}  "
+                         f"(95 % interval){decides}")
+    lines.append(f"{'method':<12} {c.interval.method}")
+    return lines
 
 
 def _share(value: float | None) -> str:
@@ -88,8 +113,23 @@ def _change_json(change: Change) -> dict[str, object]:
     }
 
 
-def _side_json(s: RunSummary) -> dict[str, object]:
+def interval_json(interval: Interval | None) -> dict[str, object] | None:
+    if interval is None:
+        return None
     return {
+        "name": interval.name, "before": interval.before, "after": interval.after, "change": interval.change,
+        "low": interval.low, "high": interval.high, "half_width": interval.half_width,
+        "confidence": 0.95, "verdict": interval.verdict, "method": interval.method,
+        "between_runs": interval.between_runs,
+    }
+
+
+def _side_json(s: RunSummary) -> dict[str, object]:
+    from traceml_otel.analyze.compare_sides import wait_share
+
+    return {
+        "runs": [r.label for r in s.members] or [s.label],
+        "cpu_wait_share": wait_share(s),
         "label": s.label,
         "run_id": s.run_id,
         "kind": s.kind,
@@ -116,6 +156,10 @@ def render_comparison_json(comparison: Comparison) -> str:
         "schema_version": COMPARE_SCHEMA_VERSION,
         "verdict": c.verdict,
         "material": c.material,
+        "usable": c.usable,
+        "interval": interval_json(c.interval),
+        "cpu_interval": interval_json(c.cpu),
+        "wall_interval": interval_json(c.wall),
         "basis": c.basis,
         "work": _change_json(c.work) if c.work is not None else None,
         "a": _side_json(c.a),
@@ -126,4 +170,17 @@ def render_comparison_json(comparison: Comparison) -> str:
         "phases": [_change_json(p) for p in c.phases],
         "notes": list(c.notes),
     }
-    return json.dumps(document, indent=2) + "\n"
+    try:
+        return json.dumps(document, indent=2, allow_nan=False) + "\n"
+    except ValueError:  # a NaN or infinity from a bad input: null, never a non-standard token
+        return json.dumps(_finite(document), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

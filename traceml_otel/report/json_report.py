@@ -7,6 +7,7 @@ import math
 import time
 from dataclasses import asdict
 
+from traceml_otel.analyze.compare_noise import noise_json
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
 from traceml_otel.report.time_section import time_json
@@ -173,6 +174,7 @@ def report_json(
             for s in analysis.series
         ],
         **time_json(analysis.time_account, analysis.mfu),
+        "noise": noise_json(analysis.noise),
     }
 
 

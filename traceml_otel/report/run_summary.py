@@ -6,9 +6,11 @@ reads the same fields from the report's documented form (docs/report-schema.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
-from traceml_otel.analyze.compare_policy import PHASES, RunSummary, peak_memory
+from traceml_otel.analyze.compare_noise import NoiseFormatError, noise_from_json
+from traceml_otel.analyze.compare_policy import PHASES, RunSummary, filled, peak_memory, unusable_summary
 from traceml_otel.errors import TracemlError
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 
@@ -40,8 +42,18 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
     if report.get("schema") != SCHEMA:
         raise ReportFormatError(f"{label}: not a traceml-otel report (schema {report.get('schema')!r})")
     version = report.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ReportFormatError(f"{label}: report schema version {version!r} is newer than this tool reads")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ReportFormatError(
+            f"{label}: malformed report: schema_version {_bounded(version)} is not an integer")
+    if version > SCHEMA_VERSION:
+        raise ReportFormatError(f"{label}: report schema version {version} is newer than this tool reads")
+    bad = non_finite_at(report)
+    if bad:
+        return unusable_summary(label, f"bad data: {bad} is not a finite number")
+    try:
+        noise = noise_from_json(report.get("noise"))
+    except NoiseFormatError as error:
+        return unusable_summary(label, f"bad data: {error}")
     primary = _section(report, "primary_diagnosis", label)
     run = _section(report, "run", label)
     window = _section(report, "window", label)
@@ -54,14 +66,14 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
     work = report.get("throughput")
     work = work if isinstance(work, Mapping) else {}
     steps = _number(window.get("steps"))
-    return RunSummary(
+    return filled(RunSummary(
         label=label,
         run_id=str(run.get("run_id", "")),
         kind=str(primary.get("kind", "")),
         severity=str(primary.get("severity", "")),
         clock=str(report.get("clock", "")),
         steps=int(steps or 0),
-        step_time=medians.get("step_time"),
+        step_time=medians.get("step_time") or medians.get("traced"),
         phases=tuple((name, medians.get(name)) for name in PHASES),
         peak_memory=peak_memory([(_number(m.get("peak_reserved_bytes")),
                                   _number(m.get("peak_allocated_bytes"))) for m in memory]),
@@ -71,7 +83,34 @@ def summary_from_report(report: Mapping[str, object], label: str) -> RunSummary:
         time_per_token=_number(work.get("time_per_token_s")),
         goodput=_member(report, "time_accounting", "goodput"),
         mfu=_member(report, "mfu", "mfu"),
-    )
+        noise=noise,
+    ))
+
+
+def _bounded(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def non_finite_at(value: object, path: str = "", depth: int = 0) -> str:
+    """Where the first NaN or infinite number sits in a decoded report (``a.b[2]``); empty when none.
+
+    Python's JSON reader takes ``NaN`` and ``Infinity`` tokens; a report holding them is bad data."""
+    if isinstance(value, float):
+        return "" if math.isfinite(value) else (path or "the report")
+    if depth > 12:
+        return ""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            found = non_finite_at(item, f"{path}.{str(key)[:40]}" if path else str(key)[:40], depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = non_finite_at(item, f"{path}[{index}]", depth + 1)
+            if found:
+                return found
+    return ""
 
 
 def _member(report: Mapping[str, object], section: str, name: str) -> float | None:

@@ -1,0 +1,158 @@
+"""The noise model of ``traceml compare`` on synthetic autocorrelated step series.
+
+A/A pairs of AR(1) series (strongly autocorrelated, as steps on a busy machine are) must rarely be
+called a change, and a 15 % shift must be caught; the naive per-step standard error, which ignores
+the autocorrelation, is shown to fail the same A/A test, so the test can tell a wrong model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from traceml_otel.analyze.compare_interval import RunMean, change_interval, judge
+from traceml_otel.analyze.compare_noise import MAX_BLOCKS, noise_from_json, noise_json, run_noise
+
+PHI = 0.8
+"""Lag-1 autocorrelation of the synthetic step times."""
+
+
+def ar1(
+    rng: np.random.Generator, n: int, mean: float = 0.01, cv: float = 0.1, phi: float = PHI
+) -> np.ndarray:
+    """``n`` step times around ``mean`` whose noise is AR(1) with coefficient ``phi`` (stationary ``cv``)."""
+    shocks = rng.normal(0.0, cv * math.sqrt(1 - phi * phi), n)
+    noise = np.empty(n)
+    noise[0] = rng.normal(0.0, cv)
+    for i in range(1, n):
+        noise[i] = phi * noise[i - 1] + shocks[i]
+    return mean * np.exp(noise - cv * cv / 2)  # positive, with mean ``mean``
+
+
+def run_mean(series: np.ndarray) -> RunMean:
+    noise = run_noise(list(range(len(series))), list(series))
+    assert noise is not None
+    blocks = np.asarray(noise.block_means)
+    se = float(blocks.std(ddof=1)) / math.sqrt(len(blocks))
+    return RunMean(float(blocks.mean()), se, len(blocks) - 1.0)
+
+
+def verdicts(shift: float, trials: int, seed: int, runs: int = 1, between_cv: float = 0.0,
+             allowance: float = 0.0, cv: float = 0.1) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(trials):
+        a = [run_mean(ar1(rng, 600, mean=0.01 * (1 + rng.normal(0, between_cv)), cv=cv))
+             for _ in range(runs)]
+        b = [run_mean(ar1(rng, 600, mean=0.01 * (1 + shift) * (1 + rng.normal(0, between_cv)), cv=cv))
+             for _ in range(runs)]
+        interval = change_interval("step_time", a, b, allowance_cv=allowance)
+        assert interval is not None
+        out.append(interval.verdict)
+    return out
+
+
+def test_a_a_pairs_of_autocorrelated_runs_are_rarely_called_a_change() -> None:
+    """Batch means hold the false-alarm rate near its nominal 2.5 % per side even at lag-1
+    correlation 0.8 and a step-time spread of 25 % (a busy machine), with no run-to-run allowance."""
+    found = verdicts(0.0, 300, seed=1, cv=0.25)
+    alarms = found.count("regression") + found.count("improvement")
+    assert alarms <= 0.06 * len(found), found
+
+
+def test_the_naive_standard_error_would_flap_on_the_same_runs() -> None:
+    """The per-step standard error (as if steps were independent) gives intervals far too narrow."""
+    rng = np.random.default_rng(2)
+    alarms = 0
+    for _ in range(100):
+        a, b = ar1(rng, 600, cv=0.25), ar1(rng, 600, cv=0.25)
+        naive = [RunMean(float(s.mean()), float(s.std(ddof=1)) / math.sqrt(len(s)), len(s) - 1.0)
+                 for s in (a, b)]
+        interval = change_interval("step_time", naive[:1], naive[1:], allowance_cv=0.0)
+        assert interval is not None
+        alarms += interval.verdict in ("regression", "improvement")
+    assert alarms >= 10  # the wrong model is caught by the A/A test above
+
+
+def test_a_15_percent_slowdown_is_a_regression() -> None:
+    found = verdicts(0.15, 100, seed=3)
+    assert found.count("regression") >= 95, found
+    faster = verdicts(-0.15, 50, seed=4)
+    assert faster.count("improvement") >= 47, faster
+
+
+def test_several_runs_per_side_pool_the_spread_between_runs() -> None:
+    """Runs that differ by 5 % from each other (the machine, not the code): one run per side without an
+    allowance flaps; three per side, pooled, do not, and a 15 % slowdown is still caught."""
+    single = verdicts(0.0, 100, seed=5, between_cv=0.05)
+    assert single.count("regression") + single.count("improvement") >= 20
+    pooled = verdicts(0.0, 100, seed=6, runs=3, between_cv=0.05)
+    assert pooled.count("regression") + pooled.count("improvement") <= 6, pooled
+    caught = verdicts(0.15, 60, seed=7, runs=3, between_cv=0.03)
+    assert caught.count("regression") >= 50, caught
+
+
+def test_one_run_per_side_gets_the_run_to_run_allowance_and_says_so() -> None:
+    rng = np.random.default_rng(8)
+    a, b = run_mean(ar1(rng, 600)), run_mean(ar1(rng, 600))
+    with_allowance = change_interval("step_time", [a], [b])
+    without = change_interval("step_time", [a], [b], allowance_cv=0.0)
+    assert with_allowance is not None and without is not None
+    assert with_allowance.half_width > without.half_width and not with_allowance.between_runs
+    assert "run-to-run allowance" in with_allowance.method
+    pooled = change_interval("step_time", [a, a], [b, b])
+    assert pooled is not None and pooled.between_runs and "pooled t over 2+2 runs" in pooled.method
+
+
+@pytest.mark.parametrize(("low", "high", "verdict"), [
+    (0.031, 0.2, "regression"), (-0.2, -0.03, "improvement"), (-0.029, 0.029, "equivalent"),
+    (-0.01, 0.05, "inconclusive"), (-0.05, -0.01, "inconclusive"), (0.03, 0.04, "regression"),
+])
+def test_the_verdict_of_an_interval(low: float, high: float, verdict: str) -> None:
+    assert judge(low, high) == verdict
+
+
+def test_blocks_are_bounded_and_round_trip_through_the_report() -> None:
+    rng = np.random.default_rng(9)
+    noise = run_noise(list(range(100_000)), list(ar1(rng, 100_000, phi=0.5)))
+    assert noise is not None and len(noise.block_means) <= MAX_BLOCKS
+    assert noise_from_json(noise_json(noise)) == noise
+    assert run_noise(list(range(8)), [0.01] * 8) is None  # too few steps for an estimate
+    assert run_noise(list(range(40)), [0.01] * 39 + [float("nan")]) is None
+
+
+def _run_with_cpu(rng: np.random.Generator, cpu: float, load_level: float, label: str) -> object:
+    """A run summary whose on-CPU time per step grows 20 % per busy CPU beside it (a loaded machine)."""
+    from traceml_otel.analyze.compare_noise import RunNoise
+    from traceml_otel.analyze.compare_policy import RunSummary
+
+    load = np.clip(load_level + rng.normal(0, 0.3, 30), 0, 2)
+    on_cpu = cpu * (1 + 0.2 * load) * np.exp(rng.normal(0, 0.01, 30))
+    means = tuple(float(v) for v in ar1(rng, 30, mean=0.01, cv=0.02))
+    steps = tuple(range(0, 300, 10))
+    noise = RunNoise("batch means", 300, 0, 10, means, steps, tuple(s + 9 for s in steps),
+                     tuple(float(v) for v in on_cpu), "schedstat", tuple(float(v) for v in load), 0.5)
+    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 300, 0.01, (), None, 16.0, 0.01 / 16,
+                      noise=noise)
+
+
+def test_on_cpu_time_is_compared_at_the_same_machine_load() -> None:
+    """Identical code, B on a busier machine: its raw on-CPU time is ~18 % higher; at the same load
+    the difference is gone."""
+    from traceml_otel.analyze.compare_sides import intervals, load_adjusted, run_means
+
+    rng = np.random.default_rng(11)
+    a, b = _run_with_cpu(rng, 0.001, 0.2, "a"), _run_with_cpu(rng, 0.001, 1.2, "b")
+    raw = change_interval("x", run_means([a], "sample", cpu=True), run_means([b], "sample", cpu=True),
+                          allowance_cv=0.0)
+    adjusted = load_adjusted([a], [b], "sample")
+    assert raw is not None and adjusted is not None and raw.change > 0.12
+    fair = change_interval("x", *adjusted, allowance_cv=0.0)
+    assert fair is not None and abs(fair.change) < 0.03 and fair.verdict != "regression"
+    _, cpu = intervals(a, b, "sample")
+    assert cpu is not None and "adjusted to the same machine load" in cpu.method
+    slower = _run_with_cpu(rng, 0.00115, 1.2, "c")  # 15 % more work, on the busier machine too
+    worse = change_interval("x", *load_adjusted([a], [slower], "sample"), allowance_cv=0.0)
+    assert worse is not None and worse.verdict == "regression" and 0.1 < worse.change < 0.2

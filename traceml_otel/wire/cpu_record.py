@@ -1,0 +1,76 @@
+"""``rank-R.cpu.json``: the training thread's CPU counters against its step count.
+
+Written by :mod:`traceml_otel.capture.cpu_sampler` (its own thread, every 10 s and at shutdown,
+atomically); read by ``traceml compare`` through :mod:`traceml_otel.analyze.compare_noise` to tell a
+busier machine from slower code. Each sample is cumulative: ``[steps_closed, monotonic_ns,
+thread_on_cpu_ns, thread_cpu_wait_ns, process_cpu_ns, machine_busy_ns]``; ``thread_cpu_wait_ns`` is
+``-1`` where the kernel gives no run-queue wait (``source`` ``stat``), ``machine_busy_ns`` (all CPUs'
+busy time, ``/proc/stat``) ``-1`` without ``/proc/stat``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceml_otel.wire._json import RecordError, as_int, as_str, read_json_object, write_atomically
+
+CPU_RECORD_VERSION = 1
+MAX_CPU_SAMPLES = 4096
+"""Samples read from one file (the sampler keeps at most 2,048)."""
+
+
+def cpu_file_name(rank: int) -> str:
+    """Name of one rank's CPU samples (``rank-R.cpu.json``) inside the run directory."""
+    return f"rank-{rank}.cpu.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuRecord:
+    """One rank's CPU samples: ``(steps, monotonic_ns, on_cpu_ns, cpu_wait_ns, process_cpu_ns,
+    machine_busy_ns)``."""
+
+    run_id: str
+    rank: int
+    source: str
+    """``schedstat`` (on-CPU and run-queue wait) or ``stat`` (on-CPU in clock ticks, no wait)."""
+    samples: tuple[tuple[int, int, int, int, int, int], ...]
+    thinned: int = 0
+    """How many times the sampler halved its samples (each time its interval doubled)."""
+
+
+def encode_cpu_record(record: CpuRecord) -> str:
+    return json.dumps({
+        "cpu_record_version": CPU_RECORD_VERSION, "run_id": record.run_id, "rank": record.rank,
+        "source": record.source, "thinned": record.thinned, "samples": [list(s) for s in record.samples],
+    }, separators=(",", ":"))
+
+
+def write_cpu_record(path: Path, record: CpuRecord) -> None:
+    """Write the record atomically; raises ``OSError`` (full or read-only disk)."""
+    write_atomically(path, encode_cpu_record(record))
+
+
+def read_cpu_record(path: Path) -> CpuRecord:
+    """Read one ``rank-R.cpu.json`` (bounded); raises :class:`RecordError` when malformed.
+
+    Rows that are not five or six integers, or that go backwards, are left out."""
+    data = read_json_object(path)
+    rank = as_int(data.get("rank"))
+    version = data.get("cpu_record_version")
+    if rank is None or rank < 0 or not isinstance(version, int) or isinstance(version, bool):
+        raise RecordError(f"{path.name}: not a CPU record (no rank or version)")
+    raw = data.get("samples")
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    for item in raw[:MAX_CPU_SAMPLES] if isinstance(raw, list) else []:
+        values = [as_int(v) for v in item] if isinstance(item, list) and len(item) in (5, 6) else []
+        if not values or any(v is None for v in values):
+            continue
+        values += [-1] * (6 - len(values))
+        row = tuple(int(v) for v in values if v is not None)
+        if rows and (row[0] < rows[-1][0] or row[1] <= rows[-1][1] or row[2] < rows[-1][2]):
+            continue
+        rows.append(row)  # type: ignore[arg-type]
+    return CpuRecord(as_str(data.get("run_id"), 200) or "", rank, as_str(data.get("source"), 20) or "",
+                     tuple(rows), max(0, as_int(data.get("thinned")) or 0))
