@@ -79,7 +79,7 @@ def test_selector_reaches_every_metric_selector_in_rules_and_dashboard() -> None
     # the query inside the stall alert's description is scoped too
     (stalled,) = [r for r in rules_of(files) if r.get("alert") == "TraceMLTrainingStalled"]
     assert ('traceml_progress_stalled_seconds{namespace="ml-prod",cluster=~"eu-.*",traceml_run_id=%q,'
-            'traceml_phase_name!~"collective|none"}') in stalled["annotations"]["description"]
+            'traceml_rank=%q,traceml_phase_name!~"collective|none"}') in stalled["annotations"]["description"]
 
 
 def test_default_selector_leaves_no_empty_matchers() -> None:
@@ -94,7 +94,7 @@ def test_urls_in_every_alert() -> None:
     config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
                          dashboard_url="https://grafana.example.com/d/traceml-training")
     alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
-    assert len({a["alert"] for a in alerts}) == 13
+    assert len({a["alert"] for a in alerts}) == 15
     for alert in alerts:
         annotations = alert["annotations"]
         assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"
@@ -113,7 +113,11 @@ def test_windows_and_for_durations_are_applied() -> None:
     mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:rate")
     assert "[20s]" in mean["expr"] and "[5m]" not in mean["expr"]
     stalled = next(r for r in short if r.get("alert") == "TraceMLTrainingStalled")
-    assert "> 10" in stalled["expr"]
+    assert "> 60" in stalled["expr"] and stalled["for"] == "2s"  # no watchdog report: stall_unwatched
+    rank = next(r for r in short if r.get("alert") == "TraceMLRankStalled")
+    assert "> 10" in rank["expr"]
+    assert next(r for r in default if r.get("alert") == "TraceMLTrainingStalled")["for"] == "30s"
+    assert next(r for r in short if r.get("alert") == "TraceMLInputBound")["keep_firing_for"] == "10s"
     custom = rules_of(render_all(StackConfig(windows=Windows().with_overrides({"for_drift": "30m"}))))
     assert next(r for r in custom if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "30m"
 

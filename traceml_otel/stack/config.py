@@ -85,6 +85,15 @@ class Windows:
     goodput_window: str = "1h"
     """Window of the goodput the TraceMLGoodputLow alert reads (start-up must have left it)."""
     for_goodput: str = "15m"
+    stall_unwatched: str = "30m"
+    """No rank of a run completed a step for this long and no hang watchdog reported a hang: the
+    watchdog is off, or the run hangs inside an outside_step block (evaluation, checkpoint), which
+    the watchdog never reports. Much longer than a step's stall: a marked evaluation may last."""
+    for_hang: str = "30s"
+    """How long a hang watchdog's report holds before the hang pages (the report itself comes after
+    the watchdog's timeout, 60 s by default: the page follows within 2 min of the verdict)."""
+    keep_firing: str = "15m"
+    """Performance alerts keep firing this long after their condition clears (no flapping)."""
 
     @classmethod
     def short(cls) -> Windows:
@@ -95,6 +104,7 @@ class Windows:
             drop_window="20s", memory_window="2m", memory_recent="20s", memory_recent_offset="50s",
             for_drift="6s", for_straggler="6s", for_input="6s", for_stall="3s", for_memory="10s",
             for_missing="3s", for_failed="0s", for_dropping="3s", goodput_window="40s", for_goodput="6s",
+            stall_unwatched="60s", for_hang="2s", keep_firing="10s",
         )
 
     def with_overrides(self, overrides: dict[str, str]) -> Windows:

@@ -49,6 +49,7 @@ def substitutions(config: StackConfig) -> dict[str, str]:
         "dashboard": config.dashboard_url,
         "dashboard_query": config.dashboard_url + ("&" if "?" in config.dashboard_url else "?"),
         "stall_seconds": f"{stall:g}",
+        "stall_unwatched_seconds": f"{duration_seconds(config.windows.stall_unwatched):g}",
     }
     return values
 
