@@ -92,8 +92,6 @@ class Windows:
     for_hang: str = "30s"
     """How long a hang watchdog's report holds before the hang pages (the report itself comes after
     the watchdog's timeout, 60 s by default: the page follows within 2 min of the verdict)."""
-    keep_firing: str = "15m"
-    """Performance alerts keep firing this long after their condition clears (no flapping)."""
 
     @classmethod
     def short(cls) -> Windows:
@@ -104,7 +102,7 @@ class Windows:
             drop_window="20s", memory_window="2m", memory_recent="20s", memory_recent_offset="50s",
             for_drift="6s", for_straggler="6s", for_input="6s", for_stall="3s", for_memory="10s",
             for_missing="3s", for_failed="0s", for_dropping="3s", goodput_window="40s", for_goodput="6s",
-            stall_unwatched="60s", for_hang="2s", keep_firing="10s",
+            stall_unwatched="60s", for_hang="2s",
         )
 
     def with_overrides(self, overrides: dict[str, str]) -> Windows:
