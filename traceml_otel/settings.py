@@ -38,6 +38,7 @@ from traceml_otel.run_identity import (
     RankIdentity,
     bounded_job,
     detected_launcher,
+    kubernetes_job,
     launcher_job,
     launcher_run_id,
     rank_identity,
@@ -51,6 +52,12 @@ TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 TRACEML_JOB = "TRACEML_JOB"
 """The job's identity across restarts (the ``traceml_job`` label); ``traceml run --run-name`` sets it.
 Else ``SLURM_JOB_NAME``/``SLURM_JOB_ID``, then ``TORCHELASTIC_RUN_ID``; without any, the run id."""
+TRACEML_K8S_NAMESPACE = "TRACEML_K8S_NAMESPACE"
+"""The pod's namespace (downward API ``metadata.namespace``): part of the job identity."""
+TRACEML_K8S_JOB = "TRACEML_K8S_JOB"
+"""The Kubernetes Job (or JobSet) name (downward API, label ``batch.kubernetes.io/job-name``)."""
+TRACEML_K8S_JOB_UID = "TRACEML_K8S_JOB_UID"
+"""The Job's UID (downward API, label ``batch.kubernetes.io/controller-uid``)."""
 TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
 """Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
@@ -272,15 +279,29 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
 def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
     """The label that stays the same when a job restarts under a new run id.
 
-    ``TRACEML_JOB`` (``traceml run --run-name`` sets it), else the Slurm job
-    (``SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else torchrun's rendezvous id
+    ``TRACEML_JOB`` (set by the user, or by ``traceml run --run-name`` where no scheduler identity
+    exists), else the Kubernetes Job (namespace, name, UID) or the Slurm job
+    (``[SLURM_CLUSTER_NAME/]SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else
+    torchrun's rendezvous id
     (``TORCHELASTIC_RUN_ID``, the same for every elastic restart; not under ``traceml run``, whose
     standalone rendezvous id is new each launch), else the run id itself: without an identity each
     attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
     """
     under_traceml_run = bool(env.get(TRACEML_LAUNCHER))
-    job = explicit_job(env) or launcher_job(env, run_name, under_traceml_run=under_traceml_run) or run_id
+    job = (explicit_job(env) or scheduler_job(env)
+           or launcher_job(env, run_name, under_traceml_run=under_traceml_run) or run_id)
     return bounded_job(job) or run_id
+
+
+def scheduler_job(env: Mapping[str, str]) -> str | None:
+    """What the scheduler assigned, or None: the Kubernetes Job (``TRACEML_K8S_NAMESPACE``,
+    ``TRACEML_K8S_JOB``, ``TRACEML_K8S_JOB_UID``: ``<namespace>/<name>/<uid8>``), else the Slurm job
+    (with its cluster). ``traceml run --run-name`` names the job only where there is none of these."""
+    kubernetes = kubernetes_job(env.get(TRACEML_K8S_NAMESPACE, ""), env.get(TRACEML_K8S_JOB, ""),
+                                env.get(TRACEML_K8S_JOB_UID, ""))
+    if kubernetes:
+        return kubernetes
+    return launcher_job(env, "", under_traceml_run=True)  # Slurm only (torchrun's id is not a scheduler's)
 
 
 def launcher_name(env: Mapping[str, str]) -> str:

@@ -44,3 +44,16 @@ def test_failures_inhibit_the_runs_performance_alerts() -> None:
     assert "TraceMLTrainingStalled" in rule["source_matchers"][0]
     assert rule["target_matchers"] == ['severity="warning"']
     assert {"traceml_run_id", "namespace", "cluster"} <= set(rule["equal"])
+
+
+def test_render_says_when_the_links_are_placeholders(tmp_path: Path) -> None:
+    import sys
+
+    base = [sys.executable, "-m", "traceml_otel.cli", "stack", "render", "-o"]
+    env = {"PYTHONPATH": str(CONFIG.parents[1])}
+    plain = subprocess.run([*base, str(tmp_path / "a")], capture_output=True, text=True, timeout=120, env=env)
+    assert plain.returncode == 0 and "placeholder" in plain.stderr and "--runbook-url" in plain.stderr
+    linked = subprocess.run([*base, str(tmp_path / "b"), "--runbook-url", "https://rb.example.com/traceml",
+                             "--dashboard-url", "https://g.example.com/d/t"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert linked.returncode == 0 and "placeholder" not in linked.stderr, linked.stderr

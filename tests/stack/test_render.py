@@ -240,6 +240,7 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     command = block.split("```", 1)[0]
     command = "\n".join(line.split("#", 1)[0] if line.lstrip().startswith("#") else line
                         for line in command.splitlines())
+    command = "\n".join(line.split("  #", 1)[0] for line in command.splitlines())  # trailing comments
     render = command.split("traceml stack render", 1)[1].split("kubectl", 1)[0].replace("\\\n", " ")
     argv = shlex.split(render)
     argv[argv.index("-o") + 1] = str(tmp_path)
@@ -253,6 +254,9 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     assert not _selects(monitor, own, "ml-training", {}, ["traceml-0"])
     rule = yaml.safe_load((tmp_path / "kubernetes" / "prometheusrule.yaml").read_text())
     assert rule["metadata"]["namespace"] == "monitoring"
+    # every local rank's port is scraped (8 GPUs a pod), not only traceml-0
+    ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    assert ports == [f"traceml-{i}" for i in range(8)]
     # without a namespaceSelector the operator looked only in its own namespace: the old bug
     del monitor["spec"]["namespaceSelector"]
     assert not _selects(monitor, own, "ml-training", trainer, ["traceml-0"])

@@ -89,4 +89,9 @@ def run_stack(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     for path in write_files(files, args.output):
         print(path)
+    for flag, value, default in (("--runbook-url", config.runbook_url, DEFAULT_RUNBOOK_URL),
+                                 ("--dashboard-url", config.dashboard_url, DEFAULT_DASHBOARD_URL)):
+        if value == default:
+            print(f"traceml stack render: note: the alerts link to the placeholder {value!r}; pass {flag} "
+                  "with the address your on-call can open", file=sys.stderr)
     return EXIT_OK

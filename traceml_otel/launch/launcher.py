@@ -39,6 +39,7 @@ from traceml_otel.settings import (
     explicit_job,
     explicit_run_id,
     runs_dir,
+    scheduler_job,
     shutdown_timeout_s,
 )
 from traceml_otel.wire.manifest import Manifest, write_manifest
@@ -200,8 +201,8 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     os.environ.update({TRACEML_RUN_ID: run_id, TRACEML_RUN_NAME: run_name, TRACEML_LAUNCHER: "traceml-run",
                        **options.extra_env, **attach,
                        TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
-    if options.run_name and not explicit_job():
-        os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
+    if options.run_name and not explicit_job() and not scheduler_job(os.environ):
+        os.environ[TRACEML_JOB] = options.run_name  # a named run is a job (the scheduler's identity first)
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
     monitor.start()
     try:
