@@ -230,7 +230,8 @@ def test_promql_name_scan() -> None:
 
 
 def test_rules_use_only_contract_metrics_and_recorded_series() -> None:
-    known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)} | {"ALERTS"}  # built in
+    built_in = {"ALERTS", "up"}
+    known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)} | built_in
     assert len(list(rules(RECORDING))) >= 10 and len(list(rules(ALERTS))) >= 10
     for rule in [*rules(RECORDING), *rules(ALERTS)]:
         unknown = promql_metric_names(rule["expr"]) - known
@@ -269,7 +270,7 @@ def test_every_alert_has_firing_and_silent_unit_tests() -> None:
         for alert in case["exp_alerts"]:
             if case["alertname"] == "TraceMLHeartbeat":  # about the rules themselves
                 continue
-            if case["alertname"] == "TraceMLCollectorRefusingTelemetry":  # about a collector, not a run
+            if case["alertname"] in ("TraceMLCollectorRefusingTelemetry", "TraceMLScrapeTargetDown"):
                 assert {"job", "instance"} <= set(alert["exp_labels"])
             else:
                 assert "traceml_run_id" in alert["exp_labels"], case["alertname"]

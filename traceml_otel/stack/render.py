@@ -45,6 +45,7 @@ def substitutions(config: StackConfig) -> dict[str, str]:
     values |= {
         "sel": format_selector(config.selector),
         "csel": format_selector(config.collector_selector),
+        "target_jobs": config.target_jobs,
         "runbook": config.runbook_url,
         "dashboard": config.dashboard_url,
         "dashboard_query": config.dashboard_url + ("&" if "?" in config.dashboard_url else "?"),

@@ -59,15 +59,7 @@ def _run_stats(y: int) -> list[dict[str, Any]]:
                 target("B", f"run:traceml_steps:rate{{{REC}}}", "steps/s"),
             ],
         ),
-        stat(
-            "Ranks live",
-            "Ranks reporting and not ended (traceml_run_ended == 0). A rank that vanished without a clean "
-            "end "
-            "fires TraceMLTelemetryMissing.",
-            (18, y, 3, 8),
-            "short",
-            f"count (traceml_run_ended{{{RUN}}} == 0)",
-        ),
+        _ranks_live(y),
         stat(
             "Since the last step",
             "time() - newest traceml_step_last_timestamp_seconds of the run.",
@@ -77,3 +69,25 @@ def _run_stats(y: int) -> list[dict[str, Any]]:
             threshold_steps=(("orange", 120), ("red", 300)),
         ),
     ]
+
+
+def _ranks_live(y: int) -> dict[str, Any]:
+    """Ranks live as a share of the world size the ranks report, named "of N ranks"; red below all."""
+    world = f"max (traceml_world_size{{{RUN}}})"
+    panel = stat(
+        "Ranks live (of the world size)",
+        "Ranks reporting and not ended (traceml_run_ended == 0) over the world size the ranks report "
+        "(traceml_world_size), named \"of N ranks\": 100 % is every rank; red below (a rank never "
+        "scraped or stuck before init() pages as TraceMLRanksMissing after 5 m, one that vanished as "
+        "TraceMLTelemetryMissing).",
+        (18, y, 3, 8),
+        "percentunit",
+        f"(count (traceml_run_ended{{{RUN}}} == 0) / {world})"
+        f" * on () group_left (world) count_values without () (\"world\", {world})",
+    )
+    panel["targets"][0]["legendFormat"] = "of {{world}} ranks"
+    panel["options"]["textMode"] = "value_and_name"
+    panel["fieldConfig"]["defaults"]["thresholds"] = {
+        "mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+    }
+    return panel
