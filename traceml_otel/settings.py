@@ -96,6 +96,10 @@ TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
 TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 """Floor of the hang timeout in seconds (default 60; ``0`` turns the hang watchdog off). A rank is hung
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
+TRACEML_HANG_STARTUP_TIMEOUT_S = "TRACEML_HANG_STARTUP_TIMEOUT_S"
+"""Seconds a rank may spend between ``init()`` and its first step (rendezvous, process-group init,
+model build, checkpoint load) before its watchdog reports a hang ``before first step`` (default 900;
+``0``: not watched before the first step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
 """How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 TRACEML_PEAK_FLOPS = "TRACEML_PEAK_FLOPS"
@@ -182,6 +186,8 @@ class Settings:
     hang_timeout_s: float = 60.0
     """Floor of the hang timeout (``TRACEML_HANG_TIMEOUT_S``); 0 turns the hang watchdog off."""
     hang_factor: float = 5.0
+    hang_startup_timeout_s: float = 900.0
+    """``TRACEML_HANG_STARTUP_TIMEOUT_S``: the hang timeout from ``init()`` to the first step."""
     """``TRACEML_HANG_FACTOR``: the timeout is at least this many times the longest recent step."""
     peak_flops: float | None = None
     """``TRACEML_PEAK_FLOPS``: one rank's peak FLOP/s, overriding the table (``None``: not set)."""
@@ -380,6 +386,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
         hang_timeout_s=decimal(env, TRACEML_HANG_TIMEOUT_S, 60.0),
         hang_factor=decimal(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
+        hang_startup_timeout_s=decimal(env, TRACEML_HANG_STARTUP_TIMEOUT_S, 900.0),
         peak_flops=_peak_flops(env),
         mfu_dtype=_mfu_dtype(env),
     )
