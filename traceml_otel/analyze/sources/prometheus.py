@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents
+from traceml_otel.analyze.sources.prometheus_ends import RunEnds, nearest_run_ids, read_ends
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
@@ -121,6 +122,8 @@ class MetricRun:
     queries: int = 0
     warnings: tuple[str, ...] = ()
     """What the engine warned about (a partial answer) and what could not be read."""
+    ends: RunEnds = field(default_factory=RunEnds)
+    """How the run ended: exits, the hang watchdog's report, vanished ranks, the world size."""
 
 
 def promql_string(value: str) -> str:
@@ -194,7 +197,8 @@ class PrometheusReader:
         """Every total and series of the run. Raises :class:`SourceError`."""
         extent = self.extent()
         if extent is None:
-            return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
+            return MetricRun(self.run_id, self.describe(), (), queries=self.queries,
+                             warnings=self._no_such_run())
         at, since = extent.end, extent.since_offset_s
 
         def vector(metric: str) -> dict[int, float]:
@@ -257,10 +261,22 @@ class PrometheusReader:
         )
         series = self._over_the_run(extent)
         exemplars, queried = self._exemplars(extent)
+        ends = read_ends(self, _duration(extent.end - extent.start + LOOKBACK_S), LOOKBACK, at)
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
-            queries=self.queries, warnings=tuple(self.log.warnings),
+            queries=self.queries, warnings=tuple(self.log.warnings), ends=ends,
         )
+
+    def _no_such_run(self) -> tuple[str, ...]:
+        """A line naming the nearest run ids the engine knows in the range (none found: nothing)."""
+        try:
+            near = nearest_run_ids(self, self.when.start, self.when.end)
+        except SourceError:
+            return ()
+        if not near:
+            return (f"Prometheus has no run {self.run_id!r} in the range, and no run id near it.",)
+        return (f"Prometheus has no run {self.run_id!r} in the range; nearest run ids: "
+                + ", ".join(repr(n) for n in near),)
 
     def between_steps(self, span: str, at: float) -> tuple[dict[int, float], dict[int, float]]:
         """Per rank: the time between steps summed over the steps ended in the range, and how many.
