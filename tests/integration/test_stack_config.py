@@ -170,7 +170,25 @@ def test_dashboard_identity_and_variables() -> None:
     assert (variables["tempo"]["type"], variables["tempo"]["query"]) == ("datasource", "tempo")
     run_id = variables["run_id"]
     assert run_id["type"] == "query" and run_id["datasource"]["uid"] == "${datasource}"
-    assert run_id["query"]["query"] == "label_values(traceml_steps_total, traceml_run_id)"
+    # newest run first (by its last step over the range), not alphabetical; Grafana keeps the order
+    assert run_id["query"]["query"] == ("query_result(sort_desc(topk(200, max by (traceml_run_id) "
+                                        "(max_over_time(traceml_step_last_timestamp_seconds[$__range])))))")
+    assert run_id["regex"] == '/traceml_run_id="([^"]+)"/' and run_id["sort"] == 0
+
+
+def test_first_row_is_the_status_and_throughput_axes_are_split() -> None:
+    dashboard = load_dashboard()
+    first = [p for p in dashboard["panels"] if p["gridPos"]["y"] <= 1]
+    assert first[0]["type"] == "row" and first[0]["title"] == "Status"
+    titles = [p["title"] for p in first[1:]]
+    assert titles[:3] == ["Exit status", "Hang culprit", "Ranks live (of the world size)"]
+    ranks = first[3]
+    assert "traceml_world_size" in ranks["targets"][0]["expr"]
+    assert ranks["fieldConfig"]["defaults"]["thresholds"]["steps"][0]["color"] == "red"
+    (throughput,) = [p for p in dashboard["panels"] if p["title"] == "Throughput (all ranks)"]
+    (steps,) = throughput["fieldConfig"]["overrides"]
+    assert steps["matcher"]["options"] == "steps/s"
+    assert {"id": "custom.axisPlacement", "value": "right"} in steps["properties"]
 
 
 def test_every_panel_uses_a_datasource_variable() -> None:
