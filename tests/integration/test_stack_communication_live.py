@@ -167,7 +167,8 @@ def test_every_other_panel_returns_data_on_cpu(comm: CommunicationRun) -> None:
     # no GPU, and no node-exporter in this test (test_stack_live.py joins a real one)
     may_be_empty = ("traceml_cuda_memory_peak", "DCGM_FI_", "node_cpu_seconds_total",
                     "(increase(traceml_export_dropped_spans_total",  # ranks that dropped: none here
-                    "traceml_mfu")  # the job declares no FLOPs (test_stack_live.py's does)
+                    "traceml_mfu",  # the job declares no FLOPs (test_stack_live.py's does)
+                    "traceml_run_exit", "traceml_progress_stalled_seconds")  # running, not hung
     empty = [e for e, v in comm.dashboard.items() if not v and not any(m in e for m in may_be_empty)]
     assert not empty
 
