@@ -61,7 +61,7 @@ class _Ranks:
         self.metrics: list[PrometheusStepMetrics] = []
         self.states: list[LiveState] = []
         for rank in ranks:
-            labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB)
+            labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB, world_size=world)
             state = LiveState(labels, lambda: 0)
             state.gpu_uuid, state.cuda_device = f"GPU-{rank:08x}", str(rank % 8)
             state.time.account.record = TimeRecord(  # the time record the emitter would read
