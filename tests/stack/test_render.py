@@ -110,7 +110,7 @@ def test_windows_and_for_durations_are_applied() -> None:
     drift = next(r for r in short if r.get("alert") == "TraceMLStepTimeDrift")
     assert drift["for"] == "6s"
     assert next(r for r in default if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "10m"
-    mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:rate")
+    mean = next(r for r in short if r.get("record") == "run_rank:traceml_step_duration_seconds:rate")
     assert "[20s]" in mean["expr"] and "[5m]" not in mean["expr"]
     stalled = next(r for r in short if r.get("alert") == "TraceMLTrainingStalled")
     assert "> 60" in stalled["expr"] and stalled["for"] == "2s"  # no watchdog report: stall_unwatched
