@@ -82,3 +82,18 @@ def test_sys_exit_1_on_every_rank_is_not_clean(tmp_path: Path) -> None:
         stats = read_export_stats_file(run_dir / f"rank-{rank}.export.json")
         assert stats.end_status == "exit 1", stats
     assert seen == {port: ("exception", "SystemExit"), port + 1: ("exception", "SystemExit")}, seen
+
+
+def test_a_direct_launchs_manifest_has_the_sys_exit_code(tmp_path: Path) -> None:
+    """A plain ``python script.py`` run (rank 0 writes the manifest): sys.exit(2) is exit code 2."""
+    import json
+
+    script = tmp_path / "direct.py"
+    script.write_text("import sys\nimport traceml_otel as traceml\ntraceml.init()\nsys.exit(2)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO), TRACEML_RUN_ID="direct")
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    manifest = json.loads((tmp_path / "runs" / "direct" / "manifest.json").read_text())
+    assert manifest["exit_code"] == 2 and manifest["exception_type"] == "SystemExit", manifest
