@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents
-from traceml_otel.analyze.sources.prometheus_ends import RunEnds, nearest_run_ids, read_ends
+from traceml_otel.analyze.sources.prometheus_ends import RunEnds, no_such_run, read_ends
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
@@ -198,7 +198,7 @@ class PrometheusReader:
         extent = self.extent()
         if extent is None:
             return MetricRun(self.run_id, self.describe(), (), queries=self.queries,
-                             warnings=self._no_such_run())
+                             warnings=no_such_run(self))
         at, since = extent.end, extent.since_offset_s
 
         def vector(metric: str) -> dict[int, float]:
@@ -267,16 +267,6 @@ class PrometheusReader:
             queries=self.queries, warnings=tuple(self.log.warnings), ends=ends,
         )
 
-    def _no_such_run(self) -> tuple[str, ...]:
-        """A line naming the nearest run ids the engine knows in the range (none found: nothing)."""
-        try:
-            near = nearest_run_ids(self, self.when.start, self.when.end)
-        except SourceError:
-            return ()
-        if not near:
-            return (f"Prometheus has no run {self.run_id!r} in the range, and no run id near it.",)
-        return (f"Prometheus has no run {self.run_id!r} in the range; nearest run ids: "
-                + ", ".join(repr(n) for n in near),)
 
     def between_steps(self, span: str, at: float) -> tuple[dict[int, float], dict[int, float]]:
         """Per rank: the time between steps summed over the steps ended in the range, and how many.

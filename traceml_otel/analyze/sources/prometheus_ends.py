@@ -12,6 +12,7 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.sanitize import strip_control
 
 if TYPE_CHECKING:
@@ -94,6 +95,18 @@ def nearest_run_ids(reader: PrometheusReader, start: float, end: float) -> tuple
         head = reader.run_id[:6]
         close += [k for k in sorted(known) if head and k.startswith(head) and k not in close]
     return tuple(close[:NEAREST])
+
+
+def no_such_run(reader: PrometheusReader) -> tuple[str, ...]:
+    """A line naming the nearest run ids the engine knows in the range (the listing refused: none)."""
+    try:
+        near = nearest_run_ids(reader, reader.when.start, reader.when.end)
+    except SourceError:
+        return ()
+    if not near:
+        return (f"Prometheus has no run {reader.run_id!r} in the range, and no run id near it.",)
+    return (f"Prometheus has no run {reader.run_id!r} in the range; nearest run ids: "
+            + ", ".join(repr(n) for n in near),)
 
 
 def _text(value: object, limit: int = 64) -> str:
