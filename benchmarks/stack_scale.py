@@ -61,7 +61,7 @@ class _Ranks:
         self.metrics: list[PrometheusStepMetrics] = []
         self.states: list[LiveState] = []
         for rank in ranks:
-            labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB)
+            labels = RankLabels(RUN_ID, rank, rank % 8, f"node-{rank // 8}", "sim", job=JOB, world_size=world)
             state = LiveState(labels, lambda: 0)
             state.gpu_uuid, state.cuda_device = f"GPU-{rank:08x}", str(rank % 8)
             state.time.account.record = TimeRecord(  # the time record the emitter would read
@@ -197,6 +197,8 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
         series = int(float(counted[0]["value"][1]))
         groups = _api(url, "rules")["groups"]
         evaluation = {g["name"]: g["evaluationTime"] for g in groups}
+        timed = ((r.get("evaluationTime", 0.0), r.get("name", "")) for g in groups for r in g["rules"])
+        rules = sorted(timed, reverse=True)[:8]
         steps_rate = f'run:traceml_steps:rate{{traceml_run_id="{RUN_ID}"}}'
         recorded = _api(url, "query", query=f"count_over_time({steps_rate}[{POINTS}s])")["result"]
         evaluations = int(float(recorded[0]["value"][1])) if recorded else 0
@@ -215,7 +217,8 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
             costs.append(QueryCost(panel, expr, samples, wall, len(data["result"])))
         return {"evaluations": evaluations, "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
                 "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
-                "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs}
+                "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs,
+                "slowest_rules": rules}
     finally:
         server.stop()
         for proc in procs:
@@ -232,6 +235,9 @@ def _table(results: list[dict[str, Any]]) -> str:
         evaluation = ", ".join(f"{name} {t:.3f}" for name, t in r["evaluation"].items())
         lines.append(f"| {r['ranks']} | {r['series']} | {r['series_per_rank']:.1f} | {evaluation} | "
                      f"{r['evaluations']} | {r['scrape_s']:.2f} | {r['failed_scrapes']:.0f} |")
+    for r in results:
+        lines += ["", f"Slowest rules at {r['ranks']} ranks (last evaluation, s): "
+                  + ", ".join(f"{name} {seconds:.3f}" for seconds, name in r["slowest_rules"])]
     lines += ["", "| panel [query] | " + " | ".join(f"samples @{n} | lines @{n} | wall s @{n}" for n in sizes)
               + " | within budget |",
               "|---|" + "---|---|---|" * len(sizes) + "---|"]

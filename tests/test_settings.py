@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,37 @@ def test_only_settings_reads_traceml_variables() -> None:
                     and _traceml_name(node.slice)):
                 found.append(f"{relative}:{node.lineno} reads {_traceml_name(node.slice)}")
     assert len(modules) > 50 and found == []
+
+
+def test_job_identity_is_the_schedulers_where_there_is_one() -> None:
+    from traceml_otel.settings import job_identity
+
+    k8s = {"TRACEML_K8S_NAMESPACE": "team-a", "TRACEML_K8S_JOB": "train",
+           "TRACEML_K8S_JOB_UID": "3f1c2b7a-9d1e-4f00-8a6b-1234567890ab"}
+    assert job_identity(k8s, "r-1") == "team-a/train/3f1c2b7a"
+    # a Job of the same name in another namespace is another job
+    assert job_identity({**k8s, "TRACEML_K8S_NAMESPACE": "team-b"}, "r-1") == "team-b/train/3f1c2b7a"
+    assert job_identity({"TRACEML_K8S_JOB": "train"}, "r-1") == "train"
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "pt", "SLURM_CLUSTER_NAME": "eu"}
+    assert job_identity(slurm, "r-1") == "eu/pt-4242"
+    assert job_identity({**k8s, "SLURM_JOB_ID": "4242"}, "r-1") == "team-a/train/3f1c2b7a"
+    assert job_identity({**k8s, "TRACEML_JOB": "mine"}, "r-1") == "mine"  # the user's own setting wins
+
+
+def test_run_name_names_the_job_only_without_a_scheduler_identity(tmp_path: Path) -> None:
+    """``traceml run --run-name`` under a Kubernetes Job: the ranks' job is the Job's identity."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "show.py"
+    script.write_text("import traceml_otel.settings as s, os\n"
+                      "print('JOB', s.job_identity(os.environ, 'rid'))\n")
+    repo = Path(__file__).resolve().parents[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    base.update(PYTHONPATH=str(repo), TRACEML_RUNS_DIR=str(tmp_path / "runs"), TRACEML_AUTO_ATTACH="0")
+    k8s = {"TRACEML_K8S_NAMESPACE": "ns", "TRACEML_K8S_JOB": "j"}
+    for extra, expected in ((k8s, "JOB ns/j"), ({}, "JOB nightly")):
+        result = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "run", "--run-name", "nightly",
+                                 str(script)], env={**base, **extra}, cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120)
+        assert expected in result.stdout, result.stdout + result.stderr

@@ -167,6 +167,8 @@ EXIT_STATUSES = ("clean", "exception", "signal")
 """``clean`` (the script returned), ``exception`` (an uncaught exception: the reason is its type),
 ``signal`` (SIGTERM or SIGINT: the reason names it). A rank killed outright (SIGKILL) says nothing."""
 ATTR_EXIT_REASON = "traceml.exit.reason"
+METRIC_WORLD_SIZE = "traceml.world_size"
+"""Ranks in the job, as this rank was told (``WORLD_SIZE``): the stack compares the live ranks with it."""
 METRIC_RANK_INFO = "traceml.rank.info"
 """Always 1; its attributes (host, local rank, CUDA device, GPU UUID, version) join exporters."""
 METRIC_SAMPLES = "traceml.samples"

@@ -107,14 +107,28 @@ def launcher_run_id(env: Mapping[str, str], run_name: str) -> str:
     return new_run_id(run_name)
 
 
+def kubernetes_job(namespace: str, name: str, uid: str) -> str | None:
+    """``<namespace>/<Job name>/<first 8 of its UID>`` (the parts known), or None without a name:
+    what Kubernetes assigned, so a Job of the same name in another namespace, or a re-created one,
+    is another job; a pod restarted by the Job controller keeps it."""
+    namespace, name, uid = namespace.strip(), name.strip(), uid.strip()
+    if not name:
+        return None
+    ident = f"{namespace}/{name}" if namespace else name
+    return f"{ident}/{uid.replace('-', '')[:8]}" if uid else ident
+
+
 def launcher_job(env: Mapping[str, str], run_name: str, *, under_traceml_run: bool) -> str | None:
-    """The job identity a launcher gives, or None: the Slurm job (``SLURM_JOB_NAME-SLURM_JOB_ID``; a
-    requeued job keeps its id), else torchrun's rendezvous id (the same for every elastic restart;
-    not under ``traceml run``, whose standalone rendezvous id is new each launch)."""
+    """The job identity a launcher gives, or None: the Slurm job (``SLURM_JOB_NAME-SLURM_JOB_ID``,
+    prefixed with ``SLURM_CLUSTER_NAME/`` where set; a requeued job keeps its id), else torchrun's
+    rendezvous id (the same for every elastic restart; not under ``traceml run``, whose standalone
+    rendezvous id is new each launch)."""
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     slurm_id, slurm_name = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_JOB_NAME", "").strip()
     if slurm_id:
-        return f"{slurm_name}-{slurm_id}" if slurm_name else slurm_id
+        job = f"{slurm_name}-{slurm_id}" if slurm_name else slurm_id
+        cluster = env.get("SLURM_CLUSTER_NAME", "").strip()
+        return f"{cluster}/{job}" if cluster else job
     if elastic and elastic != "none" and not under_traceml_run:
         return readable_run_id(run_name, elastic)
     return None

@@ -39,6 +39,7 @@ from traceml_otel.run_identity import (
     bounded_job,
     checked_name,
     detected_launcher,
+    kubernetes_job,
     launcher_job,
     launcher_run_id,
     rank_identity,
@@ -52,6 +53,12 @@ TRACEML_RUN_NAME = "TRACEML_RUN_NAME"
 TRACEML_JOB = "TRACEML_JOB"
 """The job's identity across restarts (the ``traceml_job`` label); ``traceml run --run-name`` sets it.
 Else ``SLURM_JOB_NAME``/``SLURM_JOB_ID``, then ``TORCHELASTIC_RUN_ID``; without any, the run id."""
+TRACEML_K8S_NAMESPACE = "TRACEML_K8S_NAMESPACE"
+"""The pod's namespace (downward API ``metadata.namespace``): part of the job identity."""
+TRACEML_K8S_JOB = "TRACEML_K8S_JOB"
+"""The Kubernetes Job (or JobSet) name (downward API, label ``batch.kubernetes.io/job-name``)."""
+TRACEML_K8S_JOB_UID = "TRACEML_K8S_JOB_UID"
+"""The Job's UID (downward API, label ``batch.kubernetes.io/controller-uid``)."""
 TRACEML_LAUNCHER = "TRACEML_LAUNCHER"
 """Set by ``traceml run`` (which writes the manifest); without it rank 0 writes one itself."""
 TRACEML_RUNS_DIR = "TRACEML_RUNS_DIR"
@@ -90,6 +97,10 @@ TRACEML_COLLECTIVES = "TRACEML_COLLECTIVES"
 TRACEML_HANG_TIMEOUT_S = "TRACEML_HANG_TIMEOUT_S"
 """Floor of the hang timeout in seconds (default 60; ``0`` turns the hang watchdog off). A rank is hung
 when it makes no progress for max(this, ``TRACEML_HANG_FACTOR`` x its longest recent step)."""
+TRACEML_HANG_STARTUP_TIMEOUT_S = "TRACEML_HANG_STARTUP_TIMEOUT_S"
+"""Seconds a rank may spend between ``init()`` and its first step (rendezvous, process-group init,
+model build, checkpoint load) before its watchdog reports a hang ``before first step`` (default 900;
+``0``: not watched before the first step)."""
 TRACEML_HANG_FACTOR = "TRACEML_HANG_FACTOR"
 """How many times the longest of the last 64 step intervals a rank may go without progress (default 5)."""
 TRACEML_PEAK_FLOPS = "TRACEML_PEAK_FLOPS"
@@ -176,6 +187,8 @@ class Settings:
     hang_timeout_s: float = 60.0
     """Floor of the hang timeout (``TRACEML_HANG_TIMEOUT_S``); 0 turns the hang watchdog off."""
     hang_factor: float = 5.0
+    hang_startup_timeout_s: float = 900.0
+    """``TRACEML_HANG_STARTUP_TIMEOUT_S``: the hang timeout from ``init()`` to the first step."""
     """``TRACEML_HANG_FACTOR``: the timeout is at least this many times the longest recent step."""
     peak_flops: float | None = None
     """``TRACEML_PEAK_FLOPS``: one rank's peak FLOP/s, overriding the table (``None``: not set)."""
@@ -274,15 +287,29 @@ def _run_id(env: Mapping[str, str], run_name: str) -> str:
 def job_identity(env: Mapping[str, str], run_id: str, run_name: str = "run") -> str:
     """The label that stays the same when a job restarts under a new run id.
 
-    ``TRACEML_JOB`` (``traceml run --run-name`` sets it), else the Slurm job
-    (``SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else torchrun's rendezvous id
+    ``TRACEML_JOB`` (set by the user, or by ``traceml run --run-name`` where no scheduler identity
+    exists), else the Kubernetes Job (namespace, name, UID) or the Slurm job
+    (``[SLURM_CLUSTER_NAME/]SLURM_JOB_NAME-SLURM_JOB_ID``: a requeued job keeps its id), else
+    torchrun's rendezvous id
     (``TORCHELASTIC_RUN_ID``, the same for every elastic restart; not under ``traceml run``, whose
     standalone rendezvous id is new each launch), else the run id itself: without an identity each
     attempt is a job of its own (docs/observability-stack.md, "A job's whole life").
     """
     under_traceml_run = bool(env.get(TRACEML_LAUNCHER))
-    job = explicit_job(env) or launcher_job(env, run_name, under_traceml_run=under_traceml_run) or run_id
+    job = (explicit_job(env) or scheduler_job(env)
+           or launcher_job(env, run_name, under_traceml_run=under_traceml_run) or run_id)
     return bounded_job(job) or run_id
+
+
+def scheduler_job(env: Mapping[str, str]) -> str | None:
+    """What the scheduler assigned, or None: the Kubernetes Job (``TRACEML_K8S_NAMESPACE``,
+    ``TRACEML_K8S_JOB``, ``TRACEML_K8S_JOB_UID``: ``<namespace>/<name>/<uid8>``), else the Slurm job
+    (with its cluster). ``traceml run --run-name`` names the job only where there is none of these."""
+    kubernetes = kubernetes_job(env.get(TRACEML_K8S_NAMESPACE, ""), env.get(TRACEML_K8S_JOB, ""),
+                                env.get(TRACEML_K8S_JOB_UID, ""))
+    if kubernetes:
+        return kubernetes
+    return launcher_job(env, "", under_traceml_run=True)  # Slurm only (torchrun's id is not a scheduler's)
 
 
 def launcher_name(env: Mapping[str, str]) -> str:
@@ -362,6 +389,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
         hang_timeout_s=decimal(env, TRACEML_HANG_TIMEOUT_S, 60.0),
         hang_factor=decimal(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
+        hang_startup_timeout_s=decimal(env, TRACEML_HANG_STARTUP_TIMEOUT_S, 900.0),
         peak_flops=_peak_flops(env),
         mfu_dtype=_mfu_dtype(env),
     )

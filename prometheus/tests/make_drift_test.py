@@ -132,7 +132,8 @@ def main() -> None:
         "# pace (10th percentile of its 5-minute means over 24 h, across attempts). One test per shape.",
         "rule_files: [../recording.yml, ../alerts.yml]",
         "evaluation_interval: 1m",
-        "group_eval_order: [traceml-recording, traceml-alerts, traceml-pipeline-health]",
+        "group_eval_order: [traceml-recording, traceml-recording-dashboard, traceml-recording-goodput, "
+        "traceml-recording-memory, traceml-alerts, traceml-pipeline-health]",
         "",
         "tests:",
     ]

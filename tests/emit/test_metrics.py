@@ -20,7 +20,8 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
 from traceml_otel.emit.step_metrics import IntervalPeak, PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.step_records import StepRecord
 
-LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9", job="nightly")
+LABELS = RankLabels(run_id="r1", rank=3, local_rank=1, host="node-a", version="9.9.9", job="nightly",
+                   world_size=4)
 BUILDER = StepSpanBuilder(
     RankInfo(run_id="r1", rank=3, local_rank=1, world_size=4, node_rank=0, host="node-a")
 )
@@ -67,6 +68,7 @@ def test_otlp_metric_set() -> None:
     first = otlp_points(reader)
     assert [p.value for p in first[c.METRIC_SPANS_DROPPED]] == [0]  # present at 0 before any step
     assert [p.value for p in first[c.METRIC_RUN_ENDED]] == [0]
+    assert [p.value for p in first[c.METRIC_WORLD_SIZE]] == [4]
     (info,) = first[c.METRIC_RANK_INFO]
     assert info.value == 1
     assert dict(info.attributes) == {
@@ -132,6 +134,7 @@ def test_direct_scrape_metric_set() -> None:
         _, families = scrape(port)
         (sample,) = families["traceml_export_dropped_spans"].samples[:1]
         assert sample.name == "traceml_export_dropped_spans_total" and sample.value == 0
+        assert families["traceml_world_size"].samples[0].value == 4
         assert families["traceml_run_ended"].samples[0].value == 0
         (info,) = families["traceml_rank_info"].samples
         assert info.labels == {

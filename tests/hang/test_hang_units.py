@@ -374,3 +374,35 @@ def test_hang_settings_parse_and_refuse_bad_values() -> None:
                         ("TRACEML_HANG_FACTOR", "0")):
         with pytest.raises(SettingsError):
             load_settings({name: value})
+
+
+def test_a_rank_stuck_before_its_first_step_is_a_hang_with_its_own_timeout(tmp_path: Path) -> None:
+    """From init() to the first step the startup timeout applies (not the floor); the phase says so,
+    and the first step resolves it. Without a startup timeout nothing is watched there."""
+    recorder = StepRecorder(ListSink())
+    unwatched = HangWatchdog(recorder, CollectiveProgress(), rank=1, world_size=2, run_id="r", host="h",
+                             run_dir=tmp_path / "off", floor_s=0.2, factor=3, announce=False,
+                             warn=lambda m: None)
+    watchdog = HangWatchdog(recorder, CollectiveProgress(), rank=0, world_size=2, run_id="r", host="h",
+                            run_dir=tmp_path, floor_s=0.2, factor=3, announce=False, warn=lambda m: None,
+                            startup_timeout_s=1.0)
+    unwatched.start()
+    watchdog.start()
+    try:
+        time.sleep(0.6)  # past the floor, not the startup timeout
+        assert watchdog.hang is None
+        deadline = time.monotonic() + 10
+        while watchdog.hang is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # still no step: stuck before the first one
+        saved = json.loads((tmp_path / "rank-0.hang.json").read_text())
+        assert saved["state"] == "hung" and saved["phase"] == "before first step" and saved["step"] == 0
+        assert saved["stalled_s"] >= 1.0
+        assert unwatched.hang is None and not (tmp_path / "off" / "rank-1.hang.json").exists()
+        recorder.begin_step()
+        deadline = time.monotonic() + 10
+        while watchdog.hang is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watchdog.hang is None
+    finally:
+        watchdog.stop()
+        unwatched.stop()

@@ -117,7 +117,8 @@ def prometheus_exprs(dashboard: dict[str, Any]) -> list[str]:
     for var in dashboard["templating"]["list"]:
         if var["type"] == "query":
             query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
-            match = re.fullmatch(r"label_values\((.*),\s*\w+\)", query.strip())
+            match = (re.fullmatch(r"label_values\((.*),\s*\w+\)", query.strip())
+                     or re.fullmatch(r"query_result\((.*)\)", query.strip()))  # Grafana's, around PromQL
             exprs.append(match[1] if match else query)
     return exprs
 

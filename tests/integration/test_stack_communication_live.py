@@ -134,9 +134,7 @@ def test_communication_bound_fires_on_a_real_ddp_job(comm: CommunicationRun) -> 
     assert set(comm.shares) == {"0", "1"}, comm.shares  # one series per rank: both endpoints scraped
     least = min(comm.shares.values())
     assert least >= 0.1, comm.shares
-    assert len(comm.severities) == 1 and comm.severities <= {"warning", "critical"}
-    if abs(least - 0.2) > 0.03:  # read a moment apart from the alert: a share near 0.2 may have crossed
-        assert comm.severities == {"critical" if least >= 0.2 else "warning"}
+    assert comm.severities == {"warning"}  # a performance finding never pages critical (fires from 0.20)
     # the transfer, not waiting: the advice is the bandwidth regime's (about 38 MiB in 1-2 buckets a step)
     assert comm.descriptions and all("The bytes cost (bandwidth)" in d for d in comm.descriptions)
     assert not any("Latency, not bytes" in d for d in comm.descriptions), comm.descriptions
@@ -169,7 +167,8 @@ def test_every_other_panel_returns_data_on_cpu(comm: CommunicationRun) -> None:
     # no GPU, and no node-exporter in this test (test_stack_live.py joins a real one)
     may_be_empty = ("traceml_cuda_memory_peak", "DCGM_FI_", "node_cpu_seconds_total",
                     "(increase(traceml_export_dropped_spans_total",  # ranks that dropped: none here
-                    "traceml_mfu")  # the job declares no FLOPs (test_stack_live.py's does)
+                    "traceml_mfu",  # the job declares no FLOPs (test_stack_live.py's does)
+                    "traceml_run_exit", "traceml_progress_stalled_seconds")  # running, not hung
     empty = [e for e, v in comm.dashboard.items() if not v and not any(m in e for m in may_be_empty)]
     assert not empty
 

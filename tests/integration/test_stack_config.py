@@ -170,7 +170,25 @@ def test_dashboard_identity_and_variables() -> None:
     assert (variables["tempo"]["type"], variables["tempo"]["query"]) == ("datasource", "tempo")
     run_id = variables["run_id"]
     assert run_id["type"] == "query" and run_id["datasource"]["uid"] == "${datasource}"
-    assert run_id["query"]["query"] == "label_values(traceml_steps_total, traceml_run_id)"
+    # newest run first (by its last step over the range), not alphabetical; Grafana keeps the order
+    assert run_id["query"]["query"] == ("query_result(sort_desc(topk(200, max by (traceml_run_id) "
+                                        "(max_over_time(traceml_step_last_timestamp_seconds[$__range])))))")
+    assert run_id["regex"] == '/traceml_run_id="([^"]+)"/' and run_id["sort"] == 0
+
+
+def test_first_row_is_the_status_and_throughput_axes_are_split() -> None:
+    dashboard = load_dashboard()
+    first = [p for p in dashboard["panels"] if p["gridPos"]["y"] <= 1]
+    assert first[0]["type"] == "row" and first[0]["title"] == "Status"
+    titles = [p["title"] for p in first[1:]]
+    assert titles[:3] == ["Exit status", "Hang culprit", "Ranks live (of the world size)"]
+    ranks = first[3]
+    assert "traceml_world_size" in ranks["targets"][0]["expr"]
+    assert ranks["fieldConfig"]["defaults"]["thresholds"]["steps"][0]["color"] == "red"
+    (throughput,) = [p for p in dashboard["panels"] if p["title"] == "Throughput (all ranks)"]
+    (steps,) = throughput["fieldConfig"]["overrides"]
+    assert steps["matcher"]["options"] == "steps/s"
+    assert {"id": "custom.axisPlacement", "value": "right"} in steps["properties"]
 
 
 def test_every_panel_uses_a_datasource_variable() -> None:
@@ -230,7 +248,8 @@ def test_promql_name_scan() -> None:
 
 
 def test_rules_use_only_contract_metrics_and_recorded_series() -> None:
-    known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)}
+    built_in = {"ALERTS", "up"}
+    known = contract_prometheus_names() | {r["record"] for r in rules(RECORDING)} | built_in
     assert len(list(rules(RECORDING))) >= 10 and len(list(rules(ALERTS))) >= 10
     for rule in [*rules(RECORDING), *rules(ALERTS)]:
         unknown = promql_metric_names(rule["expr"]) - known
@@ -263,10 +282,13 @@ def test_every_alert_has_firing_and_silent_unit_tests() -> None:
     for name in alerts:
         mine = [case for case in cases if case["alertname"] == name]
         assert any(case["exp_alerts"] for case in mine), f"{name}: no test where it fires"
-        assert any(not case["exp_alerts"] for case in mine), f"{name}: no test where it stays silent"
+        if name != "TraceMLHeartbeat":  # the dead-man's switch always fires
+            assert any(not case["exp_alerts"] for case in mine), f"{name}: no test where it stays silent"
     for case in cases:
         for alert in case["exp_alerts"]:
-            if case["alertname"] == "TraceMLCollectorRefusingTelemetry":  # about a collector, not a run
+            if case["alertname"] == "TraceMLHeartbeat":  # about the rules themselves
+                continue
+            if case["alertname"] in ("TraceMLCollectorRefusingTelemetry", "TraceMLScrapeTargetDown"):
                 assert {"job", "instance"} <= set(alert["exp_labels"])
             else:
                 assert "traceml_run_id" in alert["exp_labels"], case["alertname"]

@@ -79,7 +79,7 @@ def test_selector_reaches_every_metric_selector_in_rules_and_dashboard() -> None
     # the query inside the stall alert's description is scoped too
     (stalled,) = [r for r in rules_of(files) if r.get("alert") == "TraceMLTrainingStalled"]
     assert ('traceml_progress_stalled_seconds{namespace="ml-prod",cluster=~"eu-.*",traceml_run_id=%q,'
-            'traceml_phase_name!~"collective|none"}') in stalled["annotations"]["description"]
+            'traceml_rank=%q,traceml_phase_name!~"collective|none"}') in stalled["annotations"]["description"]
 
 
 def test_default_selector_leaves_no_empty_matchers() -> None:
@@ -94,7 +94,7 @@ def test_urls_in_every_alert() -> None:
     config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
                          dashboard_url="https://grafana.example.com/d/traceml-training")
     alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
-    assert len({a["alert"] for a in alerts}) == 13
+    assert len({a["alert"] for a in alerts}) == 17
     for alert in alerts:
         annotations = alert["annotations"]
         assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"
@@ -110,10 +110,14 @@ def test_windows_and_for_durations_are_applied() -> None:
     drift = next(r for r in short if r.get("alert") == "TraceMLStepTimeDrift")
     assert drift["for"] == "6s"
     assert next(r for r in default if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "10m"
-    mean = next(r for r in short if r.get("record") == "run:traceml_step_time_seconds:rate")
+    mean = next(r for r in short if r.get("record") == "run_rank:traceml_step_duration_seconds:rate")
     assert "[20s]" in mean["expr"] and "[5m]" not in mean["expr"]
     stalled = next(r for r in short if r.get("alert") == "TraceMLTrainingStalled")
-    assert "> 10" in stalled["expr"]
+    assert "> 60" in stalled["expr"] and stalled["for"] == "2s"  # no watchdog report: stall_unwatched
+    rank = next(r for r in short if r.get("alert") == "TraceMLRankStalled")
+    assert "> 10" in rank["expr"]
+    assert next(r for r in default if r.get("alert") == "TraceMLTrainingStalled")["for"] == "30s"
+    assert all("keep_firing_for" not in r for r in short)  # hysteresis instead: it would outlive the run
     custom = rules_of(render_all(StackConfig(windows=Windows().with_overrides({"for_drift": "30m"}))))
     assert next(r for r in custom if r.get("alert") == "TraceMLStepTimeDrift")["for"] == "30m"
 
@@ -236,6 +240,7 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     command = block.split("```", 1)[0]
     command = "\n".join(line.split("#", 1)[0] if line.lstrip().startswith("#") else line
                         for line in command.splitlines())
+    command = "\n".join(line.split("  #", 1)[0] for line in command.splitlines())  # trailing comments
     render = command.split("traceml stack render", 1)[1].split("kubectl", 1)[0].replace("\\\n", " ")
     argv = shlex.split(render)
     argv[argv.index("-o") + 1] = str(tmp_path)
@@ -249,6 +254,9 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     assert not _selects(monitor, own, "ml-training", {}, ["traceml-0"])
     rule = yaml.safe_load((tmp_path / "kubernetes" / "prometheusrule.yaml").read_text())
     assert rule["metadata"]["namespace"] == "monitoring"
+    # every local rank's port is scraped (8 GPUs a pod), not only traceml-0
+    ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    assert ports == [f"traceml-{i}" for i in range(8)]
     # without a namespaceSelector the operator looked only in its own namespace: the old bug
     del monitor["spec"]["namespaceSelector"]
     assert not _selects(monitor, own, "ml-training", trainer, ["traceml-0"])

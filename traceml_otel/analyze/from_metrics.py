@@ -49,6 +49,7 @@ from traceml_otel.analyze.measures import (
     throughput,
 )
 from traceml_otel.analyze.memory import memory_analysis
+from traceml_otel.analyze.metric_ends import end_findings
 from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.analyze.sources.prometheus import MetricRun, RankCounters
 
@@ -127,9 +128,10 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
     observed = tuple(m.rank for m in ranks)
     warnings = (*run.warnings, NOT_FROM_METRICS, *_between_steps_line(run), *_exemplar_lines(run))
     info = RunInfo(
-        run_id=run.run_id, source=run.source, world_size=len(ranks) or None, ranks=observed,
-        parallelism=parallelism, steps_read=sum(m.steps for m in ranks), warnings=warnings,
-        warnings_total=len(warnings), missing_ranks=missing_ranks(None, observed), rank_steps=counts,
+        run_id=run.run_id, source=run.source, world_size=run.ends.world_size or len(ranks) or None,
+        ranks=observed, parallelism=parallelism, steps_read=sum(m.steps for m in ranks), warnings=warnings,
+        warnings_total=len(warnings), missing_ranks=missing_ranks(run.ends.world_size, observed),
+        rank_steps=counts,
     )
     steps = min((m.steps for m in ranks), default=0)
     memory_ranks = tuple(
@@ -147,9 +149,9 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
         worst_steps=(),
         series=(),
         accumulation=Accumulation(None, 0, None),
-        run_findings=run_findings(
-            world_size=None, counts=counts, failures=(), failed_steps=0, exit_code=None
-        ),
+        run_findings=(*end_findings(run.ends), *run_findings(
+            world_size=run.ends.world_size, counts=counts, failures=(), failed_steps=0, exit_code=None
+        )),
         throughput=throughput(ranks),
     )
 

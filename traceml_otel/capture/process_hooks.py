@@ -38,6 +38,7 @@ def install() -> None:
     _install_os_exit_flush()
     _install_sigterm_flush()
     _install_exit_status_hook()
+    _install_exit_code_hook()
     _stop_with_launcher()
 
 
@@ -124,6 +125,43 @@ def _install_exit_status_hook() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+
+
+def _install_exit_code_hook() -> None:
+    """``sys.exit(1)`` (and ``exit()``/``quit()``) raise ``SystemExit``, which never reaches
+    ``sys.excepthook``: record a non-zero code so the exit-time flush says ``exit N``, not ``ok``.
+    A ``raise SystemExit(n)`` written out in the script is not seen (``traceml run``'s manifest has
+    the process's exit code)."""
+    import builtins
+
+    original = sys.exit
+    if hasattr(original, "__traceml_original__"):
+        return
+
+    def record(code: object) -> None:
+        global _exit_status
+        number = 0 if code is None else code if isinstance(code, int) else 1
+        if number != 0 and _exit_status == "ok":
+            _exit_status = f"exit {number}"
+
+    def traceml_exit(code: object = None) -> NoReturn:
+        record(code)
+        original(code)  # type: ignore[arg-type]
+
+    traceml_exit.__traceml_original__ = original  # type: ignore[attr-defined]
+    sys.exit = traceml_exit
+    for name in ("exit", "quit"):
+        quitter = getattr(builtins, name, None)
+        if quitter is None or hasattr(quitter, "__traceml_original__"):
+            continue
+
+        def traceml_quit(code: object = None, _quitter: Any = quitter) -> NoReturn:
+            record(code)
+            _quitter(code)
+            raise SystemExit(code)  # not reached: the quitter raises
+
+        traceml_quit.__traceml_original__ = quitter  # type: ignore[attr-defined]
+        setattr(builtins, name, traceml_quit)
 
 
 def _stop_with_launcher() -> None:

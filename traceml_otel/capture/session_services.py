@@ -51,6 +51,7 @@ def start_watchdog(
             recorder, getattr(collectives, "progress", None), rank=identity.rank,
             world_size=identity.world_size, run_id=settings.run_id, host=identity.host,
             run_dir=settings.run_dir, floor_s=settings.hang_timeout_s, factor=settings.hang_factor,
+            startup_timeout_s=settings.hang_startup_timeout_s,
             announce=settings.launcher != "traceml run", warn=warn,
         )
         watchdog.start()

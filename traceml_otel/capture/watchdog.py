@@ -59,6 +59,9 @@ INTERVALS_KEPT = 64
 REFRESH_S = 5.0
 """While a hang lasts, the record is rewritten every max(this, half the timeout): its seconds and
 stacks stay current, and 1,024 hung ranks write about 30 files a second at the default timeout."""
+BEFORE_FIRST_STEP = "before first step"
+"""The phase of a hang between ``init()`` and the first step (rendezvous, process-group init, model
+build, checkpoint load), watched with its own timeout (``TRACEML_HANG_STARTUP_TIMEOUT_S``)."""
 
 _LIBRARY_ROOTS: tuple[str, ...] = tuple(
     str(Path(p).resolve()) + os.sep
@@ -146,6 +149,7 @@ class HangWatchdog:
         announce: bool,
         warn: Callable[[str], None],
         on_record: Callable[[HangRecord], None] | None = None,
+        startup_timeout_s: float = 0.0,
     ) -> None:
         self.recorder = recorder
         self.progress = progress
@@ -153,6 +157,8 @@ class HangWatchdog:
         self.run_dir = run_dir
         self.floor_s = floor_s
         self.factor = factor
+        self.startup_timeout_s = startup_timeout_s
+        """The timeout before the first step (from ``init()``); 0: not watched before it."""
         self.announce = announce
         self._warn = warn
         self.on_record = on_record
@@ -239,10 +245,10 @@ class HangWatchdog:
                     self._arm_fallback()
                     continue
                 self._arm_fallback()
-                if not armed:
+                if not armed and self.startup_timeout_s <= 0:
                     continue
                 stalled = (now_ns - last_ns) / 1e9
-                timeout = self.timeout_s()
+                timeout = self.timeout_s() if armed else self.startup_timeout_s
                 if stalled < timeout:
                     continue
                 if self.hang is None and self._peer_outside():
@@ -329,7 +335,7 @@ class HangWatchdog:
             collective = OpenCollective(kind, group, seq, source, (perf_counter_ns() - start_ns) / 1e9)
         phase = "collective" if collective is not None else classify(main_frames, torch_root)
         if not phase:
-            phase = "step" if in_step else "between steps"
+            phase = "step" if in_step else BEFORE_FIRST_STEP if self._before_first_step() else "between steps"
         location = user_location(main_frames, torch_root)
         note = ""
         if phase == "input":
@@ -351,6 +357,9 @@ class HangWatchdog:
             written_at=now, source=SOURCE_WATCHDOG, earlier=self.episodes,
             earlier_left_out=self.episodes_left_out, earlier_left_out_s=self.episodes_left_out_s,
         )
+
+    def _before_first_step(self) -> bool:
+        return self.recorder.step == 0 and not self.recorder.in_step and not self.intervals
 
     def _worker_stacks(self, torch_root: str) -> list[ThreadStack]:
         """The DataLoader workers' stacks (this process's armed children), with their source lines."""

@@ -13,6 +13,7 @@ from traceml_otel.stack.config import (
     DEFAULT_LINGER_S,
     DEFAULT_POD_LABELS,
     DEFAULT_RUNBOOK_URL,
+    DEFAULT_TARGET_JOBS,
     StackConfig,
     StackConfigError,
     Windows,
@@ -59,6 +60,9 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     render.add_argument("--linger", type=float, default=DEFAULT_LINGER_S, metavar="SECONDS",
                         help="the TRACEML_PROMETHEUS_LINGER_S the training pods run with (default 20): "
                              "render refuses a scrape interval a clean end could not be seen at")
+    render.add_argument("--target-jobs", default=DEFAULT_TARGET_JOBS, metavar="REGEX",
+                        help="scrape jobs serving traceml metrics, whose up TraceMLScrapeTargetDown "
+                             "watches (default: %(default)s)")
     render.add_argument("--pod-namespace", action="append", metavar="NAME",
                         help="namespace the PodMonitor looks for training pods in (repeatable; '*' for "
                              "every namespace); default: the --selector's namespace=\"...\", else the "
@@ -75,7 +79,7 @@ def config_from_args(args: argparse.Namespace) -> StackConfig:
         runbook_url=args.runbook_url, dashboard_url=args.dashboard_url, windows=windows,
         namespace=args.namespace, manifest_labels=parse_pairs(args.label, "--label"), pod_labels=pod_labels,
         ranks_per_pod=args.ranks_per_pod, scrape_interval=args.scrape_interval,
-        pod_namespaces=tuple(args.pod_namespace or ()), linger_s=args.linger,
+        pod_namespaces=tuple(args.pod_namespace or ()), linger_s=args.linger, target_jobs=args.target_jobs,
     )
 
 
@@ -89,4 +93,9 @@ def run_stack(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     for path in write_files(files, args.output):
         print(path)
+    for flag, value, default in (("--runbook-url", config.runbook_url, DEFAULT_RUNBOOK_URL),
+                                 ("--dashboard-url", config.dashboard_url, DEFAULT_DASHBOARD_URL)):
+        if value == default:
+            print(f"traceml stack render: note: the alerts link to the placeholder {value!r}; pass {flag} "
+                  "with the address your on-call can open", file=sys.stderr)
     return EXIT_OK

@@ -152,7 +152,7 @@ class Emitter:
         self.metrics_protocol = protocol
         self.stats.metrics_endpoint = hello.metrics_endpoint
         labels = RankLabels(run_id=rank.run_id, rank=rank.rank, local_rank=rank.local_rank, host=rank.host,
-                            version=__version__, job=hello.job)
+                            version=__version__, job=hello.job, world_size=rank.world_size)
         self.linger_s = float(hello.prometheus_linger_s)
         endpoint = _prometheus_endpoint(hello)
         if endpoint is not None:

@@ -31,6 +31,8 @@ class RankLabels:
     version: str
     job: str = ""
     """The job identity across restarts (``traceml_job``); empty: the run id."""
+    world_size: int = 0
+    """Ranks in the job (the ``traceml_world_size`` gauge): "ranks live < world size"; 0 unknown."""
 
     @property
     def job_label(self) -> str:

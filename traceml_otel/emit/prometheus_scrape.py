@@ -273,6 +273,7 @@ class PrometheusStepMetrics:
         gauge("traceml_step_last_timestamp_seconds", "Unix time at which the last step ended",
               state.last_step_end_s)
         gauge("traceml_run_ended", "1 once this rank ended and said so, else 0", state.ended)
+        gauge("traceml_world_size", "Ranks in the job", state.labels.world_size or None)
         seconds, phase = state.stalled()
         stalled = GaugeMetricFamily("traceml_progress_stalled_seconds",
                                     "Seconds without progress once a hang was seen (0 otherwise)",

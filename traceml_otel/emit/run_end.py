@@ -1,8 +1,8 @@
 """How a rank ended, as the contract says it (``traceml.run.exit``), and how long its scrape
 endpoint must stay up afterwards so that every scraper sees the end.
 
-The trainer's goodbye carries a status string (``ok``, ``exception ValueError``, ``SIGTERM``,
-``SIGINT (Ctrl-C)``); :func:`exit_of` turns it into the contract's (status, reason) pair.
+The trainer's goodbye carries a status string (``ok``, ``exception ValueError``, ``exit 1``,
+``SIGTERM``, ``SIGINT (Ctrl-C)``); :func:`exit_of` turns it into the contract's (status, reason) pair.
 :class:`ScrapeLog` remembers when each scraper (by address) scraped, so :func:`linger_seconds`
 can cover the longest interval seen: a Prometheus scraping every 60 s, or each of an HA pair,
 then scrapes the end marker once before the endpoint closes.
@@ -29,6 +29,8 @@ def exit_of(status: str) -> tuple[str, str]:
         return "clean", ""
     if status.startswith("exception "):
         return "exception", _REASON.sub("", status.removeprefix("exception ").strip())[:64] or "Exception"
+    if status.startswith("exit "):  # sys.exit(N), N != 0: a failure, never clean
+        return "exception", "SystemExit"
     if status.startswith("SIG"):
         return "signal", _REASON.sub("", status.split()[0])[:16]
     return "exception", _REASON.sub("", status.split()[0])[:64] or "Exception"

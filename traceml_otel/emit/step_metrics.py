@@ -209,6 +209,9 @@ class StepMetrics:
             c.METRIC_RANK_INFO, [self._observe_info], description="Always 1; labels describe the rank",
         )
         meter.create_observable_gauge(
+            c.METRIC_WORLD_SIZE, [self._observe_world], description="Ranks in the job",
+        )
+        meter.create_observable_gauge(
             c.METRIC_PROGRESS_STALLED, [self._observe_stalled], unit="s",
             description="Seconds without progress once a hang was seen (0 otherwise), with the phase",
         )
@@ -395,6 +398,9 @@ class StepMetrics:
 
     def _observe_ended(self, options: CallbackOptions) -> Iterable[Observation]:
         return self._one(self.state.ended)
+
+    def _observe_world(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._one(self.state.labels.world_size or None)
 
     def _observe_stalled(self, options: CallbackOptions) -> Iterable[Observation]:
         seconds, phase = self.state.stalled()

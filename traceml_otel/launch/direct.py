@@ -55,6 +55,8 @@ class DirectManifest:
         self.manifest = replace(self.manifest, end_time=end, end_status=status)
         if exception is not None and not issubclass(exception, SystemExit):
             self.manifest = replace(self.manifest, exit_code=1, exception_type=exception.__name__)
+        elif status.startswith("exit ") and status[5:].isdigit():  # sys.exit(N), N != 0 (process_hooks)
+            self.manifest = replace(self.manifest, exit_code=int(status[5:]), exception_type="SystemExit")
         self._write()
 
     def _write(self) -> None:

@@ -43,6 +43,7 @@ from traceml_otel.settings import (
     explicit_job,
     explicit_run_id,
     runs_dir,
+    scheduler_job,
     shutdown_timeout_s,
 )
 from traceml_otel.wire.manifest import Manifest, write_manifest
@@ -219,8 +220,8 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
                        TRACEML_RUNS_DIR: str(runs),
                        **options.extra_env, **attach,
                        TRACEML_LAUNCHER_PID: str(os.getpid())})  # ranks stop if we die
-    if options.run_name and not explicit_job():
-        os.environ[TRACEML_JOB] = options.run_name  # a named run is a job: its restarts share the name
+    if options.run_name and not explicit_job() and not scheduler_job(os.environ):
+        os.environ[TRACEML_JOB] = options.run_name  # a named run is a job (the scheduler's identity first)
     monitor = HangMonitor(run_dir, manifest.world_size or 1, options.hang_action)
     announce()
     view = start_live_view(run_dir, run_id, options.live, options.live_interval_s)

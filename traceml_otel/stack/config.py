@@ -23,6 +23,8 @@ LINGER_MARGIN_S = 5.0
 DEFAULT_RUNBOOK_URL = "docs/observability-stack.md"
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:3000/d/traceml-training"
 DEFAULT_POD_LABELS = (("traceml.io/scrape", "true"),)
+DEFAULT_TARGET_JOBS = ".*traceml.*|otel-collector"
+"""Scrape jobs serving traceml metrics: a PodMonitor's ``<namespace>/traceml-otel``, the compose collector."""
 
 
 class StackConfigError(TracemlError, ValueError):
@@ -85,6 +87,16 @@ class Windows:
     goodput_window: str = "1h"
     """Window of the goodput the TraceMLGoodputLow alert reads (start-up must have left it)."""
     for_goodput: str = "15m"
+    for_ranks_missing: str = "5m"
+    """Grace period before "ranks live < world size" pages (ranks still starting are not missing)."""
+    for_target_down: str = "5m"
+    stall_unwatched: str = "30m"
+    """No rank of a run completed a step for this long and no hang watchdog reported a hang: the
+    watchdog is off, or the run hangs inside an outside_step block (evaluation, checkpoint), which
+    the watchdog never reports. Much longer than a step's stall: a marked evaluation may last."""
+    for_hang: str = "30s"
+    """How long a hang watchdog's report holds before the hang pages (the report itself comes after
+    the watchdog's timeout, 60 s by default: the page follows within 2 min of the verdict)."""
 
     @classmethod
     def short(cls) -> Windows:
@@ -95,6 +107,7 @@ class Windows:
             drop_window="20s", memory_window="2m", memory_recent="20s", memory_recent_offset="50s",
             for_drift="6s", for_straggler="6s", for_input="6s", for_stall="3s", for_memory="10s",
             for_missing="3s", for_failed="0s", for_dropping="3s", goodput_window="40s", for_goodput="6s",
+            stall_unwatched="60s", for_hang="2s", for_ranks_missing="10s", for_target_down="10s",
         )
 
     def with_overrides(self, overrides: dict[str, str]) -> Windows:
@@ -134,6 +147,9 @@ class StackConfig:
     pod_namespaces: tuple[str, ...] = ()
     """Namespaces the PodMonitor looks for training pods in (``*``: every namespace); empty: the
     selector's ``namespace="..."`` if it has one, else the PodMonitor's own namespace."""
+    target_jobs: str = DEFAULT_TARGET_JOBS
+    """Regex of the scrape jobs that serve traceml metrics (a PodMonitor's job is
+    ``<namespace>/<name>``): TraceMLScrapeTargetDown watches their ``up``."""
     linger_s: float = DEFAULT_LINGER_S
     """The TRACEML_PROMETHEUS_LINGER_S the training pods run with (checked against the scrape interval)."""
 
@@ -169,6 +185,8 @@ class StackConfig:
                 f"least {interval + LINGER_MARGIN_S:g} s after the end, or a clean end pages as "
                 f"TraceMLTelemetryMissing: run them with TRACEML_PROMETHEUS_LINGER_S="
                 f"{interval + LINGER_MARGIN_S:g} and pass --linger {interval + LINGER_MARGIN_S:g}")
+        if any(ch in self.target_jobs for ch in '`%"\n'):
+            raise StackConfigError("--target-jobs may not contain ` % \" or a newline")
         for label, _, value in (*self.selector, *self.collector_selector):
             if any(ch in value for ch in "`%"):  # they would break the alert templates' queries
                 raise StackConfigError(f"the value of {label} may not contain ` or %")

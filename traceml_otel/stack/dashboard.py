@@ -21,10 +21,12 @@ from traceml_otel.stack.panels.goodput import goodput_row
 from traceml_otel.stack.panels.hardware import hardware_row
 from traceml_otel.stack.panels.pipeline import pipeline_row
 from traceml_otel.stack.panels.run import run_row
+from traceml_otel.stack.panels.status import status_row
 from traceml_otel.stack.panels.steps import step_row
 from traceml_otel.stack.queries import RUN
 
 ROWS: tuple[Callable[[int], list[dict[str, Any]]], ...] = (
+    status_row,
     run_row,
     goodput_row,
     step_row,
@@ -119,11 +121,13 @@ def _variables() -> dict[str, Any]:
         "list": [
             _datasource_variable("datasource", "Prometheus", "prometheus"),
             _datasource_variable("tempo", "Tempo", "tempo"),
-            _variable_query(
+            _variable_query(  # newest first: by the last step's time over the dashboard's range
                 "run_id",
                 "Run",
-                "label_values(traceml_steps_total{<sel>}, traceml_run_id)",
-                sort=2,
+                "query_result(sort_desc(topk(200, max by (traceml_run_id) "
+                "(max_over_time(traceml_step_last_timestamp_seconds{<sel>}[$__range])))))",
+                regex='/traceml_run_id="([^"]+)"/',
+                sort=0,
                 includeAll=False,
                 multi=False,
             ),

@@ -45,10 +45,12 @@ def substitutions(config: StackConfig) -> dict[str, str]:
     values |= {
         "sel": format_selector(config.selector),
         "csel": format_selector(config.collector_selector),
+        "target_jobs": config.target_jobs,
         "runbook": config.runbook_url,
         "dashboard": config.dashboard_url,
         "dashboard_query": config.dashboard_url + ("&" if "?" in config.dashboard_url else "?"),
         "stall_seconds": f"{stall:g}",
+        "stall_unwatched_seconds": f"{duration_seconds(config.windows.stall_unwatched):g}",
     }
     return values
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.sources.base import ReadLog, SourceError
 from traceml_otel.analyze.sources.dropped import DroppedSeries, rank_problem, value_problem
 from traceml_otel.analyze.sources.http import ReadLimits, get_documents, shown_url
+from traceml_otel.analyze.sources.prometheus_ends import RunEnds, no_such_run, read_ends
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 
@@ -122,6 +123,8 @@ class MetricRun:
     queries: int = 0
     warnings: tuple[str, ...] = ()
     """What the engine warned about (a partial answer) and what could not be read."""
+    ends: RunEnds = field(default_factory=RunEnds)
+    """How the run ended: exits, the hang watchdog's report, vanished ranks, the world size."""
 
 
 def promql_string(value: str) -> str:
@@ -197,7 +200,8 @@ class PrometheusReader:
         """Every total and series of the run. Raises :class:`SourceError`."""
         extent = self.extent()
         if extent is None:
-            return MetricRun(self.run_id, self.describe(), (), queries=self.queries)
+            return MetricRun(self.run_id, self.describe(), (), queries=self.queries,
+                             warnings=no_such_run(self))
         at, since = extent.end, extent.since_offset_s
 
         def vector(metric: str) -> dict[int, float]:
@@ -263,10 +267,12 @@ class PrometheusReader:
         series = self._over_the_run(extent)
         exemplars, queried = self._exemplars(extent)
         self._say_dropped()
+        ends = read_ends(self, _duration(extent.end - extent.start + LOOKBACK_S), LOOKBACK, at)
         return MetricRun(
             self.run_id, self.describe(), ranks, *series, exemplars=exemplars, exemplars_queried=queried,
-            queries=self.queries, warnings=tuple(self.log.warnings),
+            queries=self.queries, warnings=tuple(self.log.warnings), ends=ends,
         )
+
 
     def between_steps(self, span: str, at: float) -> tuple[dict[int, float], dict[int, float]]:
         """Per rank: the time between steps summed over the steps ended in the range, and how many.

@@ -52,21 +52,17 @@ def _run_stats(y: int) -> list[dict[str, Any]]:
             "the DataLoader returned, or trace_step(samples=)), and completed steps per second (rate of "
             "traceml_steps_total). A flat zero is a stall; samples/s is empty when no step recorded its "
             "work.",
-            (12, y, 6, 8),
+            (12, y, 9, 8),
             "ops",
             [
                 target("A", f"run:traceml_samples:rate{{{REC}}}", "samples/s"),
                 target("B", f"run:traceml_steps:rate{{{REC}}}", "steps/s"),
             ],
-        ),
-        stat(
-            "Ranks live",
-            "Ranks reporting and not ended (traceml_run_ended == 0). A rank that vanished without a clean "
-            "end "
-            "fires TraceMLTelemetryMissing.",
-            (18, y, 3, 8),
-            "short",
-            f"count (traceml_run_ended{{{RUN}}} == 0)",
+            overrides=[{  # steps/s on its own axis: samples/s is batch size times larger
+                "matcher": {"id": "byName", "options": "steps/s"},
+                "properties": [{"id": "custom.axisPlacement", "value": "right"},
+                               {"id": "custom.axisLabel", "value": "steps/s"}],
+            }],
         ),
         stat(
             "Since the last step",
@@ -77,3 +73,25 @@ def _run_stats(y: int) -> list[dict[str, Any]]:
             threshold_steps=(("orange", 120), ("red", 300)),
         ),
     ]
+
+
+def ranks_live(y: int, x: int = 18, w: int = 3) -> dict[str, Any]:
+    """Ranks live as a share of the world size the ranks report, named "of N ranks"; red below all."""
+    world = f"max (traceml_world_size{{{RUN}}})"
+    panel = stat(
+        "Ranks live (of the world size)",
+        "Ranks reporting and not ended (traceml_run_ended == 0) over the world size the ranks report "
+        "(traceml_world_size), named \"of N ranks\": 100 % is every rank; red below (a rank never "
+        "scraped or stuck before init() pages as TraceMLRanksMissing after 5 m, one that vanished as "
+        "TraceMLTelemetryMissing).",
+        (x, y, w, 6),
+        "percentunit",
+        f"(count (traceml_run_ended{{{RUN}}} == 0) / {world})"
+        f" * on () group_left (world) count_values without () (\"world\", {world})",
+    )
+    panel["targets"][0]["legendFormat"] = "of {{world}} ranks"
+    panel["options"]["textMode"] = "value_and_name"
+    panel["fieldConfig"]["defaults"]["thresholds"] = {
+        "mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+    }
+    return panel
