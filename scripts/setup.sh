@@ -23,11 +23,12 @@ fi
 if [ "$want_tests" = 1 ]; then
   pip install -e ".[test]"
   if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 \
-      || ! command -v prometheus-node-exporter >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&1; then
+      || ! command -v prometheus-node-exporter >/dev/null 2>&1 || ! command -v faketime >/dev/null 2>&1 \
+      || ! command -v amtool >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-node-exporter faketime >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq prometheus prometheus-node-exporter prometheus-alertmanager faketime >/dev/null
   fi
 else
   pip install -e . accelerate

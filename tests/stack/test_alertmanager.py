@@ -7,12 +7,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.tools import requires_tool
 
 CONFIG = Path(__file__).resolve().parents[2] / "alertmanager" / "alertmanager.yml"
 AMTOOL = shutil.which("amtool")
-needs_amtool = pytest.mark.skipif(AMTOOL is None, reason="no amtool (Debian: prometheus-alertmanager)")
+needs_amtool = requires_tool(
+    "amtool", install="apt-get install prometheus-alertmanager; or bash scripts/setup.sh --test"
+)
 
 
 def route(*labels: str) -> str:
