@@ -33,10 +33,18 @@ from time import perf_counter_ns
 from typing import Any
 
 import torch
+from torch._C import _current_graph_task_id
 from torch.compiler import is_compiling
 
 from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
+
+
+def in_backward() -> bool:
+    """The autograd engine is running a backward on this thread: a forward called now is a
+    recomputation (gradient checkpointing, reentrant or not) and belongs to backward."""
+    return _current_graph_task_id() != -1
+
 
 _UNTIMED = object()
 """What a module not timed by its class's call finds in :attr:`ForwardHooks._timed`."""
@@ -168,9 +176,10 @@ class ForwardHooks:
                     if recorder.in_step:
                         recorder.other_thread_phases += 1
             depth = hooks._depth = hooks._depth + 1
-            if depth == 1:
-                hooks._token = perf_counter_ns(), (  # phase_begin(), inline
+            if depth == 1:  # (a recomputation inside backward is backward's: no forward phase)
+                hooks._token = (perf_counter_ns(), (  # phase_begin(), inline
                     recorder.clock.mark() if recorder.in_step and recorder.device else None)
+                ) if _current_graph_task_id() == -1 else None
             try:
                 return call(module, *args, **kwargs)
             finally:
@@ -200,6 +209,10 @@ class ForwardHooks:
         ``__main__`` that way), carries the wrapper's closure: it gets a stand-in that times nothing,
         so the unpickled class's calls pass straight through (loading it needs traceml-otel)."""
         return _untimed_hooks, ()
+
+    def watches(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` is timed (or was refused) already."""
+        return model in self._handles
 
     @property
     def in_forward(self) -> bool:
@@ -292,9 +305,10 @@ class _ForwardStart(CopySafeHook):
             return
         hooks = self._hooks
         depth = hooks._depth = hooks._depth + 1
-        if depth == 1:
-            hooks._token = perf_counter_ns(), (  # phase_begin(), inline
+        if depth == 1:  # (a recomputation inside backward is backward's: no forward phase)
+            hooks._token = (perf_counter_ns(), (  # phase_begin(), inline
                 recorder.clock.mark() if recorder.in_step and recorder.device else None)
+            ) if _current_graph_task_id() == -1 else None
 
 
 class _ForwardEnd(CopySafeHook):

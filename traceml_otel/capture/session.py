@@ -186,6 +186,8 @@ class TrainingSession(Session):
         )
         self.wrappers = WrapperRegistry()
         self._model: Any = _UNSEEN
+        self.discovery: Any = None
+        """Finds the other models of explicit steps (``ModelDiscovery``), from the first explicit step."""
         self.block_model = _NO_BLOCK
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
@@ -236,6 +238,7 @@ class TrainingSession(Session):
             self.inferred.stop()
         if model is not self._model:
             self.model_seen(model)
+            self._discover_models()
         recorder = self.recorder
         other_threads = recorder.other_thread_steps
         if recorder.begin_step(samples, tokens):
@@ -244,6 +247,18 @@ class TrainingSession(Session):
             return True
         self._refused("thread" if recorder.other_thread_steps != other_threads else "nested")
         return False
+
+    def _discover_models(self) -> None:
+        """Explicit steps: find the other models the next steps run (a GAN's discriminator, a teacher)
+        and time their forwards too (``capture/model_discovery.py``)."""
+        if self.forward is None or self.closed:
+            return
+        if self.discovery is None:
+            from traceml_otel.capture.model_discovery import ModelDiscovery
+
+            self.discovery = ModelDiscovery(self.recorder, self.forward)
+            self.installed.append(self.discovery)
+        self.discovery.start()
 
     def _refused(self, why: str) -> None:
         """A block opened no step: on another thread than the training thread, or inside an open step.
