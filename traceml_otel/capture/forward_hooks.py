@@ -17,6 +17,11 @@ compiled, it uses hooks. A module that takes neither (a scripted TorchScript mod
 The two hooks torch keeps on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of
 the model carries no-op hooks, never the capture state (``capture/copy_safe.py``).
 
+A call of a traced model between steps in evaluation (``model.eval()`` or under ``torch.no_grad()``)
+makes the fetches since the last step evaluation's, not the next step's input wait
+(:meth:`StepRecorder.discard_input_wait`): an unmarked validation loop between ``trace_step`` blocks
+is time between steps, as step inference already counts it. Only calls outside a step pay for it.
+
 Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
 Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
 compiled a wrapper, or called ``model.compile()``) compiles as if untraced, with no graph break and
@@ -201,6 +206,8 @@ class ForwardHooks:
                                 recorder.on_nested_phase()
                         else:
                             recorder.clock.release(token[1])
+                            if not (module.training and torch.is_grad_enabled()):
+                                recorder.discard_input_wait()  # evaluation between steps
 
         return traceml_timed_forward
 
@@ -339,3 +346,6 @@ class _ForwardEnd(CopySafeHook):
         if token is not None:
             hooks._token = None
             recorder.phase_done("forward", token)
+            if not recorder.in_step and module is not None and not (
+                    module.training and torch.is_grad_enabled()):
+                recorder.discard_input_wait()  # evaluation between steps
