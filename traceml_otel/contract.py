@@ -63,6 +63,8 @@ ATTR_STEP_GPU_DURATION = "traceml.step.gpu_duration"
 ATTR_INPUT_WAIT_CPU = "traceml.input_wait.cpu_duration"
 ATTR_INPUT_WAIT_GPU = "traceml.input_wait.gpu_duration"
 ATTR_INPUT_WAIT_FETCHES = "traceml.input_wait.fetches"
+ATTR_INPUT_WAIT_IN_STEP_CPU = "traceml.input_wait.in_step.cpu_duration"
+"""The part of the input wait spent in fetches inside the block (left out of the step's CPU duration)."""
 ATTR_PREFETCH_H2D_CPU = "traceml.h2d.prefetch.cpu_duration"
 """Host-to-device copies the data loader made between steps (Accelerate's prepared
 loaders); part of neither the input wait nor the traced block."""

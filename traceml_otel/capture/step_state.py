@@ -28,7 +28,7 @@ class StepState:
     The recorder keeps one and refills it with :meth:`begin` at each step (a new one per step cost an
     allocation and a garbage-collector count); a finished step's row holds its lists, not the state."""
 
-    __slots__ = ("collective_marks", "collectives", "given_samples", "optimizer_steps",
+    __slots__ = ("collective_marks", "collectives", "fetch_ns", "given_samples", "optimizer_steps",
                  "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
 
     def __init__(self) -> None:
@@ -48,3 +48,5 @@ class StepState:
         self.given_samples = given_samples
         self.collectives: list[CollectiveRow] = []
         self.collective_marks: list[list[Any]] = []
+        self.fetch_ns = 0
+        """CPU time in batch fetches inside the step (accumulation, a block that holds its fetches)."""
