@@ -101,6 +101,9 @@ class StepRecord:
     """The part of ``input_wait_ns`` spent in fetches inside the block (gradient accumulation's later
     micro-batches): inside ``start_ns``..``end_ns`` too, so the traced time leaves it out."""
 
+    skipped_updates: int = 0
+    """``GradScaler.step`` calls in the step that skipped their update (inf/NaN gradients)."""
+
     @property
     def traced_cpu_ns(self) -> int:
         """The block's CPU time less the fetches inside it (those are input wait)."""

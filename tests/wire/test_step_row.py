@@ -24,7 +24,8 @@ from traceml_otel.wire.step_row import (
 STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
                "input_fetches", "prefetch_h2d_ns", "optimizer_steps", "parallelism", "peak_allocated_bytes",
                "peak_reserved_bytes", "device_total_bytes", "exception_type", "phases", "collectives",
-               "samples", "tokens", "loader", "source", "between_ns", "input_wait_in_step_ns")
+               "samples", "tokens", "loader", "source", "between_ns", "input_wait_in_step_ns",
+               "skipped_updates")
 """The wire layout, slot by slot: fields are only ever appended to this list."""
 
 
@@ -50,7 +51,7 @@ def test_a_row_is_the_same_compact_json_list_as_before() -> None:
     row = StepRow.of(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
                    optimizer_steps=1, phases=[phase], samples=8)
     plain = [3, 10, 20, None, 5, None, 1, None, 1, "none", None, None, None, None,
-             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None, None, None, None]
+             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None, None, None, None, 0]
     assert encode_frame({"t": "steps", "s": [row]}) == encode_frame({"t": "steps", "s": [plain]})
     assert json.dumps(row, separators=(",", ":")) == json.dumps(plain, separators=(",", ":"))
 

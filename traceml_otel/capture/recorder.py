@@ -393,12 +393,13 @@ class StepRecorder:
         # fills in device timings. The slots in order: step, start_ns, end_ns, gpu_duration_ns,
         # input_wait_ns, input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps,
         # parallelism, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type,
-        # phases, collectives, samples, tokens, loader, source, between_ns, input_wait_in_step_ns.
+        # phases, collectives, samples, tokens, loader, source, between_ns, input_wait_in_step_ns,
+        # skipped_updates.
         row = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
             total, exception_type, state.phases, state.collectives, samples, state.tokens,
-            self._loader_pending, self.source, between, state.fetch_ns or None,
+            self._loader_pending, self.source, between, state.fetch_ns or None, state.skipped_updates,
         ]
         self._last_end_ns = end_ns
         self._outside_ns = 0

@@ -177,6 +177,9 @@ class TrainingSession(Session):
         recorder = self.recorder
         self.forward = hooks.ForwardHooks(recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(recorder)
+        from traceml_otel.capture.scaler_hooks import ScalerHooks
+
+        self.scaler_hooks = ScalerHooks(recorder)
         self.backward = hooks.BackwardPatch(recorder)
         self.installed: list[Any] = []
         self.prefetch = accelerate_hooks.AcceleratePrefetchPatch(recorder) if config.h2d else None
@@ -194,6 +197,7 @@ class TrainingSession(Session):
             (True, self.wrappers),
             (config.backward, self.backward),
             (config.optimizer, self.optimizer_hooks),
+            (config.optimizer, self.scaler_hooks),
             # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
             (config.h2d and recorder.clock.has_device, hooks.HostToDevicePatch(recorder)),
             (config.dataloader, hooks.DataLoaderPatch(recorder)),

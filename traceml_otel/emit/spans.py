@@ -216,6 +216,8 @@ class StepSpanBuilder:
             attributes[c.ATTR_INPUT_WAIT_CPU] = record.input_wait_ns * _NS
         if record.input_wait_gpu_ns is not None:
             attributes[c.ATTR_INPUT_WAIT_GPU] = record.input_wait_gpu_ns * _NS
+        if record.skipped_updates:
+            attributes[c.ATTR_OPTIMIZER_SKIPPED] = record.skipped_updates
         if record.input_wait_in_step_ns is not None:
             attributes[c.ATTR_INPUT_WAIT_IN_STEP_CPU] = record.input_wait_in_step_ns * _NS
         if record.prefetch_h2d_ns is not None:
