@@ -27,6 +27,10 @@ def test_lightning_accumulation_with_slow_fetches_is_input_bound(tmp_path: Path,
     assert primary["kind"] == "INPUT_BOUND", primary
     residual = run.share("residual")
     assert residual is not None and residual < 0.20, residual
+    # the time account agrees: the fetches inside the steps are input wait there too, not step time
+    categories = {c["name"]: c["seconds"] for c in run.report["time_accounting"]["categories"]}
+    in_steps = sum(v for k, v in categories.items() if k.startswith("step.") and k != "step.input_wait")
+    assert categories["step.input_wait"] > in_steps, categories
 
 
 def test_ddp_no_sync_accumulation_measures_input_wait_inside_the_block(tmp_path: Path) -> None:
