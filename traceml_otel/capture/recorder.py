@@ -399,7 +399,7 @@ class StepRecorder:
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
             total, exception_type, state.phases, state.collectives, samples, state.tokens,
-            self._loader_pending, self.source, between, state.fetch_ns or None, state.skipped_updates,
+            self._loader_pending, self.source, between, state.fetch_ns, state.skipped_updates,
         ]
         self._last_end_ns = end_ns
         self._outside_ns = 0

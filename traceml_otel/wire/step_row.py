@@ -109,7 +109,7 @@ class StepRow(list):  # type: ignore[type-arg]
     between_ns = _slot(20, "Appended: CPU time from the end of this rank's previous step to this step's "
                            "start, less time in ``outside_step`` blocks; None on the first step.")
     input_wait_in_step_ns = _slot(21, "Appended: CPU time in batch fetches inside the block (gradient "
-                                      "accumulation's later micro-batches); None when there was none.")
+                                      "accumulation's later micro-batches); 0 (or None) when there was none.")
     skipped_updates = _slot(22, "Appended: updates a ``GradScaler.step`` skipped in the step (inf/NaN "
                                 "gradients: ``optimizer.step()`` not called).")
 
