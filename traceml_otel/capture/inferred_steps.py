@@ -102,7 +102,9 @@ class InferredSteps:
             return
         hooks = session.optimizer_hooks
         hooks.after_update = self._updated
-        session.scaler_hooks.after_skip = self._updated  # a skipped update ends its step too
+        scaler_hooks = getattr(session, "scaler_hooks", None)
+        if scaler_hooks is not None:
+            scaler_hooks.after_skip = self._updated  # a skipped update ends its step too
         self._recorder.after_fetch = self._fetched
         self._recorder.source = "inferred"
         self._hook_every_module()
@@ -170,8 +172,9 @@ class InferredSteps:
         session = self._session
         if session.optimizer_hooks.after_update == self._updated:
             session.optimizer_hooks.after_update = None
-        if session.scaler_hooks.after_skip == self._updated:
-            session.scaler_hooks.after_skip = None
+        scaler_hooks = getattr(session, "scaler_hooks", None)
+        if scaler_hooks is not None and scaler_hooks.after_skip == self._updated:
+            scaler_hooks.after_skip = None
         self._recorder.after_fetch = None
         self._updates_end_steps()  # explicit steps end where their blocks end
         self._recorder.cancel_step()

@@ -59,6 +59,8 @@ class ModelDiscovery:
         self._handles: list[Any] = []
         self._until = 0
         self._compiled = False
+        self._inside: set[int] = set()
+        """``id`` of the traced model's modules (its own, never another model)."""
         """A ``torch.compile`` wrapper was called while discovering: no global hooks from now on."""
         self.found_classes: list[str] = []
         """Class names of the models found (for tests and the session's one line)."""
@@ -67,10 +69,17 @@ class ModelDiscovery:
     def active(self) -> bool:
         return bool(self._handles)
 
-    def start(self) -> None:
-        """Watch the next :data:`DISCOVERY_STEPS` steps' module calls (again, for a new traced model)."""
+    def start(self, traced: Any = None) -> None:
+        """Watch the next :data:`DISCOVERY_STEPS` steps' module calls (again, for a new traced model).
+
+        ``traced``: the model given to ``trace_step``; its own sub-modules are never other models (a
+        loop that calls ``model.forward(x)`` bypasses its timing, and its layers must not stand in)."""
         from torch.nn.modules import module as module_hooks
 
+        try:
+            self._inside = {id(m) for m in traced.modules()} if isinstance(traced, torch.nn.Module) else set()
+        except Exception:
+            self._inside = set()
         self._until = self._recorder.step + DISCOVERY_STEPS
         if self._handles or self._compiled or _dynamo_in_use():
             return
@@ -108,7 +117,7 @@ class ModelDiscovery:
         if self._depth != 1 or not recorder.in_step or self._forward.in_forward:
             return
         try:
-            if self._forward.watches(module) or not is_model_call(module):
+            if id(module) in self._inside or self._forward.watches(module) or not is_model_call(module):
                 return
         except Exception:  # never raised into the user's forward
             return

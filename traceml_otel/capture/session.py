@@ -242,7 +242,7 @@ class TrainingSession(Session):
             self.inferred.stop()
         if model is not self._model:
             self.model_seen(model)
-            self._discover_models()
+            self._discover_models(model)
         recorder = self.recorder
         other_threads = recorder.other_thread_steps
         if recorder.begin_step(samples, tokens):
@@ -252,7 +252,7 @@ class TrainingSession(Session):
         self._refused("thread" if recorder.other_thread_steps != other_threads else "nested")
         return False
 
-    def _discover_models(self) -> None:
+    def _discover_models(self, model: Any) -> None:
         """Explicit steps: find the other models the next steps run (a GAN's discriminator, a teacher)
         and time their forwards too (``capture/model_discovery.py``)."""
         if self.forward is None or self.closed:
@@ -262,7 +262,7 @@ class TrainingSession(Session):
 
             self.discovery = ModelDiscovery(self.recorder, self.forward)
             self.installed.append(self.discovery)
-        self.discovery.start()
+        self.discovery.start(model)
 
     def _refused(self, why: str) -> None:
         """A block opened no step: on another thread than the training thread, or inside an open step.
