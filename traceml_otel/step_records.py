@@ -97,6 +97,17 @@ class StepRecord:
     between_steps_ns: int | None = None
     """Time from the end of this rank's previous step to this step's start (less ``outside_step``
     blocks); None on a rank's first step."""
+    input_wait_in_step_ns: int | None = None
+    """The part of ``input_wait_ns`` spent in fetches inside the block (gradient accumulation's later
+    micro-batches): inside ``start_ns``..``end_ns`` too, so the traced time leaves it out."""
+
+    skipped_updates: int = 0
+    """``GradScaler.step`` calls in the step that skipped their update (inf/NaN gradients)."""
+
+    @property
+    def traced_cpu_ns(self) -> int:
+        """The block's CPU time less the fetches inside it (those are input wait)."""
+        return self.end_ns - self.start_ns - (self.input_wait_in_step_ns or 0)
 
     @property
     def clock(self) -> str:

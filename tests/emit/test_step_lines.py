@@ -237,7 +237,7 @@ def _row(record: StepRecord) -> list[object]:
             record.optimizer_steps, record.parallelism, record.peak_allocated_bytes,
             record.peak_reserved_bytes,
             record.device_total_bytes, record.exception_type, phases, [], record.samples, record.tokens, None,
-            record.source, record.between_steps_ns]
+            record.source, record.between_steps_ns, record.input_wait_in_step_ns, record.skipped_updates]
 
 
 def test_durations_written_by_orjson_are_the_repr_text() -> None:

@@ -24,7 +24,8 @@ from traceml_otel.wire.step_row import (
 STEP_FIELDS = ("step", "start_ns", "end_ns", "gpu_duration_ns", "input_wait_ns", "input_wait_gpu_ns",
                "input_fetches", "prefetch_h2d_ns", "optimizer_steps", "parallelism", "peak_allocated_bytes",
                "peak_reserved_bytes", "device_total_bytes", "exception_type", "phases", "collectives",
-               "samples", "tokens", "loader", "source", "between_ns")
+               "samples", "tokens", "loader", "source", "between_ns", "input_wait_in_step_ns",
+               "skipped_updates")
 """The wire layout, slot by slot: fields are only ever appended to this list."""
 
 
@@ -50,7 +51,7 @@ def test_a_row_is_the_same_compact_json_list_as_before() -> None:
     row = StepRow.of(step=3, start_ns=10, end_ns=20, input_wait_ns=5, input_fetches=1,
                    optimizer_steps=1, phases=[phase], samples=8)
     plain = [3, 10, 20, None, 5, None, 1, None, 1, "none", None, None, None, None,
-             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None, None, None]
+             [["forward", 0, 11, 12, None, None, None]], [], 8, None, None, None, None, None, 0]
     assert encode_frame({"t": "steps", "s": [row]}) == encode_frame({"t": "steps", "s": [plain]})
     assert json.dumps(row, separators=(",", ":")) == json.dumps(plain, separators=(",", ":"))
 
@@ -193,3 +194,31 @@ class _Keep:
 
     def send_steps(self, rows: list) -> None:
         self.rows.extend(rows)
+
+
+def test_a_fetch_inside_the_step_is_its_input_wait_and_leaves_the_traced_time() -> None:
+    """Gradient accumulation's second micro-batch is fetched inside the block: input wait of that step
+    (added to the wait before it), and out of the block's CPU duration."""
+    import time
+
+    class Rows:
+        def __init__(self) -> None:
+            self.rows: list = []
+
+        def send_steps(self, rows: list) -> None:
+            self.rows.extend(rows)
+
+    sink = Rows()
+    recorder = StepRecorder(sink, CpuClock(), flush_steps=1)
+    recorder.fetch_end(recorder.fetch_begin(), samples=4)
+    recorder.begin_step()
+    token = recorder.fetch_begin()
+    time.sleep(0.005)  # a 5 ms fetch inside the step
+    recorder.fetch_end(token, samples=4)
+    recorder.end_step()
+    (row,) = sink.rows
+    record = decode_step(json.loads(json.dumps(row)), 0)
+    assert record.input_fetches == 2 and record.samples == 8
+    assert record.input_wait_in_step_ns is not None and record.input_wait_in_step_ns >= 5_000_000
+    assert record.input_wait_ns is not None and record.input_wait_ns >= record.input_wait_in_step_ns
+    assert 0 <= record.traced_cpu_ns == record.end_ns - record.start_ns - record.input_wait_in_step_ns

@@ -76,6 +76,7 @@ class _StepAccumulator:
         "peak_res",
         "prefetch",
         "samples",
+        "skipped",
         "source",
         "start",
         "tokens",
@@ -99,6 +100,7 @@ class _StepAccumulator:
         self.wait_gpu: float | None = None
         self.prefetch: float | None = None
         self.optimizer_steps: int | None = None
+        self.skipped = 0
         self.peak_alloc: int | None = None
         self.peak_res: int | None = None
         self.mem_total: int | None = None
@@ -227,6 +229,7 @@ class StepAssembler:
         acc.wait_gpu = self._seconds(attrs.get(c.ATTR_INPUT_WAIT_GPU))
         acc.prefetch = self._seconds(attrs.get(c.ATTR_PREFETCH_H2D_CPU))
         acc.optimizer_steps = as_int(attrs.get(c.ATTR_OPTIMIZER_STEPS))
+        acc.skipped = as_int(attrs.get(c.ATTR_OPTIMIZER_SKIPPED)) or 0
         acc.peak_alloc = as_int(attrs.get(c.ATTR_MEM_PEAK_ALLOCATED))
         acc.peak_res = as_int(attrs.get(c.ATTR_MEM_PEAK_RESERVED))
         acc.mem_total = as_int(attrs.get(c.ATTR_MEM_TOTAL))
@@ -374,6 +377,7 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
             gpu[3] if calls[3] else None,
         ),
         optimizer_steps=acc.optimizer_steps,
+        skipped_updates=acc.skipped,
         peak_allocated=acc.peak_alloc,
         peak_reserved=acc.peak_res,
         memory_total=acc.mem_total,

@@ -14,6 +14,13 @@ into *waiting* for the last rank to arrive and *transfer* once all had arrived
   stays the fallback where waits were not measured on every rank.
 
 Without a split (one rank) the transfer is the whole exposed time: there is nobody to wait for.
+
+COMMUNICATION_BOUND is the primary verdict only where communication dominates the work around the
+model: where input wait, copies, the optimizer or the residual takes a larger share than the transfer
+(a 2-process Accelerate job whose optimizer takes 41 %, its collectives 20 %), the finding stays, as
+information, and the verdict reads that part (:func:`largest_part`, ``rules.py``). Forward and
+backward are not weighed against it: every data-parallel step's collectives run beside the model's
+compute, and a backward longer than its all-reduce is no reason to leave the bytes unexplained.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import replace
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import Evidence, Finding, RankMetrics
 from traceml_otel.analyze.kinds import Severity, StepKind
+from traceml_otel.analyze.measures import share
 from traceml_otel.analyze.straggler import (
     H2D_CAUSE,
     INPUT_CAUSE,
@@ -140,6 +148,23 @@ def communication_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
             Evidence("regime", "latency" if latency else "bandwidth"),
         ),
     )
+
+
+PARTS = ("input_wait", "h2d", "forward", "backward", "optimizer", "residual")
+"""The parts of a step besides communication that a verdict can name as its largest."""
+
+
+OVERHEAD_PARTS = ("input_wait", "h2d", "optimizer", "residual")
+"""The parts around the model's forward and backward that can outweigh communication."""
+
+
+def largest_part(ranks: Sequence[RankMetrics], parts: Sequence[str] = PARTS) -> tuple[str, float] | None:
+    """The one of ``parts`` with the largest share, median over ranks (``None``: none measured)."""
+    found = [(value, name) for name in parts if (value := share(ranks, name)) is not None]
+    if not found:
+        return None
+    value, name = max(found)
+    return name, value
 
 
 LATENCY_ADVICE = (

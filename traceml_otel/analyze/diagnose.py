@@ -103,8 +103,9 @@ def _accumulation(ranks: tuple[RankMetrics, ...]) -> Accumulation:
         return Accumulation(None, micro, None)
     middle = known[len(known) // 2]
     updates = middle.optimizer_updates or 0
-    per_update = middle.steps / updates if updates else None
-    return Accumulation(updates, middle.micro_steps, per_update)
+    # steps per update over the steps that tried one: a skipped update is no accumulation
+    per_update = (middle.steps - middle.skipped_updates) / updates if updates else None
+    return Accumulation(updates, middle.micro_steps, per_update, middle.skipped_updates)
 
 
 def _run_info(

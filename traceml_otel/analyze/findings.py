@@ -111,6 +111,9 @@ class RankMetrics:
     between_steps: float | None = None
     """Mean time between the end of one step and the start of the next (input wait included, less
     ``outside_step`` blocks), over the steps that recorded it; ``None`` when none did."""
+    skipped_updates: int = 0
+    """Updates a ``GradScaler.step`` skipped (inf/NaN gradients): steps without an update that are no
+    accumulation micro-steps."""
 
     @property
     def samples_per_s(self) -> float | None:
@@ -226,6 +229,8 @@ class Accumulation:
     optimizer_updates: int | None
     micro_steps: int
     steps_per_update: float | None
+    skipped_updates: int = 0
+    """Updates a ``GradScaler.step`` skipped (counted apart from accumulation)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,7 @@ class RankTotals:
     between_steps: float | None = None
     """Sum of the time between steps over the ``between_steps_counted`` steps that recorded it."""
     between_steps_counted: int = 0
+    skipped_updates: int = 0
 
     def means(self) -> RankMetrics:
         """Per-step means of these totals."""
@@ -195,6 +196,7 @@ class RankTotals:
             communication_measured=self.communication_measured,
             between_steps=(self.between_steps / self.between_steps_counted
                            if self.between_steps is not None and self.between_steps_counted else None),
+            skipped_updates=self.skipped_updates,
         )
 
 
@@ -214,7 +216,7 @@ def rank_metrics(
     seconds: list[float | None] = []
     h2d_measured = False
     updates: int | None = None
-    micro = 0
+    micro = skipped = 0
     samples_sum, tokens_sum = 0, 0
     samples_steps, tokens_steps = 0, 0
     comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
@@ -230,9 +232,12 @@ def rank_metrics(
         if s.tokens is not None:
             tokens_sum += s.tokens
             tokens_steps += 1
+        if s.skipped_updates:  # a skipped update (GradScaler): no micro-step of an accumulation
+            skipped += s.skipped_updates
+        elif s.optimizer_steps is not None:
+            micro += s.optimizer_steps == 0
         if s.optimizer_steps is not None:
             updates = (updates or 0) + s.optimizer_steps
-            micro += s.optimizer_steps == 0
         if s.prefetch_h2d_cpu is not None or s.phase_calls[H2D]:
             h2d_measured = True
         wait, traced, forward, backward, optimizer, h2d, h2d_in, exposed = step_parts(s, gpu)
@@ -294,6 +299,7 @@ def rank_metrics(
         residual=None if no_compute or traced_missing else residual_sum,
         optimizer_updates=updates,
         micro_steps=micro,
+        skipped_updates=skipped,
         samples=samples_sum if samples_steps else None,
         tokens=tokens_sum if tokens_steps else None,
         samples_steps=samples_steps,

@@ -21,7 +21,13 @@ from traceml_otel.analyze.between_steps import (
     input_unmeasured,
     traced_basis,
 )
-from traceml_otel.analyze.communication_rules import communication_rule, sync_straggler_rule, waits_measured
+from traceml_otel.analyze.communication_rules import (
+    OVERHEAD_PARTS,
+    communication_rule,
+    largest_part,
+    sync_straggler_rule,
+    waits_measured,
+)
 from traceml_otel.analyze.findings import Abstention, Evidence, Finding, RankMetrics, StepDiagnosis
 from traceml_otel.analyze.independent import independent_ranks_rule
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, Clock, Severity, StepKind
@@ -166,15 +172,45 @@ def diagnose_step_time(
     ]
     issues = [_cap(o, caps) for o in outcomes if isinstance(o, Finding)
               and not (between is not None and o.kind is StepKind.COMPUTE_BOUND)]
+    issues = [_dominated(f, ranks) for f in issues]
     issues.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], -(f.score or 0.0)))
     abstentions = _merge_abstentions([o for o in outcomes if isinstance(o, Abstention)])
-    if issues:
-        primary = issues[0]
+    leading = [f for f in issues if not _is_dominated(f)]
+    if leading:
+        primary = leading[0]
+    elif issues:  # only a communication finding that another part outweighs: the verdict reads that part
+        primary = balanced(ranks)
     elif abstentions:
         primary = incomplete(abstentions)
     else:
         primary = balanced(ranks)
     return StepDiagnosis(primary, tuple(issues), tuple(abstentions), caps)
+
+
+_DOMINATED = "largest_part"
+"""The evidence a communication finding carries when another part of the step outweighs it."""
+
+
+def _dominated(finding: Finding, ranks: Sequence[RankMetrics]) -> Finding:
+    """A COMMUNICATION_BOUND finding whose transfer share is below another part's share (a 2-process
+    Accelerate job whose optimizer takes 41 %, collectives 20 %) is kept as information, never the
+    verdict: its why line names the larger part."""
+    if finding.kind is not StepKind.COMMUNICATION_BOUND or finding.score is None:
+        return finding
+    largest = largest_part(ranks, OVERHEAD_PARTS)
+    if largest is None or largest[1] <= finding.score:
+        return finding
+    name, value = largest
+    return replace(
+        finding, severity=Severity.INFO,
+        why=f"{finding.why} Not the verdict: {_PART_LABELS.get(name, name)} takes more, {value:.0%} of the "
+            "step time.",
+        evidence=(*finding.evidence, Evidence(_DOMINATED, name), Evidence("largest_share", value, "ratio")),
+    )
+
+
+def _is_dominated(finding: Finding) -> bool:
+    return any(e.name == _DOMINATED for e in finding.evidence)
 
 
 def _rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
@@ -222,20 +258,50 @@ def incomplete(abstentions: Sequence[Abstention]) -> Finding:
 
 
 def balanced(ranks: Sequence[RankMetrics]) -> Finding:
-    """BALANCED: every rule ran and none fired."""
+    """BALANCED: every rule ran and none fired. The why line names the largest part of the step,
+    and the advice points at it (a run whose optimizer takes 41 % reads that, not "nothing stands out")."""
     names = ("input_wait", "h2d", "compute", "communication", "residual")
     parts = {name: share(ranks, name) for name in names}
     text = ", ".join(
         f"{name.replace('_', ' ')} {value:.0%}" for name, value in parts.items() if value is not None
     )
+    largest = largest_part(ranks)
+    communication = parts["communication"]
+    if communication is not None and (largest is None or communication > largest[1]):
+        largest = ("communication", communication)
+    why = f"No part of the step crosses its threshold ({text})."
+    next_ = "Nothing to fix in how the step is spent; to go faster, shorten its largest part."
+    if largest is not None and largest[1] > 0:
+        name, value = largest
+        label = _PART_LABELS.get(name, name)
+        why += f" The largest part is {label}: {value:.0%} of the step time."
+        next_ = f"To go faster, shorten the largest part, {label}: {_PART_ADVICE.get(name, '')}".rstrip(": ")
     return Finding(
         kind=StepKind.BALANCED,
         severity=Severity.INFO,
         score=None,
         title="Balanced",
-        why=f"No part of the step stands out ({text}).",
-        next="Nothing to fix in how the step is spent; to go faster, shorten its largest part.",
+        why=why,
+        next=next_,
+        evidence=(Evidence("largest_part", largest[0]), Evidence("largest_share", largest[1], "ratio"))
+        if largest is not None else (),
     )
+
+
+_PART_LABELS = {
+    "input_wait": "input wait", "h2d": "host-to-device copies", "forward": "the forward pass",
+    "backward": "the backward pass", "optimizer": "the optimizer step", "residual": "work outside the model",
+    "communication": "communication",
+}
+_PART_ADVICE = {
+    "optimizer": "a fused or foreach optimizer, fewer parameter tensors, or a cheaper update rule.",
+    "forward": "a cheaper model, torch.compile, or a larger batch per step.",
+    "backward": "a cheaper model, torch.compile, or less recomputation.",
+    "input_wait": "more DataLoader workers, pinned memory, or cheaper per-sample work.",
+    "residual": "less per-step logging and fewer host syncs (.item(), .cpu()).",
+    "communication": "fewer, larger collectives, or more overlap with backward.",
+    "h2d": "pinned memory with non_blocking=True, and fewer, larger copies.",
+}
 
 
 def warmup(steps: int) -> Finding:

@@ -73,6 +73,8 @@ class StepTiming(NamedTuple):
     """Time since this rank's previous step ended (``traceml.between_steps.cpu_duration``)."""
     source: str | None = None
     """How the step was found (``traceml.step.source``): ``trace_step``, ``inferred``, ..."""
+    skipped_updates: int = 0
+    """Updates a ``GradScaler.step`` skipped in the step (``traceml.optimizer.skipped``)."""
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""

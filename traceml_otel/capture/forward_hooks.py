@@ -17,6 +17,11 @@ compiled, it uses hooks. A module that takes neither (a scripted TorchScript mod
 The two hooks torch keeps on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of
 the model carries no-op hooks, never the capture state (``capture/copy_safe.py``).
 
+A call of a traced model between steps in evaluation (``model.eval()`` or under ``torch.no_grad()``)
+makes the fetches since the last step evaluation's, not the next step's input wait
+(:meth:`StepRecorder.discard_input_wait`): an unmarked validation loop between ``trace_step`` blocks
+is time between steps, as step inference already counts it. Only calls outside a step pay for it.
+
 Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
 Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
 compiled a wrapper, or called ``model.compile()``) compiles as if untraced, with no graph break and
@@ -33,10 +38,18 @@ from time import perf_counter_ns
 from typing import Any
 
 import torch
+from torch._C import _current_graph_task_id
 from torch.compiler import is_compiling
 
 from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
+
+
+def in_backward() -> bool:
+    """The autograd engine is running a backward on this thread: a forward called now is a
+    recomputation (gradient checkpointing, reentrant or not) and belongs to backward."""
+    return _current_graph_task_id() != -1
+
 
 _UNTIMED = object()
 """What a module not timed by its class's call finds in :attr:`ForwardHooks._timed`."""
@@ -168,9 +181,10 @@ class ForwardHooks:
                     if recorder.in_step:
                         recorder.other_thread_phases += 1
             depth = hooks._depth = hooks._depth + 1
-            if depth == 1:
-                hooks._token = perf_counter_ns(), (  # phase_begin(), inline
+            if depth == 1:  # (a recomputation inside backward is backward's: no forward phase)
+                hooks._token = (perf_counter_ns(), (  # phase_begin(), inline
                     recorder.clock.mark() if recorder.in_step and recorder.device else None)
+                ) if _current_graph_task_id() == -1 else None
             try:
                 return call(module, *args, **kwargs)
             finally:
@@ -192,6 +206,8 @@ class ForwardHooks:
                                 recorder.on_nested_phase()
                         else:
                             recorder.clock.release(token[1])
+                            if not (module.training and torch.is_grad_enabled()):
+                                recorder.discard_input_wait()  # evaluation between steps
 
         return traceml_timed_forward
 
@@ -200,6 +216,10 @@ class ForwardHooks:
         ``__main__`` that way), carries the wrapper's closure: it gets a stand-in that times nothing,
         so the unpickled class's calls pass straight through (loading it needs traceml-otel)."""
         return _untimed_hooks, ()
+
+    def watches(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` is timed (or was refused) already."""
+        return model in self._handles
 
     @property
     def in_forward(self) -> bool:
@@ -292,9 +312,10 @@ class _ForwardStart(CopySafeHook):
             return
         hooks = self._hooks
         depth = hooks._depth = hooks._depth + 1
-        if depth == 1:
-            hooks._token = perf_counter_ns(), (  # phase_begin(), inline
+        if depth == 1:  # (a recomputation inside backward is backward's: no forward phase)
+            hooks._token = (perf_counter_ns(), (  # phase_begin(), inline
                 recorder.clock.mark() if recorder.in_step and recorder.device else None)
+            ) if _current_graph_task_id() == -1 else None
 
 
 class _ForwardEnd(CopySafeHook):
@@ -325,3 +346,6 @@ class _ForwardEnd(CopySafeHook):
         if token is not None:
             hooks._token = None
             recorder.phase_done("forward", token)
+            if not recorder.in_step and module is not None and not (
+                    module.training and torch.is_grad_enabled()):
+                recorder.discard_input_wait()  # evaluation between steps

@@ -43,6 +43,7 @@ from torch.compiler import is_compiling
 
 from traceml_otel.capture.compiled_in_place import LISTENER, patch_module_compile
 from traceml_otel.capture.copy_safe import CopySafeHook
+from traceml_otel.capture.forward_hooks import in_backward
 from traceml_otel.capture.optimizer_registry import OPTIMIZERS
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class InferredSteps:
         self._hooked: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._global_handles: list[Any] = []
         self._outermost: torch.nn.Module | None = None
+        self._timing = False
+        """The outermost call in progress is timed as forward (a module with parameters)."""
         """The module of the outermost call in progress, while global hooks run."""
         self._compiled = False
         """A ``torch.compile(module)`` wrapper was seen: global module hooks stay off for good."""
@@ -99,6 +102,9 @@ class InferredSteps:
             return
         hooks = session.optimizer_hooks
         hooks.after_update = self._updated
+        scaler_hooks = getattr(session, "scaler_hooks", None)
+        if scaler_hooks is not None:
+            scaler_hooks.after_skip = self._updated  # a skipped update ends its step too
         self._recorder.after_fetch = self._fetched
         self._recorder.source = "inferred"
         self._hook_every_module()
@@ -166,6 +172,9 @@ class InferredSteps:
         session = self._session
         if session.optimizer_hooks.after_update == self._updated:
             session.optimizer_hooks.after_update = None
+        scaler_hooks = getattr(session, "scaler_hooks", None)
+        if scaler_hooks is not None and scaler_hooks.after_skip == self._updated:
+            scaler_hooks.after_skip = None
         self._recorder.after_fetch = None
         self._updates_end_steps()  # explicit steps end where their blocks end
         self._recorder.cancel_step()
@@ -191,7 +200,9 @@ class InferredSteps:
             self._outermost = module
             self._outermost_call(module)
             forward = self._session.forward
-            if forward is not None:
+            # a module without parameters (a loss) is no model's forward (``model_discovery.py``'s rule)
+            self._timing = forward is not None and _has_parameters(module)
+            if self._timing:
                 forward.before_forward(module, args)
         if _is_compiled_wrapper(module):
             self._compiled_wrapper_called(module)
@@ -203,7 +214,8 @@ class InferredSteps:
         if self._depth == 0:
             self._outermost = None
             forward = self._session.forward
-            if forward is not None:
+            if forward is not None and self._timing:
+                self._timing = False
                 forward.after_forward(module, args, output)
 
     def _compiled_wrapper_called(self, wrapper: torch.nn.Module) -> None:
@@ -255,7 +267,8 @@ class InferredSteps:
             if recorder.in_step:
                 # A second model trained in the step (a GAN's discriminator): time its forwards after the
                 # warm-up too. Modules without parameters (a loss module) are no model.
-                if training and not known and module not in self._roots and _has_parameters(module):
+                if (training and not known and module not in self._roots and _has_parameters(module)
+                        and not in_backward()):  # (checkpointing's recomputation is backward)
                     self._roots.add(module)
                     self._session.model_seen(module)
                 return

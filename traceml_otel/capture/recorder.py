@@ -154,7 +154,8 @@ class StepRecorder:
         return perf_counter_ns(), (self.clock.mark() if self.device else None)
 
     def fetch_end(self, token: tuple[int, Any], samples: int | None = None, fetched: bool = True) -> None:
-        """A fetch outside a step is input wait of the next step; inside one it is ignored.
+        """A fetch outside a step is input wait of the next step; inside one it is input wait of that
+        step, kept apart (``StepRow.input_wait_in_step_ns``: its time is inside the block too).
 
         ``samples`` (the batch dimension) counts toward the step: outside a step the last fetch
         before it (an evaluation loop or a second loader in between must not add up); inside a step
@@ -173,8 +174,11 @@ class StepRecorder:
                 self.clock.release(token[1])
             if not self.in_step:
                 self.outside_fetches += 1
-            elif samples is not None:
-                state = self.state
+                return
+            state = self.state  # a fetch inside the step (a micro-batch): that step's input wait too
+            state.fetch_ns += end - token[0]
+            self._fetches += 1
+            if samples is not None:
                 state.samples = samples if state.samples is None else state.samples + samples
             return
         if not fetched:
@@ -389,12 +393,13 @@ class StepRecorder:
         # fills in device timings. The slots in order: step, start_ns, end_ns, gpu_duration_ns,
         # input_wait_ns, input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps,
         # parallelism, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type,
-        # phases, collectives, samples, tokens, loader, source, between_ns.
+        # phases, collectives, samples, tokens, loader, source, between_ns, input_wait_in_step_ns,
+        # skipped_updates.
         row = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
             total, exception_type, state.phases, state.collectives, samples, state.tokens,
-            self._loader_pending, self.source, between,
+            self._loader_pending, self.source, between, state.fetch_ns, state.skipped_updates,
         ]
         self._last_end_ns = end_ns
         self._outside_ns = 0

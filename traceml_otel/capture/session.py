@@ -178,6 +178,9 @@ class TrainingSession(Session):
         recorder = self.recorder
         self.forward = hooks.ForwardHooks(recorder) if config.forward else None
         self.optimizer_hooks = hooks.OptimizerHooks(recorder)
+        from traceml_otel.capture.scaler_hooks import ScalerHooks
+
+        self.scaler_hooks = ScalerHooks(recorder)
         self.backward = hooks.BackwardPatch(recorder)
         self.installed: list[Any] = []
         self.prefetch = accelerate_hooks.AcceleratePrefetchPatch(recorder) if config.h2d else None
@@ -187,12 +190,15 @@ class TrainingSession(Session):
         )
         self.wrappers = WrapperRegistry()
         self._model: Any = _UNSEEN
+        self.discovery: Any = None
+        """Finds the other models of explicit steps (``ModelDiscovery``), from the first explicit step."""
         self.block_model = _NO_BLOCK
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         for wanted, hook in (
             (True, self.wrappers),
             (config.backward, self.backward),
             (config.optimizer, self.optimizer_hooks),
+            (config.optimizer, self.scaler_hooks),
             # Without a CUDA device no copy can be host-to-device: skip the Tensor.to patch.
             (config.h2d and recorder.clock.has_device, hooks.HostToDevicePatch(recorder)),
             (config.dataloader, hooks.DataLoaderPatch(recorder)),
@@ -237,6 +243,7 @@ class TrainingSession(Session):
             self.inferred.stop()
         if model is not self._model:
             self.model_seen(model)
+            self._discover_models(model)
         recorder = self.recorder
         other_threads = recorder.other_thread_steps
         if recorder.begin_step(samples, tokens):
@@ -245,6 +252,18 @@ class TrainingSession(Session):
             return True
         self._refused("thread" if recorder.other_thread_steps != other_threads else "nested")
         return False
+
+    def _discover_models(self, model: Any) -> None:
+        """Explicit steps: find the other models the next steps run (a GAN's discriminator, a teacher)
+        and time their forwards too (``capture/model_discovery.py``)."""
+        if self.forward is None or self.closed:
+            return
+        if self.discovery is None:
+            from traceml_otel.capture.model_discovery import ModelDiscovery
+
+            self.discovery = ModelDiscovery(self.recorder, self.forward)
+            self.installed.append(self.discovery)
+        self.discovery.start(model)
 
     def _refused(self, why: str) -> None:
         """A block opened no step: on another thread than the training thread, or inside an open step.

@@ -28,8 +28,8 @@ class StepState:
     The recorder keeps one and refills it with :meth:`begin` at each step (a new one per step cost an
     allocation and a garbage-collector count); a finished step's row holds its lists, not the state."""
 
-    __slots__ = ("collective_marks", "collectives", "given_samples", "optimizer_steps",
-                 "phase_marks", "phases", "samples", "start_mark", "start_ns", "tokens")
+    __slots__ = ("collective_marks", "collectives", "fetch_ns", "given_samples", "optimizer_steps",
+                 "phase_marks", "phases", "samples", "skipped_updates", "start_mark", "start_ns", "tokens")
 
     def __init__(self) -> None:
         self.begin(0, None, None, None)
@@ -48,3 +48,7 @@ class StepState:
         self.given_samples = given_samples
         self.collectives: list[CollectiveRow] = []
         self.collective_marks: list[list[Any]] = []
+        self.fetch_ns = 0
+        self.skipped_updates = 0
+        """``GradScaler.step`` calls that skipped their update (``capture/scaler_hooks.py``)."""
+        """CPU time in batch fetches inside the step (accumulation, a block that holds its fetches)."""

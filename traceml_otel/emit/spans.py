@@ -206,7 +206,7 @@ class StepSpanBuilder:
             c.ATTR_HOST: rank.host,
             c.ATTR_PARALLELISM: record.parallelism,
             c.ATTR_CLOCK: record.clock,
-            c.ATTR_STEP_CPU_DURATION: (record.end_ns - record.start_ns) * _NS,
+            c.ATTR_STEP_CPU_DURATION: record.traced_cpu_ns * _NS,
             c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
         }
         # Optional values by hand, in the contract's order (a dict of them filtered after costs ~2 us a step).
@@ -216,6 +216,10 @@ class StepSpanBuilder:
             attributes[c.ATTR_INPUT_WAIT_CPU] = record.input_wait_ns * _NS
         if record.input_wait_gpu_ns is not None:
             attributes[c.ATTR_INPUT_WAIT_GPU] = record.input_wait_gpu_ns * _NS
+        if record.skipped_updates:
+            attributes[c.ATTR_OPTIMIZER_SKIPPED] = record.skipped_updates
+        if record.input_wait_in_step_ns is not None:
+            attributes[c.ATTR_INPUT_WAIT_IN_STEP_CPU] = record.input_wait_in_step_ns * _NS
         if record.prefetch_h2d_ns is not None:
             attributes[c.ATTR_PREFETCH_H2D_CPU] = record.prefetch_h2d_ns * _NS
         if record.peak_allocated_bytes is not None:

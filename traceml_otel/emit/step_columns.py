@@ -158,7 +158,7 @@ def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[str], ste
     ``None`` in every row or in none (a ``None`` column is never picked: its attribute or cell is
     absent)."""
     (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
-     peak_reserved, total, _, _, _, samples, tokens, _, _, between) = columns.step
+     peak_reserved, total, _, _, _, samples, tokens, _, _, between, _, _) = columns.step
     starts = list(map(add, start, repeat(anchor_ns)))
     ends = list(map(add, end, repeat(anchor_ns)))
     on_gpu = gpu[0] is not None

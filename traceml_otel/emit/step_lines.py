@@ -90,6 +90,9 @@ _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.it
 # Slots of a step row (wire/step_row.py's StepRow) the fast path reads or checks.
 _ROW_FETCHES, _ROW_PARALLELISM, _ROW_EXCEPTION, _ROW_COLLECTIVES = 6, 9, 13, 15
 _ROW_LOADER, _ROW_SOURCE, _ROW_BETWEEN = 18, 19, 20
+_ROW_IN_STEP_WAIT, _ROW_SKIPPED = 21, 22
+"""Fetches inside the step and skipped updates: a row with either takes the reference path (rare
+shapes; the decoder folds the in-step wait into the step's input wait)."""
 _ROW_NOT_NUMBERS = frozenset((_ROW_PARALLELISM, _ROW_EXCEPTION, ROW_PHASES, _ROW_COLLECTIVES, _ROW_LOADER,
                               _ROW_SOURCE))
 
@@ -206,7 +209,8 @@ class StepLines:
 def _shape_key(row: Any) -> tuple[object, ...] | None:
     """What decides a row's templates; ``None`` for a row that always takes the reference path."""
     if (type(row) is not list or len(row) != ROW_FIELDS or row[_ROW_COLLECTIVES]
-            or row[_ROW_EXCEPTION] is not None or row[_ROW_LOADER]):
+            or row[_ROW_EXCEPTION] is not None or row[_ROW_LOADER] or row[_ROW_IN_STEP_WAIT]
+            or row[_ROW_SKIPPED]):
         return None
     between = row[_ROW_BETWEEN]
     if between is not None and between < 0:
@@ -320,7 +324,8 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
         step = list(zip(*rows, strict=True))
         if (step[_ROW_PARALLELISM].count(parallelism) != steps or step[_ROW_SOURCE].count(source) != steps
                 or list(map(not_, step[_ROW_FETCHES])) != [no_fetches] * steps
-                or any(step[_ROW_COLLECTIVES]) or any(step[_ROW_LOADER])):
+                or any(step[_ROW_COLLECTIVES]) or any(step[_ROW_LOADER])
+                or any(step[_ROW_IN_STEP_WAIT]) or any(step[_ROW_SKIPPED])):
             return None
         if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
             return None

@@ -243,7 +243,7 @@ class StepMetrics:
             return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
         self.state.time.account.add_step(record)
         on_gpu = record.gpu_duration_ns is not None
-        step_s = (record.gpu_duration_ns if on_gpu else record.end_ns - record.start_ns) * NS
+        step_s = (record.gpu_duration_ns if on_gpu else record.traced_cpu_ns) * NS
         wait_s: float | None = None
         if record.input_wait_ns is not None:
             wait_s = (record.input_wait_gpu_ns if on_gpu and record.input_wait_gpu_ns is not None

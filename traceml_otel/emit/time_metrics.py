@@ -94,9 +94,10 @@ class LiveTimeAccount:
     def add_step(self, record: StepRecord) -> None:
         """Count one step: its input wait, block and the gap before it (less ``outside_step`` time)."""
         self.poll(force=self._first_begin is None)
-        wait = ((record.input_wait_ns or 0) + (record.prefetch_h2d_ns or 0)) * _NS
+        inside = (record.input_wait_in_step_ns or 0) * _NS  # fetches inside the block: input wait
+        wait = ((record.input_wait_ns or 0) + (record.prefetch_h2d_ns or 0)) * _NS - inside
         start, end = record.start_ns * _NS, record.end_ns * _NS
-        block = max(0.0, end - start)
+        block = max(0.0, end - start - inside)
         with self._lock:
             self._close_stall(end)
             gap_from = self._last_end
@@ -111,6 +112,7 @@ class LiveTimeAccount:
                 gap = _carve(gap, self._stall_in(gap_from, start))
                 block = max(0.0, block - self._stall_in(start, end))
             self._steps += 1
+            gap[1] += inside
             if self._steps <= self._redone_steps():  # redoes a step an earlier attempt had done
                 self._add(c.TIME_REDONE_STEPS, gap[1] + block)
                 gap[1] = block = 0.0

@@ -129,6 +129,9 @@ def updates_sentence(accumulation: Accumulation) -> str:
     if accumulation.optimizer_updates is None:
         return ""
     text = f"{accumulation.optimizer_updates} optimizer updates"
+    if accumulation.skipped_updates:  # GradScaler found inf/NaN gradients: no accumulation
+        text += (f"; {accumulation.skipped_updates} skipped update"
+                 f"{'' if accumulation.skipped_updates == 1 else 's'} (GradScaler found inf/NaN gradients)")
     if accumulation.micro_steps and accumulation.steps_per_update:
         text += (
             f"; gradient accumulation: {accumulation.steps_per_update:.1f} traced steps per update "

@@ -108,6 +108,10 @@ class StepRow(list):  # type: ignore[type-arg]
                        "``inferred``.")
     between_ns = _slot(20, "Appended: CPU time from the end of this rank's previous step to this step's "
                            "start, less time in ``outside_step`` blocks; None on the first step.")
+    input_wait_in_step_ns = _slot(21, "Appended: CPU time in batch fetches inside the block (gradient "
+                                      "accumulation's later micro-batches); 0 (or None) when there was none.")
+    skipped_updates = _slot(22, "Appended: updates a ``GradScaler.step`` skipped in the step (inf/NaN "
+                                "gradients: ``optimizer.step()`` not called).")
 
     @classmethod
     def of(
@@ -118,7 +122,8 @@ class StepRow(list):  # type: ignore[type-arg]
         device_total_bytes: int | None = None, exception_type: str | None = None,
         phases: list[PhaseRow] | None = None, collectives: list[CollectiveRow] | None = None,
         samples: int | None = None, tokens: int | None = None, loader: list[Any] | None = None,
-        source: str | None = None, between_ns: int | None = None,
+        source: str | None = None, between_ns: int | None = None, input_wait_in_step_ns: int | None = None,
+        skipped_updates: int = 0,
     ) -> StepRow:
         """A row built by name; slots not given are "not measured" (None, 0, empty).
 
@@ -132,6 +137,7 @@ class StepRow(list):  # type: ignore[type-arg]
             prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
             device_total_bytes, exception_type, [] if phases is None else phases,
             [] if collectives is None else collectives, samples, tokens, loader, source, between_ns,
+            input_wait_in_step_ns, skipped_updates,
         ))
 
     @classmethod
@@ -144,13 +150,13 @@ class StepRow(list):  # type: ignore[type-arg]
         return cls((*known, *APPENDED_DEFAULTS[len(known) - FIRST_LAYOUT_FIELDS:]))
 
 
-ROW_FIELDS = 21
+ROW_FIELDS = 23
 """Slots in a row of this version."""
 FIRST_LAYOUT_FIELDS = 15
 """Slots in the first layout (up to ``phases``); every later slot was appended."""
-APPENDED_DEFAULTS: tuple[Any, ...] = ((), None, None, None, None, None)
-"""Values of the appended slots (collectives, samples, tokens, loader, source, between_ns) a shorter
-row lacks."""
+APPENDED_DEFAULTS: tuple[Any, ...] = ((), None, None, None, None, None, None, 0)
+"""Values of the appended slots (collectives, samples, tokens, loader, source, between_ns,
+input_wait_in_step_ns, skipped_updates) a shorter row lacks."""
 
 
 def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
@@ -166,7 +172,11 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
     (step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
      prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
      device_total_bytes, exception_type, phase_rows, collective_rows, samples, tokens, loader, source,
-     between_ns) = values
+     between_ns, in_step_wait_ns, skipped_updates) = values
+    if isinstance(in_step_wait_ns, int) and in_step_wait_ns > 0:  # the step's input wait holds it too
+        input_wait_ns = (input_wait_ns or 0) + in_step_wait_ns
+    else:
+        in_step_wait_ns = None
     if phase_rows and None in [row[1] if len(row) > 1 else 0 for row in phase_rows]:
         _number_unnumbered(phase_rows)  # as the training thread sends them: calls in order, unnumbered
     phases = tuple([
@@ -187,7 +197,8 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
         peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type, samples, tokens,
         LoaderSettings(*loader[:6]) if loader else None, collectives,
         source if isinstance(source, str) else None,
-        between_ns if isinstance(between_ns, int) and between_ns >= 0 else None,
+        between_ns if isinstance(between_ns, int) and between_ns >= 0 else None, in_step_wait_ns,
+        skipped_updates if isinstance(skipped_updates, int) and skipped_updates > 0 else 0,
     )
 
 

@@ -1,0 +1,73 @@
+"""Training with a fast loader, and every 20 steps an unmarked validation pass (model.eval(),
+torch.no_grad(), a slow validation DataLoader) between steps, not inside ``outside_step``.
+
+``--explicit`` traces each step with ``trace_step(model)``; without it the loop is traced zero-code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class SlowValidation(Dataset):
+    """Each sample takes 4 ms to load (a decode from disk, say)."""
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.004)
+        return torch.randn(256), torch.randn(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--explicit", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    if args.explicit:
+        import traceml_otel as traceml
+
+        traceml.init()
+    train = DataLoader(TensorDataset(torch.randn(args.steps * 32, 256), torch.randn(args.steps * 32, 1)),
+                       batch_size=32)
+    validation = DataLoader(SlowValidation(), batch_size=8)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for i, (x, y) in enumerate(train):
+        if args.explicit:
+            with traceml.trace_step(model):
+                step(model, optimizer, x, y)
+        else:
+            step(model, optimizer, x, y)
+        if i % 20 == 19:
+            validate(model, validation)
+
+
+def step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    loss = nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def validate(model: nn.Module, loader: DataLoader) -> float:
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            total += float(nn.functional.mse_loss(model(x), y))
+    model.train()
+    return total
+
+
+if __name__ == "__main__":
+    main()
