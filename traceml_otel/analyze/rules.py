@@ -156,7 +156,7 @@ def diagnose_step_time(
             compute = _abstention("compute", ranks, ("between_steps",))
         ranks = traced_basis(ranks)
     outcomes = [
-        _rank_rule(ranks, parallelism),
+        rank_rule(ranks, parallelism),
         between if between is not None else
         share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
@@ -177,7 +177,7 @@ def diagnose_step_time(
     return StepDiagnosis(primary, tuple(issues), tuple(abstentions), caps)
 
 
-def _rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+def rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
     """Independent processes are compared; ranks that may synchronize are checked for a straggler."""
     if parallelism == "independent":
         return independent_ranks_rule(ranks)
