@@ -13,7 +13,7 @@ from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.recurrence import recurrence
-from traceml_otel.analyze.rules import diagnose_step_time, rank_rule
+from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.analyze.segments import reference_window, segment_window
 from traceml_otel.analyze.stalls import find_stalls, without_stalls
@@ -79,7 +79,7 @@ def analyze_run(
     reference = reference_window(window, segments)
     step = diagnose(reference) if reference is not window else diagnose_step_time(
         ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts, extra_caps=caps)
-    repeated = recurrence(window, metrics_of, lambda found: rank_rule(found, parallelism))
+    repeated = recurrence(window, metrics_of, lambda found: straggler_of(found, parallelism))
     step = with_recurrence(step, repeated)
     run_seconds = (
         window_seconds

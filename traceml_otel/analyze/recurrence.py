@@ -2,9 +2,10 @@
 
 The analysed window (stalled steps left out) is cut into fixed windows of :data:`WINDOW_STEPS` aligned
 steps (100; a shorter run into :data:`MIN_WINDOWS` equal windows of at least :data:`MIN_WINDOW_STEPS`
-steps, a longer one into at most :data:`MAX_WINDOWS`). The rank-straggler rule (measured waits or
-backward times, the same rule and thresholds as the whole run) runs on each window's steps and names
-its culprit, or none. Then, over the W windows:
+steps, a longer one into at most :data:`MAX_WINDOWS`). In each window the spike steps are left out (a
+step whose slowest rank took more than the window's median by :data:`SPIKE_MADS` scaled MADs: one
+rank's hiccup is not a slow window), then the rank-straggler rule (measured waits or backward times,
+the same rule and thresholds as the whole run) names its culprit, or none. Then, over the W windows:
 
 - **chronic**: one rank is the culprit in at least :data:`CHRONIC_SHARE` (two thirds) of the windows;
 - **transient**: culprits in at most :data:`TRANSIENT_SHARE` (a third) of the windows, or a single rank
@@ -14,6 +15,7 @@ its culprit, or none. Then, over the W windows:
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,9 +24,10 @@ from traceml_otel.analyze.findings import Finding, RankMetrics
 from traceml_otel.analyze.window import StepWindow
 
 WINDOW_STEPS = 100
-MIN_WINDOWS = 5
+MIN_WINDOWS = 10
 MIN_WINDOW_STEPS = 10
 MAX_WINDOWS = 200
+SPIKE_MADS = 3.0
 CHRONIC_SHARE = 2 / 3
 TRANSIENT_SHARE = 1 / 3
 
@@ -57,6 +60,21 @@ class StragglerRecurrence:
     """(rank, windows it was the culprit in), most first."""
     text: str
     advice: str
+
+
+def _without_spikes(window: StepWindow) -> StepWindow:
+    """``window`` less its spike steps (see the module docstring); at least half its steps stay."""
+    slowest = [max((s.input_wait_cpu or 0.0) + (s.traced_cpu or 0.0) for s in column)
+               for column in zip(*window.per_rank, strict=True)]
+    if len(slowest) < 4:
+        return window
+    middle = statistics.median(slowest)
+    limit = middle + SPIKE_MADS * 1.4826 * statistics.median(abs(v - middle) for v in slowest)
+    keep = [i for i, v in enumerate(slowest) if v <= limit]
+    if len(keep) == len(slowest) or len(keep) < len(slowest) // 2:
+        return window
+    return StepWindow(window.ranks, tuple(window.step_numbers[i] for i in keep),
+                      tuple(tuple(steps[i] for i in keep) for steps in window.per_rank))
 
 
 def window_size(steps: int) -> int:
@@ -99,7 +117,8 @@ def recurrence(
         b = min(n, a + size)
         if b - a < size // 2 and culprits:  # a short tail joins the previous window's count as nothing new
             break
-        sub = StepWindow(window.ranks, window.step_numbers[a:b], tuple(s[a:b] for s in window.per_rank))
+        sub = _without_spikes(StepWindow(window.ranks, window.step_numbers[a:b],
+                                         tuple(s[a:b] for s in window.per_rank)))
         found = rule(metrics(sub))
         culprit = None
         if isinstance(found, Finding) and str(found.kind).endswith("STRAGGLER"):

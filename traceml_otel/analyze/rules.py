@@ -177,6 +177,11 @@ def diagnose_step_time(
     return StepDiagnosis(primary, tuple(issues), tuple(abstentions), caps)
 
 
+def straggler_of(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+    """The rank rule as :func:`diagnose_step_time` runs it (on the traced time when no fetch was timed)."""
+    return rank_rule(traced_basis(ranks) if input_unmeasured(ranks) else ranks, parallelism)
+
+
 def rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
     """Independent processes are compared; ranks that may synchronize are checked for a straggler."""
     if parallelism == "independent":

@@ -7,7 +7,7 @@ noise, so a steady run gives one segment whatever its noise:
 
 - each signal is reduced to at most :data:`MAX_POINTS` block medians (long runs), then passed through a
   5-point running median (a burst of one or two slow steps is a spike, never a segment), and a
-  segment holds at least 1/30 of the points;
+  segment holds at least 1/20 of the points;
 - its noise is the robust standard deviation of the differences between points (``1.4826 * MAD(diff) /
   sqrt(2)``, which level shifts hardly inflate), at lag 1 and at a lag of 2 % of the points (so a loaded
   machine's slow wander counts as noise), the larger of the two; the signal is divided by it;
@@ -18,7 +18,8 @@ noise, so a steady run gives one segment whatever its noise:
   least apart first), so a cut only stays where a user would see a different run.
 
 Each segment is diagnosed with the step-time rules on its own steps. The segment holding most of the
-training time is the reference (``steady``); the run's primary verdict is its verdict. The others are
+training time is the reference (``steady``; segments at the same level, under the thresholds above apart,
+count their time together, then the largest of them); the run's primary verdict is its verdict. The others are
 labelled ``warm-up`` (the first segment, slower), ``slow period`` or ``fast period`` (by their typical
 step time against the reference), or ``phase mix changed`` (same speed, other shares).
 """
@@ -44,7 +45,7 @@ PENALTY_PER_SIGNAL = 4.0
 """Penalty per change point, per signal, in units of ``log(points)`` (noise-scaled signals)."""
 MIN_SEGMENT = 3
 """Points a segment holds at least (blocks of a long run) ..."""
-MIN_SEGMENT_SHARE = 1 / 30
+MIN_SEGMENT_SHARE = 1 / 20
 """... and at least this share of the points (a burst of slow steps is not a period)."""
 NOISE_LAG = 0.02
 """The second lag of the noise estimate, as a share of the points (8 steps of 400)."""
@@ -230,7 +231,10 @@ def segment_window(
     edges = [0, *cuts, n]
     parts = list(pairwise(edges))
     seconds = [sum(series[a:b]) for a, b in parts]
-    reference = max(range(len(parts)), key=seconds.__getitem__)
+    levels = [(statistics.median(series[a:b]), _mean(inputs[a:b]), _mean(residuals[a:b])) for a, b in parts]
+    alike = [sum(t for t, other in zip(seconds, levels, strict=True) if _differ(level, other) < 1.0)
+             for level in levels]  # segments at the same level hold their training time together
+    reference = max(range(len(parts)), key=lambda i: (alike[i], seconds[i]))
     ref_level = statistics.median(series[parts[reference][0]:parts[reference][1]])
     ref_shares = (_mean(inputs[slice(*parts[reference])]), _mean(residuals[slice(*parts[reference])]))
     out = []
