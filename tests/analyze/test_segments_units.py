@@ -7,6 +7,7 @@ import random
 import pytest
 
 from traceml_otel.analyze.diagnose import analyze_run
+from traceml_otel.analyze.events import stalled_advice
 from traceml_otel.analyze.kinds import RunKind
 from traceml_otel.analyze.recurrence import CHRONIC, NONE, ROTATING, TRANSIENT, classify, window_size
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming
@@ -114,8 +115,9 @@ def test_a_stall_is_an_event_never_a_straggler_and_is_billed_to_stalled() -> Non
         assert rank.seconds("stalled") == pytest.approx(25.0, abs=1.0)
         productive = sum(v for k, v in rank.categories if k.startswith("step.") and k != "step.input_wait")
         assert productive < 2.0
-    text = " ".join(f.advice for f in account.findings)
-    assert "STALL" in text  # and the STALL finding it points at exists
+    (pointer,) = [f.advice for f in stalled_advice(account, analysis.run_findings).findings
+                  if f.category == "stalled"]
+    assert "see the STALL finding" in pointer and "HANG" not in pointer  # only findings that exist
 
 
 def test_steps_without_a_stall_have_no_event() -> None:
@@ -147,3 +149,11 @@ def test_recurrence_in_the_straggler_finding(plan: dict[int, float], pattern: st
     for finding in stragglers:
         assert {e.name: e.value for e in finding.evidence}["recurrence"] == pattern
     assert report_json(analysis)["straggler_recurrence"]["pattern"] == pattern
+
+
+def test_ranks_waiting_for_a_peers_outside_step_block_are_no_stall() -> None:
+    steps = _steps([0.01] * 60, noise=0.05, spikes=0.0, stall=(1, 30, 8.0))
+    # rank 1's 8 s were an outside_step block (a checkpoint): not in its step, so only rank 0's wait shows
+    steps = [s._replace(traced_cpu=s.traced_cpu - 8.0) if s.rank == 1 and s.step == 30 else s for s in steps]
+    analysis = _analyze(steps)
+    assert analysis.stalls.events == ()

@@ -11,6 +11,7 @@ from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
 from traceml_otel.analyze.recurrence import StragglerRecurrence
 from traceml_otel.analyze.segments import STEADY, WARM_UP, SegmentAnalysis
 from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
+from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
 
 MAX_STALL_FINDINGS = 5
 """Stall events shown as findings (the longest); the rest are counted in the last one's text."""
@@ -68,6 +69,21 @@ def stall_findings(stalls: StallAnalysis) -> tuple[Finding, ...]:
     if found and more > 0:
         found[-1] = replace(found[-1], why=found[-1].why + f" ({more} more stall events not shown.)")
     return tuple(found)
+
+
+def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding]) -> TimeAccount | None:
+    """``account`` whose ``stalled`` advice names only the stall findings the report holds."""
+    if account is None:
+        return None
+    kinds = [kind for kind in (RunKind.HANG, RunKind.STALL) if any(f.kind == kind for f in findings)]
+    if kinds:
+        names = " and ".join(str(k) for k in kinds)
+        advice = (f"ranks made no progress: see the {names} finding{'s' if len(kinds) > 1 else ''} for when, "
+                  "which rank and where")
+    else:
+        advice = "ranks made no progress: the ranks' rank-R.hang.json records say where they stopped"
+    return replace(account, findings=tuple(replace(f, advice=advice) if f.category == STALLED else f
+                                           for f in account.findings))
 
 
 def with_recurrence(step: StepDiagnosis, found: StragglerRecurrence | None) -> StepDiagnosis:

@@ -130,6 +130,9 @@ def _with_time_accounting(
                            launcher.end_time if launcher else None, stalls=_stall_intervals(analysis))
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
+    from traceml_otel.analyze.events import stalled_advice
+
+    account = stalled_advice(account, analysis.run_findings)
     return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
 
 

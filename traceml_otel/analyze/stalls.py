@@ -9,7 +9,9 @@ first :data:`SKIP_STEPS` steps (start-up, compilation) are never candidates.
 
 Candidates of several ranks that overlap in time are one event. In synchronous training one stuck rank
 makes the others wait inside their collectives: a rank whose excess is mostly backward or exposed
-collective time waited; the others are the culprits (if every rank only waited, all are named).
+collective time waited; the others are the culprits. When every rank in it only waited, their peer was
+busy elsewhere (in an ``outside_step`` block such as a checkpoint, which is never a stall): no event,
+unless a hang watchdog declared it.
 
 The event is a ``HANG`` when a rank's hang watchdog declared a stall overlapping it (its ``rank-R.hang.json``,
 resolved or not), and then carries the culprit's ``file:line``; otherwise a ``STALL``. Hang records that
@@ -184,6 +186,7 @@ def find_stalls(window: StepWindow, records: Sequence[HangRecord] = ()) -> Stall
         else:
             groups.append([cand])
     events = [_event(g, records) for g in groups]
+    events = [e for e in events if e.kind == HANG or not all(p.waited for p in e.parts)]
     events += _record_only(records, events)
     events.sort(key=lambda e: -e.seconds)
     kept = tuple(sorted(events[:MAX_EVENTS], key=lambda e: e.start))
