@@ -12,6 +12,7 @@ from traceml_otel.analyze.kinds import RunKind
 from traceml_otel.analyze.recurrence import CHRONIC, NONE, ROTATING, TRANSIENT, classify, window_size
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming
 from traceml_otel.analyze.time_accounting import account_time
+from traceml_otel.report.html import render_html
 from traceml_otel.report.json_report import report_json
 from traceml_otel.report.text import render_text
 
@@ -73,6 +74,7 @@ def test_compile_steady_then_forty_percent_slower_is_three_segments_verdict_of_t
         document = report_json(analysis)
         assert [s["label"] for s in document["segments"]["segments"]] == ["warm-up", "steady", "slow period"]
         assert "Segments" in render_text(analysis) and "slow period" in render_text(analysis)
+        assert "Segments and events" in render_html(analysis)
 
 
 def _wander(n: int, phi: float, sigma: float, seed: int) -> list[float]:
