@@ -13,6 +13,7 @@ from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
+from traceml_otel.analyze.stalls import HANG
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest, ManifestRead, read_manifest
@@ -127,7 +128,8 @@ def _with_time_accounting(
     hangs = [h for h in hangs if not h.run_id or h.run_id == run_id]
     launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
     account = account_time(steps, records, hangs, launcher.start_time if launcher else None,
-                           launcher.end_time if launcher else None, stalls=_stall_intervals(analysis))
+                           launcher.end_time if launcher else None,
+                           stalls=_stall_intervals(analysis, {h.rank for h in hangs}))
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
     from traceml_otel.analyze.events import stalled_advice
@@ -146,11 +148,15 @@ def _run_hangs(run_dir: Path | None, run_id: str) -> list[HangRecord]:
     return [h for h in records if not h.run_id or not run_id or h.run_id == run_id]
 
 
-def _stall_intervals(analysis: RunAnalysis) -> dict[int, list[tuple[float, float]]]:
-    """Per rank, the intervals the stall events say it made no progress (billed to ``stalled``)."""
+def _stall_intervals(analysis: RunAnalysis, recorded: set[int]) -> dict[int, list[tuple[float, float]]]:
+    """Per rank, the intervals the stall events say it made no progress (billed to ``stalled``); a
+    ``HANG`` event's rank with a hang record is billed from the record (the watchdog saw the stall's
+    ends, the steps only its step)."""
     out: dict[int, list[tuple[float, float]]] = {}
     for event in analysis.stalls.events:
         for part in event.parts:
+            if event.kind == HANG and part.rank in recorded:
+                continue
             out.setdefault(part.rank, []).append((part.start, part.start + part.seconds))
     return out
 
