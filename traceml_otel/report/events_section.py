@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 from html import escape
 
@@ -27,6 +28,18 @@ def segment_rows(analysis: RunAnalysis) -> list[tuple[str, ...]]:
         rows.append((mark, f"{s.first_step}-{s.last_step}", span, seconds(s.typical_s),
                      signed_percent(s.change, 0), s.label, s.verdict))
     return rows
+
+
+def verdict_scope(analysis: RunAnalysis) -> str:
+    """``steps 15-199, the steady segment with 61 % of the training time (see Segments)``, or empty."""
+    found = analysis.segments
+    if found is None or len(found.segments) < 2:
+        return ""
+    ref = found.segments[found.reference]
+    total = sum(s.seconds for s in found.segments)
+    share = f" with {ref.seconds / total:.0%} of the training time" if total > 0 else ""
+    return (f"the verdict of steps {ref.first_step}-{ref.last_step}, the {ref.label} segment{share} (see "
+            "Segments); the table below averages the whole window")
 
 
 def drift_segment(drift: DriftAnalysis) -> str:
@@ -62,7 +75,8 @@ def events_text(analysis: RunAnalysis) -> list[str]:
                          + ("" if e.resolved else "  (never resolved)"))
     rec = analysis.straggler_recurrence
     if rec is not None and rec.pattern != "none":
-        lines.append(f"Straggler  {rec.text}. {rec.advice}")
+        wrapped = textwrap.wrap(f"{rec.text}. {rec.advice}", 89) or [""]
+        lines += [f"Straggler  {wrapped[0]}", *(f"{'':11}{line}" for line in wrapped[1:])]
     return lines
 
 

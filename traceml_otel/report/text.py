@@ -7,7 +7,7 @@ import textwrap
 from traceml_otel.analyze.findings import MemoryAnalysis, RunAnalysis
 from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
-from traceml_otel.report.events_section import drift_segment, events_text
+from traceml_otel.report.events_section import drift_segment, events_text, verdict_scope
 from traceml_otel.report.time_section import time_text
 from traceml_otel.report.units import (
     PHASE_LABELS,
@@ -70,6 +70,9 @@ def _card(analysis: RunAnalysis) -> list[str]:
     primary = analysis.step.primary
     lines = _run_findings(analysis)
     lines += _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
+    scope = verdict_scope(analysis)
+    if scope:
+        lines += _field("Scope", scope)
     lines += _field("Why", primary.why)
     lines += _field("Next", primary.next)
     for other in analysis.step.issues[1:]:
