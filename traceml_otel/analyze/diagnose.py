@@ -71,9 +71,14 @@ def analyze_run(
 
     caps = confidence_caps(export_stats)
 
-    def diagnose(sub: StepWindow) -> StepDiagnosis:
-        return diagnose_step_time(metrics_of(sub), clock, parallelism, source=loaded.source,
-                                  hosts=loaded.hosts, extra_caps=caps)
+    done: dict[tuple[int, int], StepDiagnosis] = {}
+
+    def diagnose(sub: StepWindow) -> StepDiagnosis:  # a segment's, then the reference's again: once
+        key = (sub.step_numbers[0] if sub.step_numbers else -1, sub.steps)
+        if key not in done:
+            done[key] = diagnose_step_time(metrics_of(sub), clock, parallelism, source=loaded.source,
+                                           hosts=loaded.hosts, extra_caps=caps)
+        return done[key]
 
     segments = segment_window(window, median_series(window_seconds), clock, diagnose)
     reference = reference_window(window, segments)

@@ -57,6 +57,8 @@ SHARE_CHANGE = 0.10
 """... unless their input-wait or residual shares differ by at least this much."""
 SHARE_RANKS = 16
 """Ranks (evenly spaced) whose per-step shares are read; the step time reads every rank."""
+SHARE_STEPS = 20_000
+"""Steps whose shares are read at most (every k-th step of a longer run; the others repeat the last)."""
 MAX_SEGMENTS = 12
 """Segments reported at most (the cuts with the largest changes are kept)."""
 
@@ -157,7 +159,12 @@ def _shares(window: StepWindow, clock: Clock) -> tuple[list[float | None], list[
     picked = sorted({round(i * (count - 1) / max(1, SHARE_RANKS - 1)) for i in range(wanted)})
     inputs: list[float | None] = []
     residuals: list[float | None] = []
+    stride = max(1, -(-window.steps // SHARE_STEPS))
     for index in range(window.steps):
+        if index % stride:
+            inputs.append(inputs[-1])
+            residuals.append(residuals[-1])
+            continue
         found_in, found_res = [], []
         for r in picked:
             v = step_values(window.per_rank[r][index], clock)
