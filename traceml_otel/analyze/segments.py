@@ -37,8 +37,8 @@ from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.measures import step_values
 from traceml_otel.analyze.window import StepWindow
 
-MIN_STEPS = 30
-"""Fewer aligned steps than this: one segment, no change-point search."""
+MIN_STEPS = 50
+"""Fewer aligned steps than this: one segment, no change-point search (drift's minimum too)."""
 MAX_POINTS = 400
 """Block medians the search sees at most (a longer run is reduced first)."""
 PENALTY_PER_SIGNAL = 4.0
