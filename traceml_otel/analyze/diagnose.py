@@ -7,14 +7,19 @@ from collections.abc import Sequence
 
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
+from traceml_otel.analyze.events import median_series, stall_findings, with_recurrence, with_segment
 from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
-from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo
+from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo, StepDiagnosis
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
-from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.recurrence import recurrence
+from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
+from traceml_otel.analyze.segments import reference_window, segment_window
+from traceml_otel.analyze.stalls import find_stalls, without_stalls
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
+    StepWindow,
     aligned_window,
     group_by_rank,
     select_clock,
@@ -23,14 +28,17 @@ from traceml_otel.analyze.window import (
 )
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
 
 
 def analyze_run(
     loaded: LoadedRun, spec: WindowSpec | None = None, manifest: Manifest | None = None,
-    export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
+    export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (), hangs: Sequence[HangRecord] = (),
 ) -> RunAnalysis:
     """Diagnose ``loaded`` over the window ``spec`` (default: the whole run).
+
+    ``hangs``: the ranks' hang records (run directory), which turn a stall into a ``HANG`` event with a place.
 
     ``export_stats``: the emitters' records from the run directory (none for a backend source);
     ``notes``: problems reading the run directory's records, shown with the input warnings.
@@ -41,6 +49,8 @@ def analyze_run(
     by_rank = group_by_rank(loaded.steps)
     run = aligned_window(by_rank)
     window, window_info = select_window(run, spec)
+    stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
+    window = without_stalls(window, stalls)  # stalls are events, never part of a per-step mean
     clock = select_clock(window)
     parallelism = window_parallelism(window)
 
@@ -53,6 +63,29 @@ def analyze_run(
         window.steps,
     )
     window_seconds = [seconds for _, seconds in measured]
+
+    def metrics_of(sub: StepWindow) -> tuple[RankMetrics, ...]:
+        found = tuple(rank_metrics(rank, steps, clock)[0]
+                      for rank, steps in zip(sub.ranks, sub.per_rank, strict=True))
+        return with_split(found, split_communication(sub.ranks, sub.per_rank, clock), sub.steps)
+
+    caps = confidence_caps(export_stats)
+
+    done: dict[tuple[int, int], StepDiagnosis] = {}
+
+    def diagnose(sub: StepWindow) -> StepDiagnosis:  # a segment's, then the reference's again: once
+        key = (sub.step_numbers[0] if sub.step_numbers else -1, sub.steps)
+        if key not in done:
+            done[key] = diagnose_step_time(metrics_of(sub), clock, parallelism, source=loaded.source,
+                                           hosts=loaded.hosts, extra_caps=caps)
+        return done[key]
+
+    segments = segment_window(window, median_series(window_seconds), clock, diagnose)
+    reference = reference_window(window, segments)
+    step = diagnose(reference) if reference is not window else diagnose_step_time(
+        ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts, extra_caps=caps)
+    repeated = recurrence(window, metrics_of, lambda found: straggler_of(found, parallelism))
+    step = with_recurrence(step, repeated)
     run_seconds = (
         window_seconds
         if window is run
@@ -75,10 +108,9 @@ def analyze_run(
         clock=clock,
         ranks=ranks,
         summaries=tuple(summarize(ranks, name) for name in COMPONENTS),
-        step=diagnose_step_time(ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts,
-                                extra_caps=confidence_caps(export_stats)),
+        step=step,
         memory=diagnose_memory(window),
-        drift=detect_drift(steps, series),
+        drift=with_segment(detect_drift(steps, series), segments),
         worst_steps=worst_steps(window, window_seconds, clock),
         series=charts,
         accumulation=_accumulation(ranks),
@@ -86,10 +118,13 @@ def analyze_run(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
             steps=loaded.steps,
-        ),
+        ) + stall_findings(stalls),
         throughput=throughput(ranks),
         hosts=loaded.hosts,
         noise=noise,
+        segments=segments,
+        stalls=stalls,
+        straggler_recurrence=repeated,
     )
 
 

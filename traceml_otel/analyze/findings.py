@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING
 from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
 from traceml_otel.analyze.mfu import MfuAnalysis
 from traceml_otel.analyze.run_model import RankHost
+from traceml_otel.analyze.stalls import NO_STALLS, StallAnalysis
 from traceml_otel.analyze.time_accounting import TimeAccount
 
 if TYPE_CHECKING:
     from traceml_otel.analyze.compare_noise import RunNoise
+    from traceml_otel.analyze.recurrence import StragglerRecurrence
+    from traceml_otel.analyze.segments import SegmentAnalysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,14 @@ class DriftAnalysis:
     since_step: int | None = None
     baseline_steps: tuple[int, int] | None = None
     recent_steps: tuple[int, int] | None = None
+    segment_steps: tuple[int, int] | None = None
+    """Which segment changed: the last segment whose level differs from the reference's (step range)."""
+    segment_start_unix: float | None = None
+    """When that segment began (Unix seconds)."""
+    segment_change: float | None = None
+    """By how much: its typical step time against the reference segment's."""
+    reference_steps: tuple[int, int] | None = None
+    """The reference (steady) segment's step range."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +327,12 @@ class RunAnalysis:
     """Model FLOPs utilisation, when the program declared or measured its FLOPs."""
     noise: RunNoise | None = None
     """The run's own variability (block means of its steady steps) and CPU wait, for ``compare``."""
+    segments: SegmentAnalysis | None = None
+    """Where the step time or the phase mix changed, each part with its own verdict (``segments.py``)."""
+    stalls: StallAnalysis = NO_STALLS
+    """Stall and hang events (``stalls.py``); their steps are left out of the per-step means."""
+    straggler_recurrence: StragglerRecurrence | None = None
+    """Each window's straggler and the pattern they make (``recurrence.py``)."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

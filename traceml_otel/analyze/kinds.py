@@ -89,4 +89,6 @@ class RunKind(StrEnum):
     RUN_FAILED = "RUN_FAILED"
     RUN_INTERRUPTED = "RUN_INTERRUPTED"
     HANG = "HANG"
+    STALL = "STALL"
+    """A rank made no progress for far longer than its typical step, then went on (``stalls.py``)."""
     TELEMETRY_DEGRADED = "TELEMETRY_DEGRADED"

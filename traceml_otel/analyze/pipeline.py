@@ -13,7 +13,9 @@ from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
+from traceml_otel.analyze.stalls import HANG
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
+from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest, ManifestRead, read_manifest
 
 
@@ -93,7 +95,8 @@ def analyze_path(
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
     with paused_gc():
         loaded = source.load()
-        analysis = analyze_run(loaded, window, manifest, exports.stats, notes)
+        hangs = _run_hangs(run_dir, loaded.run_id)
+        analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs)
     analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
     return _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
 
@@ -135,10 +138,37 @@ def _with_time_accounting(
     hangs = [h for h in hangs if not h.run_id or h.run_id == run_id]
     launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
     account = account_time(steps, records, hangs, launcher.start_time if launcher else None,
-                           launcher.end_time if launcher else None)
+                           launcher.end_time if launcher else None,
+                           stalls=_stall_intervals(analysis, {h.rank for h in hangs}))
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
+    from traceml_otel.analyze.events import stalled_advice
+
+    account = stalled_advice(account, analysis.run_findings)
     return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
+
+
+def _run_hangs(run_dir: Path | None, run_id: str) -> list[HangRecord]:
+    """The run folder's hang records of ``run_id`` (none outside a run folder)."""
+    if run_dir is None:
+        return []
+    from traceml_otel.analyze.hang import read_hang_records
+
+    records, _ = read_hang_records(run_dir)
+    return [h for h in records if not h.run_id or not run_id or h.run_id == run_id]
+
+
+def _stall_intervals(analysis: RunAnalysis, recorded: set[int]) -> dict[int, list[tuple[float, float]]]:
+    """Per rank, the intervals the stall events say it made no progress (billed to ``stalled``); a
+    ``HANG`` event's rank with a hang record is billed from the record (the watchdog saw the stall's
+    ends, the steps only its step)."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    for event in analysis.stalls.events:
+        for part in event.parts:
+            if event.kind == HANG and part.rank in recorded:
+                continue
+            out.setdefault(part.rank, []).append((part.start, part.start + part.seconds))
+    return out
 
 
 def _with_hang_records(analysis: RunAnalysis, run_dir: Path | None, manifest: Manifest | None) -> RunAnalysis:

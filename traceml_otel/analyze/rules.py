@@ -162,7 +162,7 @@ def diagnose_step_time(
             compute = _abstention("compute", ranks, ("between_steps",))
         ranks = traced_basis(ranks)
     outcomes = [
-        _rank_rule(ranks, parallelism),
+        rank_rule(ranks, parallelism),
         between if between is not None else
         share_rule(StepKind.INPUT_BOUND, ranks, input_bound_advice(hosts, clock)),
         share_rule(StepKind.H2D_BOUND, ranks) if clock is Clock.GPU else None,
@@ -213,7 +213,12 @@ def _is_dominated(finding: Finding) -> bool:
     return any(e.name == _DOMINATED for e in finding.evidence)
 
 
-def _rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+def straggler_of(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
+    """The rank rule as :func:`diagnose_step_time` runs it (on the traced time when no fetch was timed)."""
+    return rank_rule(traced_basis(ranks) if input_unmeasured(ranks) else ranks, parallelism)
+
+
+def rank_rule(ranks: Sequence[RankMetrics], parallelism: str) -> Finding | Abstention | None:
     """Independent processes are compared; ranks that may synchronize are checked for a straggler."""
     if parallelism == "independent":
         return independent_ranks_rule(ranks)

@@ -290,7 +290,7 @@ def _place_left_out(
 
 def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
-    launched_at: float | None, manifest_end: float | None,
+    launched_at: float | None, manifest_end: float | None, stall_events: Sequence[tuple[float, float]] = (),
 ) -> tuple[RankTime, list[str]]:
     """One rank's account (see the module docstring) and notes about what it had to assume.
 
@@ -325,7 +325,8 @@ def account_rank(
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
     middle = max(0.0, sum(o.seconds for o in outside) - before - after)
-    stalls = _merged(_stall_intervals(hang, end, builder.spans), start, end) if hang is not None else []
+    found = _stall_intervals(hang, end, builder.spans) if hang is not None else []
+    stalls = _merged([*found, *stall_events], start, end)  # the analyzer's stall events too (stalls.py)
     parts = list(builder.parts)
     stalled = sum(b - a for a, b in stalls)
     stall_start = sum(_overlap(a, b, start, first) for a, b in stalls)
@@ -392,7 +393,8 @@ def _advice(category: str, seconds: float, exit_s: float = 0.0) -> tuple[str, st
                                       "wrap it in traceml.outside_step(kind) to name it, or move per-step "
                                       "logging and host syncs (.item(), printing) off the training loop")
     if category == STALLED:
-        return "stalled time", "ranks made no progress: see the HANG finding for where they stopped"
+        return "stalled time", ("ranks made no progress: see the STALL and HANG findings for when, which "
+                                "rank and where")
     if category == TELEMETRY:
         return "telemetry's own time", ("the final export and the metrics endpoint's linger "
                                         "(TRACEML_PROMETHEUS_LINGER_S; 0 turns it off): not your program's")
@@ -423,8 +425,11 @@ def _findings(
 def account_time(
     steps: Iterable[StepTiming], records: dict[int, TimeRecord], hangs: Iterable[object] = (),
     launched_at: float | None = None, manifest_end: float | None = None,
+    stalls: dict[int, list[tuple[float, float]]] | None = None,
 ) -> TimeAccount | None:
-    """The job's account: every rank that has steps or a time record; ``None`` when none has either."""
+    """The job's account: every rank that has steps or a time record; ``None`` when none has either.
+
+    ``stalls``: per rank, the intervals of the analyzer's stall events (billed to ``stalled``)."""
     by_rank: dict[int, list[StepTiming]] = defaultdict(list)
     for step in steps:
         by_rank[step.rank].append(step)
@@ -432,7 +437,8 @@ def account_time(
     ranks, notes = [], []
     for rank in sorted(set(by_rank) | set(records)):
         rank_time, rank_notes = account_rank(rank, by_rank.get(rank, ()), records.get(rank),
-                                             hang_by_rank.get(rank), launched_at, manifest_end)
+                                             hang_by_rank.get(rank), launched_at, manifest_end,
+                                             (stalls or {}).get(rank, ()))
         notes.extend(rank_notes)
         if rank_time.wall_s > 0:
             ranks.append(rank_time)

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from traceml_otel.analyze.compare_noise import noise_json
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
+from traceml_otel.report.events_section import events_json
 from traceml_otel.report.time_section import time_json
 from traceml_otel.report.units import trace_link
 
@@ -151,7 +152,12 @@ def report_json(
             "since_step": drift.since_step,
             "baseline_steps": list(drift.baseline_steps) if drift.baseline_steps else None,
             "recent_steps": list(drift.recent_steps) if drift.recent_steps else None,
+            "segment_steps": list(drift.segment_steps) if drift.segment_steps else None,
+            "segment_start_time": drift.segment_start_unix,
+            "segment_change": drift.segment_change,
+            "reference_steps": list(drift.reference_steps) if drift.reference_steps else None,
         },
+        **events_json(analysis),
         "worst_steps": [
             {
                 "step": w.step,

@@ -7,6 +7,7 @@ import textwrap
 from traceml_otel.analyze.findings import MemoryAnalysis, RunAnalysis
 from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
+from traceml_otel.report.events_section import drift_segment, events_text, verdict_scope
 from traceml_otel.report.time_section import time_text
 from traceml_otel.report.units import (
     PHASE_LABELS,
@@ -70,6 +71,9 @@ def _card(analysis: RunAnalysis) -> list[str]:
     primary = analysis.step.primary
     lines = _run_findings(analysis)
     lines += _field("Verdict", f"{kind_label(primary.kind)} [{primary.severity}] - {primary.title}")
+    scope = verdict_scope(analysis)
+    if scope:
+        lines += _field("Scope", scope)
     lines += _field("Why", primary.why)
     lines += _field("Next", primary.next)
     for other in analysis.step.issues[1:]:
@@ -114,7 +118,8 @@ def _updates(analysis: RunAnalysis) -> list[str]:
 
 
 def _drift(analysis: RunAnalysis) -> list[str]:
-    return _field("Drift", drift_sentence(analysis.drift))
+    segment = drift_segment(analysis.drift)
+    return _field("Drift", drift_sentence(analysis.drift) + (f"; {segment}" if segment else ""))
 
 
 def _worst(analysis: RunAnalysis, trace_url: str | None = None) -> list[str]:
@@ -160,7 +165,7 @@ def render_text(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
     if analysis.ranks:
         sections.append(_table(analysis) + _throughput(analysis))
     tail = _updates(analysis) + _drift(analysis) + _memory(analysis.memory) + _warnings(analysis)
-    sections += [_worst(analysis, trace_url), time_text(analysis), tail]
+    sections += [events_text(analysis), _worst(analysis, trace_url), time_text(analysis), tail]
     return "\n\n".join("\n".join(section) for section in sections if section) + "\n"
 
 

@@ -1,0 +1,161 @@
+"""Segments, stall events and straggler recurrence on synthetic step records (no processes)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from traceml_otel.analyze.diagnose import analyze_run
+from traceml_otel.analyze.events import stalled_advice
+from traceml_otel.analyze.kinds import RunKind
+from traceml_otel.analyze.recurrence import CHRONIC, NONE, ROTATING, TRANSIENT, classify, window_size
+from traceml_otel.analyze.run_model import LoadedRun, StepTiming
+from traceml_otel.analyze.time_accounting import account_time
+from traceml_otel.report.html import render_html
+from traceml_otel.report.json_report import report_json
+from traceml_otel.report.text import render_text
+
+T0 = 1.7e9
+
+
+def _steps(levels: list[float], ranks: int = 2, noise: float = 0.08, spikes: float = 0.02, seed: int = 0,
+           residual: list[float] | None = None, slow_rank: dict[int, float] | None = None,
+           stall: tuple[int, int, float] | None = None) -> list[StepTiming]:
+    """DDP-like steps: ``levels[n]`` seconds per step; ``residual[n]`` share outside the phases;
+    ``slow_rank[n]`` extra seconds on rank 1 (the others wait in backward); ``stall`` (rank, step, s)."""
+    rnd = random.Random(seed)
+    clock = [T0] * ranks
+    out = []
+    for n, level in enumerate(levels):
+        late = (slow_rank or {}).get(n, 0.0)
+        for r in range(ranks):
+            f = level * max(0.2, 1 + rnd.gauss(0, noise)) * (3 if rnd.random() < spikes else 1)
+            share = residual[n] if residual else 0.05
+            wait = 0.02 * level
+            own = f * (1 - share)
+            fw, bw, op = 0.4 * own, 0.5 * own, 0.1 * own
+            extra = 0.0
+            if late:
+                extra = late if r == 1 else 0.0
+                bw += late if r != 1 else 0.0
+            if stall and n == stall[1]:
+                extra += stall[2] if r == stall[0] else 0.0
+                bw += stall[2] if r != stall[0] else 0.0
+            traced = fw + bw + op + f * share + extra
+            start = int((clock[r] + wait) * 1e9)
+            out.append(StepTiming("run", r, n, start_unix_nano=start, traced_cpu=traced, input_wait_cpu=wait,
+                                  phase_calls=(1, 1, 1, 0), phase_cpu=(fw, bw, op, None), world_size=ranks,
+                                  parallelism="ddp", between_cpu=wait))
+            clock[r] += wait + traced
+    return out
+
+
+def _analyze(steps: list[StepTiming]):  # type: ignore[no-untyped-def]
+    return analyze_run(LoadedRun("run", tuple(steps), "test"))
+
+
+def test_compile_steady_then_forty_percent_slower_is_three_segments_verdict_of_the_steady_one() -> None:
+    n = 300
+    levels = [0.3] * 15 + [0.1] * 185 + [0.14] * 100
+    residual = [0.05] * 200 + [0.35] * 100  # the slow third spends its extra time outside the model
+    for seed in range(3):
+        analysis = _analyze(_steps(levels, residual=residual, seed=seed))
+        segments = analysis.segments.segments
+        assert [s.label for s in segments] == ["warm-up", "steady", "slow period"], segments
+        for seg, (first, last) in zip(segments, [(0, 14), (15, 199), (200, 299)], strict=True):
+            assert abs(seg.first_step - first) <= 0.05 * n and abs(seg.last_step - last) <= 0.05 * n
+        steady = segments[analysis.segments.reference]
+        assert steady.label == "steady" and steady.verdict == "COMPUTE_BOUND"
+        assert segments[2].verdict == "RESIDUAL_HEAVY" and segments[2].change == pytest.approx(0.4, abs=0.08)
+        assert str(analysis.step.primary.kind) == steady.verdict  # never the whole-run average
+        assert analysis.drift.segment_steps is not None and abs(analysis.drift.segment_steps[0] - 200) <= 15
+        assert analysis.drift.segment_change == pytest.approx(0.4, abs=0.08)
+        document = report_json(analysis)
+        assert [s["label"] for s in document["segments"]["segments"]] == ["warm-up", "steady", "slow period"]
+        assert "Segments" in render_text(analysis) and "slow period" in render_text(analysis)
+        assert "Segments and events" in render_html(analysis)
+
+
+def _wander(n: int, phi: float, sigma: float, seed: int) -> list[float]:
+    """A step time that wanders like a loaded machine's (AR(1) in its relative level)."""
+    rnd = random.Random(seed)
+    x, out = 0.0, []
+    for _ in range(n):
+        x = phi * x + rnd.gauss(0, sigma * (1 - phi * phi) ** 0.5)
+        out.append(0.1 * (1 + max(-0.5, x)))
+    return out
+
+
+@pytest.mark.parametrize("hog", [False, True])
+def test_steady_runs_with_noise_spikes_and_wander_give_one_segment(hog: bool) -> None:
+    spurious = []
+    for seed in range(12):
+        levels = _wander(400, 0.9 if hog else 0.5, 0.10, seed)
+        noise, spikes = (0.25, 0.04) if hog else (0.08, 0.02)
+        found = _analyze(_steps(levels, seed=seed, noise=noise, spikes=spikes)).segments.segments
+        if len(found) != 1:
+            spurious.append((seed, [(s.first_step, s.last_step, s.label) for s in found]))
+    assert not spurious
+
+
+def test_a_stall_is_an_event_never_a_straggler_and_is_billed_to_stalled() -> None:
+    steps = _steps([0.01] * 60, noise=0.05, spikes=0.0, stall=(1, 30, 25.0))
+    analysis = _analyze(steps)
+    (event,) = analysis.stalls.events
+    assert event.kind == "STALL" and event.ranks == (1,) and event.waiting == (0,) and event.step == 30
+    assert event.seconds == pytest.approx(25.0, abs=0.5)
+    assert not any(str(f.kind).endswith("STRAGGLER") for f in analysis.step.issues)
+    assert analysis.ranks[0].steps == 59  # step 30 left out of the means
+    (finding,) = [f for f in analysis.run_findings if f.kind == RunKind.STALL]
+    assert "rank 1" in finding.title
+    stalls = {}
+    for part in event.parts:
+        stalls.setdefault(part.rank, []).append((part.start, part.start + part.seconds))
+    account = account_time(steps, {}, (), stalls=stalls)
+    for rank in account.ranks:
+        assert rank.seconds("stalled") == pytest.approx(25.0, abs=1.0)
+        productive = sum(v for k, v in rank.categories if k.startswith("step.") and k != "step.input_wait")
+        assert productive < 2.0
+    (pointer,) = [f.advice for f in stalled_advice(account, analysis.run_findings).findings
+                  if f.category == "stalled"]
+    assert "see the STALL finding" in pointer and "HANG" not in pointer  # only findings that exist
+
+
+def test_steps_without_a_stall_have_no_event() -> None:
+    analysis = _analyze(_steps([0.01] * 80, noise=0.3, spikes=0.05))
+    assert analysis.stalls.events == ()
+
+
+@pytest.mark.parametrize(("culprits", "pattern"), [
+    ([1, 1, 1, 1, 1, 1], CHRONIC), ([1, 1, None, 1, 1, 0], CHRONIC),
+    ([0, 1, 0, 1, 0, 1], ROTATING), ([0, 1, 2, 3, 0, 1], ROTATING),
+    ([None, None, 1, None, None, None], TRANSIENT), ([None] * 6, NONE),
+])
+def test_recurrence_patterns(culprits: list[int | None], pattern: str) -> None:
+    assert classify(culprits) == pattern
+
+
+def test_window_size_is_fixed_at_one_hundred_steps_for_long_runs() -> None:
+    assert window_size(300) == 30 and window_size(1000) == 100 and window_size(10**6) == 5000
+
+
+@pytest.mark.parametrize(("plan", "pattern"), [
+    ({n: 0.02 for n in range(300)}, CHRONIC),
+    ({n: 0.02 for n in range(120, 180)}, TRANSIENT),
+])
+def test_recurrence_in_the_straggler_finding(plan: dict[int, float], pattern: str) -> None:
+    analysis = _analyze(_steps([0.01] * 300, noise=0.05, spikes=0.0, slow_rank=plan))
+    assert analysis.straggler_recurrence is not None and analysis.straggler_recurrence.pattern == pattern
+    stragglers = [f for f in analysis.step.issues if str(f.kind).endswith("STRAGGLER")]
+    for finding in stragglers:
+        assert {e.name: e.value for e in finding.evidence}["recurrence"] == pattern
+    assert report_json(analysis)["straggler_recurrence"]["pattern"] == pattern
+
+
+def test_ranks_waiting_for_a_peers_outside_step_block_are_no_stall() -> None:
+    steps = _steps([0.01] * 60, noise=0.05, spikes=0.0, stall=(1, 30, 8.0))
+    # rank 1's 8 s were an outside_step block (a checkpoint): not in its step, so only rank 0's wait shows
+    steps = [s._replace(traced_cpu=s.traced_cpu - 8.0) if s.rank == 1 and s.step == 30 else s for s in steps]
+    analysis = _analyze(steps)
+    assert analysis.stalls.events == ()

@@ -1,0 +1,122 @@
+"""What the events and segments add to the run's findings: stall findings, recurrence, drift by segment."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis
+from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
+from traceml_otel.analyze.recurrence import StragglerRecurrence
+from traceml_otel.analyze.segments import STEADY, WARM_UP, SegmentAnalysis
+from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
+from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
+
+MAX_STALL_FINDINGS = 5
+"""Stall events shown as findings (the longest); the rest are counted in the last one's text."""
+
+
+def median_series(per_rank: Sequence[Sequence[float | None]]) -> list[float]:
+    """Per aligned step the median over ranks of the known step times (a step none knows repeats the last)."""
+    out: list[float] = []
+    for column in zip(*per_rank, strict=True):
+        known = [v for v in column if v is not None]
+        out.append(statistics.median(known) if known else (out[-1] if out else 0.0))
+    return out
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    names = ", ".join(str(r) for r in ranks[:8]) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {names}"
+
+
+def stall_finding(event: StallEvent) -> Finding:
+    """The ``STALL`` (or resolved ``HANG``) finding of one event."""
+    where = f" at {event.location}" if event.location else ""
+    step = f" in step {event.step}" if event.step is not None else ""
+    who = _ranks(event.ranks)
+    title = f"{'Hang' if event.kind == HANG else 'Stall'}: {who} stopped {event.seconds:.1f} s{step}"
+    why = (f"{who.capitalize()} made no progress for {event.seconds:.1f} s{where}{step}, far longer than a "
+           "typical step, then went on")
+    why += f"; {_ranks(event.waiting)} waited for it." if event.waiting else "."
+    if event.kind == HANG:
+        why += " The hang watchdog declared it" + (" and saw it resolve." if event.resolved else ".")
+    evidence = [Evidence("stalled", round(event.seconds, 3), "s"),
+                Evidence("start", round(event.start, 3), "s"),
+                Evidence("culprit_rank", event.ranks[0] if event.ranks else None, "rank")]
+    if event.step is not None:
+        evidence.append(Evidence("step", event.step))
+    if event.location:
+        evidence.append(Evidence("location", event.location))
+    if event.waiting:
+        evidence.append(Evidence("waiting_ranks", str(list(event.waiting[:64]))))
+    return Finding(
+        kind=RunKind.HANG if event.kind == HANG else RunKind.STALL,
+        severity=Severity.WARNING, score=None, title=title, why=why,
+        next=("Look at what the culprit did there" + (f" ({event.location})" if event.location else "") +
+              ": a blocking read, a lock, a host sync or a slow file system; its steps are left out of the "
+              "per-step means and its time is billed to 'stalled'."),
+        evidence=tuple(evidence),
+    )
+
+
+def stall_findings(stalls: StallAnalysis) -> tuple[Finding, ...]:
+    """Findings of the resolved events, longest first (an unresolved hang is the HANG finding itself)."""
+    shown = sorted((e for e in stalls.events if e.resolved), key=lambda e: -e.seconds)
+    found = [stall_finding(e) for e in shown[:MAX_STALL_FINDINGS]]
+    more = len(shown) - MAX_STALL_FINDINGS + stalls.left_out
+    if found and more > 0:
+        found[-1] = replace(found[-1], why=found[-1].why + f" ({more} more stall events not shown.)")
+    return tuple(found)
+
+
+def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding]) -> TimeAccount | None:
+    """``account`` whose ``stalled`` advice names only the stall findings the report holds."""
+    if account is None:
+        return None
+    kinds = [kind for kind in (RunKind.HANG, RunKind.STALL) if any(f.kind == kind for f in findings)]
+    if kinds:
+        names = " and ".join(str(k) for k in kinds)
+        advice = (f"ranks made no progress: see the {names} finding{'s' if len(kinds) > 1 else ''} for when, "
+                  "which rank and where")
+    else:
+        advice = "ranks made no progress: the ranks' rank-R.hang.json records say where they stopped"
+    return replace(account, findings=tuple(replace(f, advice=advice) if f.category == STALLED else f
+                                           for f in account.findings))
+
+
+def with_recurrence(step: StepDiagnosis, found: StragglerRecurrence | None) -> StepDiagnosis:
+    """``step`` with the straggler findings saying whether the culprit is chronic, rotating or transient."""
+    if found is None or found.pattern == "none":
+        return step
+
+    def add(finding: Finding) -> Finding:
+        if not str(finding.kind).endswith("STRAGGLER"):
+            return finding
+        return replace(
+            finding, why=f"{finding.why} Over the run: {found.text}.", next=f"{finding.next} {found.advice}",
+            evidence=(*finding.evidence, Evidence("recurrence", found.pattern),
+                      Evidence("windows", found.windows), Evidence("window_steps", found.window_steps),
+                      Evidence("culprit_windows", str([list(c) for c in found.counts[:8]]))),
+        )
+
+    return replace(step, primary=add(step.primary), issues=tuple(add(f) for f in step.issues))
+
+
+def with_segment(drift: DriftAnalysis, segments: SegmentAnalysis | None) -> DriftAnalysis:
+    """``drift`` told by segment: the last segment (after warm-up) whose level differs from the reference."""
+    if segments is None or len(segments.segments) < 2:
+        return drift
+    ref = segments.segments[segments.reference]
+    changed = [s for s in segments.segments if s is not ref and s.label not in (STEADY, WARM_UP)]
+    if not changed:
+        return drift
+    last = changed[-1]
+    kind = drift.kind
+    ends_the_run = last.last_step == segments.segments[-1].last_step
+    if kind in (DriftKind.STABLE, DriftKind.NOT_ENOUGH_STEPS) and ends_the_run:
+        kind = DriftKind.SLOWING if last.change > 0 else DriftKind.SPEEDING_UP
+    return replace(drift, kind=kind, since_step=last.first_step if kind != drift.kind else drift.since_step,
+                   segment_steps=(last.first_step, last.last_step), segment_start_unix=last.start_unix,
+                   segment_change=last.change, reference_steps=(ref.first_step, ref.last_step))
