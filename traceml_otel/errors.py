@@ -16,6 +16,7 @@ The types, by where they are raised:
 - ``analyze.sources.step_table.ColumnarUnavailable``: ``--engine columnar`` cannot serve this run;
 - ``analyze.otlp_decode.ForeignDocument``: valid JSON that holds no OTLP traces;
 - ``report.run_summary.ReportFormatError``: a JSON file that is not a report this version reads;
+- ``analyze.compare_noise.NoiseFormatError``: a report's ``noise`` section that is malformed;
 - ``wire._json.RecordError``: a record file that is unreadable, corrupt or another record;
 - ``wire.bounded_file.RefusedFile``: a path that is not a readable regular file (also an ``OSError``);
 - ``wire.frames.WireError`` (and ``wire.hello.WireVersionError``): a corrupt or foreign trainer stream.

@@ -76,12 +76,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"mixed": mixed, "uneven": uneven}
 
 
-IN_TIME = ("segments", "stalls", "straggler_recurrence")
+IN_TIME = ("segments", "stalls", "straggler_recurrence", "noise")
 """Report members the columnar engine does not compute yet (these runs have one segment and no stall,
-so every other member, the verdict included, must still agree)."""
+so every other member, the verdict included, must still agree; ``noise`` is compare's, from the steps)."""
 
 
-def _in_time_removed(report: dict) -> dict:
+def in_time_removed(report: dict) -> dict:
     """``report`` less what only the span reader computes (docs/analyzer.md, "Segments, stalls and
     recurrence"): its members, and the recurrence a straggler finding is told with."""
     recurrence = report.get("straggler_recurrence") or {}
@@ -101,7 +101,7 @@ def _report(run_dir: Path, engine: str, **kwargs) -> dict:
     report = json.loads(render(analyze_path([run_dir], engine=engine, **kwargs), "json"))
     report.pop("generated_at", None)
     report["run"].pop("source", None)
-    return _in_time_removed(report)
+    return in_time_removed(report)
 
 
 def _assert_same(python: object, columnar: object, where: str = "") -> None:
@@ -202,7 +202,7 @@ def test_an_incomplete_table_is_never_read_as_complete(runs, tmp_path, monkeypat
     auto["run"].pop("source")
     auto["run"]["warnings"] = [w for w in auto["run"]["warnings"] if not w.startswith("columnar engine not")]
     auto["run"]["warnings_total"] -= 1
-    _assert_same(_report(run_dir, "python"), _in_time_removed(auto))
+    _assert_same(_report(run_dir, "python"), in_time_removed(auto))
     with pytest.raises(SourceError, match=r"--engine columnar: .*use --engine python"):
         analyze_path([run_dir], engine="columnar")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.analyze.test_columnar import in_time_removed
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.wire.step_table import table_file_name
 
@@ -41,7 +42,7 @@ def _analyze(cwd: Path, folder: str, engine: str, home: Path) -> dict:
     report = json.loads(done.stdout)
     report.pop("generated_at", None)
     report["run"].pop("source", None)
-    return report
+    return in_time_removed(report)
 
 
 def _same(python: object, columnar: object, where: str = "") -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_otel.analyze.drift import warmup_steps
+from traceml_otel.errors import TracemlError
 from traceml_otel.wire.cpu_record import CpuRecord, read_cpu_record
 
 METHOD = "batch means"
@@ -203,7 +204,7 @@ def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
     }
 
 
-class NoiseFormatError(ValueError):
+class NoiseFormatError(TracemlError, ValueError):
     """A report's ``noise`` section that is malformed (a non-finite number, wrong types)."""
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 
 from traceml_otel.emit.redact import Redactor, header_secrets
-from traceml_otel.sanitize import redact_argv, strip_control
+from traceml_otel.sanitize import one_line, redact_argv, strip_control
 from traceml_otel.settings import Settings
 
 RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
@@ -27,8 +27,9 @@ def start_line(settings: Settings, env: Mapping[str, str] | None = None) -> str:
     """The start line for a job with these settings (see the module docstring)."""
     env = os.environ if env is None else env
     run_dir = settings.run_dir
-    parts = [f"traceml: run {settings.run_id}"]
-    parts.append(f"folder {run_dir}" if run_dir is not None else "no local copy (TRACEML_LOCAL_COPY=0)")
+    folder = one_line(run_dir) if run_dir is not None else ""  # a newline in a path stays on this line
+    parts = [f"traceml: run {one_line(settings.run_id)}"]
+    parts.append(f"folder {folder}" if run_dir is not None else "no local copy (TRACEML_LOCAL_COPY=0)")
     traces, metrics = settings.traces, settings.metrics
     if traces is None and metrics is None:
         parts.append("OTLP off (no OTEL_EXPORTER_OTLP_ENDPOINT)")
@@ -41,7 +42,7 @@ def start_line(settings: Settings, env: Mapping[str, str] | None = None) -> str:
         parts.append(f"Prometheus http://{settings.prometheus_addr}:{settings.prometheus_port}/metrics"
                      " (+ local rank)")
     if run_dir is not None:
-        parts.append(f"watch: traceml top {run_dir}; mid-run diagnosis: traceml analyze {run_dir}")
+        parts.append(f"watch: traceml top {folder}; mid-run diagnosis: traceml analyze {folder}")
     return strip_control(" | ".join(parts))
 
 
