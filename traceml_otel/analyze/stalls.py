@@ -3,8 +3,9 @@
 Per rank, each step's *span* is its input wait plus its ``trace_step`` block plus the unnamed time
 since the previous step (``traceml.between_steps.cpu_duration`` less the input wait; ``outside_step``
 blocks are already left out of it, so they never make a stall). A step whose span exceeds the rank's
-typical step time by more than ``max(STALL_FACTOR x p95, STALL_MIN_S)`` (:data:`STALL_FACTOR` = 10
-times the rank's 95th-percentile step time, at least :data:`STALL_MIN_S` = 1 s) is a stall candidate; the
+typical step time by more than ``max(STALL_FACTOR x p95, STALL_MIN_S)`` (:data:`STALL_FACTOR` = 5
+times the rank's 95th-percentile step time, the hang watchdog's default factor; at least
+:data:`STALL_MIN_S` = 1 s) is a stall candidate; the
 first :data:`SKIP_STEPS` steps (start-up, compilation) are never candidates.
 
 Candidates of several ranks that overlap in time are one event. In synchronous training one stuck rank
@@ -33,8 +34,10 @@ from traceml_otel.wire.hang_verdict import combine
 if TYPE_CHECKING:  # findings.py holds a StallAnalysis; window.py imports findings.py
     from traceml_otel.analyze.window import StepWindow
 
-STALL_FACTOR = 10.0
-"""A span longer than the typical step by this many times the rank's 95th-percentile step ..."""
+STALL_FACTOR = 5.0
+"""A span longer than the typical step by this many times the rank's 95th-percentile step ... (the hang
+watchdog's default ``TRACEML_HANG_FACTOR``: in a short run the p95 is one of its few slow steps, and a
+factor of 10 let a 5 s stall among 0.6 s steps pass as a step when the watchdog had not fired) ..."""
 STALL_PERCENTILE = 0.95
 STALL_MIN_S = 1.0
 """... and by at least this many seconds is a stall."""
