@@ -1,5 +1,6 @@
 """Advice that fits the run: the INPUT_BOUND "Next" line, from the DataLoader settings and CPU count
-each rank recorded once (``traceml.dataloader.*``, ``traceml.host.cpus``).
+each rank recorded once (``traceml.dataloader.*``, ``traceml.host.cpus``); and no mixed-precision
+advice to a run already in reduced precision (``precision`` in ``rank-R.time.json``).
 
 Without recorded settings (a plain iterable, or an older run) the generic advice stands.
 """
@@ -7,9 +8,29 @@ Without recorded settings (a plain iterable, or an older run) the generic advice
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from traceml_otel.analyze.findings import Finding, RunAnalysis
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.run_model import RankHost
+
+COMPUTE_ADVICE = (
+    "The time goes into the model itself. Gains come from the model: mixed precision, torch.compile, "
+    "a fused optimizer, a larger batch per device, or cheaper layers."
+)
+COMPUTE_ADVICE_REDUCED = (
+    "The time goes into the model itself, already in reduced precision ({precision}). Gains come from "
+    "the model: torch.compile, a fused optimizer, a larger batch per device, or cheaper layers."
+)
+MEMORY_PRESSURE_ADVICE = (
+    "Lower the batch size, use activation checkpointing or mixed precision, or shard states (FSDP/ZeRO)."
+)
+MEMORY_PRESSURE_ADVICE_REDUCED = (
+    "Lower the batch size, use activation checkpointing, or shard states (FSDP/ZeRO); the run is already "
+    "in reduced precision ({precision})."
+)
+_WITHOUT_MIXED_PRECISION = {COMPUTE_ADVICE: COMPUTE_ADVICE_REDUCED,
+                            MEMORY_PRESSURE_ADVICE: MEMORY_PRESSURE_ADVICE_REDUCED}
 
 GENERIC_INPUT_ADVICE = (
     "Feed the model faster: more DataLoader workers (num_workers), pin_memory=True and persistent "
@@ -85,3 +106,19 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
         tips.append(cheaper)
     advice = "; ".join(tips)
     return f"{have}. {advice[0].upper()}{advice[1:]}."
+
+
+def for_precision(analysis: RunAnalysis, precision: str) -> RunAnalysis:
+    """The analysis with no finding advising mixed precision when the run was seen training in reduced
+    precision (``precision``: ``autocast cuda bf16``, ``bf16 weights``; empty: none seen, unchanged)."""
+    if not precision:
+        return analysis
+
+    def fitted(finding: Finding) -> Finding:
+        reduced = _WITHOUT_MIXED_PRECISION.get(finding.next)
+        return replace(finding, next=reduced.format(precision=precision)) if reduced else finding
+
+    step = replace(analysis.step, primary=fitted(analysis.step.primary),
+                   issues=tuple(fitted(f) for f in analysis.step.issues))
+    memory = replace(analysis.memory, findings=tuple(fitted(f) for f in analysis.memory.findings))
+    return replace(analysis, step=step, memory=memory)

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.advice import MEMORY_PRESSURE_ADVICE
 from traceml_otel.analyze.findings import Evidence, Finding, MemoryAnalysis, RankMemory
 from traceml_otel.analyze.kinds import SEVERITY_ORDER, MemoryKind, Severity
 from traceml_otel.analyze.run_model import StepTiming
@@ -120,8 +121,7 @@ def _pressure_finding(pressure: float | None) -> Finding | None:
         score=pressure,
         title="GPU memory nearly full",
         why=f"The worst rank's reserved peak reaches {pressure:.0%} of device memory.",
-        next="Lower the batch size, use activation checkpointing or mixed precision, or shard states "
-        "(FSDP/ZeRO).",
+        next=MEMORY_PRESSURE_ADVICE,
         evidence=(Evidence("pressure", pressure, "ratio"),),
     )
 

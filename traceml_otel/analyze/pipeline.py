@@ -121,6 +121,7 @@ def _with_time_accounting(
     """
     if run_dir is None:
         return analysis
+    from traceml_otel.analyze.advice import for_precision
     from traceml_otel.analyze.hang import read_hang_records
     from traceml_otel.analyze.mfu import analyze_mfu
     from traceml_otel.analyze.time_accounting import account_time, read_time_records
@@ -129,6 +130,8 @@ def _with_time_accounting(
     records = {rank: r for rank, r in records.items() if not r.run_id or r.run_id == run_id}
     if not records:
         return analysis
+    precision = next((r.precision for _, r in sorted(records.items()) if r.precision), "")
+    analysis = for_precision(analysis, precision)  # no mixed-precision advice to a run already in it
     if steps is None:
         from traceml_otel.analyze.columnar import DETAIL_ROWS, with_detail_note
 

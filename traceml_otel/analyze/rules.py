@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_otel.analyze import thresholds as t
-from traceml_otel.analyze.advice import GENERIC_INPUT_ADVICE, input_bound_advice
+from traceml_otel.analyze.advice import COMPUTE_ADVICE, GENERIC_INPUT_ADVICE, input_bound_advice
 from traceml_otel.analyze.between_steps import (
     between_steps_rule,
     between_steps_share,
@@ -118,10 +118,7 @@ def compute_rule(ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
             f"Forward, backward and optimizer take {compute:.0%} of the step time; input wait, copies and "
             "other work are each under 10%."
         ),
-        next=(
-            "The time goes into the model itself. Gains come from the model: mixed precision, torch.compile, "
-            "a fused optimizer, a larger batch per device, or cheaper layers."
-        ),
+        next=COMPUTE_ADVICE,
         evidence=(Evidence("compute_share", compute, "ratio"),),
     )
 

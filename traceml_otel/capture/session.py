@@ -144,7 +144,12 @@ class TrainingSession(Session):
     def __init__(self, config: CaptureConfig, settings: Settings, link: EmitterLink,
                  manifest: Finishable | None = None) -> None:
         from traceml_otel.capture.device_clock import default_clock
-        from traceml_otel.capture.session_services import start_cpu_sampler, start_time_ledger, start_watchdog
+        from traceml_otel.capture.session_services import (
+            start_cpu_sampler,
+            start_time_ledger,
+            start_watchdog,
+            watch_autocast,
+        )
 
         self.settings = settings
         self.link = link
@@ -167,6 +172,7 @@ class TrainingSession(Session):
         self.catch_up_on_accelerate()
         self.watchdog = start_watchdog(self.recorder, self.collectives, settings, warn)
         self.time_ledger = start_time_ledger(self.recorder, settings, warn)
+        self.installed.append(watch_autocast(self.time_ledger))
         self.cpu_sampler = start_cpu_sampler(self.recorder, settings, warn)
 
     def _install_capture(self, config: CaptureConfig) -> None:
@@ -286,6 +292,8 @@ class TrainingSession(Session):
         alternate models do not walk module trees every step), catch up on a late ``accelerate``."""
         self._model = model
         self.block_model = _NO_BLOCK  # until a step opens for this model through begin_step
+        if self.time_ledger is not None and model is not None:
+            self.time_ledger.model_seen(model)  # already half precision? (the first few models)
         if model is not None and self.forward is not None:
             # (step inference times a root that refuses hooks with its global module hooks: no warning)
             if self.inferred is None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from traceml_otel.capture.cpu_sampler import CpuSampler
+    from traceml_otel.capture.precision import AutocastWatch
     from traceml_otel.capture.recorder import StepRecorder
     from traceml_otel.capture.time_ledger import TimeLedger
     from traceml_otel.capture.watchdog import HangWatchdog
@@ -35,6 +36,15 @@ def start_time_ledger(recorder: StepRecorder, settings: Settings, warn: Callable
     ledger.write()
     ledger.start_writer()
     return ledger
+
+
+def watch_autocast(ledger: TimeLedger) -> AutocastWatch:
+    """Tell the ledger when the program first enters an enabled ``torch.autocast`` region."""
+    from traceml_otel.capture.precision import AutocastWatch
+
+    watch = AutocastWatch(ledger.note_precision)
+    watch.install()
+    return watch
 
 
 def start_watchdog(

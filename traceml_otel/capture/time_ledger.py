@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceml_otel.capture.clock_anchor import wall_anchor_ns
+from traceml_otel.capture.precision import MAX_MODELS_CHECKED, reduced_weights
 from traceml_otel.contract import time_file_name
 from traceml_otel.wire.time_record import (
     MAX_ATTEMPTS,
@@ -172,6 +173,9 @@ class TimeLedger:
         self.peak_flops = peak_flops
         self.dtype = dtype
         self.device_name = ""
+        self.precision = ""
+        """Reduced precision the program was seen training in (``capture/precision.py``), else empty."""
+        self.models_checked = 0
         self.resumed_from: int | None = None
         self.earlier_progress = 0
         self.first_step = 0
@@ -262,6 +266,21 @@ class TimeLedger:
         self.device_name = device_name or self.device_name
         self.write_soon()
 
+    # --- precision ----------------------------------------------------------------------
+    def note_precision(self, precision: str) -> None:
+        """The program trains in reduced precision (``autocast cuda bf16``, ``bf16 weights``); the
+        first one seen is kept and written soon (off this thread)."""
+        if precision and not self.precision:
+            self.precision = precision
+            self.write_soon()
+
+    def model_seen(self, model: object) -> None:
+        """A traced model: is it already in half precision? (The first few models only.)"""
+        if self.precision or self.models_checked >= MAX_MODELS_CHECKED:
+            return
+        self.models_checked += 1
+        self.note_precision(reduced_weights(model))
+
     # --- the record ---------------------------------------------------------------------
     def record(self, ended_at: float | None = None) -> TimeRecord:
         """The current ``rank-R.time.json`` content."""
@@ -278,7 +297,7 @@ class TimeLedger:
                           launcher_start=self.launcher_start, resumed_from=self.resumed_from,
                           earlier_progress=self.earlier_progress, first_step=self.first_step,
                           earlier_after_last_step_s=self.earlier_after_s, telemetry_s=self.telemetry_s,
-                          earlier_restart_starts=self.earlier_restart_starts)
+                          earlier_restart_starts=self.earlier_restart_starts, precision=self.precision)
 
     def start_writer(self) -> None:
         """Start the writer thread now (``init()``), so the first write during training only signals it."""

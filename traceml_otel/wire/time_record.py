@@ -105,6 +105,9 @@ class TimeRecord:
     """Telemetry's own time at the end of this process: from the start of its shutdown (the last
     hand-off) to ``ended_at``: the final flush and export, the metrics endpoint's linger. The account
     bills it to ``telemetry``; 0 in a record written before the end."""
+    precision: str = ""
+    """Reduced precision the program was seen training in: ``autocast cuda bf16`` (an enabled
+    ``torch.autocast`` region) or ``bf16 weights`` (a traced model's parameters); empty: none seen."""
     version: int = TIME_RECORD_VERSION
 
 
@@ -118,7 +121,7 @@ def encode_time_record(record: TimeRecord) -> str:
         "restart": record.restart, "resumed_from": record.resumed_from,
         "earlier_progress": record.earlier_progress, "first_step": record.first_step,
         "earlier_after_last_step_s": record.earlier_after_last_step_s, "telemetry_s": record.telemetry_s,
-        "earlier_restart_starts": list(record.earlier_restart_starts),
+        "earlier_restart_starts": list(record.earlier_restart_starts), "precision": record.precision,
         "outside": [{"kind": o.kind, "seconds": o.seconds, "count": o.count,
                      "before_first_step_s": o.before_first_step_s, "after_last_step_s": o.after_last_step_s}
                     for o in record.outside],
@@ -190,6 +193,7 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
         earlier_after_last_step_s=max(0.0, as_float(data.get("earlier_after_last_step_s")) or 0.0),
         telemetry_s=max(0.0, as_float(data.get("telemetry_s")) or 0.0),
         earlier_restart_starts=_starts(data.get("earlier_restart_starts")),
+        precision=as_str(data.get("precision"), 40) or "",
         version=as_version(data.get("time_record_version")) or 1,
     )
 
