@@ -17,6 +17,9 @@ import pytest
 from traceml_otel.wire.cpu_record import read_cpu_record
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "same_samples.py"
+STEPS = 8192
+"""About 1 s of ~0.1 ms steps on an idle core: enough 0.1 s CPU samples over the steady steps for an
+interval whatever the machine's load (384 steps gave 2 samples on an idle machine: no CPU interval)."""
 
 
 def _env(folder: Path) -> dict[str, str]:
@@ -33,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         with open(folder / f"{run_id}.out", "w") as out:
             running.append(subprocess.Popen(
                 [sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", run_id, "--no-report",
-                 str(SCRIPT), "--batch-size", "16", "--samples", "6144"],
+                 str(SCRIPT), "--batch-size", "16", "--samples", str(16 * STEPS)],
                 env=_env(folder), cwd=folder, stdout=out, stderr=subprocess.STDOUT))
     for process in running:
         assert process.wait(timeout=400) == 0
@@ -44,7 +47,7 @@ def test_each_run_records_the_training_threads_cpu_samples(runs: Path) -> None:
     record = read_cpu_record(runs / "runs" / "a1" / "rank-0.cpu.json")
     assert record.rank == 0 and record.run_id == "a1" and record.source in ("schedstat", "stat")
     assert len(record.samples) >= 3
-    assert record.samples[-1][0] == 384  # the last sample, at shutdown, saw every step closed
+    assert record.samples[-1][0] == STEPS  # the last sample, at shutdown, saw every step closed
     steps, clock, on_cpu = zip(*[(s[0], s[1], s[2]) for s in record.samples], strict=True)
     assert list(steps) == sorted(steps) and list(clock) == sorted(clock) and list(on_cpu) == sorted(on_cpu)
 
