@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.analyze.test_columnar import _assert_same as _same
 from tests.analyze.test_columnar import in_time_removed
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.wire.step_table import table_file_name
@@ -43,21 +44,6 @@ def _analyze(cwd: Path, folder: str, engine: str, home: Path) -> dict:
     report.pop("generated_at", None)
     report["run"].pop("source", None)
     return in_time_removed(report)
-
-
-def _same(python: object, columnar: object, where: str = "") -> None:
-    if isinstance(python, dict) and isinstance(columnar, dict):
-        assert set(python) == set(columnar), where
-        for key in python:
-            _same(python[key], columnar[key], f"{where}.{key}")
-    elif isinstance(python, list) and isinstance(columnar, list):
-        assert len(python) == len(columnar), where
-        for index, (a, b) in enumerate(zip(python, columnar, strict=True)):
-            _same(a, b, f"{where}[{index}]")
-    elif isinstance(python, float) and isinstance(columnar, float | int):
-        assert columnar == pytest.approx(python, rel=1e-9, abs=1e-12), where
-    else:
-        assert python == columnar, where
 
 
 def _input_wait(report: dict) -> float:
