@@ -4,6 +4,7 @@
     python benchmarks/compare_aa.py --pairs 4 4 2       # a shorter run
     python benchmarks/compare_aa.py --keep DIR          # keep the runs ...
     python benchmarks/compare_aa.py --recompare DIR     # ... and compare them again (after a change)
+    python benchmarks/compare_aa.py --runs 1 5 1        # runs per side of each group (default 1 5 1)
 
 Three groups of pairs of short ``traceml run``s of one CPU loop (torch on 1 thread, in-memory data,
 1,875 steps of batch 16, a few seconds each), each pair compared with
@@ -13,7 +14,9 @@ Three groups of pairs of short ``traceml run``s of one CPU loop (torch on 1 thre
   beside one side (A or B in turn). Right: exit 0.
 - **planted slowdown**: at the end of each of B's steps its thread spins until it has spent 15 % more
   CPU time than the iteration took (``time.thread_time_ns``): 15 % more work per sample whatever the
-  load (no hog; the other tenants' load stays).
+  load (no hog; the other tenants' load stays). By default 5 runs per side, A and B interleaved,
+  compared as ``compare A1..A5 --against B1..B5`` (one run per side cannot resolve 15 % on a shared VM
+  whose identical runs differ by 10-30 %: see docs/analyzer.md).
   Right: REGRESSION (exit 1).
 - **batch 16 -> 64**: the same samples in batches of 64 instead of 16, the hog beside B.
   Right: IMPROVEMENT.
@@ -96,9 +99,10 @@ def run_once(runs_dir: Path, run_id: str, batch: int, slower: float, samples: in
     return runs_dir / run_id
 
 
-def compare(a: Path, b: Path) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "compare", str(a), str(b), "--json",
-                           "--fail-on-regression"], capture_output=True, text=True, timeout=300)
+def compare(a: list[Path], b: list[Path]) -> tuple[int, str, str]:
+    sides = [str(a[0]), str(b[0])] if len(a) == len(b) == 1 else [*map(str, a), "--against", *map(str, b)]
+    done = subprocess.run([sys.executable, "-m", "traceml_otel.cli", "compare", *sides, "--json",
+                           "--fail-on-regression"], capture_output=True, text=True, timeout=600)
     try:
         document = json.loads(done.stdout)
     except ValueError:
@@ -122,6 +126,8 @@ def main() -> None:
     parser.add_argument("--slower", type=float, default=0.0)
     parser.add_argument("--samples", type=int, default=30000)
     parser.add_argument("--pairs", type=int, nargs=3, default=(20, 10, 10), metavar=("AA", "SLOW", "BATCH"))
+    parser.add_argument("--runs", type=int, nargs=3, default=(1, 5, 1), metavar=("AA", "SLOW", "BATCH"),
+                        help="runs per side in each group (default 1 5 1)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the runs here (with plan.json)")
     parser.add_argument("--recompare", type=Path, metavar="DIR",
                         help="only compare the runs kept in DIR again")
@@ -130,10 +136,11 @@ def main() -> None:
         loop(args.batch, args.reps, args.samples, args.slower)
         return
     aa, slow, batch = args.pairs
+    runs_aa, runs_slow, runs_batch = args.runs
     plans = (
-        [("A/A", (16, 0.0), (16, 0.0), ("", "a", "", "b")[i % 4]) for i in range(aa)]
-        + [("planted +15 % CPU work", (16, 0.0), (16, 0.15), "") for _ in range(slow)]
-        + [("batch 16 -> 64, hog beside B", (16, 0.0), (64, 0.0), "b") for _ in range(batch)]
+        [("A/A", (16, 0.0), (16, 0.0), ("", "a", "", "b")[i % 4], runs_aa) for i in range(aa)]
+        + [("planted +15 % CPU work", (16, 0.0), (16, 0.15), "", runs_slow) for _ in range(slow)]
+        + [("batch 16 -> 64, hog beside B", (16, 0.0), (64, 0.0), "b", runs_batch) for _ in range(batch)]
     )
     results: dict[str, list[tuple[int, str]]] = {}
     started = time.monotonic()
@@ -144,14 +151,19 @@ def main() -> None:
             plans = [tuple(p) for p in json.loads((runs / "plan.json").read_text())]
         else:
             (runs / "plan.json").write_text(json.dumps(plans))
-        for index, (group, (batch_a, slow_a), (batch_b, slow_b), hog) in enumerate(plans):
-            a, b = runs / f"p{index}-a", runs / f"p{index}-b"
+        for index, (group, (batch_a, slow_a), (batch_b, slow_b), hog, *rest) in enumerate(plans):
+            per_side = rest[0] if rest else 1
+            names = [("", "")] if per_side == 1 else [(str(j), str(j)) for j in range(per_side)]
+            a = [runs / f"p{index}-a{n}" for n, _ in names]
+            b = [runs / f"p{index}-b{n}" for _, n in names]
             if not args.recompare:
-                run_once(runs, a.name, batch_a, slow_a, args.samples, hog == "a")
-                run_once(runs, b.name, batch_b, slow_b, args.samples, hog == "b")
+                for run_a, run_b in zip(a, b, strict=True):  # interleaved: A1 B1 A2 B2 ...
+                    run_once(runs, run_a.name, batch_a, slow_a, args.samples, hog == "a")
+                    run_once(runs, run_b.name, batch_b, slow_b, args.samples, hog == "b")
             code, verdict, detail = compare(a, b)
-            results.setdefault(group, []).append((code, verdict))
-            print(f"{index:3d} {group:<30} hog={hog or '-':<2} exit {code}  {verdict:<12} {detail}",
+            key = group if per_side == 1 else f"{group}, {per_side} runs per side"
+            results.setdefault(key, []).append((code, verdict))
+            print(f"{index:3d} {key:<30} hog={hog or '-':<2} exit {code}  {verdict:<12} {detail}",
                   flush=True)
     print(f"\n{time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.1f} at the end\n")
     print("| pairs | group | exit 0 | REGRESSION | IMPROVEMENT | other |\n|---|---|---|---|---|---|")

@@ -106,6 +106,40 @@ def test_one_run_per_side_gets_the_run_to_run_allowance_and_says_so() -> None:
     assert pooled is not None and pooled.between_runs and "pooled t over 2+2 runs" in pooled.method
 
 
+def test_a_run_whose_own_blocks_spread_widely_gets_that_much_allowance() -> None:
+    """A run alone on its side whose block means differ by 20 % from each other is no closer than that
+    to a rerun: its allowance is its spread, so a +25 % A/A difference between a noisy and a calm run
+    is inconclusive, while the same difference between two calm runs is a regression."""
+    calm = RunMean(1.0, 0.005, 40.0, 0.0, 0.02)
+    noisy = RunMean(1.25, 0.03, 40.0, 0.0, 0.20)
+    assert noisy.allowance == pytest.approx(0.20) and calm.allowance == pytest.approx(0.025)
+    interval = change_interval("step_time", [calm], [noisy])
+    assert interval is not None and interval.verdict == "inconclusive", interval
+    calm_b = RunMean(1.25, 0.00625, 40.0, 0.0, 0.02)
+    interval = change_interval("step_time", [calm], [calm_b])
+    assert interval is not None and interval.verdict == "regression", interval
+
+
+def test_a_busier_machine_never_makes_a_regression_but_an_improvement_still_counts() -> None:
+    """B ran beside other work (half the machine busy) and waited 20 % of its time for a CPU: a +20 %
+    slowdown the load can explain is not a regression; a -30 % change on the busier machine is still an
+    improvement, and the bound is one-sided (the quieter side's high end is not moved)."""
+    quiet = RunMean(1.0, 0.005, 40.0, 0.0, 0.02, 0.05)
+    busy_slower = RunMean(1.2, 0.006, 40.0, 0.2, 0.02, 0.55)
+    interval = change_interval("step_time", [quiet], [busy_slower])
+    assert interval is not None and interval.verdict == "inconclusive", interval
+    assert "busier machine" in interval.method
+    plain = change_interval("step_time", [RunMean(1.0, 0.005, 40.0, 0.0, 0.02)],
+                            [RunMean(1.2, 0.006, 40.0, 0.2, 0.02)])
+    assert plain is not None and interval.high == pytest.approx(plain.high)  # only the low end moved
+    busy_faster = RunMean(0.7, 0.004, 40.0, 0.2, 0.02, 0.55)
+    interval = change_interval("step_time", [quiet], [busy_faster])
+    assert interval is not None and interval.verdict == "improvement", interval
+    # the mirror: A was the busier one, so B's being faster may be the load, its being slower is not
+    interval = change_interval("step_time", [busy_slower], [RunMean(0.96, 0.005, 40.0, 0.0, 0.02, 0.05)])
+    assert interval is not None and interval.verdict == "inconclusive", interval
+
+
 @pytest.mark.parametrize(("low", "high", "verdict"), [
     (0.031, 0.2, "regression"), (-0.2, -0.03, "improvement"), (-0.029, 0.029, "equivalent"),
     (-0.01, 0.05, "inconclusive"), (-0.05, -0.01, "inconclusive"), (0.03, 0.04, "regression"),

@@ -9,9 +9,18 @@ of run means, ``B / A - 1``, judged on the log scale:
   ``se = s_p * sqrt(1/nA + 1/nB)`` with ``nA + nB - 2`` degrees of freedom (a pooled t-test on run
   means), and never less than the runs' own within-run error.
 - **One run per side**: only within-run noise is measurable. One run cannot see what changes
-  between runs (the machine's load, CPU frequency, memory placement), so an allowance of
-  :data:`RUN_TO_RUN_CV` per run is added in quadrature, and the comparison says so. Degrees of freedom:
-  Welch-Satterthwaite over the runs' block counts.
+  between runs (the machine's load, CPU frequency, memory placement), so an allowance per run is added
+  in quadrature, and the comparison says so: :data:`RUN_TO_RUN_CV` (plus :data:`LOADED_CV_PER_WAIT`
+  times its CPU-wait share), or :data:`SPREAD_FACTOR` times the spread of its own block means when
+  that is larger (a run whose blocks differ by 15 % from each other is no closer than that to a
+  rerun). Degrees of freedom: Welch-Satterthwaite over the runs' block counts.
+- **A busier machine only ever slows a run** (a one-sided bound, both cases). Other work on the
+  machine slows the training thread even while it holds a CPU (a hyper-thread sibling, shared caches,
+  memory bandwidth), and more waiting for a CPU means more cold restarts. When side B ran on a busier
+  machine than A, the interval's low end is moved down by :data:`LOAD_SLOPE` times the growth in the
+  share of the machine's CPUs other work kept busy, plus :data:`WAIT_SLOPE` times the growth in the
+  share of time B waited for a CPU (and the high end up when A was the busier): a change the load can
+  explain is never called a regression, while an improvement on a busier machine still counts.
 
 The verdict of an interval against the threshold ``tau`` (3 %, TraceML's): ``regression`` when it lies
 wholly at or above ``+tau``, ``improvement`` when wholly at or below ``-tau``, ``equivalent`` when it
@@ -39,6 +48,19 @@ machine load, 60-85 % CPU wait): the smallest value with no A/A regression there
 one notch above (see docs/analyzer.md)."""
 
 
+SPREAD_FACTOR = 1.0
+"""A run alone on its side is assumed to differ from a rerun by at least this many times the relative
+spread (standard deviation over mean) of its own block means. Calibrated with the two constants below on
+the 40 A/A pairs of ``benchmarks/compare_aa.py`` (two sessions, one of them loaded by other jobs, half
+with a CPU hog beside one side): no A/A regression with them, 4 of 40 with none of the three."""
+LOAD_SLOPE = 0.6
+"""The most a run's time per unit of work (log) is assumed to grow per unit of growth in the share of the
+machine's CPUs that other work kept busy beside it (one busy process per core beside one side of an
+A/A pair on a 2-core VM: up to +29 % on-CPU time at +0.5 of the machine)."""
+WAIT_SLOPE = 0.5
+"""... and per unit of growth in the share of its wall time it waited for a CPU."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunMean:
     """One run's mean time per unit of work and its standard error (``se`` ``None``: not estimated)."""
@@ -48,11 +70,15 @@ class RunMean:
     df: float
     wait: float | None = None
     """The share of its wall time the run waited for a CPU (``None``: not recorded)."""
+    spread: float = 0.0
+    """The relative standard deviation of its block means."""
+    load: float | None = None
+    """The share of the machine's CPUs that other work kept busy beside it (``None``: not recorded)."""
 
     @property
     def allowance(self) -> float:
         """The run's run-to-run allowance (relative standard deviation) when it is alone on its side."""
-        return RUN_TO_RUN_CV + LOADED_CV_PER_WAIT * (self.wait or 0.0)
+        return max(RUN_TO_RUN_CV + LOADED_CV_PER_WAIT * (self.wait or 0.0), SPREAD_FACTOR * self.spread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +149,38 @@ def change_interval(
                   f"{each[1] * 100:.1f} % (B)")
         between = False
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, max(df, 1.0))) * math.sqrt(var)
+    slower_b, slower_a = contention_bound(a, b)
+    if slower_b or slower_a:
+        method += (f"; a busier machine's slowdown bounded ({slower_b * 100:.1f} % on B, "
+                   f"{slower_a * 100:.1f} % on A)")
     change = math.expm1(d)
-    low, high = math.expm1(d - half), math.expm1(d + half)
+    low, high = math.expm1(d - half - slower_b), math.expm1(d + half + slower_a)
     before = float(np.exp(log_a.mean()))
     after = float(np.exp(log_b.mean()))
     return Interval(name, before, after, round(change, 9), low, high, judge(low, high), method, between)
 
 
 METHOD_NOTE = "batch means of steady steps"
+
+
+def contention_bound(a: Sequence[RunMean], b: Sequence[RunMean]) -> tuple[float, float]:
+    """(how much of B's time, how much of A's, on the log scale, a busier machine may explain): the
+    growth from one side to the other in the machine's share kept busy by other work times
+    :data:`LOAD_SLOPE`, plus the growth in CPU-wait share times :data:`WAIT_SLOPE`; zero for the side that
+    ran on the quieter machine, and for what either side did not record."""
+
+    def side(runs: Sequence[RunMean], name: str) -> float | None:
+        values = [getattr(r, name) for r in runs]
+        return None if any(v is None for v in values) else sum(values) / len(values)
+
+    slower_b = slower_a = 0.0
+    for name, slope in (("load", LOAD_SLOPE), ("wait", WAIT_SLOPE)):
+        before, after = side(a, name), side(b, name)
+        if before is None or after is None:
+            continue
+        slower_b += slope * max(0.0, after - before)
+        slower_a += slope * max(0.0, before - after)
+    return slower_b, slower_a
 
 
 def _welch_df(runs: Sequence[RunMean], within: Sequence[float], _: int, extra: float = 0.0) -> float:

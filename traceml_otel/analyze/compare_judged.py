@@ -60,8 +60,9 @@ def judged_time(
     else:
         notes.append(f"only within-run noise was available (one run per side): the interval adds "
                      f"{RUN_TO_RUN_CV * 100:g} % per run, plus {LOADED_CV_PER_WAIT * 100:g} % x the share of "
-                     "time it waited for a CPU, for the run-to-run variation one run cannot show; give "
-                     "several runs per side (A1 A2 A3 --against B1 B2 B3) to measure it")
+                     "time it waited for a CPU, or the spread of its own block means when larger, for the "
+                     "run-to-run variation one run cannot show; give several runs per side "
+                     "(A1 A2 A3 --against B1 B2 B3) to measure it")
     decider = wall
     if cpu is None:
         notes.append("CPU wait not recorded on both sides (rank-R.cpu.json): a busier machine cannot be told "

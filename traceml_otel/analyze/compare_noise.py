@@ -61,6 +61,8 @@ class RunNoise:
     thread (``/proc/stat``), on average; empty when not recorded."""
     wait_share_run: float | None = None
     """The share of wall time over the steady steps the training thread waited, runnable, for a CPU."""
+    machine_cpus: int = 0
+    """The machine's CPU count, which ``cpu_block_load`` is out of (0: unknown)."""
 
     @property
     def mean(self) -> float:
@@ -151,15 +153,16 @@ def with_cpu(noise: RunNoise, records: Sequence[CpuRecord]) -> RunNoise:
     if not series:
         return noise
     series.sort(key=lambda item: float(np.mean(item[0])))
-    cpu, load, wait, source = series[(len(series) - 1) // 2]
-    return replace(noise, cpu_block_means=cpu, cpu_block_load=load, cpu_source=source, wait_share_run=wait)
+    cpu, load, wait, source, cpus = series[(len(series) - 1) // 2]
+    return replace(noise, cpu_block_means=cpu, cpu_block_load=load, cpu_source=source, wait_share_run=wait,
+                   machine_cpus=cpus)
 
 
 def _cpu_series(
     record: CpuRecord, first: int, end: int
-) -> tuple[tuple[float, ...], tuple[float, ...], float | None, str] | None:
+) -> tuple[tuple[float, ...], tuple[float, ...], float | None, str, int] | None:
     """(on-CPU s/step per block, the rest of the machine's busy CPUs per block, share of wall time
-    waited for a CPU, source) of one rank's samples."""
+    waited for a CPU, source, the machine's CPU count) of one rank's samples."""
     rows = [r for r in record.samples if first <= r[0] <= end]
     if len(rows) < MIN_BLOCKS + 1 or record.source not in ("schedstat", "stat"):
         return None
@@ -188,7 +191,8 @@ def _cpu_series(
     waited = record.source == "schedstat" and total_wall > 0
     share = sum(w[2] for w in windows) / total_wall if waited else None
     known_load = tuple(load) if all(w[4] >= 0 for w in windows) else ()
-    return tuple(cpu), known_load, None if share is None else min(1.0, share), record.source
+    return (tuple(cpu), known_load, None if share is None else min(1.0, share), record.source,
+            record.machine_cpus)
 
 
 def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
@@ -201,6 +205,7 @@ def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
         "block_first_steps": list(noise.block_first_steps), "block_last_steps": list(noise.block_last_steps),
         "on_cpu_means_s": list(noise.cpu_block_means), "machine_load_cpus": list(noise.cpu_block_load),
         "cpu_wait_share": noise.wait_share_run, "cpu_source": noise.cpu_source or None,
+        "machine_cpus": noise.machine_cpus or None,
     }
 
 
@@ -246,8 +251,12 @@ def noise_from_json(raw: object) -> RunNoise | None:
         raise NoiseFormatError("noise.cpu_wait_share is not a share")
     steps, warmup = raw.get("steps"), raw.get("warmup_steps")
     source = raw.get("cpu_source")
+    machine = raw.get("machine_cpus")
+    known = isinstance(machine, int) and not isinstance(machine, bool) and 0 < machine <= 1 << 16
+    machine_cpus = machine if known else 0
     return RunNoise(
         str(raw.get("method", METHOD))[:40], steps if isinstance(steps, int) else len(means) * size,
         warmup if isinstance(warmup, int) else 0, size, means, firsts, lasts, cpus,
         source[:20] if isinstance(source, str) else "", load, None if share is None else float(share),
+        machine_cpus,
     )

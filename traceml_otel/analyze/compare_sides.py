@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from traceml_otel.analyze.compare_interval import Interval, RunMean, change_interval
 
 if TYPE_CHECKING:
+    from traceml_otel.analyze.compare_noise import RunNoise
     from traceml_otel.analyze.compare_policy import RunSummary
 
 
@@ -81,9 +82,18 @@ def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list
             return None
         values = np.asarray(means) * scale
         k = len(values)
-        se = float(np.std(values, ddof=1)) / math.sqrt(k)
-        out.append(RunMean(float(values.mean()), se, float(k - 1), noise.wait_share))
+        sd = float(np.std(values, ddof=1))
+        mean = float(values.mean())
+        out.append(RunMean(mean, sd / math.sqrt(k), float(k - 1), noise.wait_share,
+                           sd / mean if mean > 0 else 0.0, machine_share(noise)))
     return out
+
+
+def machine_share(noise: RunNoise) -> float | None:
+    """The share of the machine's CPUs other work kept busy beside the run (``None``: not recorded)."""
+    if not noise.cpu_block_load or noise.machine_cpus <= 0:
+        return None
+    return min(1.0, sum(noise.cpu_block_load) / len(noise.cpu_block_load) / noise.machine_cpus)
 
 
 def side_runs(side: RunSummary) -> tuple[RunSummary, ...]:
@@ -148,7 +158,10 @@ def load_adjusted(runs_a: Sequence[RunSummary], runs_b: Sequence[RunSummary],
         log_mean = float(y.mean()) - slope * (float(x.mean()) - center)
         var = residual / len(y) + (float(x.mean()) - center) ** 2 * residual / sxx
         mean = math.exp(log_mean)
-        means.append(RunMean(mean, mean * math.sqrt(var), float(len(y) - 1), run.noise.wait_share))
+        spread = math.sqrt(float(((y - float(y.mean()) - slope * (x - float(x.mean()))) ** 2).sum())
+                           / max(1, len(y) - 1))
+        means.append(RunMean(mean, mean * math.sqrt(var), float(len(y) - 1), run.noise.wait_share, spread,
+                             machine_share(run.noise)))
     return means[: len(runs_a)], means[len(runs_a):]
 
 

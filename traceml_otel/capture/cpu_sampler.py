@@ -123,7 +123,8 @@ class CpuSampler:
     def record(self) -> CpuRecord:
         """The samples so far as the rank file's record."""
         with self._lock:
-            return CpuRecord(self._run_id, self._rank, self.source, tuple(self.samples), self.thinned)
+            return CpuRecord(self._run_id, self._rank, self.source, tuple(self.samples), self.thinned,
+                             os.cpu_count() or 0)
 
     def write(self) -> None:
         """Write ``rank-R.cpu.json`` (atomically); a failure turns the sampler off, said once."""

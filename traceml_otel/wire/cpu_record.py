@@ -18,6 +18,7 @@ from traceml_otel.wire._json import RecordError, as_int, as_str, read_json_objec
 
 CPU_RECORD_VERSION = 1
 MAX_CPU_SAMPLES = 4096
+MAX_MACHINE_CPUS = 1 << 16
 """Samples read from one file (the sampler keeps at most 2,048)."""
 
 
@@ -38,12 +39,15 @@ class CpuRecord:
     samples: tuple[tuple[int, int, int, int, int, int], ...]
     thinned: int = 0
     """How many times the sampler halved its samples (each time its interval doubled)."""
+    machine_cpus: int = 0
+    """The machine's CPU count (``os.cpu_count()``), which ``machine_busy_ns`` is out of (0: unknown)."""
 
 
 def encode_cpu_record(record: CpuRecord) -> str:
     return json.dumps({
         "cpu_record_version": CPU_RECORD_VERSION, "run_id": record.run_id, "rank": record.rank,
-        "source": record.source, "thinned": record.thinned, "samples": [list(s) for s in record.samples],
+        "source": record.source, "thinned": record.thinned, "machine_cpus": record.machine_cpus,
+        "samples": [list(s) for s in record.samples],
     }, separators=(",", ":"))
 
 
@@ -73,4 +77,5 @@ def read_cpu_record(path: Path) -> CpuRecord:
             continue
         rows.append(row)  # type: ignore[arg-type]
     return CpuRecord(as_str(data.get("run_id"), 200) or "", rank, as_str(data.get("source"), 20) or "",
-                     tuple(rows), max(0, as_int(data.get("thinned")) or 0))
+                     tuple(rows), max(0, as_int(data.get("thinned")) or 0),
+                     min(MAX_MACHINE_CPUS, max(0, as_int(data.get("machine_cpus")) or 0)))
