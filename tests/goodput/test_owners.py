@@ -2,6 +2,7 @@
 
 - start-up counts from the launcher's own start, never from a parent shell that slept first;
 - the metrics endpoint's linger is ``telemetry``, said in one line, and prompts no checkpoint advice;
+- ``traceml run``'s diagnosis after the job's end is ``telemetry`` too;
 - a wall-clock step inside an ``outside_step`` moves no duration (libfaketime, Debian's ``faketime``).
 
 The script (``scripts/owners.py``) imports no torch itself, so each run takes a few seconds.
@@ -89,6 +90,24 @@ def test_the_linger_is_telemetry_said_once_and_never_checkpoint_advice(tmp_path:
     assert got["shutdown"] - rank.exit_s < 0.5, (got, rank.exit_s)  # telemetry's end: no linger in it
     assert "final checkpoint" not in out, out  # the printed report: no checkpoint advice for the end
     assert all("checkpoint" not in f.advice for f in account.findings if f.category != "startup")
+    assert sum(got.values()) == pytest.approx(account.wall_s, rel=0.02)
+
+
+def test_the_diagnosis_after_the_job_is_telemetry(tmp_path: Path) -> None:
+    """``traceml run``'s own diagnosis runs after the job's end while the job still holds its machines:
+    its duration goes into the manifest (``diagnosis_s``) and later accounts bill it to ``telemetry``."""
+    from traceml_otel.wire.manifest import read_manifest
+
+    done = subprocess.run([*TRACEML_RUN.split(), str(SCRIPT)], env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = read_manifest(run_dir).manifest
+    assert manifest is not None and manifest.diagnosis_s is not None and manifest.diagnosis_s > 0.05
+    assert manifest.start_time is not None and manifest.end_time is not None
+    got, account = _account(tmp_path)
+    assert got["telemetry"] >= manifest.diagnosis_s, got
+    assert account.wall_s >= manifest.end_time - manifest.start_time + manifest.diagnosis_s - 0.01
     assert sum(got.values()) == pytest.approx(account.wall_s, rel=0.02)
 
 

@@ -142,7 +142,8 @@ def _with_time_accounting(
     launcher = manifest if manifest is not None and manifest.written_by is None else None  # traceml run
     account = account_time(steps, records, hangs, launcher.start_time if launcher else None,
                            launcher.end_time if launcher else None,
-                           stalls=_stall_intervals(analysis, {h.rank for h in hangs}))
+                           stalls=_stall_intervals(analysis, {h.rank for h in hangs}),
+                           after_end_s=(launcher.diagnosis_s or 0.0) if launcher else 0.0)
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
     from traceml_otel.analyze.events import stalled_advice

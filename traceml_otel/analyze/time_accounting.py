@@ -13,7 +13,8 @@ Per rank the timeline is cut at the first step's input fetch and the last step's
   each carved out of where it happened, overlaps counted once;
 - ``shutdown``: from the last step's end to the process end, less ``outside_step`` time and stalls;
 - ``telemetry``: telemetry's own time at the end (the last hand-off, the final export, the metrics
-  endpoint's linger), taken out of what would otherwise be ``shutdown``.
+  endpoint's linger), taken out of what would otherwise be ``shutdown``; and the end-of-run diagnosis
+  that ``traceml run`` made after the job's end (the manifest's ``diagnosis_s``), added after it.
 
 The categories add up to the rank's wall time by construction; where measurements overlap (a
 negative remainder) the remainder is clamped to 0 and a note says so.
@@ -291,6 +292,7 @@ def _place_left_out(
 def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
     launched_at: float | None, manifest_end: float | None, stall_events: Sequence[tuple[float, float]] = (),
+    after_end_s: float = 0.0,
 ) -> tuple[RankTime, list[str]]:
     """One rank's account (see the module docstring) and notes about what it had to assume.
 
@@ -351,6 +353,7 @@ def account_rank(
     shutdown = (end - last) - after - stall_end
     telemetry = min(record.telemetry_s, max(0.0, shutdown)) if record is not None else 0.0
     shutdown -= telemetry
+    telemetry += max(0.0, after_end_s)  # the diagnosis after the job's end: the job still held its machines
     exit_s = min(max(0.0, shutdown), end - record.ended_at) if record is not None and record.ended_at else 0.0
     for name, value in (("between steps", between), ("start-up", startup), ("shutdown", shutdown)):
         if value < -0.05:
@@ -362,7 +365,7 @@ def account_rank(
     categories += [(f"outside.{o.kind}", o.seconds) for o in outside]
     categories += [(BETWEEN_STEPS, max(0.0, between)), (STALLED, stalled), (SHUTDOWN, max(0.0, shutdown))]
     categories += [(TELEMETRY, telemetry)] if telemetry else []
-    wall = end - start
+    wall = end - start + max(0.0, after_end_s)
     productive = sum(value for name, value in categories if name in PRODUCTIVE)
     return RankTime(rank, wall, tuple(categories), productive / wall if wall > 0 else None,
                     max(0.0, exit_s)), notes
@@ -396,8 +399,9 @@ def _advice(category: str, seconds: float, exit_s: float = 0.0) -> tuple[str, st
         return "stalled time", ("ranks made no progress: see the STALL and HANG findings for when, which "
                                 "rank and where")
     if category == TELEMETRY:
-        return "telemetry's own time", ("the final export and the metrics endpoint's linger "
-                                        "(TRACEML_PROMETHEUS_LINGER_S; 0 turns it off): not your program's")
+        return "telemetry's own time", ("the final export, the metrics endpoint's linger "
+                                        "(TRACEML_PROMETHEUS_LINGER_S; 0 turns it off) and traceml run's "
+                                        "diagnosis (--no-report skips it): not your program's")
     if category == SHUTDOWN and exit_s >= seconds / 2:
         return "shutdown", ("mostly the process's exit after its last step and telemetry's end (the "
                             "interpreter and its libraries' teardown, 1-2 s with torch): run longer jobs "
@@ -425,11 +429,12 @@ def _findings(
 def account_time(
     steps: Iterable[StepTiming], records: dict[int, TimeRecord], hangs: Iterable[object] = (),
     launched_at: float | None = None, manifest_end: float | None = None,
-    stalls: dict[int, list[tuple[float, float]]] | None = None,
+    stalls: dict[int, list[tuple[float, float]]] | None = None, after_end_s: float = 0.0,
 ) -> TimeAccount | None:
     """The job's account: every rank that has steps or a time record; ``None`` when none has either.
 
-    ``stalls``: per rank, the intervals of the analyzer's stall events (billed to ``stalled``)."""
+    ``stalls``: per rank, the intervals of the analyzer's stall events (billed to ``stalled``);
+    ``after_end_s``: telemetry's own time after the job's end (``traceml run``'s diagnosis)."""
     by_rank: dict[int, list[StepTiming]] = defaultdict(list)
     for step in steps:
         by_rank[step.rank].append(step)
@@ -438,7 +443,7 @@ def account_time(
     for rank in sorted(set(by_rank) | set(records)):
         rank_time, rank_notes = account_rank(rank, by_rank.get(rank, ()), records.get(rank),
                                              hang_by_rank.get(rank), launched_at, manifest_end,
-                                             (stalls or {}).get(rank, ()))
+                                             (stalls or {}).get(rank, ()), after_end_s)
         notes.extend(rank_notes)
         if rank_time.wall_s > 0:
             ranks.append(rank_time)

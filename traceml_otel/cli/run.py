@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -163,9 +164,34 @@ def run_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return code
     if not args.no_report and run_dir.exists():
-        print(_diagnosis(run_dir, args.html_report))
+        began = time.monotonic()
+        text = _diagnosis(run_dir, args.html_report)
+        print(text)
+        _bill_diagnosis(run_dir, time.monotonic() - began)
     print(render_export_report(run_dir, exports))
     return code
+
+
+DIAGNOSIS_LINE_S = 2.0
+"""A diagnosis that took at least this long says so in one line."""
+
+
+def _bill_diagnosis(run_dir: Path, seconds: float) -> None:
+    """Record the diagnosis's duration in the manifest (``diagnosis_s``: billed to ``telemetry`` by later
+    analyses, since the job still held its machines), and say so when it was long."""
+    from dataclasses import replace
+
+    from traceml_otel.wire.manifest import read_manifest, write_manifest
+
+    found = read_manifest(run_dir).manifest
+    if found is not None and found.written_by is None:
+        try:
+            write_manifest(run_dir, replace(found, diagnosis_s=round(seconds, 3)))
+        except OSError:
+            pass  # a read-only or full disk: the account then leaves the diagnosis out (as before)
+    if seconds >= DIAGNOSIS_LINE_S:
+        print(f"traceml: the diagnosis took {seconds:.1f} s after the job (telemetry's own time; "
+              "--no-report skips it)", file=sys.stderr)
 
 
 def _script_problem(args: argparse.Namespace) -> str | None:

@@ -59,6 +59,9 @@ class Manifest:
     """``"rank 0"`` for a direct launch; ``None`` when ``traceml run`` (or a tool) wrote it."""
     exception_type: str | None = None
     """The uncaught exception that ended a direct launch, if any."""
+    diagnosis_s: float | None = None
+    """Seconds ``traceml run`` spent on its end-of-run diagnosis after the job's end (telemetry's own
+    time: the job still held its machines)."""
     version: int = MANIFEST_VERSION
 
 
@@ -85,7 +88,7 @@ def encode_manifest(manifest: Manifest) -> str:
         "end_status": manifest.end_status,
     }
     optional = {"nnodes": manifest.nnodes, "node_rank": manifest.node_rank, "written_by": manifest.written_by,
-                "exception_type": manifest.exception_type}
+                "exception_type": manifest.exception_type, "diagnosis_s": manifest.diagnosis_s}
     data.update({key: value for key, value in optional.items() if value is not None})
     return json.dumps(data, indent=2) + "\n"
 
@@ -96,6 +99,11 @@ def _argv(raw: object) -> tuple[str, ...]:
     if isinstance(raw, str):  # written by hand or by another tool
         return tuple(raw.split())
     return ()
+
+
+def _seconds(raw: object) -> float | None:
+    value = as_float(raw)
+    return value if value is not None and 0 <= value < 1e7 else None
 
 
 def decode_manifest(data: dict[str, object]) -> Manifest:
@@ -114,6 +122,7 @@ def decode_manifest(data: dict[str, object]) -> Manifest:
         node_rank=as_int(data.get("node_rank")),
         written_by=as_str(data.get("written_by")),
         exception_type=as_str(data.get("exception_type"), 200),
+        diagnosis_s=_seconds(data.get("diagnosis_s")),
         version=as_version(data.get("manifest_version")) or 1,
     )
 
