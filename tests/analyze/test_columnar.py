@@ -68,17 +68,35 @@ def _uneven_steps() -> list[SyntheticStep]:
     return steps
 
 
+def _stalled_steps() -> list[SyntheticStep]:
+    """Two DDP ranks; at step 30 rank 1 makes no progress for 25 s (in its forward) while rank 0 waits
+    for it in backward's gradient all-reduce: one stall, never a straggler."""
+    steps = []
+    for rank in range(2):
+        for number in range(60):
+            stuck = number == 30
+            steps.append(SyntheticStep(
+                rank=rank, step=number, world_size=2, parallelism="ddp",
+                forward=25.0 if stuck and rank == 1 else 0.004,
+                backward=25.008 if stuck and rank == 0 else 0.008,
+                ddp_wait=25.0 if stuck and rank == 0 else 0.0005,
+            ))
+    return steps
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("columnar")
     mixed = write_run(root / "mixed", "run-mixed", _mixed_steps(), cpus=4)
     uneven = write_run(root / "uneven", "run-uneven", _uneven_steps())
-    return {"mixed": mixed, "uneven": uneven}
+    stalled = write_run(root / "stalled", "run-stalled", _stalled_steps())
+    return {"mixed": mixed, "uneven": uneven, "stalled": stalled}
 
 
-IN_TIME = ("segments", "stalls", "straggler_recurrence", "noise")
-"""Report members the columnar engine does not compute yet (these runs have one segment and no stall,
-so every other member, the verdict included, must still agree; ``noise`` is compare's, from the steps)."""
+IN_TIME = ("segments", "straggler_recurrence", "noise")
+"""Report members the columnar engine does not compute yet (these runs have one segment, so every other
+member, the verdict and the stalls included, must still agree; ``noise`` is compare's, from the
+steps)."""
 
 
 def in_time_removed(report: dict) -> dict:
@@ -135,13 +153,27 @@ def test_each_row_is_the_span_readers_record_of_that_step(runs: dict[str, Path],
 
 @pytest.mark.parametrize(("name", "window"), [
     ("mixed", None), ("mixed", WindowSpec(last=20)), ("mixed", WindowSpec(first_step=10, last_step=30)),
-    ("uneven", None)], ids=["mixed-run", "mixed-last-20", "mixed-range", "uneven-run"])
+    ("uneven", None), ("stalled", None)],
+    ids=["mixed-run", "mixed-last-20", "mixed-range", "uneven-run", "stalled-run"])
 def test_the_engines_give_the_same_report(runs: dict[str, Path], name: str, window: WindowSpec | None,
                                           ) -> None:
     python = _report(runs[name], "python", window=window)
     columnar = _report(runs[name], "columnar", window=window)
     _assert_same(python, columnar)
     assert python["primary_diagnosis"]["kind"] != "NO_DATA"
+
+
+def test_a_stall_is_an_event_in_both_engines_and_never_a_straggler(runs: dict[str, Path]) -> None:
+    """The columnar engine finds the stall in SQL, names the stuck rank and leaves its step out of the
+    per-step means, as the span reader does."""
+    for engine in ("python", "columnar"):
+        report = json.loads(render(analyze_path([runs["stalled"]], engine=engine), "json"))
+        (event,) = report["stalls"]["events"]
+        assert event["kind"] == "STALL" and event["ranks"] == [1] and event["step"] == 30, (engine, event)
+        assert event["seconds"] == pytest.approx(25.0, abs=0.1)
+        kinds = [report["primary_diagnosis"]["kind"], *(i["kind"] for i in report["issues"])]
+        assert not any("STRAGGLER" in kind for kind in kinds), (engine, kinds)
+        assert "STALL" in [f["kind"] for f in report["run_findings"]], (engine, report["run_findings"])
 
 
 def test_a_second_run_written_into_the_folder_is_not_mistaken_for_a_complete_table(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from traceml_otel.analyze.columnar_sql import (
     PEAK_SERIES,
     RANK_BUCKETS,
     RANK_SUMS,
+    STALL_CANDIDATES,
     STEP_MEDIANS,
     WORST,
     measured_rows,
@@ -28,6 +29,7 @@ from traceml_otel.analyze.columnar_sql import (
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.diagnose import _accumulation
 from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
+from traceml_otel.analyze.events import stall_findings
 from traceml_otel.analyze.evidence import missing_ranks, run_findings, step_failures
 from traceml_otel.analyze.findings import (
     RankCount,
@@ -44,15 +46,27 @@ from traceml_otel.analyze.memory import memory_analysis
 from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.analyze.run_model import RankHost, StepTiming, WindowSpec
 from traceml_otel.analyze.sources.step_table import step_timing
+from traceml_otel.analyze.stalls import (
+    SKIP_STEPS,
+    STALL_FACTOR,
+    STALL_MIN_S,
+    STALL_PERCENTILE,
+    StallAnalysis,
+    stall_candidate,
+    stall_events,
+)
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import StepWindow
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
 from traceml_otel.wire.step_table import COLUMNS
 
 DETAIL_ROWS = 250_000
 """Largest window whose rows become Python records for the collective split, time account and MFU."""
+STALL_ROWS = 4096
+"""Stall candidates fetched (the longest): far more than the events kept (``stalls.MAX_EVENTS``)."""
 FAILED_ROWS = 40
 """Failed rows fetched beyond each rank's first: enough for ``step_failures``' twenty."""
 _ALL = ", ".join(COLUMNS)
@@ -61,15 +75,19 @@ _ALL = ", ".join(COLUMNS)
 def analyze_tables(
     con: Any, source: str, *, service: str = "", run_id: str | None = None, spec: WindowSpec | None = None,
     manifest: Manifest | None = None, export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
-    want_steps: bool = False,
+    want_steps: bool = False, hangs: Sequence[HangRecord] = (),
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
     """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
     records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
-    account."""
+    account. ``hangs``: the ranks' hang records, which turn a stall into a ``HANG`` event with a place.
+    Stalls are found in SQL (:data:`~traceml_otel.analyze.columnar_sql.STALL_CANDIDATES`) and their
+    steps left out of the window, as the span reader does."""
     chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
     if chosen:
         export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
     ranks, numbers, window_numbers, window_info = _views(con, chosen, spec or WindowSpec())
+    stalls = _stalls(con, [h for h in hangs if not h.run_id or not chosen or h.run_id == chosen])
+    window_numbers = _without_stalled(con, window_numbers, stalls)
     clock, parallelism = _clock_and_parallelism(con)
     metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
     run_steps = None
@@ -107,11 +125,42 @@ def analyze_tables(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
             steps=(*failed, *_usual_collectives(con)),
-        ),
+        ) + stall_findings(stalls),
         throughput=throughput(metrics),
         hosts=hosts,
+        stalls=stalls,
     )
     return analysis, run_steps
+
+
+def _stalls(con: Any, hangs: Sequence[HangRecord]) -> StallAnalysis:
+    """The run's stall events: the candidates from SQL, grouped as the span reader groups them."""
+    found = con.execute(STALL_CANDIDATES.format(
+        skip=SKIP_STEPS, percentile=STALL_PERCENTILE, factor=STALL_FACTOR, minimum=STALL_MIN_S,
+        limit=STALL_ROWS)).fetchall()
+    if not found and not hangs:
+        return StallAnalysis()
+    typical = {(rank, step): (excess, backward) for rank, step, excess, backward in found}
+    candidates = []
+    if typical:
+        con.execute("CREATE OR REPLACE TEMP TABLE stall_keys (rank BIGINT, step BIGINT)")
+        con.executemany("INSERT INTO stall_keys VALUES (?, ?)", list(typical))
+        for row in con.execute(f"SELECT {', '.join('r.' + c for c in COLUMNS)} FROM r JOIN stall_keys k "
+                               "ON r.rank = k.rank AND r.step = k.step WHERE r.error IS NULL").fetchall():
+            step = step_timing(row)
+            excess, backward = typical[(step.rank, step.step)]
+            candidates.append(stall_candidate(step.rank, step, excess, backward or 0.0))
+    return stall_events(candidates, hangs)
+
+
+def _without_stalled(con: Any, window_numbers: list[int], stalls: StallAnalysis) -> list[int]:
+    """The window's step numbers less those a stall interrupted (on any rank), which also leave view
+    ``w`` (table ``stalled``)."""
+    drop = stalls.stalled_steps()
+    if not drop:
+        return window_numbers
+    con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in sorted(drop)])
+    return [n for n in window_numbers if n not in drop]
 
 
 def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:
@@ -130,7 +179,10 @@ def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int
     window_numbers, window_info = _window(numbers, spec)
     low, high = (window_numbers[0], window_numbers[-1]) if window_numbers else (1, 0)  # contiguous in a
     where = "" if window_numbers == numbers else f" WHERE step BETWEEN {int(low)} AND {int(high)}"
-    con.execute(f"CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a{where}")
+    con.execute("CREATE OR REPLACE TEMP TABLE stalled (step BIGINT)")  # filled by _without_stalled
+    stalls_out = "step NOT IN (SELECT step FROM stalled)"
+    con.execute(f"CREATE OR REPLACE TEMP VIEW w AS SELECT * FROM a "
+                f"{where + ' AND ' if where else ' WHERE '}{stalls_out}")
     return ranks, numbers, window_numbers, window_info
 
 

@@ -104,3 +104,34 @@ PEAK_SERIES = """
         SELECT step, coalesce(peak_allocated, peak_reserved) AS peak FROM w)
     WHERE peak IS NOT NULL GROUP BY step ORDER BY step"""
 """``memory._peak_series``: per step with any peak, the worst rank's and the median rank's."""
+
+STALL_CANDIDATES = """
+    WITH s AS (
+        SELECT rank, step, row_number() OVER (PARTITION BY rank ORDER BY step) AS nth,
+            coalesce(input_wait_cpu, 0.0) + coalesce(traced_cpu, 0.0)
+            + greatest(0.0, coalesce(between_cpu, 0.0) - coalesce(input_wait_cpu, 0.0)) AS busy
+        FROM r WHERE error IS NULL),
+    t AS (
+        SELECT rank, busy, row_number() OVER (PARTITION BY rank ORDER BY busy) - 1 AS pos,
+            count(*) OVER (PARTITION BY rank) AS n
+        FROM s WHERE nth > {skip}),
+    l AS (
+        SELECT rank, max(n) AS n,
+            max(busy) FILTER (WHERE pos = CAST(floor({percentile} * (n - 1) + 0.5) AS BIGINT)) AS high,
+            max(busy) FILTER (WHERE pos = CAST(floor(0.5 * (n - 1) + 0.5) AS BIGINT)) AS typical
+        FROM t GROUP BY rank),
+    b AS (
+        SELECT rank, max(backward) FILTER (WHERE pos = n // 2) AS typical_backward FROM (
+            SELECT rank, coalesce(cpu_backward, 0.0) AS backward,
+                row_number() OVER (PARTITION BY rank ORDER BY coalesce(cpu_backward, 0.0)) - 1 AS pos,
+                count(*) OVER (PARTITION BY rank) AS n
+            FROM r WHERE error IS NULL)
+        GROUP BY rank)
+    SELECT s.rank, s.step, s.busy - l.typical AS excess, b.typical_backward
+    FROM s JOIN l USING (rank) JOIN b USING (rank)
+    WHERE s.nth > {skip} AND l.n >= 3 AND s.busy - l.typical > greatest({factor} * l.high, {minimum})
+    ORDER BY excess DESC, s.rank, s.step LIMIT {limit}"""
+"""``stalls.rank_candidates``: per rank (completed steps, in step order, the first ``skip`` left out),
+the steps whose span (input wait + block + unnamed time before it) exceeds the typical span by more than
+``factor`` x the ``percentile`` span (nearest rank, as the span reader's) and at least ``minimum``
+seconds; with the excess and the rank's typical backward time (upper median over all its steps)."""

@@ -25,6 +25,7 @@ from traceml_otel.analyze.sources.step_table import (
     load_tables,
 )
 from traceml_otel.wire.export_stats import ExportStats
+from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
 
 
@@ -73,11 +74,18 @@ def _analyze(
         return analyze_tables(
             con, f"{run_dir} (step tables, columnar engine)", service=", ".join(check.services),
             run_id=run_id, spec=window, manifest=manifest, export_stats=export_stats, notes=notes,
-            want_steps=any(run_dir.glob("rank-*.time.json")))
+            want_steps=any(run_dir.glob("rank-*.time.json")), hangs=_hang_records(run_dir))
     except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
         raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
     finally:
         con.close()
+
+
+def _hang_records(run_dir: Path) -> list[HangRecord]:
+    from traceml_otel.analyze.hang import read_hang_records
+
+    records, _ = read_hang_records(run_dir)
+    return records
 
 
 def _span_files(run_dir: Path) -> list[tuple[int, Path]]:

@@ -178,8 +178,20 @@ def _event(parts: list[RankStall], records: Sequence[HangRecord]) -> StallEvent:
 
 def find_stalls(window: StepWindow, records: Sequence[HangRecord] = ()) -> StallAnalysis:
     """Stall events of ``window`` (its ranks' steps) and of the hang records no step shows."""
-    candidates = sorted((c for rank, steps in zip(window.ranks, window.per_rank, strict=True)
-                         for c in rank_candidates(rank, steps)), key=lambda c: c.start)
+    return stall_events([c for rank, steps in zip(window.ranks, window.per_rank, strict=True)
+                         for c in rank_candidates(rank, steps)], records)
+
+
+def stall_candidate(rank: int, step: StepTiming, excess: float, typical_backward: float) -> RankStall:
+    """A rank's stall candidate at ``step``, whose span exceeded the rank's typical one by ``excess``
+    (the columnar engine finds them in SQL, :data:`~traceml_otel.analyze.columnar_sql.STALL_CANDIDATES`)."""
+    _begin, end, _busy, _gap = _span(step)
+    return RankStall(rank, step.step, end - excess, excess, _waited(step, excess, typical_backward))
+
+
+def stall_events(found: Sequence[RankStall], records: Sequence[HangRecord] = ()) -> StallAnalysis:
+    """Candidates overlapping in time grouped into events, with the hang records no step shows."""
+    candidates = sorted(found, key=lambda c: (c.start, c.rank, c.step))
     groups: list[list[RankStall]] = []
     for cand in candidates:
         last = groups[-1] if groups else None
