@@ -150,7 +150,7 @@ def test_the_launcher_and_the_ranks_agree_on_the_run_folder(tmp_path) -> None:
 
 _ENV_READERS = ("get", "getenv", "pop", "setdefault")
 # the start-up filter and hook may not import the rest of traceml_otel before they know they attach
-_EXEMPT = ("settings.py", "launch/startup.py", "launch/_boot/sitecustomize.py")
+_EXEMPT = ("settings.py", "integrations/startup.py", "launch/_boot/sitecustomize.py")
 
 
 def _traceml_name(node: ast.AST) -> str | None:

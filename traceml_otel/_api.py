@@ -21,8 +21,9 @@ from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import capture_config
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.capture.session import current, warn
+from traceml_otel.capture.session import current
 from traceml_otel.sanitize import strip_control
+from traceml_otel.warn_line import warn
 
 _warned_not_initialised = False
 _warned_outside_in_step = False

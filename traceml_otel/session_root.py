@@ -18,8 +18,9 @@ from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import CaptureConfig, config_difference
 from traceml_otel.capture.clock_anchor import wall_anchor_ns
-from traceml_otel.capture.session import TrainingSession, warn
+from traceml_otel.capture.session import TrainingSession
 from traceml_otel.settings import Settings, load_settings, strict_requested
+from traceml_otel.warn_line import warn
 from traceml_otel.wire.hello import Hello
 
 _lock = threading.Lock()

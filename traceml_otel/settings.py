@@ -4,7 +4,7 @@ Components take a :class:`Settings` (or the :class:`RankIdentity` in it), or cal
 here for the few variables read outside a rank's settings (the launcher's shutdown wait, the
 diagnosis budget, the launcher pid, the zero-code markers), and never read ``TRACEML_*`` from
 ``os.environ`` themselves: one parser, so the launcher and the ranks cannot disagree on a value.
-The one exception is the start-up filter (``launch/startup.py``, run by ``traceml run``'s
+The one exception is the start-up filter (``integrations/startup.py``, run by ``traceml run``'s
 ``sitecustomize`` and by the ``.pth`` file of ``TRACEML_AUTO=1``), which runs in every Python process
 they reach and must not import the rest of traceml_otel before it knows it attaches; it reads
 ``TRACEML_AUTO``, ``TRACEML_AUTO_ATTACH`` and ``TRACEML_BOOT_SCRIPT`` as :func:`auto_requested`,
@@ -116,7 +116,7 @@ sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstra
 TRACEML_AUTO = "TRACEML_AUTO"
 """``1`` turns zero-code tracing on for a direct launch (``torchrun``, ``accelerate launch``,
 ``python``), as ``traceml run`` does: the ``traceml-otel-auto.pth`` file installed with the package
-loads the start-up hook (:mod:`traceml_otel.launch.startup`) in each process that sees it, and the
+loads the start-up hook (:mod:`traceml_otel.integrations.startup`) in each process that sees it, and the
 training processes attach. ``TRACEML_AUTO_ATTACH=0`` still turns it off."""
 TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
 """Under zero-code tracing, ``0`` turns step inference for plain loops off (the framework callbacks stay)."""

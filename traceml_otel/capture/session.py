@@ -17,7 +17,6 @@ runs once per model, optimizer or framework method.
 
 from __future__ import annotations
 
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from traceml_otel.capture.capture_config import CaptureConfig
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.warn_line import warn
 
 if TYPE_CHECKING:
     from traceml_otel.capture.inferred_steps import InferredSteps
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
 _UNSEEN = object()
 _NO_BLOCK = object()
 """What :attr:`Session.block_model` holds while ``trace_step`` must take the session's full path."""
-
-
-def warn(message: str) -> None:
-    """One ``traceml:`` line on stderr."""
-    print(f"traceml: {message}", file=sys.stderr, flush=True)
 
 
 def _forward_not_timed(model: Any) -> None:

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import traceml_otel as traceml
+from traceml_otel import _api as traceml
 from traceml_otel import session_root
 from traceml_otel.capture.session import current
 
