@@ -14,7 +14,7 @@ import contextlib
 import sys
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from traceml_otel import session_root
 from traceml_otel.capture import process_hooks
@@ -103,7 +103,7 @@ class _StepContext:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         if not self._opened:  # a nested block, or telemetry off
             return False
         self._opened = False
@@ -252,7 +252,7 @@ class _OutsideStep(contextlib.ContextDecorator):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         recorder = self._entered.pop() if self._entered else None
         if recorder is not None:
             recorder.exit_outside()

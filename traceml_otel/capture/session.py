@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from traceml_otel.capture.inferred_steps import InferredSteps
     from traceml_otel.capture.time_ledger import TimeLedger
     from traceml_otel.settings import Settings
+    from traceml_otel.wire.control import LocalReport
 
 _UNSEEN = object()
 _NO_BLOCK = object()
@@ -50,7 +51,7 @@ class EmitterLink(Protocol):
     steps_handed: int
     dropped_steps: int
     broken: str | None
-    local_report: dict[str, Any] | None
+    local_report: LocalReport | None
 
     def send_steps(self, rows: list[Any]) -> None: ...
 
@@ -135,6 +136,8 @@ class TrainingSession(Session):
     """Capture hooks, the step recorder and the link to this rank's emitter process."""
 
     active = True
+    recorder: StepRecorder  # always one here (the base class's are None)
+    time_ledger: TimeLedger
 
     def __init__(self, config: CaptureConfig, settings: Settings, link: EmitterLink,
                  manifest: Finishable | None = None) -> None:

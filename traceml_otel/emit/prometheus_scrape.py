@@ -357,7 +357,7 @@ def serve_registry(registry: object, endpoint: PrometheusEndpoint, scrapes: Scra
         def log_message(self, format: str, *args: Any) -> None:  # no access log on stderr
             pass
 
-    app = make_wsgi_app(registry)  # type: ignore[arg-type]
+    app = make_wsgi_app(registry)
 
     def noting(environ: dict[str, Any], start_response: Any) -> Any:
         scrapes.scraped(str(environ.get("REMOTE_ADDR", "")))

@@ -362,7 +362,7 @@ class PrometheusReader:
     def _result(self, path: str, params: Mapping[str, object], kind: str) -> list[dict]:
         data = self._data(path, params)
         shape_ok = isinstance(data, dict) and data.get("resultType") == kind
-        if not shape_ok or not isinstance(data.get("result"), list):  # type: ignore[union-attr]
+        if not shape_ok or not isinstance(data.get("result"), list):
             raise SourceError(f"Prometheus at {self.url} answered a query with no {kind} result")
         result = data["result"]
         if len(result) > MAX_RANKS:

@@ -127,6 +127,6 @@ def _rank(raw: object) -> int | None:
 
 def _value(pair: object) -> float | None:
     try:
-        return float(pair[1]) if isinstance(pair, list) and len(pair) == 2 else None  # type: ignore[index]
+        return float(pair[1]) if isinstance(pair, list) and len(pair) == 2 else None
     except (TypeError, ValueError):
         return None
