@@ -10,7 +10,7 @@ Why by hand (as the OTLP histograms, emit/histogram_accumulator.py): with ``prom
 ``Histogram``/``Summary``/``Counter``, each measurement looked its labelled child up
 (``.labels(**labels)`` hashes and checks the label values) and took a lock per value: a median 39
 µs of emitter CPU per step (62 with DDP collectives) in ``benchmarks/metrics_cost.py --only scrape
-[--ddp]``, now 10 (14), what the OTLP path costs (docs/architecture.md). Here a call takes one lock
+[--ddp]``, now 10 (14), what the OTLP path costs (benchmarks/JOURNAL.md). Here a call takes one lock
 and a measurement is a dict lookup, a ``bisect`` and a few additions; at each scrape a collector
 yields ``prometheus-client``'s own metric families (``HistogramMetricFamily``,
 ``SummaryMetricFamily``, ``CounterMetricFamily``), which its exposition code formats as before. What
