@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
@@ -22,6 +22,9 @@ from traceml_otel.capture.session import TrainingSession
 from traceml_otel.settings import Settings, load_settings, strict_requested
 from traceml_otel.warn_line import warn
 from traceml_otel.wire.hello import Hello
+
+if TYPE_CHECKING:
+    from traceml_otel.launch.direct import DirectManifest
 
 _lock = threading.Lock()
 _init_config: tuple[CaptureConfig, bool] | None = None
@@ -111,7 +114,7 @@ def build_session(config: CaptureConfig, settings: Settings) -> TrainingSession:
     return TrainingSession(config, settings, link, manifest=_start_direct_manifest(settings))
 
 
-def _start_direct_manifest(settings: Settings) -> Any:
+def _start_direct_manifest(settings: Settings) -> DirectManifest | None:
     """Rank 0 of a run ``traceml run`` did not launch writes ``manifest.json`` (never fatal)."""
     if settings.run_dir is None or settings.identity.rank != 0 or settings.launcher == "traceml run":
         return None
@@ -127,7 +130,7 @@ def _start_direct_manifest(settings: Settings) -> Any:
         return None
 
 
-def user_resource_attributes() -> dict[str, Any]:
+def user_resource_attributes() -> dict[str, str | bool | int | float]:
     """The resource of a TracerProvider the program already set up, if any.
 
     We never replace a global provider. Our spans are built in the emitter process (building

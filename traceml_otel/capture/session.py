@@ -28,6 +28,7 @@ from traceml_otel.warn_line import warn
 
 if TYPE_CHECKING:
     from traceml_otel.capture.inferred_steps import InferredSteps
+    from traceml_otel.capture.model_discovery import ModelDiscovery
     from traceml_otel.capture.time_ledger import TimeLedger
     from traceml_otel.settings import Settings
     from traceml_otel.wire.control import LocalReport
@@ -194,7 +195,7 @@ class TrainingSession(Session):
         )
         self.wrappers = WrapperRegistry()
         self._model: Any = _UNSEEN
-        self.discovery: Any = None
+        self.discovery: ModelDiscovery | None = None
         """Finds the other models of explicit steps (``ModelDiscovery``), from the first explicit step."""
         self.block_model = _NO_BLOCK
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
