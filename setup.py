@@ -2,7 +2,7 @@
 
 Python runs the ``import`` lines of every ``*.pth`` file in site-packages at start-up. This one
 (``traceml_otel/launch/traceml-otel-auto.pth``) costs one environment lookup while ``TRACEML_AUTO`` is
-unset; set, it starts zero-code tracing (:mod:`traceml_otel.launch.startup`) and, should that fail to
+unset; set, it starts zero-code tracing (:mod:`traceml_otel.integrations.startup`) and, should that fail to
 load, says so on one stderr line instead of stopping the interpreter (README, "Launching").
 
 - A wheel (``pip install .``, ``pip wheel .``): ``build_py`` puts the file at the root of the build

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine for traceml-otel in ./.venv.
 #   bash scripts/setup.sh          # the package, torch (CPU) if missing, and the examples' needs
-#   bash scripts/setup.sh --test   # + test tools, the rotel collector, and Debian's prometheus/promtool/node-exporter
+#   bash scripts/setup.sh --test   # + test tools (pytest, ruff, mypy), the rotel collector, and Debian's prometheus/promtool/node-exporter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -131,3 +131,165 @@ def test_the_plain_import_of_the_analyzer_loads_no_layer_above_it_and_no_trainin
                             check=False, cwd=PACKAGE.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- the whole package's import graph: no circles, and one order of layers ---------------------------
+#
+# The graph: one node per module of the package (``pkg/__init__.py`` is ``pkg``), one edge per import
+# that can run, at module level or inside a function (a lazy import is still a dependency). Imports
+# under ``if TYPE_CHECKING:`` never run and are left out: they name types, and a circle of them is
+# harmless. ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``.
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # 0-2. leaves and names: nothing here knows about capture, export or analysis
+    ("_version", "_first_seen", "errors", "warn_line", "sanitize", "contract", "step_records"),
+    ("env_values", "otlp_choice"),
+    ("run_identity",),
+    # 3. the configuration, and the records that cross process and file boundaries
+    ("settings", "wire"),
+    # 4. the training side's capture; the analyzer; the stack's config renderer (none imports another)
+    ("capture", "analyze", "stack"),
+    # 5. the emitter process (it runs the analyzer for the live summary)
+    ("emit",),
+    # 6. the reports
+    ("report",),
+    # 7. the launcher, run folder and live view
+    ("launch",),
+    # 8. the composition root (the one place that knows capture, emit and launch), then the training API
+    ("session_root",),
+    ("_api",),
+    # 10. what sits on the public API: the framework integrations (and zero-code start-up), the package
+    #     root (it loads ``_api`` on first use)
+    ("integrations", ""),
+    # 11. entry points nothing in the package imports: the command line, and the ``sitecustomize`` that
+    #     ``traceml run`` puts on its children's path
+    ("cli", "launch._boot"),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that an import in ``path`` can load (not those under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    named: list[str] = []
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            named += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            named += [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    found = set()
+    for name in named:
+        while name and name not in modules:  # an attribute of a module: the module
+            name = name.rpartition(".")[0]
+        if name and name != me:
+            found.add(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(path) for path in paths}
+    return {_module_name(path): _runtime_imports(path, modules) for path in paths}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _unit(module: str) -> tuple[int, str]:
+    """(layer, unit) of a module: the longest unit in :data:`LAYERS` that names it or a package above it."""
+    relative = module.removeprefix("traceml_otel").removeprefix(".")
+    best: tuple[int, str] | None = None
+    for layer, units in enumerate(LAYERS):
+        for unit in units:
+            if (relative == unit or relative.startswith(unit + ".") or (unit == "" and relative == "")) and (
+                best is None or len(unit) > len(best[1])
+            ):
+                best = (layer, unit)
+    assert best is not None, f"{module} is in no layer: add its package to LAYERS"
+    return best
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_only_ones(tmp_path: Path) -> None:
+    modules = {"traceml_otel.a", "traceml_otel.b", "traceml_otel.c", "traceml_otel.d"}
+    source = PACKAGE / "_probe_graph.py"
+    assert not source.exists()
+    try:
+        source.write_text(
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from traceml_otel import a\n"
+            "def f():\n    from traceml_otel.b import thing\n    import traceml_otel.c\n",
+            encoding="utf-8",
+        )
+        assert _runtime_imports(source, modules) == {"traceml_otel.b", "traceml_otel.c"}
+    finally:
+        source.unlink()
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    graph = _graph()
+    assert len(graph) > 150  # the whole package was read
+    assert _circles(graph) == []
+
+
+def test_every_import_goes_to_its_own_unit_or_a_lower_layer() -> None:
+    wrong = []
+    for module, imported in sorted(_graph().items()):
+        layer, unit = _unit(module)
+        for other in sorted(imported):
+            other_layer, other_unit = _unit(other)
+            if other_unit != unit and other_layer >= layer:
+                wrong.append(f"{module} (layer {layer}) imports {other} (layer {other_layer})")
+    assert wrong == []

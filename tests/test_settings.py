@@ -150,7 +150,7 @@ def test_the_launcher_and_the_ranks_agree_on_the_run_folder(tmp_path) -> None:
 
 _ENV_READERS = ("get", "getenv", "pop", "setdefault")
 # the start-up filter and hook may not import the rest of traceml_otel before they know they attach
-_EXEMPT = ("settings.py", "launch/startup.py", "launch/_boot/sitecustomize.py")
+_EXEMPT = ("settings.py", "integrations/startup.py", "launch/_boot/sitecustomize.py")
 
 
 def _traceml_name(node: ast.AST) -> str | None:
@@ -215,3 +215,96 @@ def test_run_name_names_the_job_only_without_a_scheduler_identity(tmp_path: Path
                                  str(script)], env={**base, **extra}, cwd=tmp_path, capture_output=True,
                                 text=True, timeout=120)
         assert expected in result.stdout, result.stdout + result.stderr
+
+
+# --- one on/off parser for every boolean TRACEML_* variable -------------------------------------------
+
+def _booleans_read_by_settings() -> set[str]:
+    """The variables settings.py hands to ``flag`` (read from its source, so a new one is seen)."""
+    source = (Path(__file__).resolve().parents[1] / "traceml_otel" / "settings.py").read_text()
+    tree = ast.parse(source)
+    return {
+        node.args[1].id for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "flag"
+        and isinstance(node.args[1], ast.Name)
+    }
+
+
+def _read_with(name: str):
+    from traceml_otel.settings import auto_attach_requested, auto_requested
+
+    if name == "TRACEML_AUTO":
+        return lambda env: auto_requested(env)
+    if name in ("TRACEML_AUTO_ATTACH", "TRACEML_INFER_STEPS"):
+        return lambda env: auto_attach_requested(env)
+    return lambda env: load_settings(env)
+
+
+BOOLEANS = ("TRACEML_AUTO", "TRACEML_AUTO_ATTACH", "TRACEML_COLLECTIVES", "TRACEML_DISABLED",
+            "TRACEML_INFER_STEPS", "TRACEML_LOCAL_COPY", "TRACEML_STRICT")
+
+
+def test_every_boolean_variable_goes_through_the_one_parser() -> None:
+    assert _booleans_read_by_settings() == set(BOOLEANS)
+    source = (Path(__file__).resolve().parents[1] / "traceml_otel" / "settings.py").read_text()
+    assert '"false", "no", "off")' not in source  # no second spelling of the rule
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+@pytest.mark.parametrize("typo", ["of", "tru", "2", "yes please"])
+def test_a_typo_in_any_boolean_variable_is_refused_on_one_line_naming_it(name: str, typo: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        _read_with(name)({name: typo})
+    message = str(raised.value)
+    assert message.startswith(f"{name}=") and "neither 1 nor 0" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+def test_every_boolean_variable_reads_the_same_words(name: str) -> None:
+    read = _read_with(name)
+    for word in ("1", "true", "YES", " on ", "0", "false", "No", "OFF", ""):
+        read({name: word})  # none refused
+
+
+def test_the_booleans_mean_what_they_say() -> None:
+    from traceml_otel.settings import auto_attach_requested, auto_requested, strict_requested
+
+    assert load_settings({"TRACEML_LOCAL_COPY": "off"}).run_dir is None
+    assert load_settings({"TRACEML_LOCAL_COPY": "yes"}).run_dir is not None
+    assert load_settings({"TRACEML_STRICT": "on"}).strict
+    assert not load_settings({"TRACEML_STRICT": "no"}).strict
+    assert load_settings({"TRACEML_DISABLED": "true"}).sdk_disabled
+    assert not load_settings({"TRACEML_DISABLED": "0"}).sdk_disabled
+    assert (auto_requested({"TRACEML_AUTO": "on"}), auto_requested({})) == (True, False)
+    assert auto_attach_requested({}) == (True, True)
+    assert auto_attach_requested({"TRACEML_INFER_STEPS": "false"}) == (True, False)
+    assert auto_attach_requested({"TRACEML_AUTO_ATTACH": "0", "TRACEML_INFER_STEPS": "1"}) == (False, False)
+    # the fallback reader init() consults when the settings are refused: its own typo reads as off
+    assert strict_requested({"TRACEML_STRICT": "tru"}) is False
+    # OTEL_SDK_DISABLED keeps the OpenTelemetry specification's rule: only "true" is true
+    assert load_settings({"OTEL_SDK_DISABLED": "TRUE"}).sdk_disabled
+    assert not load_settings({"OTEL_SDK_DISABLED": "1"}).sdk_disabled
+
+
+def test_a_typo_turns_telemetry_off_with_one_line_and_the_script_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = ("import traceml_otel as traceml\n"
+              "print('active', traceml.init())\n"
+              "with traceml.trace_step():\n    pass\n"
+              "print('done')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEML_", "OTEL_"))}
+    env.update(TRACEML_LOCAL_COPY="of", TRACEML_RUNS_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["active False", "done"]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("traceml:")]
+    assert lines == ["traceml: telemetry disabled: TRACEML_LOCAL_COPY='of' is neither 1 nor 0"]
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    env["TRACEML_STRICT"] = "1"  # strict: init() raises the same one line
+    strict = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=tmp_path, check=False)
+    assert strict.returncode == 1
+    assert "SettingsError: TRACEML_LOCAL_COPY='of' is neither 1 nor 0" in strict.stderr

@@ -12,29 +12,8 @@ local OTLP-JSON copy lands in ``traceml-runs/<run-id>/`` for ``traceml analyze``
 API loads on first use (``__getattr__``), so the analyzer imports none of it.
 """
 
+from traceml_otel import _first_seen  # noqa: F401 - first: the earliest moment this process can vouch for
 from traceml_otel._version import __version__
-
-
-def _first_seen() -> tuple[float, float | None, bool]:
-    """The wall time now, how long this process has run or waited for a CPU since it began
-    (``/proc/self/schedstat``) and whether it has waited for a child yet (a shell that ran ``sleep``
-    before exec'ing this program; ``/proc/self/stat``): the earliest this interpreter can vouch for
-    its own start (``capture/time_ledger.py:own_start_time``). Small reads, once per process."""
-    import time
-
-    try:
-        with open("/proc/self/schedstat", "rb") as stat:
-            run_ns, wait_ns = stat.read().split()[:2]
-        with open("/proc/self/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        waited = int(fields[8]) + int(fields[13]) + int(fields[14]) > 0  # cminflt, cutime, cstime
-        return time.time(), (int(run_ns) + int(wait_ns)) / 1e9, waited
-    except (OSError, ValueError, IndexError):
-        return time.time(), None, False
-
-
-_FIRST_SEEN = _first_seen()
-"""(wall time, seconds running or runnable, waited for a child) when this package was first imported."""
 
 TYPE_CHECKING = False  # not typing's: start-up hooks import this package in every process (typing costs ms)
 

@@ -14,15 +14,16 @@ import contextlib
 import sys
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from traceml_otel import session_root
 from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import capture_config
 from traceml_otel.capture.recorder import StepRecorder
-from traceml_otel.capture.session import current, warn
+from traceml_otel.capture.session import current
 from traceml_otel.sanitize import strip_control
+from traceml_otel.warn_line import warn
 
 _warned_not_initialised = False
 _warned_outside_in_step = False
@@ -102,7 +103,7 @@ class _StepContext:
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         if not self._opened:  # a nested block, or telemetry off
             return False
         self._opened = False
@@ -251,7 +252,7 @@ class _OutsideStep(contextlib.ContextDecorator):
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         recorder = self._entered.pop() if self._entered else None
         if recorder is not None:
             recorder.exit_outside()

@@ -12,10 +12,28 @@ from collections.abc import Mapping
 
 from traceml_otel.errors import SettingsError
 
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
 
-def flag(env: Mapping[str, str], name: str) -> bool:
-    """True for ``1``/``true``/``yes``/``on`` (any case); anything else, unset included, is False."""
-    return env.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+def flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """Every boolean ``TRACEML_*`` variable: True for ``1``/``true``/``yes``/``on``, False for
+    ``0``/``false``/``no``/``off`` (any case), ``default`` unset or blank; any other value is a
+    :class:`SettingsError` (a typo must read neither as on nor as off)."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ON:
+        return True
+    if raw in OFF:
+        return False
+    raise SettingsError(f"{name}={raw[:20]!r} is neither 1 nor 0")
+
+
+def otel_true(env: Mapping[str, str], name: str) -> bool:
+    """An ``OTEL_*`` boolean (``OTEL_SDK_DISABLED``) as the OpenTelemetry specification reads it: true
+    only for ``true`` (any case); any other value is false."""
+    return env.get(name, "").strip().lower() == "true"
 
 
 def whole_number(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from traceml_otel.capture import process_hooks
 from traceml_otel.capture import session as sessions
 from traceml_otel.capture.capture_config import CaptureConfig, config_difference
 from traceml_otel.capture.clock_anchor import wall_anchor_ns
-from traceml_otel.capture.session import TrainingSession, warn
+from traceml_otel.capture.session import TrainingSession
 from traceml_otel.settings import Settings, load_settings, strict_requested
+from traceml_otel.warn_line import warn
 from traceml_otel.wire.hello import Hello
+
+if TYPE_CHECKING:
+    from traceml_otel.launch.direct import DirectManifest
 
 _lock = threading.Lock()
 _init_config: tuple[CaptureConfig, bool] | None = None
@@ -110,7 +114,7 @@ def build_session(config: CaptureConfig, settings: Settings) -> TrainingSession:
     return TrainingSession(config, settings, link, manifest=_start_direct_manifest(settings))
 
 
-def _start_direct_manifest(settings: Settings) -> Any:
+def _start_direct_manifest(settings: Settings) -> DirectManifest | None:
     """Rank 0 of a run ``traceml run`` did not launch writes ``manifest.json`` (never fatal)."""
     if settings.run_dir is None or settings.identity.rank != 0 or settings.launcher == "traceml run":
         return None
@@ -126,7 +130,7 @@ def _start_direct_manifest(settings: Settings) -> Any:
         return None
 
 
-def user_resource_attributes() -> dict[str, Any]:
+def user_resource_attributes() -> dict[str, str | bool | int | float]:
     """The resource of a TracerProvider the program already set up, if any.
 
     We never replace a global provider. Our spans are built in the emitter process (building

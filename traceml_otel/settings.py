@@ -4,7 +4,7 @@ Components take a :class:`Settings` (or the :class:`RankIdentity` in it), or cal
 here for the few variables read outside a rank's settings (the launcher's shutdown wait, the
 diagnosis budget, the launcher pid, the zero-code markers), and never read ``TRACEML_*`` from
 ``os.environ`` themselves: one parser, so the launcher and the ranks cannot disagree on a value.
-The one exception is the start-up filter (``launch/startup.py``, run by ``traceml run``'s
+The one exception is the start-up filter (``integrations/startup.py``, run by ``traceml run``'s
 ``sitecustomize`` and by the ``.pth`` file of ``TRACEML_AUTO=1``), which runs in every Python process
 they reach and must not import the rest of traceml_otel before it knows it attaches; it reads
 ``TRACEML_AUTO``, ``TRACEML_AUTO_ATTACH`` and ``TRACEML_BOOT_SCRIPT`` as :func:`auto_requested`,
@@ -17,7 +17,10 @@ its job from what the launchers set, :mod:`traceml_otel.otlp_choice` picks each 
 endpoint and protocol. Both read no ``TRACEML_*`` variable: this module passes the values in.
 
 Durations (the ``*_S`` variables) and ``TRACEML_HANG_FACTOR`` take decimals (``2.5``); counts,
-ports and milliseconds take whole numbers.
+ports and milliseconds take whole numbers. Every on/off ``TRACEML_*`` variable goes through one parser
+(:func:`~traceml_otel.env_values.flag`): ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``,
+and any other value is refused with a :class:`SettingsError` (``init()`` says so on one line and runs
+without telemetry; ``traceml run`` exits 2).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from traceml_otel.contract import RUNS_DIR_DEFAULT
-from traceml_otel.env_values import decimal, flag, whole_number
+from traceml_otel.env_values import decimal, flag, otel_true, whole_number
 from traceml_otel.errors import SettingsError
 from traceml_otel.otlp_choice import SignalExport, signal_export
 from traceml_otel.run_identity import (
@@ -70,7 +73,7 @@ TRACEML_DISABLED = "TRACEML_DISABLED"
 TRACEML_STRICT = "TRACEML_STRICT"
 """``1`` makes ``init()`` raise instead of warning when telemetry cannot start."""
 TRACEML_FLUSH_STEPS = "TRACEML_FLUSH_STEPS"
-"""Hand completed steps to the emitter every this many steps (default 64)."""
+"""Hand completed steps to the emitter every this many steps (default 256)."""
 TRACEML_FLUSH_INTERVAL_MS = "TRACEML_FLUSH_INTERVAL_MS"
 """... or when this many milliseconds passed since the last hand-off (default 250)."""
 TRACEML_SHUTDOWN_TIMEOUT_S = "TRACEML_SHUTDOWN_TIMEOUT_S"
@@ -116,7 +119,7 @@ sets it to ``1`` and puts the start-up hook (:data:`traceml_otel.launch.bootstra
 TRACEML_AUTO = "TRACEML_AUTO"
 """``1`` turns zero-code tracing on for a direct launch (``torchrun``, ``accelerate launch``,
 ``python``), as ``traceml run`` does: the ``traceml-otel-auto.pth`` file installed with the package
-loads the start-up hook (:mod:`traceml_otel.launch.startup`) in each process that sees it, and the
+loads the start-up hook (:mod:`traceml_otel.integrations.startup`) in each process that sees it, and the
 training processes attach. ``TRACEML_AUTO_ATTACH=0`` still turns it off."""
 TRACEML_INFER_STEPS = "TRACEML_INFER_STEPS"
 """Under zero-code tracing, ``0`` turns step inference for plain loops off (the framework callbacks stay)."""
@@ -200,25 +203,23 @@ def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, b
     """(attach the framework callbacks, infer steps in plain loops) for a process that loaded the
     start-up hook: on unless ``TRACEML_AUTO_ATTACH``/``TRACEML_INFER_STEPS`` say ``0``."""
     env = os.environ if env is None else env
-    off = ("0", "false", "no", "off")
-    attach = env.get(TRACEML_AUTO_ATTACH, "1").strip().lower() not in off
-    return attach, attach and env.get(TRACEML_INFER_STEPS, "1").strip().lower() not in off
+    attach = flag(env, TRACEML_AUTO_ATTACH, default=True)
+    return attach, attach and flag(env, TRACEML_INFER_STEPS, default=True)
 
 
 def auto_requested(env: Mapping[str, str] | None = None) -> bool:
     """``TRACEML_AUTO``: on for ``1``/``true``/``yes``/``on``, off unset or ``0``/``false``/``no``/``off``;
     any other value is a :class:`SettingsError` (a typo must not look like a silent opt-out)."""
-    raw = (os.environ if env is None else env).get(TRACEML_AUTO, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise SettingsError(f"{TRACEML_AUTO}={raw[:20]!r} is neither 1 nor 0")
+    return flag(os.environ if env is None else env, TRACEML_AUTO)
 
 
 def strict_requested(env: Mapping[str, str] | None = None) -> bool:
-    """``TRACEML_STRICT`` on its own, readable when the other settings are unusable."""
-    return flag(os.environ if env is None else env, TRACEML_STRICT)
+    """``TRACEML_STRICT`` on its own, readable when the other settings are unusable: an unusable value
+    of its own reads as off here (:func:`load_settings` has refused it, and ``init()`` says so)."""
+    try:
+        return flag(os.environ if env is None else env, TRACEML_STRICT)
+    except SettingsError:
+        return False
 
 
 SHUTDOWN_TIMEOUT_DEFAULT_S = 10.0
@@ -358,7 +359,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     run_name = checked_name(TRACEML_RUN_NAME, given_name) if given_name else script_name()
     run_id = _run_id(env, run_name)
     job = job_identity(env, run_id, run_name)
-    local_copy = env.get(TRACEML_LOCAL_COPY, "1").strip().lower() not in ("0", "false", "no", "off")
+    local_copy = flag(env, TRACEML_LOCAL_COPY, default=True)
     port = whole_number(env, TRACEML_PROMETHEUS_PORT, 0, minimum=0)
     return Settings(
         run_id=run_id,
@@ -376,8 +377,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ),
         sampler=env.get(OTEL_TRACES_SAMPLER, "parentbased_always_on").strip().lower(),
         sampler_arg=env.get(OTEL_TRACES_SAMPLER_ARG),
-        sdk_disabled=flag(env, OTEL_SDK_DISABLED) or flag(env, TRACEML_DISABLED),
-        strict=strict_requested(env),
+        sdk_disabled=otel_true(env, OTEL_SDK_DISABLED) or flag(env, TRACEML_DISABLED),
+        strict=flag(env, TRACEML_STRICT),
         flush_steps=whole_number(env, TRACEML_FLUSH_STEPS, 256),
         flush_interval_ns=whole_number(env, TRACEML_FLUSH_INTERVAL_MS, 250) * 1_000_000,
         shutdown_timeout_s=shutdown_timeout_s(env),
@@ -386,7 +387,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         prometheus_linger_s=decimal(env, TRACEML_PROMETHEUS_LINGER_S, 20.0) if port else 0.0,
         launcher=launcher_name(env),
         emitter_stall_s=decimal(env, TRACEML_EMITTER_STALL_S, 30.0, minimum=1.0),
-        collectives=env.get(TRACEML_COLLECTIVES, "1").strip().lower() not in ("0", "false", "no", "off"),
+        collectives=flag(env, TRACEML_COLLECTIVES, default=True),
         hang_timeout_s=decimal(env, TRACEML_HANG_TIMEOUT_S, 60.0),
         hang_factor=decimal(env, TRACEML_HANG_FACTOR, 5.0, minimum=1.0),
         hang_startup_timeout_s=decimal(env, TRACEML_HANG_STARTUP_TIMEOUT_S, 900.0),

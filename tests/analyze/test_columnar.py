@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
-from traceml_otel.analyze import SourceError, analyze_path, pipeline
+from traceml_otel.analyze import SourceError, analyze_path, engine_choice
 from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.analyze.sources.step_table import check_tables, load_tables, step_timing
@@ -190,7 +190,7 @@ def test_a_second_run_written_into_the_folder_is_not_mistaken_for_a_complete_tab
 
 def test_auto_takes_the_columnar_engine_from_the_size_threshold(runs, monkeypatch) -> None:
     assert "columnar engine" not in analyze_path([runs["uneven"]]).run.source  # small: the span reader
-    monkeypatch.setattr(pipeline, "COLUMNAR_MIN_BYTES", 0)
+    monkeypatch.setattr(engine_choice, "COLUMNAR_MIN_BYTES", 0)
     assert "columnar engine" in analyze_path([runs["uneven"]]).run.source
 
 
@@ -224,7 +224,7 @@ def test_an_incomplete_table_is_never_read_as_complete(runs, tmp_path, monkeypat
         table.write_text("".join([*lines[:5], "1,2,not,a,row\n", *lines[5:]]))
     else:
         table.unlink()
-    monkeypatch.setattr(pipeline, "COLUMNAR_MIN_BYTES", 0)
+    monkeypatch.setattr(engine_choice, "COLUMNAR_MIN_BYTES", 0)
     analysis = analyze_path([run_dir])
     assert "columnar engine" not in analysis.run.source
     notes = [w for w in analysis.run.warnings if w.startswith("columnar engine not used")]

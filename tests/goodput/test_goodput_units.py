@@ -251,16 +251,16 @@ def test_time_record_round_trip(tmp_path: Path) -> None:
 def test_the_framework_callbacks_say_where_a_resumed_run_started(monkeypatch) -> None:
     """The Trainer and Lightning callbacks pass their restored global step to ``resume_from``: a
     positive integer only (0 is a fresh start; a missing or odd value says nothing)."""
-    import traceml_otel
+    from traceml_otel import _api  # the training API the driver calls
     from traceml_otel.integrations._driver import StepDriver
 
     said: list[int] = []
-    monkeypatch.setattr(traceml_otel, "resume_from", said.append)
+    monkeypatch.setattr(_api, "resume_from", said.append)
     driver = StepDriver({}, source="hf_trainer")
     for updates in (8, 0, None, True, "8", 2.0):
         driver.resumed_at(updates)
     assert said == [8]
-    callbacks = Path(traceml_otel.__file__).parent / "integrations"
+    callbacks = Path(_api.__file__).parent / "integrations"
     assert 'resumed_at(getattr(state, "global_step", 0))' in (callbacks / "hf_trainer.py").read_text()
     lightning = (callbacks / "lightning_callback.py").read_text()
     assert 'resumed_at(getattr(trainer, "global_step", 0))' in lightning

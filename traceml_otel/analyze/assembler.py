@@ -153,14 +153,14 @@ class StepAssembler:
         and ``status`` only when needed.
         Runs once per span of a read, so it stays lean.
         """
-        index = SPAN_INDEX.get(name)  # type: ignore[arg-type]
+        index = SPAN_INDEX.get(name)
         if index is None:
             index = classify_by_attributes(attrs)
             if index is None:
                 self.foreign_spans += 1
                 return False
         try:
-            key = (int(attrs[c.ATTR_RANK]), int(attrs[c.ATTR_STEP]))  # type: ignore[call-overload]
+            key = (int(attrs[c.ATTR_RANK]), int(attrs[c.ATTR_STEP]))
         except (KeyError, TypeError, ValueError):
             rank, step = as_int(attrs.get(c.ATTR_RANK)), as_int(attrs.get(c.ATTR_STEP))
             if rank is None or step is None:
@@ -168,7 +168,7 @@ class StepAssembler:
                 return False
             key = (rank, step)
         run_id = attrs.get(c.ATTR_RUN_ID) or default_run_id
-        table = self._runs.get(run_id)  # type: ignore[arg-type]
+        table = self._runs.get(run_id)
         if table is None:
             table = self._runs[str(run_id)] = {}
         acc = table.get(key)
@@ -193,9 +193,9 @@ class StepAssembler:
             )
         acc.calls[index] += 1
         total = acc.cpu[index]
-        acc.cpu[index] = None if total is None or cpu is None else total + cpu  # type: ignore[operator]
+        acc.cpu[index] = None if total is None or cpu is None else total + cpu
         total = acc.gpu[index]
-        acc.gpu[index] = None if total is None or gpu is None else total + gpu  # type: ignore[operator]
+        acc.gpu[index] = None if total is None or gpu is None else total + gpu
         if c.ATTR_PHASE_COMM_EXPOSED_CPU in attrs or c.ATTR_PHASE_COMM_EXPOSED_GPU in attrs:
             acc.comm_cpu[index] += self._seconds(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_CPU)) or 0.0
             acc.comm_gpu[index] += self._seconds(attrs.get(c.ATTR_PHASE_COMM_EXPOSED_GPU)) or 0.0

@@ -53,7 +53,7 @@ def _split_or_estimate(ranks: Sequence[RankMetrics]) -> Sequence[RankMetrics]:
     clock-free estimate on the means: the least-waiting rank's exposed time is the transfer."""
     if len(ranks) < 2 or all(m.communication_transfer is not None for m in ranks):
         return ranks
-    least = min(ranks, key=lambda m: (m.communication, m.rank))  # type: ignore[arg-type, return-value]
+    least = min(ranks, key=lambda m: (m.communication, m.rank))
     floor = least.communication
     assert floor is not None
     return [

@@ -112,7 +112,7 @@ def _entry_waits(steps: Sequence[StepTiming], exposed: Sequence[float]) -> Waits
     if any(e is None for e in entries) or any(w is None for w in work) or len(lengths) != 1:
         return None
     waits: Waits = [(0.0, {}) for _ in steps]
-    for calls, worked in zip(zip(*entries, strict=True), zip(*work, strict=True), strict=True):  # type: ignore[arg-type]
+    for calls, worked in zip(zip(*entries, strict=True), zip(*work, strict=True), strict=True):
         last = max(range(len(calls)), key=lambda i: (calls[i], -i))
         for i, entered in enumerate(calls):
             # Waited for the last rank, as far as that rank worked longer since its previous collective;

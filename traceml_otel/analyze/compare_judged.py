@@ -16,6 +16,7 @@ its on-CPU interval is shown beside it, and:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from traceml_otel.analyze import thresholds as t
@@ -23,7 +24,19 @@ from traceml_otel.analyze.compare_interval import LOADED_CV_PER_WAIT, RUN_TO_RUN
 from traceml_otel.analyze.compare_sides import intervals, side_runs, wait_share
 
 if TYPE_CHECKING:
-    from traceml_otel.analyze.compare_policy import Change, RunSummary
+    from traceml_otel.analyze.compare_policy import RunSummary
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One compared quantity: before, after, relative change and what it means."""
+
+    name: str
+    before: float | None
+    after: float | None
+    change: float | None
+    verdict: str
+    material: bool = False
 
 
 def signed(change: float) -> str:
@@ -45,8 +58,6 @@ def judged_time(
 ) -> tuple[Change, Interval | None, Interval | None, Interval | None, list[str]]:
     """(the time change with its verdict, the deciding interval, the wall interval, the on-CPU interval
     when both sides recorded CPU samples, notes)."""
-    from traceml_otel.analyze.compare_policy import Change
-
     wall, cpu = intervals(a, b, basis)
     unit = "step" if basis == "step" else basis
     notes: list[str] = []

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.compare_interval import Interval
+from traceml_otel.analyze.compare_judged import Change, judged_time
 from traceml_otel.analyze.compare_noise import RunNoise
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, SEVERITY_ORDER, Severity, StepKind
@@ -125,18 +126,6 @@ def peak_memory(ranks: list[tuple[float | None, float | None]]) -> int | None:
 def unusable_summary(label: str, problem: str) -> RunSummary:
     """A side that could not be read as a run or a report: it makes the comparison INCONCLUSIVE."""
     return RunSummary(label, "", str(StepKind.NO_DATA), "info", "", 0, None, (), None, problem=problem)
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One compared quantity: before, after, relative change and what it means."""
-
-    name: str
-    before: float | None
-    after: float | None
-    change: float | None
-    verdict: str
-    material: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,8 +287,6 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
         notes.insert(0, f"no usable step data in {empty}: nothing can be concluded")
         return Comparison(a, b, "INCONCLUSIVE", False, step, memory, diagnosis, phases, tuple(notes),
                           basis, work, usable=False)
-    from traceml_otel.analyze.compare_judged import judged_time
-
     primary, interval, wall, cpu, time_notes = judged_time(a, b, basis, primary)
     if basis == "step":
         step = primary

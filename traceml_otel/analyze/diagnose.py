@@ -16,7 +16,7 @@ from traceml_otel.analyze.recurrence import recurrence
 from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.analyze.segments import reference_window, segment_window
-from traceml_otel.analyze.stalls import find_stalls, without_stalls
+from traceml_otel.analyze.stalls import find_stalls
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
     StepWindow,
@@ -25,6 +25,7 @@ from traceml_otel.analyze.window import (
     select_clock,
     select_window,
     window_parallelism,
+    without_stalls,
 )
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.wire.export_stats import ExportStats

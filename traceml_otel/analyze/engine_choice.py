@@ -1,7 +1,7 @@
 """Which engine diagnoses a local run: the span reader, or the columnar engine over the step tables.
 
 ``auto`` takes the columnar engine for a run folder with at least
-:data:`~traceml_otel.analyze.pipeline.COLUMNAR_MIN_BYTES` of span files when DuckDB is installed and
+:data:`COLUMNAR_MIN_BYTES` of span files when DuckDB is installed and
 every rank's step table is complete; otherwise the span reader, with a note in the report saying why
 (for a run that large). ``columnar`` forced: any reason it cannot serve is a :class:`SourceError`.
 """
@@ -28,6 +28,10 @@ from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
 
+COLUMNAR_MIN_BYTES = 64 * 1024 * 1024
+"""``auto`` uses the columnar engine from this much span data on (below it the span reader takes a few
+seconds at most, and computes every section)."""
+
 
 def try_columnar(
     run_dir: Path | None, engine: str, *, run_id: str | None, service: str | None, window: WindowSpec | None,
@@ -36,8 +40,6 @@ def try_columnar(
     """The columnar analysis of ``run_dir`` (and the run's rows when few), or ``None`` and a note for the
     report (``""``: nothing worth saying, a small run). Raises :class:`SourceError` when ``engine`` is
     ``columnar`` and it cannot be used."""
-    from traceml_otel.analyze.pipeline import COLUMNAR_MIN_BYTES
-
     forced = engine == "columnar"
     try:
         if run_dir is None:

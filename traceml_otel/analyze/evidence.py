@@ -235,7 +235,7 @@ def _interrupt(failures: Sequence[StepFailure], exit_code: int | None) -> str | 
     """How the run was stopped, when it was stopped rather than failed; ``None`` otherwise."""
     if exit_code in INTERRUPT_EXIT_CODES:
         if all(f.exception_type in INTERRUPT_EXCEPTIONS for f in failures):
-            return INTERRUPT_EXIT_CODES[exit_code]  # type: ignore[index]
+            return INTERRUPT_EXIT_CODES[exit_code]
         return None
     stopped = all(f.exception_type in INTERRUPT_EXCEPTIONS for f in failures)
     if failures and stopped and exit_code in (None, 0):

@@ -29,7 +29,7 @@ def independent_ranks_rule(ranks: Sequence[RankMetrics]) -> Finding | None:
     measured = [m for m in ranks if m.step_time]
     if len(measured) < 2:
         return None
-    median = statistics.median(m.step_time for m in measured)  # type: ignore[misc]
+    median = statistics.median(m.step_time for m in measured)
     slowest = max(measured, key=lambda m: (m.step_time, -m.rank))
     assert slowest.step_time is not None
     excess = (slowest.step_time - median) / median if median > 0 else 0.0

@@ -84,7 +84,7 @@ def as_int(raw: object) -> int | None:
     if isinstance(raw, int):
         return raw
     try:
-        return int(raw)  # type: ignore[arg-type]
+        return int(raw)
     except (TypeError, ValueError, OverflowError):  # OverflowError: 1e400 is an infinite float
         try:
             number = float(raw)  # type: ignore[arg-type]

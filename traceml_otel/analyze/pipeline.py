@@ -51,9 +51,6 @@ def analyze_source(
 
 ENGINES = ("auto", "python", "columnar")
 """``--engine``: chosen by size, the span reader, or the step tables in DuckDB."""
-COLUMNAR_MIN_BYTES = 64 * 1024 * 1024
-"""``auto`` uses the columnar engine from this much span data on (below it the span reader takes a few
-seconds at most, and computes every section)."""
 
 
 def analyze_path(
@@ -69,8 +66,9 @@ def analyze_path(
 
     ``engine``: ``python`` reads the spans; ``columnar`` the run directory's step tables in DuckDB
     (raises :class:`SourceError` when it cannot: DuckDB missing, tables incomplete); ``auto`` the
-    columnar engine for a run directory of at least :data:`COLUMNAR_MIN_BYTES` of spans whose tables
-    are complete, else the span reader (saying why, for a large run).
+    columnar engine for a run directory of at least
+    :data:`~traceml_otel.analyze.engine_choice.COLUMNAR_MIN_BYTES` of spans whose tables are
+    complete, else the span reader (saying why, for a large run).
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")

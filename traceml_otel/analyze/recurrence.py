@@ -122,7 +122,7 @@ def recurrence(
         found = rule(metrics(sub))
         culprit = None
         if isinstance(found, Finding) and str(found.kind).endswith("STRAGGLER"):
-            culprit = next((int(e.value) for e in found.evidence  # type: ignore[arg-type]
+            culprit = next((int(e.value) for e in found.evidence
                             if e.name == "culprit_rank" and e.value is not None), None)
         culprits.append(culprit)
         starts.append(window.step_numbers[a])

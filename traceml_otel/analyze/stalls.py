@@ -31,7 +31,7 @@ from traceml_otel.analyze.run_model import BACKWARD, StepTiming
 from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord
 from traceml_otel.wire.hang_verdict import combine
 
-if TYPE_CHECKING:  # findings.py holds a StallAnalysis; window.py imports findings.py
+if TYPE_CHECKING:  # a type only: window.py imports findings.py, which holds a StallAnalysis
     from traceml_otel.analyze.window import StepWindow
 
 STALL_FACTOR = 5.0
@@ -236,15 +236,3 @@ def _record_only(records: Sequence[HangRecord], events: Sequence[StallEvent]) ->
                                   all(r.state != STATE_HUNG for r in recs), parts))
         group = [item] if item is not None else []
     return out
-
-
-def without_stalls(window: StepWindow, stalls: StallAnalysis) -> StepWindow:
-    """``window`` less the aligned steps a stall interrupted (on any rank)."""
-    from traceml_otel.analyze.window import StepWindow
-
-    drop = stalls.stalled_steps()
-    if not drop or not window.step_numbers:
-        return window
-    keep = [i for i, n in enumerate(window.step_numbers) if n not in drop]
-    return StepWindow(window.ranks, tuple(window.step_numbers[i] for i in keep),
-                      tuple(tuple(steps[i] for i in keep) for steps in window.per_rank))

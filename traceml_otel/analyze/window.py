@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from traceml_otel.analyze.findings import WindowInfo
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
+from traceml_otel.analyze.stalls import StallAnalysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +101,13 @@ def window_parallelism(window: StepWindow) -> str:
     if "fsdp" in seen:
         return "fsdp"
     return max(set(seen), key=seen.count) if seen else "none"
+
+
+def without_stalls(window: StepWindow, stalls: StallAnalysis) -> StepWindow:
+    """``window`` less the aligned steps a stall interrupted (on any rank)."""
+    drop = stalls.stalled_steps()
+    if not drop or not window.step_numbers:
+        return window
+    keep = [i for i, n in enumerate(window.step_numbers) if n not in drop]
+    return StepWindow(window.ranks, tuple(window.step_numbers[i] for i in keep),
+                      tuple(tuple(steps[i] for i in keep) for steps in window.per_rank))

@@ -351,12 +351,12 @@ class CollectiveTiming:
                 except Exception as error:  # never break the program's DDP construction
                     warn(f"DDP gradient buckets are not timed: {type(error).__name__}: {error}")
 
-            ddp_class.__init__ = init_then_watch  # type: ignore[method-assign]
+            ddp_class.__init__ = init_then_watch
 
     def uninstall(self) -> None:
         self.calls.uninstall()
         if self._ddp_init is not None:
-            torch.nn.parallel.DistributedDataParallel.__init__ = self._ddp_init  # type: ignore[method-assign]
+            torch.nn.parallel.DistributedDataParallel.__init__ = self._ddp_init
             self._ddp_init = None
 
     def watch(self, model: Any) -> None:

@@ -61,4 +61,4 @@ def patch_module_compile() -> None:
             module._compiled_call_impl = InPlaceCompiledCall(module, compiled)
 
     compile.traceml_patched = True  # type: ignore[attr-defined]
-    torch.nn.Module.compile = compile  # type: ignore[method-assign]
+    torch.nn.Module.compile = compile

@@ -149,7 +149,7 @@ class ForwardHooks:
             own = cls.__dict__.get("__call__")
             wrapper = self._timed_call(cls, own)
             try:
-                cls.__call__ = wrapper  # type: ignore[method-assign]
+                cls.__call__ = wrapper
             except (TypeError, AttributeError):  # a class that takes no new attributes
                 return False
             self._wrapped_calls[cls] = own, wrapper
@@ -252,7 +252,7 @@ class ForwardHooks:
             if cls.__dict__.get("__call__") is not wrapper:  # replaced since by someone else: theirs stays
                 continue
             if own is None:
-                del cls.__call__  # type: ignore[method-assign]
+                del cls.__call__
             else:
                 cls.__call__ = own  # type: ignore[method-assign]
         self._wrapped_calls = {}

@@ -146,12 +146,12 @@ class HostToDevicePatch:
     def install(self) -> None:
         if self._originals is None:
             self._originals = (torch.Tensor.to, torch.Tensor.cuda)
-            torch.Tensor.to = self._timed(self._originals[0])  # type: ignore[method-assign]
-            torch.Tensor.cuda = self._timed(self._originals[1])  # type: ignore[method-assign]
+            torch.Tensor.to = self._timed(self._originals[0])
+            torch.Tensor.cuda = self._timed(self._originals[1])
 
     def uninstall(self) -> None:
         if self._originals is not None:
-            torch.Tensor.to, torch.Tensor.cuda = self._originals  # type: ignore[method-assign]
+            torch.Tensor.to, torch.Tensor.cuda = self._originals
             self._originals = None
 
 
@@ -241,11 +241,11 @@ class DataLoaderPatch:
                     current[0] = weakref.ref(iterator)
                     recorder.loader_seen(loader_settings(iterator))
 
-        _BaseDataLoaderIter.__next__ = traceml_timed_next  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = traceml_timed_next
 
     def uninstall(self) -> None:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         if self._original is not None:
-            _BaseDataLoaderIter.__next__ = self._original  # type: ignore[method-assign]
+            _BaseDataLoaderIter.__next__ = self._original
             self._original = None

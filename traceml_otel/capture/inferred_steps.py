@@ -423,12 +423,12 @@ class _Arming:
                 return original(iterator)
             outermost = _BaseDataLoaderIter.__next__ is armed_next
             if outermost:  # no hook wraps us yet: step aside so init()'s fetch timing wraps the original
-                _BaseDataLoaderIter.__next__ = original  # type: ignore[method-assign]
+                _BaseDataLoaderIter.__next__ = original
             arming.fire()
             # outermost: the class's __next__ is now init()'s timed one; else a hook around us times it
             return _BaseDataLoaderIter.__next__(iterator) if outermost else original(iterator)
 
-        _BaseDataLoaderIter.__next__ = armed_next  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = armed_next
 
     def _first_forward(self, module: torch.nn.Module, args: Any) -> None:
         if is_compiling():  # traced by Dynamo: start nothing there (the next eager call or fetch does)

@@ -126,8 +126,8 @@ class OptimizerHooks:
                     if hooks.after_update is not None:
                         hooks.after_update(optimizer, args)
 
-        traceml_timed_optimizer_step.hooked = True  # type: ignore[attr-defined] - torch's "already wrapped"
-        traceml_timed_optimizer_step.__traceml_original__ = step  # type: ignore[attr-defined]
+        traceml_timed_optimizer_step.hooked = True  # torch's "already wrapped"
+        traceml_timed_optimizer_step.__traceml_original__ = step
         return traceml_timed_optimizer_step
 
     def _wrap_optimizer_classes(self) -> None:
@@ -135,7 +135,7 @@ class OptimizerHooks:
 
         original = Optimizer.__dict__["profile_hook_step"]
         self._original_profile_hook_step = original
-        Optimizer.profile_hook_step = staticmethod(self._timed_by_torch)  # type: ignore[method-assign]
+        Optimizer.profile_hook_step = staticmethod(self._timed_by_torch)
         for cls in optimizer_classes():
             step = cls.__dict__.get("step")
             if getattr(step, "hooked", False) and not hasattr(step, "__traceml_original__"):
@@ -160,7 +160,7 @@ class OptimizerHooks:
         micro-step of an Accelerate wrapper): it is not timed and is no optimizer update.
         """
         original = cls.__dict__["step"]
-        cls.step = self._timed_step(original, untimed_if, _UNDONE_BY_CALLER)  # type: ignore[attr-defined]
+        cls.step = self._timed_step(original, untimed_if, _UNDONE_BY_CALLER)
         return lambda: setattr(cls, "step", original)
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -291,7 +291,7 @@ class OptimizerHooks:
                     cls.step = step.__traceml_original__
             self._made_by_torch = set()
         if self._original_profile_hook_step is not None:
-            Optimizer.profile_hook_step = self._original_profile_hook_step  # type: ignore[method-assign]
+            Optimizer.profile_hook_step = self._original_profile_hook_step
             self._original_profile_hook_step = None
 
 

@@ -51,7 +51,7 @@ class OptimizerRegistry:
                 if registry.on_new is not None:
                     registry.on_new()
 
-        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+        torch.optim.Optimizer.__init__ = __init__
 
     def add(self, optimizer: Any) -> None:
         self.built += 1

@@ -51,7 +51,7 @@ class AutocastWatch:
             return original(self)
 
         self._owner, self._original = owner, original
-        owner.__enter__ = __enter__  # type: ignore[method-assign]
+        owner.__enter__ = __enter__
         return True
 
     def _found(self, region: Any) -> None:

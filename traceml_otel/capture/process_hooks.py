@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from traceml_otel.capture import session as sessions
+from traceml_otel.warn_line import warn
 
 _exit_status = "ok"
 """How the program is ending, for the emitter's ``end_status``: an uncaught exception or Ctrl-C."""
@@ -170,4 +171,4 @@ def _stop_with_launcher() -> None:
 
         stop_with_launcher()
     except Exception as error:  # never a reason not to train
-        sessions.warn(f"cannot arrange to stop with the launcher: {type(error).__name__}: {error}")
+        warn(f"cannot arrange to stop with the launcher: {type(error).__name__}: {error}")

@@ -53,12 +53,12 @@ class ScalerHooks:
             return result
 
         traceml_counted_scaler_step.__traceml_original__ = original  # type: ignore[attr-defined]
-        GradScaler.step = traceml_counted_scaler_step  # type: ignore[method-assign]
+        GradScaler.step = traceml_counted_scaler_step
 
     def uninstall(self) -> None:
         if self._original is None:
             return
         from torch.amp.grad_scaler import GradScaler
 
-        GradScaler.step = self._original  # type: ignore[method-assign]
+        GradScaler.step = self._original
         self._original = None

@@ -17,7 +17,6 @@ runs once per model, optimizer or framework method.
 
 from __future__ import annotations
 
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -25,20 +24,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from traceml_otel.capture.capture_config import CaptureConfig
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.warn_line import warn
 
 if TYPE_CHECKING:
     from traceml_otel.capture.inferred_steps import InferredSteps
+    from traceml_otel.capture.model_discovery import ModelDiscovery
     from traceml_otel.capture.time_ledger import TimeLedger
     from traceml_otel.settings import Settings
+    from traceml_otel.wire.control import LocalReport
 
 _UNSEEN = object()
 _NO_BLOCK = object()
 """What :attr:`Session.block_model` holds while ``trace_step`` must take the session's full path."""
-
-
-def warn(message: str) -> None:
-    """One ``traceml:`` line on stderr."""
-    print(f"traceml: {message}", file=sys.stderr, flush=True)
 
 
 def _forward_not_timed(model: Any) -> None:
@@ -55,7 +52,7 @@ class EmitterLink(Protocol):
     steps_handed: int
     dropped_steps: int
     broken: str | None
-    local_report: dict[str, Any] | None
+    local_report: LocalReport | None
 
     def send_steps(self, rows: list[Any]) -> None: ...
 
@@ -140,6 +137,8 @@ class TrainingSession(Session):
     """Capture hooks, the step recorder and the link to this rank's emitter process."""
 
     active = True
+    recorder: StepRecorder  # always one here (the base class's are None)
+    time_ledger: TimeLedger
 
     def __init__(self, config: CaptureConfig, settings: Settings, link: EmitterLink,
                  manifest: Finishable | None = None) -> None:
@@ -196,7 +195,7 @@ class TrainingSession(Session):
         )
         self.wrappers = WrapperRegistry()
         self._model: Any = _UNSEEN
-        self.discovery: Any = None
+        self.discovery: ModelDiscovery | None = None
         """Finds the other models of explicit steps (``ModelDiscovery``), from the first explicit step."""
         self.block_model = _NO_BLOCK
         self._parallelism_by_model: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceml_otel.settings import linger_budget_s
+from traceml_otel.warn_line import warn
 from traceml_otel.wire.control import LocalReport
 
 if TYPE_CHECKING:
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 def close_session(session: TrainingSession, status: str) -> None:
     """Close the open step, hand everything over, say goodbye to the emitter (bounded by
     ``TRACEML_SHUTDOWN_TIMEOUT_S``), undo the hooks and say at exit what was lost."""
-    from traceml_otel.capture.session import warn
-
     settings, link, recorder = session.settings, session.link, session.recorder
     if session.time_ledger is not None:  # from here to the final record: telemetry's own time
         session.time_ledger.telemetry_began()
@@ -55,8 +54,6 @@ def close_session(session: TrainingSession, status: str) -> None:
 
 
 def _say_what_was_lost(session: TrainingSession, finished: bool) -> None:
-    from traceml_otel.capture.session import warn
-
     link, recorder = session.link, session.recorder
     if link.dropped_steps:
         reason = link.broken or "backlog full or device work unfinished"
@@ -80,8 +77,6 @@ def _say_what_was_lost(session: TrainingSession, finished: bool) -> None:
 
 def record_handoff(session: TrainingSession, status: str) -> None:
     """The emitter did not report back: write what was handed to it, for the account and diagnosis."""
-    from traceml_otel.capture.session import warn
-
     settings, link = session.settings, session.link
     run_dir = settings.run_dir
     if run_dir is None:

@@ -115,10 +115,10 @@ def own_start_time(
 
 
 def first_seen() -> tuple[float, float | None, bool] | None:
-    """When ``traceml_otel`` was first imported in this process (see its ``_FIRST_SEEN``)."""
-    import traceml_otel
+    """When ``traceml_otel`` was first imported in this process (:mod:`traceml_otel._first_seen`)."""
+    from traceml_otel._first_seen import FIRST_SEEN
 
-    return getattr(traceml_otel, "_FIRST_SEEN", None)
+    return FIRST_SEEN
 
 
 @dataclass(slots=True)

@@ -32,6 +32,7 @@ from traceml_otel.analyze.rules import diagnose_step_time
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.report.live_view import ms, pct
 from traceml_otel.sanitize import strip_control
+from traceml_otel.wire.metric_labels import JOB_LABEL, PHASE_LABEL, RANK_LABEL, RUN_LABEL
 
 SILENT_AFTER_S = 60.0
 """A rank whose newest sample is older than this is shown as not reporting (4 scrapes at 15 s)."""
@@ -46,9 +47,9 @@ QUERIES = {
     "traced": "run_rank:traceml_step_duration_seconds:mean{S}",
     "backward": "run_rank:traceml_backward_seconds_per_step:mean{S}",
     "exposed": "run_rank:traceml_collective_exposed_seconds:per_step{S}",
-    "steps": "max by (traceml_rank) (traceml_step_duration_seconds_count{S})",
-    "age": "time() - max by (traceml_rank) (timestamp(traceml_run_ended{S}))",
-    "stalled": "max by (traceml_rank, traceml_phase_name) (traceml_progress_stalled_seconds{S}) > 0",
+    "steps": f"max by ({RANK_LABEL}) (traceml_step_duration_seconds_count{{S}})",
+    "age": f"time() - max by ({RANK_LABEL}) (timestamp(traceml_run_ended{{S}}))",
+    "stalled": f"max by ({RANK_LABEL}, {PHASE_LABEL}) (traceml_progress_stalled_seconds{{S}}) > 0",
     "phases": "run:traceml_phase_seconds:per_step{S}",
     "run": ("label_replace(run:traceml_steps:rate{S}, 'q', 'steps_rate', '', '') or "
             "label_replace(run:traceml_samples:rate{S}, 'q', 'samples_rate', '', '') or "
@@ -101,15 +102,15 @@ class PrometheusTop:
         if self.run_id:
             return self.run_id
         job = json.dumps(self.job or "")
-        result, _ = self._query(f"run:traceml_live_ranks:count{{traceml_job={job}}}")
-        runs = sorted(str(r.get("metric", {}).get("traceml_run_id", "")) for r in result)
+        result, _ = self._query(f"run:traceml_live_ranks:count{{{JOB_LABEL}={job}}}")
+        runs = sorted(str(r.get("metric", {}).get(RUN_LABEL, "")) for r in result)
         return runs[-1] if runs else None
 
     def refresh(self, run_id: str) -> FleetView:
         """Run every query of :data:`QUERIES` once, a few at a time (the server runs them in parallel)."""
         began = time.monotonic()
         view = FleetView(run_id)
-        selector = "{traceml_run_id=" + json.dumps(run_id) + "}"
+        selector = "{" + RUN_LABEL + "=" + json.dumps(run_id) + "}"
 
         def timed(name: str) -> tuple[str, list[dict[str, Any]], int, float]:
             started = time.monotonic()
@@ -127,13 +128,13 @@ class PrometheusTop:
                 if value is None:
                     continue
                 if name == "phases":
-                    view.phases[str(labels.get("traceml_phase_name", ""))] = value
+                    view.phases[str(labels.get(PHASE_LABEL, ""))] = value
                 elif name == "run":
                     view.run[str(labels.get("q", ""))] = value
                 elif name == "stalled":
                     rank = _rank(labels)
                     if rank is not None:
-                        view.stalled[rank] = (value, strip_control(str(labels.get("traceml_phase_name", ""))))
+                        view.stalled[rank] = (value, strip_control(str(labels.get(PHASE_LABEL, ""))))
                 else:
                     rank = _rank(labels)
                     if rank is not None:
@@ -152,8 +153,8 @@ def _value(item: dict[str, Any]) -> float | None:
 
 def _rank(labels: dict[str, Any]) -> int | None:
     try:
-        return int(labels.get("traceml_rank"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(labels[RANK_LABEL])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -123,5 +123,5 @@ def collective_sample(span: SpanData, on_gpu: bool) -> CollectiveSample:
         str(a[c.ATTR_COLLECTIVE_SOURCE]), str(a[c.ATTR_COLLECTIVE_KIND]),
         a.get(c.ATTR_COLLECTIVE_GPU if on_gpu else c.ATTR_COLLECTIVE_CPU),  # type: ignore[arg-type]
         a.get(c.ATTR_COLLECTIVE_EXPOSED_GPU if on_gpu else c.ATTR_COLLECTIVE_EXPOSED_CPU),  # type: ignore[arg-type]
-        int(a.get(c.ATTR_COLLECTIVE_CALLS, 0)), int(a.get(c.ATTR_COLLECTIVE_BYTES, 0)),  # type: ignore[arg-type]
+        int(a.get(c.ATTR_COLLECTIVE_CALLS, 0)), int(a.get(c.ATTR_COLLECTIVE_BYTES, 0)),
     )

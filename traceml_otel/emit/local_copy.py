@@ -43,14 +43,14 @@ def _str_json(value: str) -> str:
 def _value_json(value: object) -> str:
     kind = type(value)
     if kind is str:
-        return '{"stringValue":' + _str_json(value) + "}"  # type: ignore[arg-type]
+        return '{"stringValue":' + _str_json(value) + "}"
     if kind is bool:
         return '{"boolValue":true}' if value else '{"boolValue":false}'
     if kind is int:
         return '{"intValue":"' + str(value) + '"}'
     if kind is float:
         # repr() is the shortest round-trip form, as json.dumps writes finite floats.
-        text = repr(value) if math.isfinite(value) else _dumps(value)  # type: ignore[arg-type]
+        text = repr(value) if math.isfinite(value) else _dumps(value)
         return '{"doubleValue":' + text + "}"
     if kind is list or kind is tuple:
         return '{"arrayValue":{"values":[' + ",".join(_value_json(item) for item in value) + "]}}"
@@ -70,7 +70,7 @@ def _attribute_json(key: str, value: object) -> str:
         prefix = _number_prefix.get((key, float))
         if prefix is None:
             prefix = _number_prefix[key, float] = '{"key":' + _dumps(key) + ',"value":{"doubleValue":'
-        return prefix + (repr(value) if math.isfinite(value) else _dumps(value)) + "}}"  # type: ignore[arg-type]
+        return prefix + (repr(value) if math.isfinite(value) else _dumps(value)) + "}}"
     if kind is int:
         prefix = _number_prefix.get((key, int))
         if prefix is None:

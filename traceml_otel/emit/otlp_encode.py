@@ -127,7 +127,7 @@ class _AttributeEncoder:
         (floats, non-negative ints, cached strings and booleans) inline, as one loop costs half as much."""
         if not attributes:
             return b""
-        parts = []
+        parts: list[bytes] = []
         append = parts.append
         double, integer, pairs = self._double, self._int, self._pairs
         for key, value in attributes.items():

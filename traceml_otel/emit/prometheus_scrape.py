@@ -10,7 +10,7 @@ Why by hand (as the OTLP histograms, emit/histogram_accumulator.py): with ``prom
 ``Histogram``/``Summary``/``Counter``, each measurement looked its labelled child up
 (``.labels(**labels)`` hashes and checks the label values) and took a lock per value: a median 39
 µs of emitter CPU per step (62 with DDP collectives) in ``benchmarks/metrics_cost.py --only scrape
-[--ddp]``, now 10 (14), what the OTLP path costs (docs/architecture.md). Here a call takes one lock
+[--ddp]``, now 10 (14), what the OTLP path costs (benchmarks/JOURNAL.md). Here a call takes one lock
 and a measurement is a dict lookup, a ``bisect`` and a few additions; at each scrape a collector
 yields ``prometheus-client``'s own metric families (``HistogramMetricFamily``,
 ``SummaryMetricFamily``, ``CounterMetricFamily``), which its exposition code formats as before. What
@@ -35,6 +35,16 @@ from typing import Any
 from traceml_otel import contract as c
 from traceml_otel.emit.live_state import CollectiveSample, IntervalPeak, LiveState
 from traceml_otel.emit.run_end import ScrapeLog
+from traceml_otel.wire.metric_labels import (
+    EXIT_REASON_LABEL,
+    EXIT_STATUS_LABEL,
+    JOB_LABEL,
+    KIND_LABEL,
+    PHASE_LABEL,
+    RANK_LABEL,
+    RUN_LABEL,
+    SOURCE_LABEL,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +167,9 @@ class PrometheusStepMetrics:
         from prometheus_client import CollectorRegistry
 
         self.registry = registry = CollectorRegistry()
-        labels = ["traceml_job", "traceml_run_id", "traceml_rank"]
-        self._labels = {"traceml_job": state.labels.job_label, "traceml_run_id": state.labels.run_id,
-                        "traceml_rank": str(state.labels.rank)}
+        labels = [JOB_LABEL, RUN_LABEL, RANK_LABEL]
+        self._labels = {JOB_LABEL: state.labels.job_label, RUN_LABEL: state.labels.run_id,
+                        RANK_LABEL: str(state.labels.rank)}
         self._state = state
         self._allocated = IntervalPeak()
         self._reserved = IntervalPeak()
@@ -174,9 +184,9 @@ class PrometheusStepMetrics:
         # c.SUM_ONLY_HISTOGRAMS: only _sum and _count are read, so a summary without quantiles
         # (prometheus-client's needs two buckets for a histogram; OTLP sends one +Inf bucket).
         self._phase = _Summaries("traceml_phase_duration_seconds", "Phase call duration",
-                                 [*labels, "traceml_phase_name"])
+                                 [*labels, PHASE_LABEL])
         self._wait = _Summaries("traceml_step_input_wait_seconds", "Input wait before each step", labels)
-        collective_labels = [*labels, "traceml_collective_source", "traceml_collective_kind"]
+        collective_labels = [*labels, SOURCE_LABEL, KIND_LABEL]
         self._collective = _Summaries("traceml_collective_duration_seconds", "Collective time per step",
                                       collective_labels)
         self._collective_exposed = _Summaries("traceml_collective_exposed_seconds",
@@ -277,13 +287,13 @@ class PrometheusStepMetrics:
         seconds, phase = state.stalled()
         stalled = GaugeMetricFamily("traceml_progress_stalled_seconds",
                                     "Seconds without progress once a hang was seen (0 otherwise)",
-                                    labels=[*keys, "traceml_phase_name"])
+                                    labels=[*keys, PHASE_LABEL])
         stalled.add_metric([*values, phase], seconds)
         families.append(stalled)
         families += state.time.prometheus_families(keys, values)
         if state.exit is not None:
             end = GaugeMetricFamily("traceml_run_exit", "Always 1 once the rank ended; labels say how",
-                                    labels=[*keys, "traceml_exit_status", "traceml_exit_reason"])
+                                    labels=[*keys, EXIT_STATUS_LABEL, EXIT_REASON_LABEL])
             end.add_metric([*values, *state.exit], 1)
             families.append(end)
         info_labels = state.info_labels()
@@ -347,7 +357,7 @@ def serve_registry(registry: object, endpoint: PrometheusEndpoint, scrapes: Scra
         def log_message(self, format: str, *args: Any) -> None:  # no access log on stderr
             pass
 
-    app = make_wsgi_app(registry)  # type: ignore[arg-type]
+    app = make_wsgi_app(registry)
 
     def noting(environ: dict[str, Any], start_response: Any) -> Any:
         scrapes.scraped(str(environ.get("REMOTE_ADDR", "")))

@@ -80,8 +80,8 @@ def _encoded_grpc_exporter() -> type[SpanExporter]:
         into the request message instead, as before."""
 
         def _initialize_channel_and_stub(self) -> None:
-            super()._initialize_channel_and_stub()  # type: ignore[misc]
-            self._client = PassThroughStub(self._channel)  # type: ignore[attr-defined]
+            super()._initialize_channel_and_stub()
+            self._client = PassThroughStub(self._channel)
 
         def _translate_data(self, data: Any) -> Any:
             if isinstance(data, EncodedSpans):

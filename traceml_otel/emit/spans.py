@@ -188,7 +188,7 @@ class StepSpanBuilder:
             durations = [t.gpu_duration_ns for t in timings]
             if on_gpu and None not in offsets and None not in durations:
                 start = record.start_ns + min(offsets)  # type: ignore[type-var]
-                end = record.start_ns + max(o + d for o, d in zip(offsets, durations, strict=True))  # type: ignore[operator]
+                end = record.start_ns + max(o + d for o, d in zip(offsets, durations, strict=True))
             spans.append(SpanData(
                 name=c.SPAN_COLLECTIVE, trace_id=trace_id, span_id=self._span_id(), parent_span_id=parent_id,
                 start_ns=start, end_ns=max(start, end), attributes=attributes,

@@ -233,7 +233,7 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         return _REFERENCE  # floats or other kinds from a foreign trainer: the reference spells them
     if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
         return _REFERENCE
-    if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(phase_types) if i % PHASE_WIDTH):  # type: ignore[arg-type]
+    if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(phase_types) if i % PHASE_WIDTH):
         return _REFERENCE
     step = span_template(built.step, _STEP_VARIABLE)
     if step is None:
@@ -329,7 +329,7 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
             return None
         if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
             return None
-        calls = len(phase_lengths)  # type: ignore[arg-type]
+        calls = len(phase_lengths)
         if list(map(len, step[ROW_PHASES])) != [calls] * steps:
             return None
         phase_rows = list(chain.from_iterable(step[ROW_PHASES]))  # step by step, call by call

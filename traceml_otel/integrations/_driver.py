@@ -8,11 +8,12 @@ public API and the process's training session (:mod:`traceml_otel.capture.sessio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
 
-import traceml_otel as traceml
+from traceml_otel import _api as traceml
 from traceml_otel import session_root
 from traceml_otel.capture.session import current
 
@@ -24,10 +25,10 @@ class StepDriver:
         self._init_kwargs = init_kwargs or {}
         self.source = source
         """``traceml.step.source`` of the steps this driver opens (``hf_trainer``, ``lightning``)."""
-        self._open: Any = None
+        self._open: contextlib.AbstractContextManager[None] | None = None
         self._batches = 0
         """Batches in the open step (gradient accumulation: several per update)."""
-        self._outside: list[Any] = []
+        self._outside: list[traceml._OutsideStep] = []
         self.undo: list[Callable[[], None]] = []
 
     def start(self) -> None:

@@ -1,6 +1,6 @@
 """Zero-code tracing: attach to the Hugging Face ``Trainer``, Lightning and plain loops at import.
 
-The start-up hook (:mod:`traceml_otel.launch.startup`: ``traceml run``'s ``sitecustomize``, or the
+The start-up hook (:mod:`traceml_otel.integrations.startup`: ``traceml run``'s ``sitecustomize``, or the
 ``.pth`` file with ``TRACEML_AUTO=1``) calls :func:`start_in_process` in each training process. It
 puts one finder on ``sys.meta_path`` that watches a handful of module names and returns ``None`` for
 every other import (a dictionary lookup); nothing is imported eagerly. When a watched module has

@@ -53,11 +53,11 @@ def loopback_tcp_stores() -> Iterator[None]:
                 os.close(fd)
             raise
 
-    dist.TCPStore, c10d_rendezvous_backend.TCPStore = tcp_store, tcp_store  # type: ignore[misc, assignment]
+    dist.TCPStore, c10d_rendezvous_backend.TCPStore = tcp_store, tcp_store
     try:
         yield
     finally:
-        dist.TCPStore, c10d_rendezvous_backend.TCPStore = real, real  # type: ignore[misc]
+        dist.TCPStore, c10d_rendezvous_backend.TCPStore = real, real
 
 
 def _address_in_use() -> str:

@@ -26,7 +26,7 @@ def _side_row(name: str, s: RunSummary) -> str:
                             for i, c in enumerate(cells)) + "</tr>"
 
 
-def _change_row(label: str, change: Change, fmt) -> str:  # type: ignore[no-untyped-def]
+def _change_row(label: str, change: Change, fmt) -> str:
     cells = [label, fmt(change.before), fmt(change.after), _pct(change.change),
              change.verdict + (" (material)" if change.material else "")]
     return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"

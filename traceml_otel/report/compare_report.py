@@ -35,7 +35,7 @@ def _side(name: str, s: RunSummary) -> str:
     )
 
 
-def _row(label: str, change: Change, fmt) -> str:  # type: ignore[no-untyped-def]
+def _row(label: str, change: Change, fmt) -> str:
     material = " (material)" if change.material else ""
     return (
         f"{label:<12} {fmt(change.before):>10} -> {fmt(change.after):>10}  {_signed(change.change):>8}  "

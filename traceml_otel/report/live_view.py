@@ -271,7 +271,7 @@ def snapshot(records: dict[int, LiveRecord], now: float | None = None, k: int = 
         outside=tuple((kind, s, n) for kind, (s, n) in sorted(outside.items(), key=lambda i: -i[1][0]))[:6],
         goodput=_spread(_values(ordered, lambda r: r.goodput)),
         mfu=_spread(_values(ordered, lambda r: r.mfu)),
-        memory_peak=max(peaks) if peaks else None,  # type: ignore[arg-type]
+        memory_peak=max(peaks) if peaks else None,
         verdict=verdict, verdict_severity=severity, verdict_why=strip_control(why),
         flags=tuple(f for f in flags if f.state != "ended"), dropped=sum(r.dropped for r in ordered),
         degraded=tuple(strip_control(d) for d in degraded),

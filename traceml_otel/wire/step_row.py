@@ -35,7 +35,7 @@ def _slot(index: int, doc: str) -> Any:
     return property(itemgetter(index), set_slot, doc=doc)
 
 
-class PhaseRow(list):  # type: ignore[type-arg]
+class PhaseRow(list):
     """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``."""
 
     __slots__ = ()
@@ -59,7 +59,7 @@ class PhaseRow(list):  # type: ignore[type-arg]
         return cls((phase, call, start_ns, end_ns, None, None, nbytes))
 
 
-class CollectiveRow(list):  # type: ignore[type-arg]
+class CollectiveRow(list):
     """One collective call: ``[kind, source, start_ns, end_ns, nbytes, blocking, gpu_offset_ns,
     gpu_duration_ns]``. ``end_ns`` is set when the call completes, possibly on another thread."""
 
@@ -79,7 +79,7 @@ class CollectiveRow(list):  # type: ignore[type-arg]
         return cls((kind, source, start_ns, None, nbytes, blocking, None, None))
 
 
-class StepRow(list):  # type: ignore[type-arg]
+class StepRow(list):
     """One completed step, as a list with named slots (see the module docstring for the rules)."""
 
     __slots__ = ()

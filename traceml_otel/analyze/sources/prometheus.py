@@ -25,10 +25,8 @@ from traceml_otel.analyze.sources.http import ReadLimits, get_documents, shown_u
 from traceml_otel.analyze.sources.prometheus_ends import RunEnds, no_such_run, read_ends
 from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
+from traceml_otel.wire.metric_labels import KIND_LABEL, PHASE_LABEL, RANK_LABEL, RUN_LABEL, SOURCE_LABEL
 
-RUN_LABEL, RANK_LABEL = "traceml_run_id", "traceml_rank"
-PHASE_LABEL, SOURCE_LABEL = "traceml_phase_name", "traceml_collective_source"
-KIND_LABEL = "traceml_collective_kind"
 STEP_SUM, STEP_COUNT = "traceml_step_duration_seconds_sum", "traceml_step_duration_seconds_count"
 WAIT_SUM, WAIT_COUNT = "traceml_step_input_wait_seconds_sum", "traceml_step_input_wait_seconds_count"
 PHASE_SUM, PHASE_COUNT = "traceml_phase_duration_seconds_sum", "traceml_phase_duration_seconds_count"
@@ -364,7 +362,7 @@ class PrometheusReader:
     def _result(self, path: str, params: Mapping[str, object], kind: str) -> list[dict]:
         data = self._data(path, params)
         shape_ok = isinstance(data, dict) and data.get("resultType") == kind
-        if not shape_ok or not isinstance(data.get("result"), list):  # type: ignore[union-attr]
+        if not shape_ok or not isinstance(data.get("result"), list):
             raise SourceError(f"Prometheus at {self.url} answered a query with no {kind} result")
         result = data["result"]
         if len(result) > MAX_RANKS:

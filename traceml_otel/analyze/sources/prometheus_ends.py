@@ -14,11 +14,17 @@ from typing import TYPE_CHECKING
 
 from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.sanitize import strip_control
+from traceml_otel.wire.metric_labels import (
+    EXIT_REASON_LABEL,
+    EXIT_STATUS_LABEL,
+    PHASE_LABEL,
+    RANK_LABEL,
+    RUN_LABEL,
+)
 
 if TYPE_CHECKING:
     from traceml_otel.analyze.sources.prometheus import PrometheusReader
 
-RANK_LABEL, RUN_LABEL = "traceml_rank", "traceml_run_id"
 MAX_RUN_IDS = 10_000
 """Run ids read from the engine when looking for the nearest ones (the answer is refused above)."""
 NEAREST = 5
@@ -59,21 +65,21 @@ def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> 
     sel = reader.selector
     exits = []
     for item in reader._instant(
-        f"max by ({RANK_LABEL}, traceml_exit_status, traceml_exit_reason) "
+        f"max by ({RANK_LABEL}, {EXIT_STATUS_LABEL}, {EXIT_REASON_LABEL}) "
         f"(last_over_time({sel('traceml_run_exit')}[{span}]))", at,
     ):
         rank = _rank(item["metric"].get(RANK_LABEL))
         if rank is not None:
-            exits.append(RankExit(rank, _text(item["metric"].get("traceml_exit_status")),
-                                  _text(item["metric"].get("traceml_exit_reason"))))
-    stalled = sel("traceml_progress_stalled_seconds").replace("}", ',traceml_phase_name!="none"}')
+            exits.append(RankExit(rank, _text(item["metric"].get(EXIT_STATUS_LABEL)),
+                                  _text(item["metric"].get(EXIT_REASON_LABEL))))
+    stalled = sel("traceml_progress_stalled_seconds").replace("}", f',{PHASE_LABEL}!="none"}}')
     stalls = []
     for item in reader._instant(
-        f"max by ({RANK_LABEL}, traceml_phase_name) (last_over_time({stalled}[{lookback}])) > 0", at,
+        f"max by ({RANK_LABEL}, {PHASE_LABEL}) (last_over_time({stalled}[{lookback}])) > 0", at,
     ):
         rank, value = _rank(item["metric"].get(RANK_LABEL)), _value(item.get("value"))
         if rank is not None and value is not None:
-            stalls.append(RankStall(rank, _text(item["metric"].get("traceml_phase_name")), value))
+            stalls.append(RankStall(rank, _text(item["metric"].get(PHASE_LABEL)), value))
     ended = reader._vector(f"max by ({RANK_LABEL}) (last_over_time({sel('traceml_run_ended')}[{span}]))", at)
     exited = {e.rank for e in exits}
     vanished = tuple(sorted(r for r, v in ended.items() if v == 0 and r not in exited))
@@ -121,6 +127,6 @@ def _rank(raw: object) -> int | None:
 
 def _value(pair: object) -> float | None:
     try:
-        return float(pair[1]) if isinstance(pair, list) and len(pair) == 2 else None  # type: ignore[index]
+        return float(pair[1]) if isinstance(pair, list) and len(pair) == 2 else None
     except (TypeError, ValueError):
         return None

@@ -2,7 +2,7 @@
 
 ``traceml run`` puts this folder first on ``PYTHONPATH``, so every Python process it starts imports
 this module at start-up (before the script). It starts zero-code tracing in the training processes
-only (:func:`traceml_otel.launch.startup.start`, which filters on ``os`` and ``sys`` first), then
+only (:func:`traceml_otel.integrations.startup.start`, which filters on ``os`` and ``sys`` first), then
 steps aside: it takes its folder off ``sys.path`` and imports the ``sitecustomize`` that would have
 run without it, if there is one. It imports neither torch nor any framework.
 """
@@ -13,7 +13,7 @@ import sys
 
 def _start() -> None:
     try:
-        from traceml_otel.launch.startup import start
+        from traceml_otel.integrations.startup import start
 
         start()
     except Exception as error:  # never a reason for the script not to run

@@ -45,7 +45,7 @@ def start(requested_by: str = "traceml run") -> bool:
     if not may_attach():
         return False
     try:
-        from traceml_otel.integrations import auto_attach
+        from traceml_otel.integrations import auto_attach  # its neighbour: integrations sit above launch
 
         return auto_attach.start_in_process(requested_by=requested_by)
     except Exception as error:  # never a reason for the script not to run
