@@ -252,8 +252,8 @@ def noise_from_json(raw: object) -> RunNoise | None:
     steps, warmup = raw.get("steps"), raw.get("warmup_steps")
     source = raw.get("cpu_source")
     machine = raw.get("machine_cpus")
-    known = isinstance(machine, int) and not isinstance(machine, bool) and 0 < machine <= 1 << 16
-    machine_cpus = machine if known else 0
+    machine_cpus = machine if isinstance(machine, int) and not isinstance(machine, bool) else 0
+    machine_cpus = machine_cpus if 0 < machine_cpus <= 1 << 16 else 0
     return RunNoise(
         str(raw.get("method", METHOD))[:40], steps if isinstance(steps, int) else len(means) * size,
         warmup if isinstance(warmup, int) else 0, size, means, firsts, lasts, cpus,

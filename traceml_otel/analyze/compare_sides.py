@@ -155,6 +155,7 @@ def load_adjusted(runs_a: Sequence[RunSummary], runs_b: Sequence[RunSummary],
     center = float(np.mean([x.mean() for _, x in data]))
     means = []
     for run, (y, x) in zip(runs, data, strict=True):
+        assert run.noise is not None  # checked above
         log_mean = float(y.mean()) - slope * (float(x.mean()) - center)
         var = residual / len(y) + (float(x.mean()) - center) ** 2 * residual / sxx
         mean = math.exp(log_mean)
