@@ -56,7 +56,8 @@ def test_own_start_skips_a_shell_that_slept_before_exec() -> None:
     at_once = subprocess.run([sys.executable, "-c", probe], env=_env(Path("/")), capture_output=True,
                              text=True, timeout=120, check=True)
     forked_ago, own_ago = map(float, at_once.stdout.split())
-    assert own_ago == pytest.approx(forked_ago, abs=0.01)  # forked and exec'd at once: its /proc start
+    assert own_ago == pytest.approx(forked_ago, abs=0.5)  # forked and exec'd at once (a loaded machine may
+    # take a while between the fork and the exec): its /proc start
 
 
 def test_startup_counts_from_the_launchers_own_start(tmp_path: Path) -> None:
