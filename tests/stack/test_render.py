@@ -94,7 +94,7 @@ def test_urls_in_every_alert() -> None:
     config = StackConfig(runbook_url="https://runbooks.example.com/traceml",
                          dashboard_url="https://grafana.example.com/d/traceml-training")
     alerts = [r for r in rules_of(render_all(config)) if "alert" in r]
-    assert len({a["alert"] for a in alerts}) == 17
+    assert len({a["alert"] for a in alerts}) == 18
     for alert in alerts:
         annotations = alert["annotations"]
         assert annotations["runbook_url"] == f"https://runbooks.example.com/traceml#{alert['alert'].lower()}"
