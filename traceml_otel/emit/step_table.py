@@ -21,6 +21,7 @@ from pathlib import Path
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData, StepSpans
 from traceml_otel.wire._json import ensure_run_dir
+from traceml_otel.wire.step_schema import STEP_FIELDS
 from traceml_otel.wire.step_table import (
     COLUMNS,
     TableRecord,
@@ -43,8 +44,28 @@ def _ints(values: object) -> str | None:
     return " ".join(str(int(v)) for v in values[: c.MAX_COMM_ENTRIES])
 
 
+_COLUMN_ATTRIBUTES = {
+    "run_id": c.ATTR_RUN_ID, "rank": c.ATTR_RANK, "world_size": c.ATTR_WORLD_SIZE,
+    "traced_cpu": c.ATTR_STEP_CPU_DURATION, "host_cpus": c.ATTR_HOST_CPUS,
+    **{f.column: f.attribute for f in STEP_FIELDS if f.column and f.attribute},
+}
+"""The columns that hold a step span attribute's value as it is: the schema's, and a few others."""
+_AT = {name: index for index, name in enumerate(COLUMNS)}
+_NOT_AN_ATTRIBUTE = "\x00"  # a key no attribute has: its column starts empty
+_ATTRIBUTES = tuple(_COLUMN_ATTRIBUTES.get(name, _NOT_AN_ATTRIBUTE) for name in COLUMNS)
+_TRACE, _START = _AT["trace_id"], _AT["start_unix_nano"]
+_PARALLELISM, _ERROR = _AT["parallelism"], _AT["error"]
+_PHASES = _AT[f"calls_{c.PHASES[0]}"]  # calls, cpu, gpu per phase: 3 * len(PHASES) columns
+_COMM = _AT["comm_calls"]  # calls, bytes, cpu, gpu, exposed cpu and gpu, per phase cpu and gpu, lists
+_COMM_END = _AT["comm_work"] + 1
+_LOADER_AT = _AT["loader_num_workers"]
+_SPANS = _AT["spans"]
+
+
 def step_row(spans: StepSpans) -> list[object]:
-    """One step's row, in :data:`~traceml_otel.wire.step_table.COLUMNS` order (``None``: empty field)."""
+    """One step's row, in :data:`~traceml_otel.wire.step_table.COLUMNS` order (``None``: empty field):
+    every column that holds an attribute (:data:`_COLUMN_ATTRIBUTES`, the schema's among them) read in
+    one ``map``, then the ids, the per-phase sums, the collectives and the loader."""
     step: SpanData = spans.step
     a = step.attributes
     get = a.get
@@ -71,39 +92,28 @@ def step_row(spans: StepSpans) -> list[object]:
     for slot in range(_N):
         if not calls[slot]:
             cpu[slot] = gpu[slot] = None
+    row: list[object] = list(map(get, _ATTRIBUTES))
+    row[_TRACE] = f"{step.trace_id:032x}"
+    row[_START] = step.start_ns
+    row[_PARALLELISM] = row[_PARALLELISM] or "none"
+    row[_PHASES:_PHASES + 3 * _N] = [*calls, *cpu, *gpu]
+    row[_ERROR] = get(_EXCEPTION_TYPE) or step.error
     if c.ATTR_COMM_CALLS in a:
-        communication = [
+        row[_COMM:_COMM_END] = [
             get(c.ATTR_COMM_CALLS), get(c.ATTR_COMM_BYTES), get(c.ATTR_COMM_CPU), get(c.ATTR_COMM_GPU),
             get(c.ATTR_COMM_EXPOSED_CPU), get(c.ATTR_COMM_EXPOSED_GPU), *comm_cpu, *comm_gpu,
             _ints(get(c.ATTR_COMM_ENTRIES)), _ints(get(c.ATTR_COMM_WORK)),
         ]
     else:
-        communication = [None] * 6 + comm_cpu + comm_gpu + [None, None]
+        row[_COMM + 6:_COMM + 6 + 2 * _N] = [*comm_cpu, *comm_gpu]
     if c.ATTR_LOADER_NUM_WORKERS in a:
-        loader = [_bool(v) if isinstance(v, bool) else v for v in map(get, _LOADER)]
-    else:
-        loader = _NO_LOADER
-    return [
-        get(_RUN_ID), get(_RANK), get(_STEP), f"{step.trace_id:032x}", step.start_ns,
-        get(_PARALLELISM) or "none", get(_WORLD_SIZE),
-        get(_STEP_CPU), get(_STEP_GPU), get(_WAIT_CPU), get(_WAIT_GPU), get(_PREFETCH_H2D),
-        *calls, *cpu, *gpu,
-        get(_OPTIMIZER_STEPS), get(_PEAK_ALLOCATED), get(_PEAK_RESERVED), get(_MEM_TOTAL),
-        get(_EXCEPTION_TYPE) or step.error, get(_SAMPLES), get(_TOKENS),
-        *communication,
-        get(_BETWEEN), get(_SOURCE), get(_HOST_CPUS), *loader,
-        1 + len(spans.phases) + len(spans.collectives),
-    ]
+        row[_LOADER_AT:_LOADER_AT + len(_LOADER)] = [
+            _bool(v) if isinstance(v, bool) else v for v in map(get, _LOADER)]
+    row[_SPANS] = 1 + len(spans.phases) + len(spans.collectives)
+    return row
 
 
-_NO_LOADER = [None] * len(_LOADER)
-_RUN_ID, _RANK, _STEP, _PARALLELISM = c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_STEP, c.ATTR_PARALLELISM
-_WORLD_SIZE, _STEP_CPU, _STEP_GPU = c.ATTR_WORLD_SIZE, c.ATTR_STEP_CPU_DURATION, c.ATTR_STEP_GPU_DURATION
-_WAIT_CPU, _WAIT_GPU, _PREFETCH_H2D = c.ATTR_INPUT_WAIT_CPU, c.ATTR_INPUT_WAIT_GPU, c.ATTR_PREFETCH_H2D_CPU
-_OPTIMIZER_STEPS, _MEM_TOTAL = c.ATTR_OPTIMIZER_STEPS, c.ATTR_MEM_TOTAL
-_PEAK_ALLOCATED, _PEAK_RESERVED = c.ATTR_MEM_PEAK_ALLOCATED, c.ATTR_MEM_PEAK_RESERVED
-_EXCEPTION_TYPE, _SAMPLES, _TOKENS = c.ATTR_EXCEPTION_TYPE, c.ATTR_STEP_SAMPLES, c.ATTR_STEP_TOKENS
-_BETWEEN, _SOURCE, _HOST_CPUS = c.ATTR_BETWEEN_STEPS_CPU, c.ATTR_STEP_SOURCE, c.ATTR_HOST_CPUS
+_EXCEPTION_TYPE = c.ATTR_EXCEPTION_TYPE
 _PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
 _PHASE_COMM_CPU, _PHASE_COMM_GPU = c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU
 
