@@ -117,7 +117,8 @@ class StepField:
 # The table, in the step span's attribute order (the contract's). ``slot`` is the wire position.
 STEP_FIELDS: tuple[StepField, ...] = (
     StepField("step", 0, int, "The rank's step index, from 0.", default=0, attribute=ATTR_STEP,
-              always=True, column="step", column_at=2, encoder=SPECIAL),
+              always=True, column="step", column_at=2, encoder=SPECIAL,
+              doc_section="Attributes on every traceml span"),
     StepField("parallelism", 9, str, "``none``, ``ddp``, ``fsdp``, ...", default="none",
               attribute=ATTR_PARALLELISM, always=True, column="parallelism", column_at=5, sql="VARCHAR",
               encoder=KEY),
