@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.step_state import OpenStep, StepState
-from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
+from traceml_otel.wire.step_row import CollectiveRow
 
 
 class StepSink(Protocol):
@@ -388,13 +388,9 @@ class StepRecorder:
             between = state.start_ns - last_end - self._outside_ns
             if between < 0:
                 between = 0
-        # A plain list in StepRow's layout, positionally (StepRow.of's keyword call would cost about
-        # 1 us more, a StepRow 0.4 us more than the list); _resolve views it as a StepRow when it
-        # fills in device timings. The slots in order: step, start_ns, end_ns, gpu_duration_ns,
-        # input_wait_ns, input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps,
-        # parallelism, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type,
-        # phases, collectives, samples, tokens, loader, source, between_ns, input_wait_in_step_ns,
-        # skipped_updates.
+        # A plain list in the schema's wire order (wire/step_schema.py), positionally: StepRow.of's
+        # keyword call would cost about 1 us more, a StepRow 0.4 us more than the list
+        # (tests/wire/test_step_row.py checks each value lands in its slot).
         row = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
@@ -442,7 +438,7 @@ class StepRecorder:
             if not done:
                 break
             self._pending.popleft()
-            self._ready.append(self._resolve(open_step))
+            self._ready.append(open_step.resolve(self.clock))
         self._queued = len(self._pending)
         if self._ready:
             rows, self._ready = self._ready, []
@@ -462,30 +458,3 @@ class StepRecorder:
     def unresolved_steps(self) -> int:
         """Steps whose device work had not finished at the last flush."""
         return len(self._pending)
-
-    def _resolve(self, open_step: OpenStep) -> StepRow:
-        clock = self.clock
-        row = StepRow(open_step.row)
-        start = open_step.start_mark
-        row.gpu_duration_ns = clock.elapsed_ns(start, open_step.end_mark)
-        row.phases = phases = [PhaseRow(phase) for phase in row.phases]
-        for phase, (begin, end) in zip(phases, open_step.phase_marks, strict=False):
-            phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
-            phase.gpu_duration_ns = clock.elapsed_ns(begin, end)
-            clock.release(begin)
-            clock.release(end)
-        for collective, (begin, end) in zip(row.collectives, open_step.collective_marks, strict=False):
-            collective.gpu_offset_ns = clock.elapsed_ns(start, begin)
-            collective.gpu_duration_ns = clock.elapsed_ns(begin, end) if end is not None else None
-            clock.release(begin)
-            clock.release(end)
-        if open_step.wait_marks:
-            total = 0
-            for begin, end in open_step.wait_marks:
-                total += clock.elapsed_ns(begin, end) or 0
-                clock.release(begin)
-                clock.release(end)
-            row.input_wait_gpu_ns = total
-        clock.release(start)
-        clock.release(open_step.end_mark)
-        return row

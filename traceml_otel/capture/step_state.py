@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from traceml_otel.wire.step_row import CollectiveRow
+from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
 
 
 @dataclass(slots=True)
@@ -21,6 +21,34 @@ class OpenStep:
     wait_marks: list[tuple[Any, Any]]
     collective_marks: list[list[Any]]
     """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
+
+    def resolve(self, clock: Any) -> StepRow:
+        """The row with its device timings filled in by name, once its marks have completed (every
+        mark is released)."""
+        row = StepRow(self.row)
+        start = self.start_mark
+        row.gpu_duration_ns = clock.elapsed_ns(start, self.end_mark)
+        row.phases = phases = [PhaseRow(phase) for phase in row.phases]
+        for phase, (begin, end) in zip(phases, self.phase_marks, strict=False):
+            phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            phase.gpu_duration_ns = clock.elapsed_ns(begin, end)
+            clock.release(begin)
+            clock.release(end)
+        for collective, (begin, end) in zip(row.collectives, self.collective_marks, strict=False):
+            collective.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            collective.gpu_duration_ns = clock.elapsed_ns(begin, end) if end is not None else None
+            clock.release(begin)
+            clock.release(end)
+        if self.wait_marks:
+            total = 0
+            for begin, end in self.wait_marks:
+                total += clock.elapsed_ns(begin, end) or 0
+                clock.release(begin)
+                clock.release(end)
+            row.input_wait_gpu_ns = total
+        clock.release(start)
+        clock.release(self.end_mark)
+        return row
 
 
 class StepState:
