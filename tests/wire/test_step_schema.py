@@ -19,7 +19,7 @@ import pytest
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.run_model import StepTiming
-from traceml_otel.emit.spans import optional_attributes_source
+from traceml_otel.emit.spans import step_attributes_source
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire import step_schema as schema
 from traceml_otel.wire.step_row import StepRow
@@ -57,7 +57,7 @@ def test_the_frozen_orders_are_the_tables() -> None:
     assert tuple(f.name for f in schema.WIRE_ORDER) == WIRE_ORDER
     assert [f.slot for f in schema.WIRE_ORDER] == list(range(len(WIRE_ORDER)))
     assert tuple(name for name in StepRow.of(**{n: n for n in WIRE_ORDER})) == WIRE_ORDER
-    source = optional_attributes_source(schema.STEP_FIELDS)
+    source = step_attributes_source(schema.STEP_FIELDS)
     assert [name for name in OPTIONAL_ATTRIBUTES if repr(name) in source] == list(OPTIONAL_ATTRIBUTES)
     assert sorted(OPTIONAL_ATTRIBUTES, key=lambda name: source.index(repr(name))) == list(OPTIONAL_ATTRIBUTES)
     assert TABLE_VERSION == 1 and ",".join(COLUMNS) == HEADER_V1

@@ -196,36 +196,9 @@ class StepSpanBuilder:
             ))
         return tuple(spans)
 
-    def _step_attributes(self, record: StepRecord) -> dict[str, object]:
-        rank = self._rank
-        attributes: dict[str, object] = {
-            **self._common,
-            c.ATTR_STEP: record.step,
-            c.ATTR_LOCAL_RANK: rank.local_rank,
-            c.ATTR_WORLD_SIZE: rank.world_size,
-            c.ATTR_NODE_RANK: rank.node_rank,
-            c.ATTR_HOST: rank.host,
-            c.ATTR_PARALLELISM: record.parallelism,
-            c.ATTR_CLOCK: record.clock,
-            c.ATTR_STEP_CPU_DURATION: record.traced_cpu_ns * _NS,
-            c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
-        }
-        _add_optional_attributes(record, attributes)  # the schema's, in the contract's order
-        loader = record.loader
-        if loader is not None:
-            attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
-            attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
-            attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
-            if loader.prefetch_factor is not None:
-                attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
-            if loader.batch_size is not None:
-                attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
-            if loader.dataset is not None:
-                attributes[c.ATTR_LOADER_DATASET] = loader.dataset
-        if (self._first or loader is not None) and rank.cpus is not None:
-            attributes[c.ATTR_HOST_CPUS] = rank.cpus
-        self._first = False
-        return attributes
+    _step_attributes: Callable[[StepSpanBuilder, StepRecord], dict[str, object]]
+    """The step span's attributes: made from the step schema at import time
+    (:func:`step_attributes_source`)."""
 
     def _phase_span(
         self, phase: PhaseTiming, record: StepRecord, trace_id: int, parent_id: int, on_gpu: bool,
@@ -268,29 +241,66 @@ _PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
 _PHASE_SPAN_NAMES = c.PHASE_SPAN_NAMES
 
 
-def optional_attributes_source(fields: tuple[StepField, ...]) -> str:
-    """The source of ``_add_optional_attributes(record, attributes)``: each step field with an
-    attribute the builder does not write itself, in the schema's order, when measured (not ``None``;
-    not 0 either where the schema says so), scaled to the attribute's unit. Written out, one ``if``
-    per field (a loop over the fields, or a dict of them filtered after, costs ~2 us a step more)."""
-    lines = ["def _add_optional_attributes(record, attributes):"]
+_STEP_ATTRIBUTES = """
+def _step_attributes(self, record):
+    rank = self._rank
+    attributes = {
+        **self._common,
+        c.ATTR_STEP: record.step,
+        c.ATTR_LOCAL_RANK: rank.local_rank,
+        c.ATTR_WORLD_SIZE: rank.world_size,
+        c.ATTR_NODE_RANK: rank.node_rank,
+        c.ATTR_HOST: rank.host,
+        c.ATTR_PARALLELISM: record.parallelism,
+        c.ATTR_CLOCK: record.clock,
+        c.ATTR_STEP_CPU_DURATION: record.traced_cpu_ns * _NS,
+        c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
+    }
+OPTIONAL
+    loader = record.loader
+    if loader is not None:
+        attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
+        attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
+        attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
+        if loader.prefetch_factor is not None:
+            attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
+        if loader.batch_size is not None:
+            attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
+        if loader.dataset is not None:
+            attributes[c.ATTR_LOADER_DATASET] = loader.dataset
+    if (self._first or loader is not None) and rank.cpus is not None:
+        attributes[c.ATTR_HOST_CPUS] = rank.cpus
+    self._first = False
+    return attributes
+"""
+
+
+def step_attributes_source(fields: tuple[StepField, ...]) -> str:
+    """The source of the step span's attributes: the ones every step span has (the schema's
+    ``always`` fields among them), then each other step field with an attribute, in the schema's
+    order, when measured (not ``None``; not 0 either where the schema says so) and scaled to the
+    attribute's unit, then the loader's settings and the host's CPUs. Written out, one ``if`` per
+    field: a loop over the fields, or a dict of them filtered after, costs ~2 us a step more."""
+    lines = []
     for f in fields:
         if f.attribute is None or f.always:
             continue
-        test = "value" if f.absent_when_zero else "value is not None"
-        value = "value" if f.scale == 1 else f"value * {f.scale!r}"
-        lines += [f"    value = record.{f.record_field}", f"    if {test}:",
-                  f"        attributes[{f.attribute!r}] = {value}"]
-    return "\n".join([*lines, "    return attributes", ""])
+        value = f"record.{f.record_field}"
+        test = value if f.absent_when_zero else f"{value} is not None"
+        scaled = value if f.scale == 1 else f"{value} * {f.scale!r}"
+        lines += [f"    if {test}:", f"        attributes[{f.attribute!r}] = {scaled}"]
+    return _STEP_ATTRIBUTES.replace("OPTIONAL", "\n".join(lines))
 
 
-def _make_optional_attributes() -> Callable[[StepRecord, dict[str, object]], dict[str, object]]:
-    namespace: dict[str, object] = {}
-    exec(optional_attributes_source(STEP_FIELDS), namespace)
-    return namespace["_add_optional_attributes"]  # type: ignore[return-value]
+def _make_step_attributes() -> Callable[[StepSpanBuilder, StepRecord], dict[str, object]]:
+    namespace: dict[str, object] = {"c": c, "_NS": _NS}
+    exec(step_attributes_source(STEP_FIELDS), namespace)
+    made = namespace["_step_attributes"]
+    made.__qualname__ = "StepSpanBuilder._step_attributes"  # type: ignore[attr-defined]
+    return made  # type: ignore[return-value]
 
 
-_add_optional_attributes = _make_optional_attributes()
+StepSpanBuilder._step_attributes = _make_step_attributes()  # type: ignore[method-assign]
 
 
 def _totals(
