@@ -1,12 +1,24 @@
-"""The records the hot path keeps per step: the open step's readings, and a finished step waiting
-for its device marks. :mod:`traceml_otel.capture.recorder` fills them on the training thread."""
+"""The records the hot path keeps per step: the open step's readings, a finished step waiting
+for its device marks, and where finished steps go (:class:`StepSink`).
+:mod:`traceml_otel.capture.recorder` fills them on the training thread."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
+
+
+class StepSink(Protocol):
+    """Where batches of completed steps go (the emitter channel, or a list in tests).
+
+    A sink may also have ``send_device(index, uuid)``: the recorder then reports the CUDA
+    device in use once it is known, and again if it changes (it never initialises CUDA).
+    """
+
+    def send_steps(self, rows: list[list[Any]]) -> None:
+        """Take a batch of rows in :class:`StepRow`'s layout (plain lists, or StepRows on a device)."""
 
 
 @dataclass(slots=True)
