@@ -81,3 +81,20 @@ def test_telemetry_doc_and_contract_name_the_same_things() -> None:
 def test_telemetry_doc_states_the_contract_version() -> None:
     title = (REPO / "docs" / "telemetry.md").read_text().splitlines()[0]
     assert f"(version {contract.CONTRACT_VERSION})" in title
+
+
+def test_telemetry_doc_lists_each_step_field_in_its_section_with_its_type_and_unit() -> None:
+    """Reads the step schema (``wire/step_schema.py``): each field's attribute is a row of its section's
+    table in docs/telemetry.md, typed ``double`` in seconds when the schema scales it to seconds."""
+    from traceml_otel.wire.step_schema import NS, STEP_FIELDS
+
+    doc = (REPO / "docs" / "telemetry.md").read_text()
+    for field in STEP_FIELDS:
+        if field.attribute is None:
+            continue
+        section = doc.split(f"### {field.doc_section}\n", 1)[1].split("\n#", 1)[0]
+        rows = [line for line in section.splitlines() if line.startswith(f"| `{field.attribute}` |")]
+        assert len(rows) == 1, (field.name, field.doc_section)
+        kind, unit = (cell.strip() for cell in rows[0].split("|")[2:4])
+        expected = "double" if field.scale == NS else {int: "int", str: "string"}[field.kind]
+        assert (kind, unit == "s") == (expected, field.scale == NS), (field.name, kind, unit)

@@ -110,6 +110,12 @@ class StepRecord:
         return self.end_ns - self.start_ns - (self.input_wait_in_step_ns or 0)
 
     @property
+    def waited_ns(self) -> int:
+        """Time before the block that was the step's: its input wait and the loader-side copies
+        (``prefetch_h2d_ns``), 0 where neither was measured."""
+        return (self.input_wait_ns or 0) + (self.prefetch_h2d_ns or 0)
+
+    @property
     def clock(self) -> str:
         """``gpu`` when CUDA events timed this step, else ``cpu``."""
         return "cpu" if self.gpu_duration_ns is None else "gpu"

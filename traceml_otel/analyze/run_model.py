@@ -76,6 +76,12 @@ class StepTiming(NamedTuple):
     skipped_updates: int = 0
     """Updates a ``GradScaler.step`` skipped in the step (``traceml.optimizer.skipped``)."""
 
+    @property
+    def waited_cpu(self) -> float:
+        """CPU time before the block that was the step's: its input wait and the loader-side copies
+        (``prefetch_h2d_cpu``), 0 where neither was measured."""
+        return (self.input_wait_cpu or 0.0) + (self.prefetch_h2d_cpu or 0.0)
+
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""
         return self.traced_gpu if clock is Clock.GPU else self.traced_cpu

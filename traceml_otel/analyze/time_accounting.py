@@ -122,7 +122,7 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 def _step_parts(step: StepTiming) -> tuple[float, ...]:
     """The step's input wait and block split like the diagnosis (CPU clock, the wall clock)."""
-    wait = (step.input_wait_cpu or 0.0) + (step.prefetch_h2d_cpu or 0.0)
+    wait = step.waited_cpu
     traced = step.traced_cpu or 0.0
     phase = [step.phase(i, Clock.CPU) or 0.0 for i in (H2D, FORWARD, BACKWARD, OPTIMIZER)]
     comm_in = [step.phase_communication(i, Clock.CPU) for i in (H2D, FORWARD, BACKWARD, OPTIMIZER)]

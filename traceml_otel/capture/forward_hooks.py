@@ -196,18 +196,9 @@ class ForwardHooks:
                     token = hooks._token
                     if token is not None:
                         hooks._token = None
-                        end = perf_counter_ns()  # recorder.phase_done("forward", token), inline
-                        if recorder.in_step:
-                            state = recorder.state
-                            state.phases.append(["forward", None, token[0], end, None, None, None])
-                            if recorder.device:
-                                state.phase_marks.append((token[1], recorder.clock.mark()))
-                            if recorder.on_nested_phase is not None:
-                                recorder.on_nested_phase()
-                        else:
-                            recorder.clock.release(token[1])
-                            if not (module.training and torch.is_grad_enabled()):
-                                recorder.discard_input_wait()  # evaluation between steps
+                        recorder.phase_done("forward", token)
+                        if not recorder.in_step and not (module.training and torch.is_grad_enabled()):
+                            recorder.discard_input_wait()  # evaluation between steps
 
         return traceml_timed_forward
 

@@ -80,16 +80,7 @@ class BackwardPatch:
                 return original(*args, **kwargs)
             finally:
                 patch._depth = 0
-                end = perf_counter_ns()  # recorder.phase_done("backward", token), inline
-                if recorder.in_step:
-                    state = recorder.state
-                    state.phases.append(["backward", None, token[0], end, None, None, None])
-                    if recorder.device:
-                        state.phase_marks.append((token[1], recorder.clock.mark()))
-                    if recorder.on_nested_phase is not None:
-                        recorder.on_nested_phase()
-                else:
-                    recorder.clock.release(token[1])
+                recorder.phase_done("backward", token)
 
         traceml_timed_backward.__traceml_original__ = original  # type: ignore[attr-defined]
         return traceml_timed_backward

@@ -112,15 +112,7 @@ class OptimizerHooks:
                     token = hooks._token
                     if token is not None:
                         hooks._token = None
-                        end = perf_counter_ns()  # recorder.phase_done("optimizer", token, None, True), inline
-                        if recorder.in_step:
-                            state = recorder.state
-                            state.optimizer_steps += 1
-                            state.phases.append(["optimizer", None, token[0], end, None, None, None])
-                            if recorder.device:
-                                state.phase_marks.append((token[1], recorder.clock.mark()))
-                        else:
-                            recorder.clock.release(token[1])
+                        recorder.phase_done("optimizer", token, None, True)  # and counts the update
                     elif depth < 0:
                         recorder.optimizer_stepped()
                     if hooks.after_update is not None:

@@ -12,22 +12,11 @@ import collections
 from collections.abc import Callable
 from threading import get_ident
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import Any
 
 from traceml_otel.capture.device_clock import CpuClock
-from traceml_otel.capture.step_state import OpenStep, StepState
-from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
-
-
-class StepSink(Protocol):
-    """Where batches of completed steps go (the emitter channel, or a list in tests).
-
-    A sink may also have ``send_device(index, uuid)``: the recorder then reports the CUDA
-    device in use once it is known, and again if it changes (it never initialises CUDA).
-    """
-
-    def send_steps(self, rows: list[list[Any]]) -> None:
-        """Take a batch of rows in :class:`StepRow`'s layout (plain lists, or StepRows on a device)."""
+from traceml_otel.capture.step_state import OpenStep, StepSink, StepState
+from traceml_otel.wire.step_row import CollectiveRow
 
 
 class StepRecorder:
@@ -63,8 +52,7 @@ class StepRecorder:
         self.step = 0
         self.in_step = False
         self.state = StepState()
-        """The open step's readings (refilled at each step). The forward, backward and optimizer hooks
-        append their phase calls to it inline, as :meth:`phase_done` does."""
+        """The open step's readings (refilled at each step)."""
         self._wait_ns: int | None = None
         self._fetches = 0
         self._wait_marks: list[tuple[Any, Any]] = []
@@ -248,7 +236,7 @@ class StepRecorder:
 
     def other_thread(self) -> bool:
         """Whether this is a thread other than the training thread: a phase call ending here is left
-        untimed, and counted when a step is open. (The hooks run once or more a step inline it.)"""
+        untimed, and counted when a step is open. (The hooks that run every step check it inline.)"""
         owner = self.owner
         if owner is None or get_ident() == owner:
             return False
@@ -263,10 +251,8 @@ class StepRecorder:
 
         ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call).
         The call is appended in the order it ends, unnumbered (``call`` is ``None``: the emitter
-        numbers it from that order, :func:`~traceml_otel.wire.step_row.calls_in_order`). The
-        forward, backward and optimizer hooks, which end a phase every step, run this body inline (a
-        call of it was a Python frame per phase call); ``tests/capture/test_phase_inline.py`` holds
-        them to it.
+        numbers it from that order, :func:`~traceml_otel.wire.step_row.calls_in_order`).
+        overhead_pairs fast 2x5: hooks inlining it +101 us/step, calling it +109; A/A -120..+109: folded.
         """
         end = perf_counter_ns()
         if not self.in_step:
@@ -276,7 +262,7 @@ class StepRecorder:
         if update:
             state.optimizer_steps += 1
         # A plain list in PhaseRow's layout: a PhaseRow per call costs 0.3 us more (construction and
-        # release of a list subclass); _resolve views them as PhaseRows when it fills device timings.
+        # release of a list subclass); OpenStep.resolve views them as PhaseRows to fill device timings.
         state.phases.append([phase, None, token[0], end, None, None, nbytes])
         if self.device:
             state.phase_marks.append((token[1], self.clock.mark()))
@@ -388,13 +374,9 @@ class StepRecorder:
             between = state.start_ns - last_end - self._outside_ns
             if between < 0:
                 between = 0
-        # A plain list in StepRow's layout, positionally (StepRow.of's keyword call would cost about
-        # 1 us more, a StepRow 0.4 us more than the list); _resolve views it as a StepRow when it
-        # fills in device timings. The slots in order: step, start_ns, end_ns, gpu_duration_ns,
-        # input_wait_ns, input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps,
-        # parallelism, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type,
-        # phases, collectives, samples, tokens, loader, source, between_ns, input_wait_in_step_ns,
-        # skipped_updates.
+        # A plain list in the schema's wire order (wire/step_schema.py), positionally: StepRow.of's
+        # keyword call would cost about 1 us more, a StepRow 0.4 us more than the list
+        # (tests/wire/test_step_row.py checks each value lands in its slot).
         row = [
             self.step, state.start_ns, end_ns, None, self._wait_ns, None, self._fetches,
             self._prefetch_h2d_ns, state.optimizer_steps, self.parallelism, alloc, reserved,
@@ -442,7 +424,7 @@ class StepRecorder:
             if not done:
                 break
             self._pending.popleft()
-            self._ready.append(self._resolve(open_step))
+            self._ready.append(open_step.resolve(self.clock))
         self._queued = len(self._pending)
         if self._ready:
             rows, self._ready = self._ready, []
@@ -462,30 +444,3 @@ class StepRecorder:
     def unresolved_steps(self) -> int:
         """Steps whose device work had not finished at the last flush."""
         return len(self._pending)
-
-    def _resolve(self, open_step: OpenStep) -> StepRow:
-        clock = self.clock
-        row = StepRow(open_step.row)
-        start = open_step.start_mark
-        row.gpu_duration_ns = clock.elapsed_ns(start, open_step.end_mark)
-        row.phases = phases = [PhaseRow(phase) for phase in row.phases]
-        for phase, (begin, end) in zip(phases, open_step.phase_marks, strict=False):
-            phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
-            phase.gpu_duration_ns = clock.elapsed_ns(begin, end)
-            clock.release(begin)
-            clock.release(end)
-        for collective, (begin, end) in zip(row.collectives, open_step.collective_marks, strict=False):
-            collective.gpu_offset_ns = clock.elapsed_ns(start, begin)
-            collective.gpu_duration_ns = clock.elapsed_ns(begin, end) if end is not None else None
-            clock.release(begin)
-            clock.release(end)
-        if open_step.wait_marks:
-            total = 0
-            for begin, end in open_step.wait_marks:
-                total += clock.elapsed_ns(begin, end) or 0
-                clock.release(begin)
-                clock.release(end)
-            row.input_wait_gpu_ns = total
-        clock.release(start)
-        clock.release(open_step.end_mark)
-        return row

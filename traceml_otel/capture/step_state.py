@@ -1,12 +1,24 @@
-"""The records the hot path keeps per step: the open step's readings, and a finished step waiting
-for its device marks. :mod:`traceml_otel.capture.recorder` fills them on the training thread."""
+"""The records the hot path keeps per step: the open step's readings, a finished step waiting
+for its device marks, and where finished steps go (:class:`StepSink`).
+:mod:`traceml_otel.capture.recorder` fills them on the training thread."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from traceml_otel.wire.step_row import CollectiveRow
+from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
+
+
+class StepSink(Protocol):
+    """Where batches of completed steps go (the emitter channel, or a list in tests).
+
+    A sink may also have ``send_device(index, uuid)``: the recorder then reports the CUDA
+    device in use once it is known, and again if it changes (it never initialises CUDA).
+    """
+
+    def send_steps(self, rows: list[list[Any]]) -> None:
+        """Take a batch of rows in :class:`StepRow`'s layout (plain lists, or StepRows on a device)."""
 
 
 @dataclass(slots=True)
@@ -21,6 +33,34 @@ class OpenStep:
     wait_marks: list[tuple[Any, Any]]
     collective_marks: list[list[Any]]
     """``[begin, end]`` device marks of each collective (``end`` is set when it completes)."""
+
+    def resolve(self, clock: Any) -> StepRow:
+        """The row with its device timings filled in by name, once its marks have completed (every
+        mark is released)."""
+        row = StepRow(self.row)
+        start = self.start_mark
+        row.gpu_duration_ns = clock.elapsed_ns(start, self.end_mark)
+        row.phases = phases = [PhaseRow(phase) for phase in row.phases]
+        for phase, (begin, end) in zip(phases, self.phase_marks, strict=False):
+            phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            phase.gpu_duration_ns = clock.elapsed_ns(begin, end)
+            clock.release(begin)
+            clock.release(end)
+        for collective, (begin, end) in zip(row.collectives, self.collective_marks, strict=False):
+            collective.gpu_offset_ns = clock.elapsed_ns(start, begin)
+            collective.gpu_duration_ns = clock.elapsed_ns(begin, end) if end is not None else None
+            clock.release(begin)
+            clock.release(end)
+        if self.wait_marks:
+            total = 0
+            for begin, end in self.wait_marks:
+                total += clock.elapsed_ns(begin, end) or 0
+                clock.release(begin)
+                clock.release(end)
+            row.input_wait_gpu_ns = total
+        clock.release(start)
+        clock.release(self.end_mark)
+        return row
 
 
 class StepState:

@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from traceml_otel import contract as c
 from traceml_otel.emit.exposed_communication import CollectiveExposure, step_exposures, total, wait_entries
 from traceml_otel.step_records import PhaseTiming, StepRecord
+from traceml_otel.wire.step_schema import STEP_FIELDS, StepField
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NS = 1e-9
@@ -195,66 +196,9 @@ class StepSpanBuilder:
             ))
         return tuple(spans)
 
-    def _step_attributes(self, record: StepRecord) -> dict[str, object]:
-        rank = self._rank
-        attributes: dict[str, object] = {
-            **self._common,
-            c.ATTR_STEP: record.step,
-            c.ATTR_LOCAL_RANK: rank.local_rank,
-            c.ATTR_WORLD_SIZE: rank.world_size,
-            c.ATTR_NODE_RANK: rank.node_rank,
-            c.ATTR_HOST: rank.host,
-            c.ATTR_PARALLELISM: record.parallelism,
-            c.ATTR_CLOCK: record.clock,
-            c.ATTR_STEP_CPU_DURATION: record.traced_cpu_ns * _NS,
-            c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
-        }
-        # Optional values by hand, in the contract's order (a dict of them filtered after costs ~2 us a step).
-        if record.gpu_duration_ns is not None:
-            attributes[c.ATTR_STEP_GPU_DURATION] = record.gpu_duration_ns * _NS
-        if record.input_wait_ns is not None:
-            attributes[c.ATTR_INPUT_WAIT_CPU] = record.input_wait_ns * _NS
-        if record.input_wait_gpu_ns is not None:
-            attributes[c.ATTR_INPUT_WAIT_GPU] = record.input_wait_gpu_ns * _NS
-        if record.skipped_updates:
-            attributes[c.ATTR_OPTIMIZER_SKIPPED] = record.skipped_updates
-        if record.input_wait_in_step_ns is not None:
-            attributes[c.ATTR_INPUT_WAIT_IN_STEP_CPU] = record.input_wait_in_step_ns * _NS
-        if record.prefetch_h2d_ns is not None:
-            attributes[c.ATTR_PREFETCH_H2D_CPU] = record.prefetch_h2d_ns * _NS
-        if record.peak_allocated_bytes is not None:
-            attributes[c.ATTR_MEM_PEAK_ALLOCATED] = record.peak_allocated_bytes
-        if record.peak_reserved_bytes is not None:
-            attributes[c.ATTR_MEM_PEAK_RESERVED] = record.peak_reserved_bytes
-        if record.device_total_bytes is not None:
-            attributes[c.ATTR_MEM_TOTAL] = record.device_total_bytes
-        if record.exception_type is not None:
-            attributes[c.ATTR_EXCEPTION_TYPE] = record.exception_type
-        if record.source is not None:
-            attributes[c.ATTR_STEP_SOURCE] = record.source
-        if record.between_steps_ns is not None:
-            attributes[c.ATTR_BETWEEN_STEPS_CPU] = record.between_steps_ns * _NS
-        if record.input_fetches:
-            attributes[c.ATTR_INPUT_WAIT_FETCHES] = record.input_fetches
-        if record.samples is not None:
-            attributes[c.ATTR_STEP_SAMPLES] = record.samples
-        if record.tokens is not None:
-            attributes[c.ATTR_STEP_TOKENS] = record.tokens
-        loader = record.loader
-        if loader is not None:
-            attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
-            attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
-            attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
-            if loader.prefetch_factor is not None:
-                attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
-            if loader.batch_size is not None:
-                attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
-            if loader.dataset is not None:
-                attributes[c.ATTR_LOADER_DATASET] = loader.dataset
-        if (self._first or loader is not None) and rank.cpus is not None:
-            attributes[c.ATTR_HOST_CPUS] = rank.cpus
-        self._first = False
-        return attributes
+    _step_attributes: Callable[[StepSpanBuilder, StepRecord], dict[str, object]]
+    """The step span's attributes: made from the step schema at import time
+    (:func:`step_attributes_source`)."""
 
     def _phase_span(
         self, phase: PhaseTiming, record: StepRecord, trace_id: int, parent_id: int, on_gpu: bool,
@@ -295,6 +239,68 @@ _RUN_ID, _RANK, _STEP = c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_STEP
 _PHASE_NAME, _PHASE_CALL = c.ATTR_PHASE_NAME, c.ATTR_PHASE_CALL
 _PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
 _PHASE_SPAN_NAMES = c.PHASE_SPAN_NAMES
+
+
+_STEP_ATTRIBUTES = """
+def _step_attributes(self, record):
+    rank = self._rank
+    attributes = {
+        **self._common,
+        c.ATTR_STEP: record.step,
+        c.ATTR_LOCAL_RANK: rank.local_rank,
+        c.ATTR_WORLD_SIZE: rank.world_size,
+        c.ATTR_NODE_RANK: rank.node_rank,
+        c.ATTR_HOST: rank.host,
+        c.ATTR_PARALLELISM: record.parallelism,
+        c.ATTR_CLOCK: record.clock,
+        c.ATTR_STEP_CPU_DURATION: record.traced_cpu_ns * _NS,
+        c.ATTR_OPTIMIZER_STEPS: record.optimizer_steps,
+    }
+OPTIONAL
+    loader = record.loader
+    if loader is not None:
+        attributes[c.ATTR_LOADER_NUM_WORKERS] = loader.num_workers
+        attributes[c.ATTR_LOADER_PIN_MEMORY] = loader.pin_memory
+        attributes[c.ATTR_LOADER_PERSISTENT_WORKERS] = loader.persistent_workers
+        if loader.prefetch_factor is not None:
+            attributes[c.ATTR_LOADER_PREFETCH_FACTOR] = loader.prefetch_factor
+        if loader.batch_size is not None:
+            attributes[c.ATTR_LOADER_BATCH_SIZE] = loader.batch_size
+        if loader.dataset is not None:
+            attributes[c.ATTR_LOADER_DATASET] = loader.dataset
+    if (self._first or loader is not None) and rank.cpus is not None:
+        attributes[c.ATTR_HOST_CPUS] = rank.cpus
+    self._first = False
+    return attributes
+"""
+
+
+def step_attributes_source(fields: tuple[StepField, ...]) -> str:
+    """The source of the step span's attributes: the ones every step span has (the schema's
+    ``always`` fields among them), then each other step field with an attribute, in the schema's
+    order, when measured (not ``None``; not 0 either where the schema says so) and scaled to the
+    attribute's unit, then the loader's settings and the host's CPUs. Written out, one ``if`` per
+    field: a loop over the fields, or a dict of them filtered after, costs ~2 us a step more."""
+    lines = []
+    for f in fields:
+        if f.attribute is None or f.always:
+            continue
+        value = f"record.{f.record_field}"
+        test = value if f.absent_when_zero else f"{value} is not None"
+        scaled = value if f.scale == 1 else f"{value} * {f.scale!r}"
+        lines += [f"    if {test}:", f"        attributes[{f.attribute!r}] = {scaled}"]
+    return _STEP_ATTRIBUTES.replace("OPTIONAL", "\n".join(lines))
+
+
+def _make_step_attributes() -> Callable[[StepSpanBuilder, StepRecord], dict[str, object]]:
+    namespace: dict[str, object] = {"c": c, "_NS": _NS}
+    exec(step_attributes_source(STEP_FIELDS), namespace)
+    made = namespace["_step_attributes"]
+    made.__qualname__ = "StepSpanBuilder._step_attributes"  # type: ignore[attr-defined]
+    return made  # type: ignore[return-value]
+
+
+StepSpanBuilder._step_attributes = _make_step_attributes()  # type: ignore[method-assign]
 
 
 def _totals(

@@ -19,17 +19,24 @@ from typing import Any
 from traceml_otel import contract as c
 from traceml_otel.wire.frames import orjson_module
 from traceml_otel.wire.step_row import calls_in_order
+from traceml_otel.wire.step_schema import NUMBER, SLOT, STEP_FIELDS, StepField
 
 NS = 1e-9
 
-# One step's values in a flat list: the step span's ids and times, its numeric attributes, the
-# table's per-phase sums, then seven slots per phase call.
-TRACE, STEP_ID, START, END = 0, 1, 2, 3
-CPU_SUMS, GPU_SUMS = 18, 18 + len(c.PHASES)
+# One step's values in a flat list: the step span's ids and times, its number and CPU duration, the
+# schema's numbers (its NUMBER fields, in the schema's order), the table's per-phase sums, then seven
+# slots per phase call.
+TRACE, STEP_ID, START, END, STEP, CPU_DURATION = 0, 1, 2, 3, 4, 5
+NUMBERS: tuple[StepField, ...] = tuple(f for f in STEP_FIELDS if f.encoder == NUMBER)
+"""The step fields whose values the templates take, each at ``FIRST_NUMBER + i``."""
+FIRST_NUMBER = 6
+CPU_SUMS = FIRST_NUMBER + len(NUMBERS)
+GPU_SUMS = CPU_SUMS + len(c.PHASES)
 FIRST_PHASE = GPU_SUMS + len(c.PHASES)
-PHASE_WIDTH = 7
-ROW_PHASES = 14
+ROW_PHASES = SLOT["phases"]
 """The phase calls' slot in a step row (wire/step_row.py's StepRow)."""
+_NUMBER_COLUMNS = tuple((f.slot, f.scale != 1) for f in NUMBERS)
+_STEP, _START, _END, _GPU = SLOT["step"], SLOT["start_ns"], SLOT["end_ns"], SLOT["gpu_duration_ns"]
 NO_SUMS = (None,) * (2 * len(c.PHASES))
 
 
@@ -157,16 +164,15 @@ def flat_columns(columns: StepColumns, anchor_ns: int, trace_ids: list[str], ste
     ids, 16 for span ids) and each float as its ``repr`` text. A run has one shape, so a slot is
     ``None`` in every row or in none (a ``None`` column is never picked: its attribute or cell is
     absent)."""
-    (step, start, end, gpu, wait, wait_gpu, fetches, prefetch, optimizer_steps, _, peak_allocated,
-     peak_reserved, total, _, _, _, samples, tokens, _, _, between, _, _) = columns.step
+    step = columns.step
+    start, end, gpu = step[_START], step[_END], step[_GPU]
     starts = list(map(add, start, repeat(anchor_ns)))
     ends = list(map(add, end, repeat(anchor_ns)))
     on_gpu = gpu[0] is not None
     flat: list[Any] = [
-        trace_ids, step_ids, starts, ends, step,
-        seconds_text(map(sub, end, start)), optimizer_steps, _optional_seconds(gpu), _optional_seconds(wait),
-        _optional_seconds(wait_gpu), _optional_seconds(prefetch), peak_allocated, peak_reserved, total,
-        _optional_seconds(between), fetches, samples, tokens, *NO_SUMS,
+        trace_ids, step_ids, starts, ends, step[_STEP], seconds_text(map(sub, end, start)),
+        *[_optional_seconds(step[slot]) if seconds else step[slot] for slot, seconds in _NUMBER_COLUMNS],
+        *NO_SUMS,
     ]
     phase_ends = []
     # The training thread leaves each call's number to us; a run's rows share their phase names, so

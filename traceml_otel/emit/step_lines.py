@@ -40,13 +40,16 @@ from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_columns import (
+    CPU_DURATION,
     CPU_SUMS,
     END,
+    FIRST_NUMBER,
     FIRST_PHASE,
     GPU_SUMS,
-    PHASE_WIDTH,
+    NUMBERS,
     ROW_PHASES,
     START,
+    STEP,
     STEP_ID,
     TRACE,
     SlotText,
@@ -58,18 +61,17 @@ from traceml_otel.emit.step_columns import (
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
+from traceml_otel.wire.step_schema import KEY, PHASE_WIDTH, REFERENCE, SLOT, STEP_FIELDS
 from traceml_otel.wire.step_table import COLUMNS
 
 SHAPE_LIMIT = 256
 """Shapes templated per rank; steps of further shapes take the reference path."""
 
-# Where each value lies in the flat layout (emit/step_columns.py) the templates pick from.
+# Where each value lies in the flat layout (emit/step_columns.py) the templates pick from: the step's
+# number and CPU duration, then the schema's numbers (step_columns.NUMBERS).
 _STEP_VALUES = {
-    c.ATTR_STEP: 4, c.ATTR_STEP_CPU_DURATION: 5, c.ATTR_OPTIMIZER_STEPS: 6, c.ATTR_STEP_GPU_DURATION: 7,
-    c.ATTR_INPUT_WAIT_CPU: 8, c.ATTR_INPUT_WAIT_GPU: 9, c.ATTR_PREFETCH_H2D_CPU: 10,
-    c.ATTR_MEM_PEAK_ALLOCATED: 11, c.ATTR_MEM_PEAK_RESERVED: 12, c.ATTR_MEM_TOTAL: 13,
-    c.ATTR_BETWEEN_STEPS_CPU: 14, c.ATTR_INPUT_WAIT_FETCHES: 15, c.ATTR_STEP_SAMPLES: 16,
-    c.ATTR_STEP_TOKENS: 17,
+    c.ATTR_STEP: STEP, c.ATTR_STEP_CPU_DURATION: CPU_DURATION,
+    **{f.attribute: FIRST_NUMBER + i for i, f in enumerate(NUMBERS) if f.attribute},
 }
 _PHASE_ID, _PHASE_START, _PHASE_END = 0, 1, 2
 _PHASE_VALUES = {c.ATTR_PHASE_CALL: 3, c.ATTR_PHASE_CPU_DURATION: 4, c.ATTR_PHASE_GPU_DURATION: 5,
@@ -78,24 +80,25 @@ _STEP_VARIABLE = frozenset(_STEP_VALUES)
 _PHASE_VARIABLE = frozenset([c.ATTR_STEP, *_PHASE_VALUES])
 
 _TABLE_VALUES = {
-    "step": 4, "trace_id": TRACE, "start_unix_nano": START, "traced_cpu": 5, "traced_gpu": 7,
-    "input_wait_cpu": 8, "input_wait_gpu": 9, "prefetch_h2d_cpu": 10, "optimizer_steps": 6,
-    "peak_allocated": 11, "peak_reserved": 12, "memory_total": 13, "samples": 16, "tokens": 17,
-    "between_cpu": 14,
+    "step": STEP, "trace_id": TRACE, "start_unix_nano": START, "traced_cpu": CPU_DURATION,
+    **{f.column: FIRST_NUMBER + i for i, f in enumerate(NUMBERS) if f.column},
     **{f"cpu_{phase}": CPU_SUMS + i for i, phase in enumerate(c.PHASES)},
     **{f"gpu_{phase}": GPU_SUMS + i for i, phase in enumerate(c.PHASES)},
 }
 _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.items()]
 
-# Slots of a step row (wire/step_row.py's StepRow) the fast path reads or checks.
-_ROW_FETCHES, _ROW_PARALLELISM, _ROW_EXCEPTION, _ROW_COLLECTIVES = 6, 9, 13, 15
-_ROW_LOADER, _ROW_SOURCE, _ROW_BETWEEN = 18, 19, 20
-_ROW_IN_STEP_WAIT, _ROW_SKIPPED = 21, 22
-"""Fetches inside the step and skipped updates: a row with either takes the reference path (rare
-shapes; the decoder folds the in-step wait into the step's input wait)."""
-_ROW_NOT_NUMBERS = frozenset((_ROW_PARALLELISM, _ROW_EXCEPTION, ROW_PHASES, _ROW_COLLECTIVES, _ROW_LOADER,
-                              _ROW_SOURCE))
-
+# Slots of a step row (wire/step_schema.py) the fast path reads or checks.
+_ROW_KEYS = tuple(f.slot for f in STEP_FIELDS if f.encoder == KEY)
+"""Slots every row of a shape has the same value in (parallelism, source)."""
+_ROW_ZERO_ABSENT = tuple(f.slot for f in NUMBERS if f.absent_when_zero)
+"""Numbers whose attribute is left out when 0: whether each is 0 is part of the shape."""
+_ROW_REFERENCE = tuple(f.slot for f in STEP_FIELDS if f.encoder == REFERENCE)
+"""Slots whose value, when set, sends a row to the reference path (collectives, an exception, a new
+DataLoader, fetches inside the step, skipped updates: rare shapes; the decoder folds the in-step wait
+into the step's input wait)."""
+_UNSET = (None, 0, (), [])
+_ROW_BETWEEN = SLOT["between_ns"]
+_ROW_NOT_NUMBERS = frozenset(f.slot for f in STEP_FIELDS if f.kind is not int)
 
 @dataclass(slots=True)
 class EncodedSteps:
@@ -208,16 +211,18 @@ class StepLines:
 
 def _shape_key(row: Any) -> tuple[object, ...] | None:
     """What decides a row's templates; ``None`` for a row that always takes the reference path."""
-    if (type(row) is not list or len(row) != ROW_FIELDS or row[_ROW_COLLECTIVES]
-            or row[_ROW_EXCEPTION] is not None or row[_ROW_LOADER] or row[_ROW_IN_STEP_WAIT]
-            or row[_ROW_SKIPPED]):
+    if type(row) is not list or len(row) != ROW_FIELDS:
         return None
+    for slot in _ROW_REFERENCE:
+        if row[slot] not in _UNSET:
+            return None
     between = row[_ROW_BETWEEN]
     if between is not None and between < 0:
         return None
     phase_rows = row[ROW_PHASES]
     flat = tuple(chain.from_iterable(phase_rows))
-    return (tuple(map(type, row)), row[_ROW_PARALLELISM], row[_ROW_SOURCE], not row[_ROW_FETCHES],
+    return (tuple(map(type, row)), tuple([row[slot] for slot in _ROW_KEYS]),
+            tuple([not row[slot] for slot in _ROW_ZERO_ABSENT]),
             tuple(map(len, phase_rows)), flat[::PHASE_WIDTH], tuple(map(type, flat)))
 
 
@@ -228,7 +233,7 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
                 reference_json: str, reference_line: str) -> _Shape | None:
     """Templates for the shape of ``row`` from its reference encoding; ``None`` (always the reference
     path) unless the filled templates give that encoding back byte for byte."""
-    row_types, phase_lengths, phase_types = key[0], key[4], key[6]
+    row_types, phase_lengths, phase_types = key[0], key[3], key[5]
     if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(row_types) if i not in _ROW_NOT_NUMBERS):
         return _REFERENCE  # floats or other kinds from a foreign trainer: the reference spells them
     if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
@@ -313,7 +318,7 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
     """The run's columns when every row's :func:`_shape_key` is ``key``, checked a column at a time
     (only for keys whose phase calls all have the full width: the others are never templated);
     ``None`` when some row's is not (or may not be)."""
-    row_types, parallelism, source, no_fetches, phase_lengths, names, phase_types = key
+    row_types, keys, zeros, phase_lengths, names, phase_types = key
     if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
         return None
     steps = len(rows)
@@ -322,10 +327,13 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
                 or list(map(type, chain.from_iterable(rows))) != list(row_types) * steps):  # type: ignore[call-overload]
             return None
         step = list(zip(*rows, strict=True))
-        if (step[_ROW_PARALLELISM].count(parallelism) != steps or step[_ROW_SOURCE].count(source) != steps
-                or list(map(not_, step[_ROW_FETCHES])) != [no_fetches] * steps
-                or any(step[_ROW_COLLECTIVES]) or any(step[_ROW_LOADER])
-                or any(step[_ROW_IN_STEP_WAIT]) or any(step[_ROW_SKIPPED])):
+        for slot, value in zip(_ROW_KEYS, keys, strict=True):  # type: ignore[call-overload]
+            if step[slot].count(value) != steps:
+                return None
+        for slot, zero in zip(_ROW_ZERO_ABSENT, zeros, strict=True):  # type: ignore[call-overload]
+            if list(map(not_, step[slot])) != [zero] * steps:
+                return None
+        if any(map(any, [step[slot] for slot in _ROW_REFERENCE])):  # (the types are the key's: all unset)
             return None
         if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
             return None

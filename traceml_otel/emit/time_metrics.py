@@ -95,7 +95,7 @@ class LiveTimeAccount:
         """Count one step: its input wait, block and the gap before it (less ``outside_step`` time)."""
         self.poll(force=self._first_begin is None)
         inside = (record.input_wait_in_step_ns or 0) * _NS  # fetches inside the block: input wait
-        wait = ((record.input_wait_ns or 0) + (record.prefetch_h2d_ns or 0)) * _NS - inside
+        wait = record.waited_ns * _NS - inside
         start, end = record.start_ns * _NS, record.end_ns * _NS
         block = max(0.0, end - start - inside)
         with self._lock:

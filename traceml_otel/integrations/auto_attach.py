@@ -232,7 +232,7 @@ def attach_lightning_callback(trainer: Any, package: str) -> None:
 
 
 def _torch_imported(module: ModuleType) -> None:
-    from traceml_otel.capture.inferred_steps import arm_inference
+    from traceml_otel.capture.inference_arming import arm_inference
 
     arm_inference(start_inference)
 

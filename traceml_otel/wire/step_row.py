@@ -10,20 +10,34 @@ collectives are :class:`PhaseRow` and :class:`CollectiveRow`, lists with named s
 are ``perf_counter_ns`` readings of the training process; :func:`decode_step` moves them onto the
 epoch clock and returns a :class:`~traceml_otel.step_records.StepRecord` on the emitter side.
 
-Fields are only ever appended, with a default (in :data:`APPENDED_DEFAULTS` here and in
-``records.StepRecord``): a row from an older capture side (shorter) still decodes, and slots a
+The slots are declared once, in :mod:`traceml_otel.wire.step_schema`; the named views, the row's
+length, :data:`APPENDED_DEFAULTS`, :meth:`StepRow.of` and :func:`decode_step` are made from it at
+import time. Fields are only ever appended, with a default (the schema's, and
+``records.StepRecord``'s): a row from an older capture side (shorter) still decodes, and slots a
 newer one appended (longer) are ignored. The layout is version 2 of the stream
 (:data:`traceml_otel.wire.frames.WIRE_VERSION`), unchanged from version 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import fields
 from operator import itemgetter
 from typing import Any
 
 from traceml_otel.step_records import CollectiveTiming, LoaderSettings, PhaseTiming, StepRecord
 from traceml_otel.wire.frames import WireError
+from traceml_otel.wire.step_schema import (
+    FIRST_LAYOUT_FIELDS,
+    PHASE_FIELDS,
+    PHASE_WIDTH,
+    ROW_FIELDS,
+    SLOT,
+    STEP_FIELDS,
+    WIRE_ORDER,
+    StepField,
+    appended_defaults,
+)
 
 
 def _slot(index: int, doc: str) -> Any:
@@ -39,14 +53,6 @@ class PhaseRow(list):
     """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``."""
 
     __slots__ = ()
-    phase = _slot(0, "``forward``, ``backward``, ``optimizer`` or ``h2d``.")
-    call = _slot(1, "Which call of this phase in the step, from 0; ``None`` as the training thread "
-                    "appends it (the emitter numbers it, :func:`calls_in_order`).")
-    start_ns = _slot(2, "CPU clock reading at the start.")
-    end_ns = _slot(3, "CPU clock reading at the end.")
-    gpu_offset_ns = _slot(4, "CUDA events: from the step's start event to this call's start.")
-    gpu_duration_ns = _slot(5, "CUDA events: this call's duration on the device.")
-    nbytes = _slot(6, "Bytes moved (h2d copies only).")
 
     @classmethod
     def timed(cls, phase: str, call: int | None, start_ns: int, end_ns: int, nbytes: int | None) -> PhaseRow:
@@ -83,62 +89,21 @@ class StepRow(list):
     """One completed step, as a list with named slots (see the module docstring for the rules)."""
 
     __slots__ = ()
-    step = _slot(0, "The rank's step index, from 0.")
-    start_ns = _slot(1, "CPU clock reading when the ``trace_step`` block opened.")
-    end_ns = _slot(2, "CPU clock reading when it closed.")
-    gpu_duration_ns = _slot(3, "CUDA events: start to end of the step on the device.")
-    input_wait_ns = _slot(4, "CPU time spent in the fetches before the step.")
-    input_wait_gpu_ns = _slot(5, "CUDA events: the same fetches, on the device.")
-    input_fetches = _slot(6, "How many fetches fed the step.")
-    prefetch_h2d_ns = _slot(7, "Host-to-device copies a prepared loader made before the step.")
-    optimizer_steps = _slot(8, "Optimizer updates in the step.")
-    parallelism = _slot(9, "``none``, ``ddp``, ``fsdp``, ...")
-    peak_allocated_bytes = _slot(10, "CUDA peak allocated memory in the step.")
-    peak_reserved_bytes = _slot(11, "CUDA peak reserved memory in the step.")
-    device_total_bytes = _slot(12, "The device's total memory.")
-    exception_type = _slot(13, "The exception that left the block, if any.")
-    phases = _slot(14, "The phase calls, in order, in :class:`PhaseRow`'s layout (plain lists or PhaseRows).")
-    collectives = _slot(15, "Appended: the collective calls (``[]`` before).")
-    samples = _slot(16, "Appended: samples in the step.")
-    tokens = _slot(17, "Appended: tokens in the step.")
-    loader = _slot(18, "Appended: ``[num_workers, pin_memory, persistent_workers, "
-                                         "prefetch_factor, batch_size, dataset]`` of a newly seen DataLoader "
-                                         "(``dataset``, the class name, appended last).")
-    source = _slot(19, "Appended: how the step was found: ``trace_step``, ``hf_trainer``, ``lightning`` or "
-                       "``inferred``.")
-    between_ns = _slot(20, "Appended: CPU time from the end of this rank's previous step to this step's "
-                           "start, less time in ``outside_step`` blocks; None on the first step.")
-    input_wait_in_step_ns = _slot(21, "Appended: CPU time in batch fetches inside the block (gradient "
-                                      "accumulation's later micro-batches); 0 (or None) when there was none.")
-    skipped_updates = _slot(22, "Appended: updates a ``GradScaler.step`` skipped in the step (inf/NaN "
-                                "gradients: ``optimizer.step()`` not called).")
 
     @classmethod
-    def of(
-        cls, *, step: int, start_ns: int, end_ns: int, gpu_duration_ns: int | None = None,
-        input_wait_ns: int | None = None, input_wait_gpu_ns: int | None = None, input_fetches: int = 0,
-        prefetch_h2d_ns: int | None = None, optimizer_steps: int = 0, parallelism: str = "none",
-        peak_allocated_bytes: int | None = None, peak_reserved_bytes: int | None = None,
-        device_total_bytes: int | None = None, exception_type: str | None = None,
-        phases: list[PhaseRow] | None = None, collectives: list[CollectiveRow] | None = None,
-        samples: int | None = None, tokens: int | None = None, loader: list[Any] | None = None,
-        source: str | None = None, between_ns: int | None = None, input_wait_in_step_ns: int | None = None,
-        skipped_updates: int = 0,
-    ) -> StepRow:
-        """A row built by name; slots not given are "not measured" (None, 0, empty).
+    def of(cls, **values: Any) -> StepRow:
+        """A row built by name (the slots' names, :data:`~traceml_otel.wire.step_schema.STEP_FIELDS`);
+        slots not given are "not measured" (their default: None, 0, empty).
 
         Not for the training thread: a keyword call with this many arguments costs about 1 us in
         CPython 3.11, as much as the rest of ``end_step``. The recorder builds its rows
-        positionally (a plain list, slots in the order above), views them as ``StepRow`` to set the
+        positionally (a plain list, slots in wire order), views them as ``StepRow`` to set the
         device timings by name; ``tests/wire/test_step_row.py`` checks it puts each value in its slot.
         """
-        return cls((
-            step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
-            prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
-            device_total_bytes, exception_type, [] if phases is None else phases,
-            [] if collectives is None else collectives, samples, tokens, loader, source, between_ns,
-            input_wait_in_step_ns, skipped_updates,
-        ))
+        unknown = values.keys() - SLOT.keys()
+        if unknown:
+            raise TypeError(f"StepRow.of() got unknown slots {sorted(unknown)}")
+        return cls([values[f.name] if f.name in values else _not_measured(f.default) for f in WIRE_ORDER])
 
     @classmethod
     def from_wire(cls, values: Sequence[Any]) -> StepRow:
@@ -150,38 +115,34 @@ class StepRow(list):
         return cls((*known, *APPENDED_DEFAULTS[len(known) - FIRST_LAYOUT_FIELDS:]))
 
 
-ROW_FIELDS = 23
-"""Slots in a row of this version."""
-FIRST_LAYOUT_FIELDS = 15
-"""Slots in the first layout (up to ``phases``); every later slot was appended."""
-APPENDED_DEFAULTS: tuple[Any, ...] = ((), None, None, None, None, None, None, 0)
-"""Values of the appended slots (collectives, samples, tokens, loader, source, between_ns,
-input_wait_in_step_ns, skipped_updates) a shorter row lacks."""
+APPENDED_DEFAULTS: tuple[Any, ...] = appended_defaults()
+"""Values of the appended slots (every slot from :data:`FIRST_LAYOUT_FIELDS` on) a shorter row lacks."""
+
+for _field in STEP_FIELDS:
+    setattr(StepRow, _field.name, _slot(_field.slot, _field.doc))
+for _index, _phase_field in enumerate(PHASE_FIELDS):
+    setattr(PhaseRow, _phase_field.name, _slot(_index, _phase_field.doc))
 
 
-def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
-    """Turn a step row read from a frame into a record, moving CPU readings onto the epoch clock.
+def _not_measured(default: Any) -> Any:
+    """A slot's "not measured" value (a fresh list for an empty sequence)."""
+    return list(default) if isinstance(default, tuple) else default
 
-    ``anchor_ns`` is the trainer's ``time_ns() - perf_counter_ns()`` (from its hello). The slots are
-    unpacked in one statement, in the order of :class:`StepRow` (``tests/wire/test_step_row.py``
-    checks each lands in its field): reading them one by one through the named views cost the
-    emitter about 10 us per step.
-    """
+
+_DECODER = """
+def decode_step(values, anchor_ns):
     if type(values) is not list or len(values) != ROW_FIELDS:
         values = StepRow.from_wire(values)
-    (step, start_ns, end_ns, gpu_duration_ns, input_wait_ns, input_wait_gpu_ns, input_fetches,
-     prefetch_h2d_ns, optimizer_steps, parallelism, peak_allocated_bytes, peak_reserved_bytes,
-     device_total_bytes, exception_type, phase_rows, collective_rows, samples, tokens, loader, source,
-     between_ns, in_step_wait_ns, skipped_updates) = values
-    if isinstance(in_step_wait_ns, int) and in_step_wait_ns > 0:  # the step's input wait holds it too
-        input_wait_ns = (input_wait_ns or 0) + in_step_wait_ns
+    ({slots},) = values
+    if isinstance(input_wait_in_step_ns, int) and input_wait_in_step_ns > 0:  # the input wait holds it too
+        input_wait_ns = (input_wait_ns or 0) + input_wait_in_step_ns
     else:
-        in_step_wait_ns = None
-    if phase_rows and None in [row[1] if len(row) > 1 else 0 for row in phase_rows]:
-        _number_unnumbered(phase_rows)  # as the training thread sends them: calls in order, unnumbered
+        input_wait_in_step_ns = None
+    if phases and None in [row[1] if len(row) > 1 else 0 for row in phases]:
+        _number_unnumbered(phases)  # as the training thread sends them: calls in order, unnumbered
     phases = tuple([
         PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes)
-        for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phase_rows)
+        for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phases)
     ])
     collectives = tuple([
         CollectiveTiming(
@@ -189,20 +150,56 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
             end_ns=None if k.end_ns is None else k.end_ns + anchor_ns, nbytes=k.nbytes,
             blocking=bool(k.blocking), gpu_offset_ns=k.gpu_offset_ns, gpu_duration_ns=k.gpu_duration_ns,
         )
-        for k in map(CollectiveRow, collective_rows)
-    ]) if collective_rows else ()
-    return StepRecord(  # positional, in the field order (the keyword call costs 1-2 us more per step)
-        step, start_ns + anchor_ns, end_ns + anchor_ns, phases, gpu_duration_ns, input_wait_ns,
-        input_wait_gpu_ns, input_fetches, prefetch_h2d_ns, optimizer_steps, parallelism,
-        peak_allocated_bytes, peak_reserved_bytes, device_total_bytes, exception_type, samples, tokens,
-        LoaderSettings(*loader[:6]) if loader else None, collectives,
-        source if isinstance(source, str) else None,
-        between_ns if isinstance(between_ns, int) and between_ns >= 0 else None, in_step_wait_ns,
-        skipped_updates if isinstance(skipped_updates, int) and skipped_updates > 0 else 0,
-    )
+        for k in map(CollectiveRow, collectives)
+    ]) if collectives else ()
+    return StepRecord({arguments})
+"""
+"""The decoder's source, filled from the schema at import time: the slots unpacked in one statement
+(reading them one by one through the named views cost the emitter about 10 us per step) and the
+record built positionally, in its field order (a keyword call costs 1-2 us more per step)."""
+
+_DECODED = {
+    "start_ns": "start_ns + anchor_ns",
+    "end_ns": "end_ns + anchor_ns",
+    "loader": "LoaderSettings(*loader[:6]) if loader else None",
+    "source": "source if isinstance(source, str) else None",
+    "between_ns": "between_ns if isinstance(between_ns, int) and between_ns >= 0 else None",
+    "skipped_updates": "skipped_updates if isinstance(skipped_updates, int) and skipped_updates > 0 else 0",
+}
+"""Slots the record does not take as they are (the others are passed through)."""
 
 
-_PHASE_FIELDS = 7
+def decoder_source(fields: tuple[StepField, ...], record_fields: Sequence[str]) -> str:
+    """:func:`decode_step`'s source for a schema and a record's field names (in the record's order).
+
+    Raises ``ValueError`` when a record field has no slot or a slot no record field."""
+    by_record = {f.record_field: f for f in fields}
+    missing = [name for name in record_fields if name not in by_record]
+    unused = sorted(set(by_record) - set(record_fields))
+    if missing or unused:
+        raise ValueError(f"record fields without a slot {missing}, slots without a record field {unused}")
+    arguments = [_DECODED.get(by_record[name].name, by_record[name].name) for name in record_fields]
+    slots = [f.name for f in sorted(fields, key=lambda f: f.slot)]
+    return _DECODER.format(slots=", ".join(slots), arguments=", ".join(arguments))
+
+
+def _make_decoder() -> Any:
+    namespace: dict[str, Any] = {
+        "StepRow": StepRow, "ROW_FIELDS": ROW_FIELDS, "PhaseTiming": PhaseTiming,
+        "CollectiveTiming": CollectiveTiming, "CollectiveRow": CollectiveRow, "StepRecord": StepRecord,
+        "LoaderSettings": LoaderSettings, "_number_unnumbered": _number_unnumbered,
+        "_phase_slots": _phase_slots,
+    }
+    exec(decoder_source(STEP_FIELDS, [f.name for f in fields(StepRecord)]), namespace)
+    decode = namespace["decode_step"]
+    decode.__doc__ = """Turn a step row read from a frame into a record, moving CPU readings onto the
+    epoch clock.
+
+    ``anchor_ns`` is the trainer's ``time_ns() - perf_counter_ns()`` (from its hello). Its source is
+    made from the schema at import time (:func:`decoder_source`); ``tests/wire/test_step_row.py``
+    checks each slot lands in its field."""
+    decode.__module__ = __name__
+    return decode
 
 
 def calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
@@ -233,4 +230,7 @@ def _number_unnumbered(phase_rows: list[Any]) -> None:
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
     """A phase row's seven slots (a longer row from a newer trainer loses the ones we do not know)."""
-    return row if len(row) == _PHASE_FIELDS else row[:_PHASE_FIELDS]
+    return row if len(row) == PHASE_WIDTH else row[:PHASE_WIDTH]
+
+
+decode_step: Callable[[Sequence[Any], int], StepRecord] = _make_decoder()

@@ -17,33 +17,21 @@ from pathlib import Path
 
 from traceml_otel.contract import PHASES
 from traceml_otel.wire._json import RecordError, read_json_object, write_atomically
+from traceml_otel.wire.step_schema import STEP_FIELDS, StepField
 
 TABLE_VERSION = 1
 """Bumped when the columns change; a reader refuses a table of another version (and reads the spans)."""
 
-COLUMN_TYPES: tuple[tuple[str, str], ...] = (
+OTHER_COLUMN_TYPES: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR"),
     ("rank", "BIGINT"),
-    ("step", "BIGINT"),
     ("trace_id", "VARCHAR"),
-    ("start_unix_nano", "BIGINT"),
-    ("parallelism", "VARCHAR"),
     ("world_size", "BIGINT"),
     ("traced_cpu", "DOUBLE"),
-    ("traced_gpu", "DOUBLE"),
-    ("input_wait_cpu", "DOUBLE"),
-    ("input_wait_gpu", "DOUBLE"),
-    ("prefetch_h2d_cpu", "DOUBLE"),
     *((f"calls_{phase}", "BIGINT") for phase in PHASES),
     *((f"cpu_{phase}", "DOUBLE") for phase in PHASES),
     *((f"gpu_{phase}", "DOUBLE") for phase in PHASES),
-    ("optimizer_steps", "BIGINT"),
-    ("peak_allocated", "BIGINT"),
-    ("peak_reserved", "BIGINT"),
-    ("memory_total", "BIGINT"),
     ("error", "VARCHAR"),
-    ("samples", "BIGINT"),
-    ("tokens", "BIGINT"),
     ("comm_calls", "BIGINT"),
     ("comm_bytes", "BIGINT"),
     ("comm_cpu", "DOUBLE"),
@@ -54,8 +42,6 @@ COLUMN_TYPES: tuple[tuple[str, str], ...] = (
     *((f"comm_in_{phase}_gpu", "DOUBLE") for phase in PHASES),
     ("comm_entries", "VARCHAR"),
     ("comm_work", "VARCHAR"),
-    ("between_cpu", "DOUBLE"),
-    ("source", "VARCHAR"),
     ("host_cpus", "BIGINT"),
     ("loader_num_workers", "BIGINT"),
     ("loader_pin_memory", "BOOLEAN"),
@@ -65,6 +51,22 @@ COLUMN_TYPES: tuple[tuple[str, str], ...] = (
     ("loader_dataset", "VARCHAR"),
     ("spans", "BIGINT"),
 )
+"""The columns that are not a step-row slot's (ids, the per-phase sums, collectives, loader, host), in
+file order; the step-row slots' columns come from :data:`~traceml_otel.wire.step_schema.STEP_FIELDS`."""
+
+
+def column_types(fields: tuple[StepField, ...] = STEP_FIELDS) -> tuple[tuple[str, str], ...]:
+    """The table's columns: :data:`OTHER_COLUMN_TYPES` with each step field's column at its
+    ``column_at`` (a field without one after the last column, in the schema's order)."""
+    placed = sorted((f.column_at, f.column, f.sql) for f in fields if f.column and f.column_at is not None)
+    columns = list(OTHER_COLUMN_TYPES)
+    for at, name, sql in placed:
+        columns.insert(at, (name, sql))
+    columns += [(f.column, f.sql) for f in fields if f.column and f.column_at is None]
+    return tuple(columns)  # type: ignore[misc]
+
+
+COLUMN_TYPES: tuple[tuple[str, str], ...] = column_types()
 """Column names and their SQL types, in file order. Integer lists (``comm_entries``, ``comm_work``)
 are space-separated; the phase columns follow :data:`~traceml_otel.contract.PHASES`; ``spans``: the
 step's spans in the local copy (step, phases, collectives)."""

@@ -120,7 +120,7 @@ def load_tables(check: TableCheck, temp_directory: str, threads: int | None = No
         con = duckdb.connect(config={**config, **({"threads": threads} if threads else {})})
     except duckdb.Error as error:  # e.g. an address-space limit below what it reserves
         raise ColumnarUnavailable(f"DuckDB did not start ({_first_line(error)})") from None
-    columns = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in COLUMN_TYPES) + "}"
+    columns = COLUMNS_SQL
     fds: list[int] = []
     try:
         for path, rows in zip(check.files, check.rows.values(), strict=True):
@@ -183,6 +183,8 @@ def _lock_down(con: Any) -> None:
     con.execute("SET lock_configuration = true")
 
 
+COLUMNS_SQL = "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in COLUMN_TYPES) + "}"
+"""The table's columns and types as DuckDB's ``read_csv(columns=...)`` takes them."""
 _NOT_FINITE = " OR ".join(f"NOT coalesce(isfinite({name}), true)" for name, kind in COLUMN_TYPES
                          if kind == "DOUBLE")
 """A row with a NaN or infinite number (``nan``, ``inf`` in the CSV, which DuckDB reads as numbers)."""
@@ -192,12 +194,13 @@ _CPU = itemgetter(*(_AT[f"cpu_{p}"] for p in c.PHASES))
 _GPU = itemgetter(*(_AT[f"gpu_{p}"] for p in c.PHASES))
 _COMM_CPU = itemgetter(*(_AT[f"comm_in_{p}_cpu"] for p in c.PHASES))
 _COMM_GPU = itemgetter(*(_AT[f"comm_in_{p}_gpu"] for p in c.PHASES))
-_HEAD = itemgetter(*(_AT[name] for name in (
-    "run_id", "rank", "step", "trace_id", "start_unix_nano", "parallelism", "world_size", "traced_cpu",
-    "traced_gpu", "input_wait_cpu", "input_wait_gpu", "prefetch_h2d_cpu")))
-_MIDDLE = itemgetter(*(_AT[name] for name in (
-    "optimizer_steps", "peak_allocated", "peak_reserved", "memory_total", "error", "samples", "tokens",
-    "comm_calls", "comm_bytes", "comm_cpu", "comm_gpu", "comm_exposed_cpu", "comm_exposed_gpu")))
+_FIELDS = StepTiming._fields
+_HEAD = itemgetter(*(_AT[name] for name in _FIELDS[:_FIELDS.index("phase_calls")]))
+"""The columns that are :class:`StepTiming` fields of the same name, up to the phase tuples (the
+record names them in the table's order; ``tests/wire/test_step_schema.py`` checks it)."""
+_MIDDLE = itemgetter(*(_AT[name] for name in
+                       _FIELDS[_FIELDS.index("optimizer_steps"):_FIELDS.index("phase_comm_cpu")]))
+"""The same, from ``optimizer_steps`` to ``comm_exposed_gpu``."""
 _TAIL = (_AT["comm_entries"], _AT["comm_work"], _AT["between_cpu"], _AT["source"])
 
 
