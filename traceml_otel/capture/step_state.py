@@ -37,10 +37,11 @@ class OpenStep:
     def resolve(self, clock: Any) -> StepRow:
         """The row with its device timings filled in by name, once its marks have completed (every
         mark is released)."""
-        row = StepRow(self.row)
+        row: Any = StepRow(self.row)  # slots made from the schema table: named at run time
         start = self.start_mark
         row.gpu_duration_ns = clock.elapsed_ns(start, self.end_mark)
-        row.phases = phases = [PhaseRow(phase) for phase in row.phases]
+        phases: list[Any] = [PhaseRow(phase) for phase in row.phases]
+        row.phases = phases
         for phase, (begin, end) in zip(phases, self.phase_marks, strict=False):
             phase.gpu_offset_ns = clock.elapsed_ns(start, begin)
             phase.gpu_duration_ns = clock.elapsed_ns(begin, end)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -147,7 +148,7 @@ class StepSpanBuilder:
         end_ns = record.end_ns
         if on_gpu:
             end_ns = max(end_ns, record.start_ns + record.gpu_duration_ns, *(p.end_ns for p in phases))
-        attributes = self._step_attributes(record)
+        attributes = type(self)._step_attributes(self, record)
         if exposures:
             attributes.update(_communication_attributes(exposures))
             waits = wait_entries(record, exposures, c.MAX_COMM_ENTRIES, self._last_exit_ns)
@@ -196,7 +197,7 @@ class StepSpanBuilder:
             ))
         return tuple(spans)
 
-    _step_attributes: Callable[[StepSpanBuilder, StepRecord], dict[str, object]]
+    _step_attributes: ClassVar[Callable[[StepSpanBuilder, StepRecord], dict[str, object]]]
     """The step span's attributes: made from the step schema at import time
     (:func:`step_attributes_source`)."""
 
@@ -300,7 +301,7 @@ def _make_step_attributes() -> Callable[[StepSpanBuilder, StepRecord], dict[str,
     return made  # type: ignore[return-value]
 
 
-StepSpanBuilder._step_attributes = _make_step_attributes()  # type: ignore[method-assign]
+StepSpanBuilder._step_attributes = _make_step_attributes()
 
 
 def _totals(

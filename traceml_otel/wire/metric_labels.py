@@ -8,7 +8,16 @@ A resource or metric attribute reaches Prometheus with its dots turned to unders
 
 from __future__ import annotations
 
-from traceml_otel import contract as c
+from traceml_otel.contract import (
+    ATTR_COLLECTIVE_KIND,
+    ATTR_COLLECTIVE_SOURCE,
+    ATTR_EXIT_REASON,
+    ATTR_EXIT_STATUS,
+    ATTR_JOB,
+    ATTR_PHASE_NAME,
+    ATTR_RANK,
+    ATTR_RUN_ID,
+)
 
 
 def prometheus_label(attribute: str) -> str:
@@ -16,11 +25,11 @@ def prometheus_label(attribute: str) -> str:
     return attribute.replace(".", "_")
 
 
-RUN_LABEL = prometheus_label(c.ATTR_RUN_ID)
-RANK_LABEL = prometheus_label(c.ATTR_RANK)
-JOB_LABEL = prometheus_label(c.ATTR_JOB)
-PHASE_LABEL = prometheus_label(c.ATTR_PHASE_NAME)
-SOURCE_LABEL = prometheus_label(c.ATTR_COLLECTIVE_SOURCE)
-KIND_LABEL = prometheus_label(c.ATTR_COLLECTIVE_KIND)
-EXIT_STATUS_LABEL = prometheus_label(c.ATTR_EXIT_STATUS)
-EXIT_REASON_LABEL = prometheus_label(c.ATTR_EXIT_REASON)
+RUN_LABEL = prometheus_label(ATTR_RUN_ID)
+RANK_LABEL = prometheus_label(ATTR_RANK)
+JOB_LABEL = prometheus_label(ATTR_JOB)
+PHASE_LABEL = prometheus_label(ATTR_PHASE_NAME)
+SOURCE_LABEL = prometheus_label(ATTR_COLLECTIVE_SOURCE)
+KIND_LABEL = prometheus_label(ATTR_COLLECTIVE_KIND)
+EXIT_STATUS_LABEL = prometheus_label(ATTR_EXIT_STATUS)
+EXIT_REASON_LABEL = prometheus_label(ATTR_EXIT_REASON)

@@ -63,7 +63,7 @@ def column_types(fields: tuple[StepField, ...] = STEP_FIELDS) -> tuple[tuple[str
     for at, name, sql in placed:
         columns.insert(at, (name, sql))
     columns += [(f.column, f.sql) for f in fields if f.column and f.column_at is None]
-    return tuple(columns)  # type: ignore[misc]
+    return tuple(columns)
 
 
 COLUMN_TYPES: tuple[tuple[str, str], ...] = column_types()
