@@ -17,10 +17,12 @@ compiled, it uses hooks. A module that takes neither (a scripted TorchScript mod
 The two hooks torch keeps on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of
 the model carries no-op hooks, never the capture state (``capture/copy_safe.py``).
 
-A call of a traced model between steps in evaluation (``model.eval()`` or under ``torch.no_grad()``)
-makes the fetches since the last step evaluation's, not the next step's input wait
-(:meth:`StepRecorder.discard_input_wait`): an unmarked validation loop between ``trace_step`` blocks
-is time between steps, as step inference already counts it. Only calls outside a step pay for it.
+A call of a traced model between steps is evaluation (:meth:`StepRecorder.forward_between_steps`):
+the fetches it used from another loader than the training one are no step's input wait, whether or
+not it runs under ``model.eval()`` or ``torch.no_grad()`` (``capture/training_loader.py``), and under
+either, neither are the training loader's since the last step: an unmarked validation loop between
+``trace_step`` blocks is time between steps, as step inference counts it. Only calls outside a step
+pay for it.
 
 Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
 Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
@@ -205,9 +207,8 @@ class ForwardHooks:
                             if recorder.on_nested_phase is not None:
                                 recorder.on_nested_phase()
                         else:
-                            recorder.clock.release(token[1])
-                            if not (module.training and torch.is_grad_enabled()):
-                                recorder.discard_input_wait()  # evaluation between steps
+                            recorder.clock.release(token[1])  # evaluation between steps
+                            recorder.forward_between_steps(module.training and torch.is_grad_enabled())
 
         return traceml_timed_forward
 
@@ -346,6 +347,5 @@ class _ForwardEnd(CopySafeHook):
         if token is not None:
             hooks._token = None
             recorder.phase_done("forward", token)
-            if not recorder.in_step and module is not None and not (
-                    module.training and torch.is_grad_enabled()):
-                recorder.discard_input_wait()  # evaluation between steps
+            if not recorder.in_step and module is not None:  # evaluation between steps
+                recorder.forward_between_steps(module.training and torch.is_grad_enabled())

@@ -272,7 +272,17 @@ class InferredSteps:
                     self._roots.add(module)
                     self._session.model_seen(module)
                 return
-            if training:
+            batch = recorder.last_batch() if training else None  # (capture/training_loader.py)
+            if batch == "evaluation":  # a batch of a loader that fed evaluation: no step
+                self._pending_start = None
+                recorder.forward_between_steps(True)
+            elif batch == "unknown":  # a loader seen for the first time: a step, until it fetches again
+                if not known and module not in self._roots:
+                    self._roots.add(module)
+                    self._session.model_seen(module)
+                start, self._pending_start = self._pending_start, None
+                recorder.open_tentatively(start)
+            elif training:
                 if not known and module not in self._roots:
                     self._roots.add(module)
                     self._session.model_seen(module)  # forward hooks, parallelism, collectives
@@ -280,7 +290,7 @@ class InferredSteps:
                 recorder.begin_step(start_ns=start)
             elif not recorder.outside:  # evaluation between updates: its fetches feed no step
                 self._pending_start = None
-                recorder.discard_input_wait()
+                recorder.forward_between_steps(False)
         except Exception as error:  # never raised into the user's forward or update
             self._ignored(error)
 

@@ -92,7 +92,7 @@ def step_row(spans: StepSpans) -> list[object]:
         get(_EXCEPTION_TYPE) or step.error, get(_SAMPLES), get(_TOKENS),
         *communication,
         get(_BETWEEN), get(_SOURCE), get(_HOST_CPUS), *loader,
-        1 + len(spans.phases) + len(spans.collectives),
+        1 + len(spans.phases) + len(spans.collectives), get(_SKIPPED),
     ]
 
 
@@ -104,6 +104,7 @@ _OPTIMIZER_STEPS, _MEM_TOTAL = c.ATTR_OPTIMIZER_STEPS, c.ATTR_MEM_TOTAL
 _PEAK_ALLOCATED, _PEAK_RESERVED = c.ATTR_MEM_PEAK_ALLOCATED, c.ATTR_MEM_PEAK_RESERVED
 _EXCEPTION_TYPE, _SAMPLES, _TOKENS = c.ATTR_EXCEPTION_TYPE, c.ATTR_STEP_SAMPLES, c.ATTR_STEP_TOKENS
 _BETWEEN, _SOURCE, _HOST_CPUS = c.ATTR_BETWEEN_STEPS_CPU, c.ATTR_STEP_SOURCE, c.ATTR_HOST_CPUS
+_SKIPPED = c.ATTR_OPTIMIZER_SKIPPED
 _PHASE_CPU, _PHASE_GPU = c.ATTR_PHASE_CPU_DURATION, c.ATTR_PHASE_GPU_DURATION
 _PHASE_COMM_CPU, _PHASE_COMM_GPU = c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU
 
