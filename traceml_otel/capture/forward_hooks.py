@@ -47,6 +47,24 @@ from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
 
 
+def model_class(module: Any) -> str:
+    """The class name a forward row carries: a DDP/FSDP/DataParallel wrapper's wrapped model's. Names
+    are kept per class (a dictionary read per forward of a step with several models)."""
+    cls = type(module)
+    name = _CLASS_NAMES.get(cls)
+    if name is None:
+        if cls.__name__ in _WRAPPERS and isinstance(getattr(module, "module", None), torch.nn.Module):
+            return type(module.module).__name__[:128]
+        name = cls.__name__[:128]
+        if len(_CLASS_NAMES) < 1024:
+            _CLASS_NAMES[cls] = name
+    return name
+
+
+_WRAPPERS = frozenset(("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel"))
+_CLASS_NAMES: dict[type, str] = {}
+
+
 def in_backward() -> bool:
     """The autograd engine is running a backward on this thread: a forward called now is a
     recomputation (gradient checkpointing, reentrant or not) and belongs to backward."""
@@ -89,6 +107,21 @@ class ForwardHooks:
         """A module call starts (the forward pre-hook; also called directly by step inference)."""
         self.after_forward = _ForwardEnd(self)
         """A module call ends (the forward hook, also run when the call raised)."""
+        self.named = False
+        """More than one model runs in a step: each forward row carries its model's class (an eighth
+        slot, ``traceml.module.class``). Set by :meth:`name_models`; one attribute read per forward."""
+
+    def name_models(self, first: str | None = None) -> None:
+        """A second model was found in a step: from now on each forward row carries its model's class;
+        the open step's forwards so far are ``first``'s (the model that opened it), when given."""
+        if self.named:
+            return
+        self.named = True
+        recorder = self._recorder
+        if first is not None and recorder.in_step:
+            for row in recorder.state.phases:
+                if row[0] == "forward" and len(row) == 7:
+                    row.append(first)
 
     def watch(self, model: torch.nn.Module,
               on_refused: Callable[[torch.nn.Module], None] | None = None, *, by_call: bool = True) -> None:
@@ -201,7 +234,11 @@ class ForwardHooks:
                         end = perf_counter_ns()  # recorder.phase_done("forward", token), inline
                         if recorder.in_step:
                             state = recorder.state
-                            state.phases.append(["forward", None, token[0], end, None, None, None])
+                            if hooks.named:  # several models: the row names its model's class
+                                state.phases.append(["forward", None, token[0], end, None, None, None,
+                                                     model_class(module)])
+                            else:
+                                state.phases.append(["forward", None, token[0], end, None, None, None])
                             if recorder.device:
                                 state.phase_marks.append((token[1], recorder.clock.mark()))
                             if recorder.on_nested_phase is not None:
@@ -346,6 +383,10 @@ class _ForwardEnd(CopySafeHook):
         token = hooks._token
         if token is not None:
             hooks._token = None
+            phases = recorder.state.phases
+            calls = len(phases)
             recorder.phase_done("forward", token)
+            if hooks.named and module is not None and len(phases) > calls:
+                phases[calls].append(model_class(module))
             if not recorder.in_step and module is not None:  # evaluation between steps
                 recorder.forward_between_steps(module.training and torch.is_grad_enabled())

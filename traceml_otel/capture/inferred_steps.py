@@ -271,6 +271,9 @@ class InferredSteps:
                         and not in_backward()):  # (checkpointing's recomputation is backward)
                     self._roots.add(module)
                     self._session.model_seen(module)
+                    forward = self._session.forward
+                    if forward is not None:  # a second model: each forward row names its model
+                        forward.name_models()
                 return
             batch = recorder.last_batch() if training else None  # (capture/training_loader.py)
             if batch == "evaluation":  # a batch of a loader that fed evaluation: no step

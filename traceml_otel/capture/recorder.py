@@ -92,7 +92,8 @@ class StepRecorder:
         self._training_sources = self.loaders.training
         self._held = self.loaders.held
         self._tentative: Any = None
-        """The loader of a step step inference opened on a batch of a loader seen for the first time."""
+        """(loader, step number) of a step inference opened on a batch of a loader seen for the first
+        time (left in place when the step ends: the step number tells)."""
         self._pending: collections.deque[OpenStep] = collections.deque()
         self._ready: list[list[Any]] = []
         self._queued = 0
@@ -236,15 +237,15 @@ class StepRecorder:
         source = self.loaders.last
         if not self.begin_step(start_ns=start_ns):
             return False
-        self._tentative = source
+        self._tentative = source, self.step
         return True
 
     def _tentative_cancelled(self) -> bool:
         """A fetch inside a tentative step: with no backward yet, the step was an evaluation forward on
         another loader's batch; it is cancelled (its wait forgotten) and the fetch is between steps."""
-        source, self._tentative = self._tentative, None
-        if not self.in_step or any(phase[0] == "backward" for phase in self.state.phases):
-            return False  # a new training loader: the step goes on
+        (source, step), self._tentative = self._tentative, None
+        if step != self.step or not self.in_step or any(p[0] == "backward" for p in self.state.phases):
+            return False  # a new training loader (or that step ended): the step goes on
         self.cancel_step()
         self.discard_input_wait()
         self.loaders.not_training(source)
@@ -447,7 +448,6 @@ class StepRecorder:
             return
         state = self.state
         self.in_step = False
-        self._tentative = None
         end_mark = self.clock.mark() if self.device else None
         memory = self.clock.peak_memory() if self._reads_memory else None
         if memory is None:

@@ -36,7 +36,8 @@ def _slot(index: int, doc: str) -> Any:
 
 
 class PhaseRow(list):  # type: ignore[type-arg]
-    """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``."""
+    """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``,
+    and for a forward of a step that ran more than one model, ``module`` appended (an eighth slot)."""
 
     __slots__ = ()
     phase = _slot(0, "``forward``, ``backward``, ``optimizer`` or ``h2d``.")
@@ -47,6 +48,8 @@ class PhaseRow(list):  # type: ignore[type-arg]
     gpu_offset_ns = _slot(4, "CUDA events: from the step's start event to this call's start.")
     gpu_duration_ns = _slot(5, "CUDA events: this call's duration on the device.")
     nbytes = _slot(6, "Bytes moved (h2d copies only).")
+    # (slot 7, ``module``: the model's class name, appended only to a forward of a step that ran several
+    # models; rows without it keep seven slots, and such rows take the emitter's reference path)
 
     @classmethod
     def timed(cls, phase: str, call: int | None, start_ns: int, end_ns: int, nbytes: int | None) -> PhaseRow:
@@ -180,8 +183,9 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
     if phase_rows and None in [row[1] if len(row) > 1 else 0 for row in phase_rows]:
         _number_unnumbered(phase_rows)  # as the training thread sends them: calls in order, unnumbered
     phases = tuple([
-        PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes)
-        for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phase_rows)
+        PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes,
+                    module if type(module) is str else None)
+        for phase, call, start, end, gpu_offset, gpu_duration, nbytes, module in map(_phase_slots, phase_rows)
     ])
     collectives = tuple([
         CollectiveTiming(
@@ -202,7 +206,8 @@ def decode_step(values: Sequence[Any], anchor_ns: int) -> StepRecord:
     )
 
 
-_PHASE_FIELDS = 7
+_PHASE_FIELDS = 8
+"""Slots of a phase row with its model's class (the usual row has the first seven)."""
 
 
 def calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
@@ -232,5 +237,9 @@ def _number_unnumbered(phase_rows: list[Any]) -> None:
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
-    """A phase row's seven slots (a longer row from a newer trainer loses the ones we do not know)."""
-    return row if len(row) == _PHASE_FIELDS else row[:_PHASE_FIELDS]
+    """A phase row's eight slots: a row of seven gets no model class, a longer row from a newer
+    trainer loses the slots we do not know."""
+    length = len(row)
+    if length == 7:
+        return (*row, None)
+    return row if length == _PHASE_FIELDS else row[:_PHASE_FIELDS]
