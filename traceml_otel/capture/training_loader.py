@@ -30,6 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+MAX_SOURCES = 256
+"""Loaders remembered as training or as evaluation, each (forgotten all at once beyond it)."""
+
 
 @dataclass(slots=True)
 class _Held:
@@ -100,6 +103,9 @@ class TrainingLoader:
         wait = fetches = 0
         samples = None
         last = None if training_fetched else self.last
+        for known in (self.training, self.evaluation):  # bounded: a new dataset each epoch adds one
+            if len(known) > MAX_SOURCES:
+                known.clear()  # (the same set objects: the recorder reads ``training`` inline)
         for source, held in self.held.items():
             if source in self.evaluation and source != last:
                 self.dropped_fetches += held.fetches
