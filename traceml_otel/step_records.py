@@ -25,6 +25,8 @@ class PhaseTiming:
     gpu_offset_ns: int | None = None
     gpu_duration_ns: int | None = None
     nbytes: int | None = None
+    module: str | None = None
+    """A forward's model class, when the step ran more than one model (``traceml.module.class``)."""
 
 
 @dataclass(slots=True, unsafe_hash=True)

@@ -58,6 +58,8 @@ ALL = (
     Scenario("preloaded_compute", "preloaded_compute.py", steps=25),
     Scenario("slow_generator", "slow_generator.py", steps=200),
     Scenario("loader_free_ddp", "loader_free_ddp.py", ranks=2, steps=15),
+    # every fetch inside the block: the metrics and the step table read it as input wait (INPUT_BOUND)
+    Scenario("fetch_in_step", str(REPO / "tests" / "verdicts" / "scripts" / "fetch_in_block.py")),
 )
 # tiny_collectives: no DDP constructor syncs its ranks, so under load one rank's first all_reduce
 # waits up to ~1.5 s for the other's first forward (seen: 0.93 and 1.49 s; 8 ms exposed per
@@ -69,7 +71,8 @@ ALL = (
 # several scrapes, as any real run of minutes does. Shorter, the metrics verdict is INCOMPLETE_DATA.
 # healthy_long: drift is judged (50 steps or more) from both readers; from metrics, each time bucket's
 # mean step time stands for the steps done in it (once "fewer than 50 aligned steps" for 1,497 steps).
-DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank", "healthy_long")
+DEFAULT = ("input_bound", "communication_bound", "residual_heavy", "slow_rank", "healthy_long",
+           "fetch_in_step")
 SHARES = ("input_wait", "forward", "backward", "optimizer", "communication", "residual", "compute")
 
 
@@ -185,6 +188,8 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
     if name == "healthy_long":  # judged from both, not "fewer than 50 aligned steps"
         assert metrics["drift"]["kind"] != "NOT_ENOUGH_STEPS", metrics["drift"]
+    if name == "fetch_in_step":  # the fetches inside the block are input wait from the counters too
+        assert metrics["primary_diagnosis"]["kind"] == "INPUT_BOUND", metrics["primary_diagnosis"]
     if metrics["primary_diagnosis"]["kind"] == "COMMUNICATION_BOUND":  # the counters give the regime
         regime = [{e["name"]: e["value"] for e in r["primary_diagnosis"]["evidence"]}["regime"]
                   for r in (spans, metrics)]

@@ -136,9 +136,9 @@ def test_a_manual_loop_with_evaluation_between_steps(tmp_path: Path) -> None:
                    key=lambda s: s.attributes["traceml.step.number"])
     assert len(steps) == 9
     fetches = [s.attributes["traceml.input_wait.fetches"] for s in steps[:8]]
-    # step 3: its batch + the next() that ends the evaluation loop (its 4 batches fed evaluation
-    # forwards, so they are time between steps, not input wait)
-    assert fetches == [1, 1, 1, 2, 1, 1, 1, 1]
+    # step 3: its batch only (the evaluation loader's 4 batches fed evaluation forwards, and the next()
+    # that ends its loop is that loader's too: time between steps, not input wait)
+    assert fetches == [1, 1, 1, 1, 1, 1, 1, 1]
     wait_ms = [s.attributes["traceml.input_wait.cpu_duration"] * 1e3 for s in steps[:8]]
     evaluation_floor_ms = 4 * 4 * 10  # 16 items slept 10 ms each
     assert wait_ms[3] < evaluation_floor_ms, wait_ms  # loose: a training batch takes microseconds

@@ -1,5 +1,7 @@
 """Every model's compute is compute: a GAN traced with trace_step(G) times D's three forwards per
-step as forward (one mechanism with zero-code discovery), and reads COMPUTE_BOUND in both modes."""
+step as forward (one mechanism with zero-code discovery), and reads COMPUTE_BOUND in both modes. The
+step's forward spans name their model (``traceml.module.class``): one Generator, three
+Discriminator; a single-model step's do not carry the attribute (tests/verdicts/test_recomputation.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,16 @@ def test_gan_traced_with_its_generator_is_compute_bound(tmp_path: Path, mode: st
     # G once and D three times: four outermost forwards per step, once the models are known
     assert counts.most_common(1)[0][0] == 4, counts
     assert sum(n for calls, n in counts.items() if calls > 4) == 0, counts  # nothing counted twice
+    # each forward span names its model, once the second model is known (from the first step on)
+    spans = read_run(run.run_dir)
+    step_ids = {s.span_id: s.attributes["traceml.step.number"] for s in spans if s.name == "traceml.step"}
+    models: dict[int, Counter[str | None]] = {}
+    for span in spans:
+        if span.name == "traceml.forward":
+            models.setdefault(step_ids[span.parent_span_id], Counter())[
+                span.attributes.get("traceml.module.class")] += 1
+    named = [models[n] for n in sorted(models) if n >= 1]
+    assert named and all(m == {"Generator": 1, "Discriminator": 3} for m in named), named
     total = sum(run.share(name) or 0.0 for name in ("input_wait", "forward", "backward", "optimizer",
                                                      "residual"))
     assert total <= 1.0 + 1e-6

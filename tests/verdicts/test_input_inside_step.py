@@ -33,8 +33,15 @@ def test_lightning_accumulation_with_slow_fetches_is_input_bound(tmp_path: Path,
     assert categories["step.input_wait"] > in_steps, categories
 
 
-def test_ddp_no_sync_accumulation_measures_input_wait_inside_the_block(tmp_path: Path) -> None:
-    run = traceml_run(tmp_path, "ddp_no_sync.py", "--updates", "24", launcher=("--nproc-per-node", "2"))
+@pytest.mark.parametrize("mode", ["explicit", "zero-code"])
+def test_ddp_no_sync_accumulation_measures_input_wait_inside_the_block(tmp_path: Path, mode: str) -> None:
+    run = traceml_run(tmp_path, "ddp_no_sync.py", "--updates", "24",
+                      *(("--zero-code",) if mode == "zero-code" else ()), launcher=("--nproc-per-node", "2"))
+    steps = [s for s in read_run(run.run_dir) if s.name == "traceml.step"]
+    assert len(steps) == 2 * 24, len(steps)  # one step per update on each rank
+    assert all(s.attributes["traceml.optimizer.steps"] == 1 for s in steps)
+    inside = [s.attributes.get("traceml.input_wait.in_step.cpu_duration") or 0.0 for s in steps]
+    assert sum(1 for v in inside if v > 0) >= 40, inside  # 3 (zero-code) or 4 fetches inside each
     for rank in run.report["ranks"]:
         assert rank["input_wait_s"] is not None and rank["input_wait_s"] > 0.0, rank
     input_wait = run.share("input_wait")

@@ -25,10 +25,12 @@ def test_optimizer_heavy_accelerate_reads_its_largest_share(tmp_path: Path, mode
     assert largest == "optimizer", shares
     primary = run.report["primary_diagnosis"]
     assert primary["kind"] != "COMMUNICATION_BOUND", primary
-    # A loaded 2-core machine can make one rank a straggler; otherwise the verdict names the optimizer.
-    assert primary["kind"] in ("BALANCED", "COMPUTE_STRAGGLER", "STRAGGLER"), primary
-    if primary["kind"] == "BALANCED":
-        assert "largest part is the optimizer step" in primary["why"], primary["why"]
+    # A loaded 2-core machine can make one rank a straggler; otherwise the verdict names the optimizer:
+    # balanced, or compute-bound (the optimizer is compute) when the collectives stay small.
+    assert primary["kind"] in ("BALANCED", "COMPUTE_BOUND", "COMPUTE_STRAGGLER", "STRAGGLER"), primary
+    if primary["kind"] in ("BALANCED", "COMPUTE_BOUND"):
+        quoted = f"The largest part is the optimizer step: {shares['optimizer']:.0%} of the step time."
+        assert quoted in primary["why"], (primary["why"], shares)
     # The collectives are still reported, as information, where they cross their threshold.
     for finding in run.report["issues"]:
         if finding["kind"] == "COMMUNICATION_BOUND":

@@ -23,6 +23,8 @@ def test_checkpointed_blocks_count_one_forward(tmp_path: Path, mode: str, reentr
     per_step = Counter(s.parent_span_id for s in spans if s.name == "traceml.forward")
     counts = Counter(per_step.get(step, 0) for step in steps)
     assert set(counts) == {1}, counts  # the model's call, never a block's recomputation
+    # one model ran: its forward spans are not named per model (traceml.module.class)
+    assert not any("traceml.module.class" in s.attributes for s in spans if s.name == "traceml.forward")
     names = ("input_wait", "forward", "backward", "optimizer", "residual")
     shares = {name: run.share(name) for name in names}
     assert all(v is not None for v in shares.values()), shares

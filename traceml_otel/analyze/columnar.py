@@ -212,7 +212,7 @@ def rank_totals(row: Sequence[Any]) -> RankTotals:
     (rank, n, step_sum, step_missing, wait, wait_missing, traced, traced_missing, forward, forward_missing,
      backward, backward_missing, optimizer, h2d, h2d_measured, compute, residual, updates, micro,
      samples, samples_steps, tokens, tokens_steps, comm_seen, comm_bytes, comm_calls, total_missing,
-     comm_total, comm_missing, comm_sum, between, between_n) = row
+     comm_total, comm_missing, comm_sum, between, between_n, skipped) = row
     no_compute = forward_missing or backward_missing
     return RankTotals(
         rank=rank, steps=n,
@@ -234,6 +234,7 @@ def rank_totals(row: Sequence[Any]) -> RankTotals:
         communication_calls=int(comm_calls or 0) if comm_seen else None,
         communication_measured=bool(comm_seen),
         between_steps=between if between_n else None, between_steps_counted=between_n,
+        skipped_updates=int(skipped or 0),
     )
 
 

@@ -33,7 +33,8 @@ def clock_columns(clock: Clock) -> str:
                  f"coalesce(comm_in_optimizer_{k}, 0.0)) ELSE coalesce({k}_optimizer, 0.0) END")
     return f"""
         rank, step, peak_allocated, peak_reserved, memory_total, prefetch_h2d_cpu, calls_h2d,
-        optimizer_steps, samples, tokens, between_cpu, comm_calls, comm_bytes,
+        optimizer_steps, coalesce(skipped_updates, 0) AS skipped, samples, tokens, between_cpu, comm_calls,
+        comm_bytes,
         comm_{k} AS comm_whole, comm_exposed_{k} AS comm_exposed,
         input_wait_{k} AS wait, traced_{k} AS traced,
         {without_waits("forward")} AS forward, {without_waits("backward")} AS backward,
@@ -58,7 +59,7 @@ RANK_SUMS = """
         sum(forward), bool_or(forward IS NULL), sum(backward), bool_or(backward IS NULL),
         sum(optimizer), sum(h2d), bool_or(prefetch_h2d_cpu IS NOT NULL OR calls_h2d > 0),
         sum(compute), sum(residual),
-        sum(optimizer_steps), count(*) FILTER (WHERE optimizer_steps = 0),
+        sum(optimizer_steps), count(*) FILTER (WHERE optimizer_steps = 0 AND skipped = 0),
         sum(samples), count(samples), sum(tokens), count(tokens),
         bool_or(comm_calls IS NOT NULL),
         sum(coalesce(comm_bytes, 0)) FILTER (WHERE comm_calls IS NOT NULL),
@@ -67,7 +68,7 @@ RANK_SUMS = """
         sum(coalesce(comm_whole, 0.0)) FILTER (WHERE comm_calls IS NOT NULL),
         bool_or(comm_calls IS NOT NULL AND comm_exposed IS NULL),
         sum(comm_exposed) FILTER (WHERE comm_calls IS NOT NULL),
-        sum(between_cpu), count(between_cpu)
+        sum(between_cpu), count(between_cpu), sum(skipped)
     FROM ({rows}) GROUP BY rank ORDER BY rank"""
 """One row per rank: the sums ``rank_metrics`` keeps, in :func:`~traceml_otel.analyze.columnar.
 rank_totals` order."""

@@ -109,15 +109,17 @@ def compute_rule(ranks: Sequence[RankMetrics]) -> Finding | Abstention | None:
     communication = share(ranks, "communication")
     if communication is not None and communication >= t.COMMUNICATION_WARN:
         return None
+    why = (f"Forward, backward and optimizer take {compute:.0%} of the step time; input wait, copies and "
+           "other work are each under 10%.")
+    largest = largest_part(ranks, ("forward", "backward", "optimizer"))
+    if largest is not None and largest[1] > 0:  # which part of the compute (the verdict's largest share)
+        why += f" The largest part is {_PART_LABELS[largest[0]]}: {largest[1]:.0%} of the step time."
     return Finding(
         kind=StepKind.COMPUTE_BOUND,
         severity=Severity.INFO,
         score=compute,
         title="Compute-bound",
-        why=(
-            f"Forward, backward and optimizer take {compute:.0%} of the step time; input wait, copies and "
-            "other work are each under 10%."
-        ),
+        why=why,
         next=COMPUTE_ADVICE,
         evidence=(Evidence("compute_share", compute, "ratio"),),
     )

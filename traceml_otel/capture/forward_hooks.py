@@ -17,10 +17,12 @@ compiled, it uses hooks. A module that takes neither (a scripted TorchScript mod
 The two hooks torch keeps on a hooked model are :class:`CopySafeHook` objects: a copy or a pickle of
 the model carries no-op hooks, never the capture state (``capture/copy_safe.py``).
 
-A call of a traced model between steps in evaluation (``model.eval()`` or under ``torch.no_grad()``)
-makes the fetches since the last step evaluation's, not the next step's input wait
-(:meth:`StepRecorder.discard_input_wait`): an unmarked validation loop between ``trace_step`` blocks
-is time between steps, as step inference already counts it. Only calls outside a step pay for it.
+A call of a traced model between steps is evaluation (:meth:`StepRecorder.forward_between_steps`):
+the fetches it used from another loader than the training one are no step's input wait, whether or
+not it runs under ``model.eval()`` or ``torch.no_grad()`` (``capture/training_loader.py``), and under
+either, neither are the training loader's since the last step: an unmarked validation loop between
+``trace_step`` blocks is time between steps, as step inference counts it. Only calls outside a step
+pay for it.
 
 Each wrapper and hook returns at once while Dynamo traces it (``torch.compiler.is_compiling()``, which
 Dynamo folds to ``True`` without a guard): a traced module inside a ``torch.compile``d region (the user
@@ -43,6 +45,24 @@ from torch.compiler import is_compiling
 
 from traceml_otel.capture.copy_safe import CopySafeHook
 from traceml_otel.capture.recorder import StepRecorder
+
+
+def model_class(module: Any) -> str:
+    """The class name a forward row carries: a DDP/FSDP/DataParallel wrapper's wrapped model's. Names
+    are kept per class (a dictionary read per forward of a step with several models)."""
+    cls = type(module)
+    name = _CLASS_NAMES.get(cls)
+    if name is None:
+        if cls.__name__ in _WRAPPERS and isinstance(getattr(module, "module", None), torch.nn.Module):
+            return type(module.module).__name__[:128]
+        name = cls.__name__[:128]
+        if len(_CLASS_NAMES) < 1024:
+            _CLASS_NAMES[cls] = name
+    return name
+
+
+_WRAPPERS = frozenset(("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel"))
+_CLASS_NAMES: dict[type, str] = {}
 
 
 def in_backward() -> bool:
@@ -87,6 +107,21 @@ class ForwardHooks:
         """A module call starts (the forward pre-hook; also called directly by step inference)."""
         self.after_forward = _ForwardEnd(self)
         """A module call ends (the forward hook, also run when the call raised)."""
+        self.named = False
+        """More than one model runs in a step: each forward row carries its model's class (an eighth
+        slot, ``traceml.module.class``). Set by :meth:`name_models`; one attribute read per forward."""
+
+    def name_models(self, first: str | None = None) -> None:
+        """A second model was found in a step: from now on each forward row carries its model's class;
+        the open step's forwards so far are ``first``'s (the model that opened it), when given."""
+        if self.named:
+            return
+        self.named = True
+        recorder = self._recorder
+        if first is not None and recorder.in_step:
+            for row in recorder.state.phases:
+                if row[0] == "forward" and len(row) == 7:
+                    row.append(first)
 
     def watch(self, model: torch.nn.Module,
               on_refused: Callable[[torch.nn.Module], None] | None = None, *, by_call: bool = True) -> None:
@@ -196,9 +231,14 @@ class ForwardHooks:
                     token = hooks._token
                     if token is not None:
                         hooks._token = None
-                        recorder.phase_done("forward", token)
-                        if not recorder.in_step and not (module.training and torch.is_grad_enabled()):
-                            recorder.discard_input_wait()  # evaluation between steps
+                        if recorder.in_step:
+                            if hooks.named:  # several models: the row names its model's class
+                                recorder.phase_done("forward", token, module=model_class(module))
+                            else:
+                                recorder.phase_done("forward", token)
+                        else:
+                            recorder.clock.release(token[1])  # evaluation between steps
+                            recorder.forward_between_steps(module.training and torch.is_grad_enabled())
 
         return traceml_timed_forward
 
@@ -336,7 +376,10 @@ class _ForwardEnd(CopySafeHook):
         token = hooks._token
         if token is not None:
             hooks._token = None
+            phases = recorder.state.phases
+            calls = len(phases)
             recorder.phase_done("forward", token)
-            if not recorder.in_step and module is not None and not (
-                    module.training and torch.is_grad_enabled()):
-                recorder.discard_input_wait()  # evaluation between steps
+            if hooks.named and module is not None and len(phases) > calls:
+                phases[calls].append(model_class(module))
+            if not recorder.in_step and module is not None:  # evaluation between steps
+                recorder.forward_between_steps(module.training and torch.is_grad_enabled())

@@ -210,6 +210,7 @@ class DataLoaderPatch:
         recorder = self._recorder
         original = self._original
         current: list[Any] = [None]  # weak reference to the iterator whose settings were read
+        source: list[Any] = [None]  # its dataset's id: which loader fetched (capture/training_loader.py)
 
         @functools.wraps(original)
         def traceml_timed_next(iterator: Any) -> Any:
@@ -226,11 +227,14 @@ class DataLoaderPatch:
                     samples = shape[0] if shape else None
                 else:
                     samples = batch_samples(batch)
-                recorder.fetch_end(token, samples, batch is not None)
                 seen = current[0]
                 if seen is None or seen() is not iterator:
                     current[0] = weakref.ref(iterator)
-                    recorder.loader_seen(loader_settings(iterator))
+                    source[0] = id(getattr(iterator, "_dataset", iterator))
+                    recorder.fetch_end(token, samples, batch is not None, source[0])
+                    recorder.loader_seen(loader_settings(iterator), source[0])
+                else:
+                    recorder.fetch_end(token, samples, batch is not None, source[0])
 
         _BaseDataLoaderIter.__next__ = traceml_timed_next
 

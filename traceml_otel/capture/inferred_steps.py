@@ -272,8 +272,13 @@ class InferredSteps:
                         and not in_backward()):  # (checkpointing's recomputation is backward)
                     self._roots.add(module)
                     self._session.model_seen(module)
+                    forward = self._session.forward
+                    if forward is not None:  # a second model: each forward row names its model
+                        forward.name_models()
                 return
-            if training:
+            if training and recorder.loaders.last is not None:  # another loader's batch than the training
+                self._other_loaders_batch(module, known)      # one's came last (capture/training_loader.py)
+            elif training:
                 if not known and module not in self._roots:
                     self._roots.add(module)
                     self._session.model_seen(module)  # forward hooks, parallelism, collectives
@@ -281,9 +286,28 @@ class InferredSteps:
                 recorder.begin_step(start_ns=start)
             elif not recorder.outside:  # evaluation between updates: its fetches feed no step
                 self._pending_start = None
-                recorder.discard_input_wait()
+                recorder.forward_between_steps(False)
         except Exception as error:  # never raised into the user's forward or update
             self._ignored(error)
+
+    def _other_loaders_batch(self, module: torch.nn.Module, known: bool) -> None:
+        """A training forward between steps after a fetch from a loader not known as the training one:
+        evaluation's loader (no step), a loader seen for the first time (a tentative step, until it
+        fetches again before a backward), or the first step's (a step)."""
+        recorder = self._recorder
+        batch = recorder.loaders.last_batch()
+        if batch == "evaluation":
+            self._pending_start = None
+            recorder.forward_between_steps(True)
+            return
+        if not known and module not in self._roots:
+            self._roots.add(module)
+            self._session.model_seen(module)
+        start, self._pending_start = self._pending_start, None
+        if batch == "unknown":
+            recorder.open_tentatively(start)
+        else:
+            recorder.begin_step(start_ns=start)
 
     def _updated(self, optimizer: Any, args: Any) -> None:
         """The outermost optimizer call returned: the step ends once every live optimizer stepped."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.compiler import is_compiling
 
-from traceml_otel.capture.forward_hooks import in_backward
+from traceml_otel.capture.forward_hooks import in_backward, model_class
 
 if TYPE_CHECKING:
     from traceml_otel.capture.forward_hooks import ForwardHooks
@@ -60,6 +60,8 @@ class ModelDiscovery:
         self._until = 0
         self._compiled = False
         self._inside: set[int] = set()
+        self._traced_class: str | None = None
+        """The class of the model given to ``trace_step`` (its forwards' name once another is found)."""
         """``id`` of the traced model's modules (its own, never another model)."""
         """A ``torch.compile`` wrapper was called while discovering: no global hooks from now on."""
         self.found_classes: list[str] = []
@@ -80,6 +82,7 @@ class ModelDiscovery:
             self._inside = {id(m) for m in traced.modules()} if isinstance(traced, torch.nn.Module) else set()
         except Exception:
             self._inside = set()
+        self._traced_class = model_class(traced) if isinstance(traced, torch.nn.Module) else None
         self._until = self._recorder.step + DISCOVERY_STEPS
         if self._handles or self._compiled or _dynamo_in_use():
             return
@@ -122,6 +125,8 @@ class ModelDiscovery:
         except Exception:  # never raised into the user's forward
             return
         self._open = module
+        if not self._forward.named:  # a second model: each forward row names its model from now on
+            self._forward.name_models(self._traced_class)
         self._forward.before_forward(module, args)
         if not any(found is module for found in self._found):
             self._found.append(module)

@@ -16,6 +16,7 @@ from typing import Any
 
 from traceml_otel.capture.device_clock import CpuClock
 from traceml_otel.capture.step_state import OpenStep, StepSink, StepState
+from traceml_otel.capture.training_loader import TrainingLoader
 from traceml_otel.wire.step_row import CollectiveRow
 
 
@@ -74,6 +75,13 @@ class StepRecorder:
         Fetches made inside are no step's input wait."""
         self.outside_fetches = 0
         """Fetches made inside ``outside_step`` blocks (not input wait of any step)."""
+        self.loaders = TrainingLoader()
+        """Which loaders are the training loader's (``capture/training_loader.py``)."""
+        self._training_sources = self.loaders.training
+        self._held = self.loaders.held
+        self._tentative: Any = None
+        """(loader, step number) of a step inference opened on a batch of a loader seen for the first
+        time (left in place when the step ends: the step number tells)."""
         self._pending: collections.deque[OpenStep] = collections.deque()
         self._ready: list[list[Any]] = []
         self._queued = 0
@@ -110,6 +118,8 @@ class StepRecorder:
                 if self.on_refused is not None:
                     self.on_refused("nested")
                 return
+            if self._held:  # fetches of a loader not yet known as the training one
+                self._take_held()
             if self._reads_memory:
                 self.clock.reset_peak_memory()
             self.state.begin(perf_counter_ns(), self.clock.mark() if self.device else None, None, None)
@@ -141,7 +151,8 @@ class StepRecorder:
         """Mark the start of a ``next()`` on the data loader."""
         return perf_counter_ns(), (self.clock.mark() if self.device else None)
 
-    def fetch_end(self, token: tuple[int, Any], samples: int | None = None, fetched: bool = True) -> None:
+    def fetch_end(self, token: tuple[int, Any], samples: int | None = None, fetched: bool = True,
+                  source: Any = None) -> None:
         """A fetch outside a step is input wait of the next step; inside one it is input wait of that
         step, kept apart (``StepRow.input_wait_in_step_ns``: its time is inside the block too).
 
@@ -151,13 +162,15 @@ class StepRecorder:
         toward no step. ``fetched`` is False when the fetch returned no batch (the iterator was exhausted
         or raised). A pre-fetching loader (Accelerate's) fetches batch k+1 before it yields batch k, so its
         last step follows such a fetch: that step keeps the count of the last batch fetched.
+        ``source`` (the loader's dataset's ``id``; ``None``: a loader the user wrapped): a fetch between
+        steps from a loader not known as the training one is held apart (``capture/training_loader.py``).
         """
         end = perf_counter_ns()
         owner = self.owner
         if owner is not None and get_ident() != owner:  # another thread's loader: no step's wait
             self.clock.release(token[1])
             return
-        if self.in_step or self.outside:
+        if (self.in_step or self.outside) and (self._tentative is None or not self._tentative_cancelled()):
             if self.device:
                 self.clock.release(token[1])
             if not self.in_step:
@@ -169,6 +182,11 @@ class StepRecorder:
             if samples is not None:
                 state.samples = samples if state.samples is None else state.samples + samples
             return
+        if source is not None and source not in self._training_sources:
+            self._hold(token, end, samples, fetched, source)
+            return
+        if self._held:  # a training batch came after the held ones
+            self.loaders.last = None
         if not fetched:
             samples = self._fetched_samples
         self._samples = self._fetched_samples = samples
@@ -179,6 +197,57 @@ class StepRecorder:
         if fetched and self.after_fetch is not None:  # not an exhausted iterator's StopIteration
             self.after_fetch(end)
 
+    def _hold(self, token: tuple[int, Any], end: int, samples: int | None, fetched: bool,
+              source: Any) -> None:
+        """A fetch between steps from a loader not known as the training one: held apart."""
+        if self.device:
+            self.clock.release(token[1])
+        if self.loaders.hold(source, end - token[0], samples, fetched) and self.after_fetch is not None:
+            self.after_fetch(end)
+
+    def _take_held(self) -> None:
+        """A step begins: the held fetches that fed it are its input wait (``TrainingLoader.take``)."""
+        wait, fetches, samples = self.loaders.take(self._fetches > 0)
+        if fetches:
+            self._wait_ns = (self._wait_ns or 0) + wait
+            self._fetches += fetches
+            if self._samples is None:
+                self._samples = self._fetched_samples = samples
+
+    def last_batch(self) -> str | None:
+        """Whose batch a forward between steps uses (``TrainingLoader.last_batch``): ``"evaluation"``
+        (step inference opens no step for it), ``"unknown"`` (a tentative step) or ``None``."""
+        return None if self.in_step else self.loaders.last_batch()
+
+    def open_tentatively(self, start_ns: int | None) -> bool:
+        """Step inference opens a step on the batch of a loader seen for the first time: if the step
+        fetches again before any backward, it was evaluation (:meth:`_tentative_cancelled`)."""
+        source = self.loaders.last
+        if not self.begin_step(start_ns=start_ns):
+            return False
+        self._tentative = source, self.step
+        return True
+
+    def _tentative_cancelled(self) -> bool:
+        """A fetch inside a tentative step: with no backward yet, the step was an evaluation forward on
+        another loader's batch; it is cancelled (its wait forgotten) and the fetch is between steps."""
+        (source, step), self._tentative = self._tentative, None
+        if step != self.step or not self.in_step or any(p[0] == "backward" for p in self.state.phases):
+            return False  # a new training loader (or that step ended): the step goes on
+        self.cancel_step()
+        self.discard_input_wait()
+        self.loaders.not_training(source)
+        return True
+
+    def forward_between_steps(self, training: bool) -> None:
+        """A model's forward ran between steps: the fetches held apart fed it (evaluation), and under
+        ``eval()``/``no_grad`` (``training`` False) so did the training loader's since the last step."""
+        if self.in_step:
+            return
+        self.loaders.forward_between_steps()
+        if not training:
+            self.discard_input_wait()
+
     def add_prefetch_h2d(self, duration_ns: int) -> None:
         """A host-to-device copy the data loader made between steps (Accelerate's prepared loaders).
 
@@ -187,11 +256,15 @@ class StepRecorder:
         if not self.in_step and not self.outside:
             self._prefetch_h2d_ns = (self._prefetch_h2d_ns or 0) + duration_ns
 
-    def loader_seen(self, settings: tuple[Any, ...]) -> None:
+    def loader_seen(self, settings: tuple[Any, ...], source: Any = None) -> None:
         """A DataLoader iterator started; its settings go out once, with the next step, when they changed.
 
-        An evaluation loader started inside an ``outside_step`` block is not the training loader: ignored.
+        An evaluation loader started inside an ``outside_step`` block, or another loader than the
+        training one once that is known (``source``: see :meth:`fetch_end`), is ignored.
         """
+        training = self._training_sources
+        if source is not None and training and source not in training:
+            return
         if settings != self._loader_seen and not self.outside:
             self._loader_seen = settings
             self._loader_pending = list(settings)
@@ -245,11 +318,13 @@ class StepRecorder:
         return True
 
     def phase_done(
-        self, phase: str, token: tuple[int, Any], nbytes: int | None = None, update: bool = False
+        self, phase: str, token: tuple[int, Any], nbytes: int | None = None, update: bool = False,
+        module: str | None = None,
     ) -> None:
         """:meth:`phase_end` for a hook that has already checked it runs on the training thread.
 
-        ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call).
+        ``update``: the call was an optimizer update (:meth:`optimizer_stepped` in the same call);
+        ``module``: the model's class, for a forward of a step that ran several models.
         The call is appended in the order it ends, unnumbered (``call`` is ``None``: the emitter
         numbers it from that order, :func:`~traceml_otel.wire.step_row.calls_in_order`).
         overhead_pairs fast 2x5: hooks inlining it +101 us/step, calling it +109; A/A -120..+109: folded.
@@ -263,7 +338,10 @@ class StepRecorder:
             state.optimizer_steps += 1
         # A plain list in PhaseRow's layout: a PhaseRow per call costs 0.3 us more (construction and
         # release of a list subclass); OpenStep.resolve views them as PhaseRows to fill device timings.
-        state.phases.append([phase, None, token[0], end, None, None, nbytes])
+        if module is None:
+            state.phases.append([phase, None, token[0], end, None, None, nbytes])
+        else:  # a forward of a step that ran several models: its model's class, an eighth slot
+            state.phases.append([phase, None, token[0], end, None, None, nbytes, module])
         if self.device:
             state.phase_marks.append((token[1], self.clock.mark()))
         if self.on_nested_phase is not None and phase != "optimizer":
@@ -336,6 +414,8 @@ class StepRecorder:
         if self.in_step:
             self.nested_steps += 1
             return False
+        if self._held:
+            self._take_held()
         if self._reads_memory:
             self.clock.reset_peak_memory()
         start_mark = self.clock.mark() if self.device else None

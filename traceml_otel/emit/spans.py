@@ -222,6 +222,8 @@ class StepSpanBuilder:
                 end = start + gpu_ns
         if phase.nbytes is not None:
             attributes[c.ATTR_H2D_BYTES] = phase.nbytes
+        if phase.module is not None:
+            attributes[c.ATTR_MODULE_CLASS] = phase.module[:128]
         if exposures:
             inside = [e for e in exposures if e.phase is phase]
             if inside:

@@ -76,7 +76,7 @@ class StepDriver:
         """Evaluation fetched batches between two training steps: not the next step's input wait."""
         recorder = current().recorder
         if recorder is not None and self._open is None:
-            recorder.discard_input_wait()
+            recorder.forward_between_steps(False)
 
     def resumed_at(self, updates: Any) -> None:
         """The framework resumed from a checkpoint after ``updates`` optimizer updates (its global step).

@@ -50,7 +50,10 @@ def _slot(index: int, doc: str) -> Any:
 
 
 class PhaseRow(list):
-    """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``."""
+    """One call of one phase: ``[phase, call, start_ns, end_ns, gpu_offset_ns, gpu_duration_ns, nbytes]``,
+    and for a forward of a step that ran more than one model, ``module`` appended (an eighth slot: the
+    model's class name; rows without it keep seven slots, and such rows take the emitter's reference
+    path)."""
 
     __slots__ = ()
 
@@ -141,8 +144,9 @@ def decode_step(values, anchor_ns):
     if phases and None in [row[1] if len(row) > 1 else 0 for row in phases]:
         _number_unnumbered(phases)  # as the training thread sends them: calls in order, unnumbered
     phases = tuple([
-        PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes)
-        for phase, call, start, end, gpu_offset, gpu_duration, nbytes in map(_phase_slots, phases)
+        PhaseTiming(phase, call, start + anchor_ns, end + anchor_ns, gpu_offset, gpu_duration, nbytes,
+                    module if type(module) is str else None)
+        for phase, call, start, end, gpu_offset, gpu_duration, nbytes, module in map(_phase_slots, phases)
     ])
     collectives = tuple([
         CollectiveTiming(
@@ -202,6 +206,10 @@ def _make_decoder() -> Any:
     return decode
 
 
+_PHASE_FIELDS = PHASE_WIDTH + 1
+"""Slots of a phase row with its model's class (the usual row has the first :data:`PHASE_WIDTH`)."""
+
+
 def calls_in_order(names: Sequence[Any]) -> tuple[int, ...]:
     """Each phase call's number (which call of its phase in the step, from 0) from the step's phase
     names in the order the calls ended: ``forward, backward, forward`` -> ``0, 0, 1``.
@@ -229,8 +237,12 @@ def _number_unnumbered(phase_rows: list[Any]) -> None:
 
 
 def _phase_slots(row: Sequence[Any]) -> Sequence[Any]:
-    """A phase row's seven slots (a longer row from a newer trainer loses the ones we do not know)."""
-    return row if len(row) == PHASE_WIDTH else row[:PHASE_WIDTH]
+    """A phase row's eight slots: a row of seven gets no model class, a longer row from a newer
+    trainer loses the slots we do not know."""
+    length = len(row)
+    if length == PHASE_WIDTH:
+        return (*row, None)
+    return row if length == _PHASE_FIELDS else row[:_PHASE_FIELDS]
 
 
 decode_step: Callable[[Sequence[Any], int], StepRecord] = _make_decoder()

@@ -135,7 +135,8 @@ STEP_FIELDS: tuple[StepField, ...] = (
               attribute=ATTR_INPUT_WAIT_GPU, column="input_wait_gpu", column_at=10, sql="DOUBLE"),
     StepField("skipped_updates", 22, int, "Appended: updates a ``GradScaler.step`` skipped in the step "
               "(inf/NaN gradients: ``optimizer.step()`` not called).", default=0,
-              attribute=ATTR_OPTIMIZER_SKIPPED, absent_when_zero=True, encoder=REFERENCE),
+              attribute=ATTR_OPTIMIZER_SKIPPED, absent_when_zero=True, encoder=REFERENCE,
+              column="skipped_updates", sql="BIGINT"),
     StepField("input_wait_in_step_ns", 21, int, "Appended: CPU time in batch fetches inside the block "
               "(gradient accumulation's later micro-batches); 0 (or None) when there was none.", scale=NS,
               attribute=ATTR_INPUT_WAIT_IN_STEP_CPU, encoder=REFERENCE),

@@ -19,7 +19,7 @@ from traceml_otel.contract import PHASES
 from traceml_otel.wire._json import RecordError, read_json_object, write_atomically
 from traceml_otel.wire.step_schema import STEP_FIELDS, StepField
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 """Bumped when the columns change; a reader refuses a table of another version (and reads the spans)."""
 
 OTHER_COLUMN_TYPES: tuple[tuple[str, str], ...] = (
@@ -69,7 +69,8 @@ def column_types(fields: tuple[StepField, ...] = STEP_FIELDS) -> tuple[tuple[str
 COLUMN_TYPES: tuple[tuple[str, str], ...] = column_types()
 """Column names and their SQL types, in file order. Integer lists (``comm_entries``, ``comm_work``)
 are space-separated; the phase columns follow :data:`~traceml_otel.contract.PHASES`; ``spans``: the
-step's spans in the local copy (step, phases, collectives)."""
+step's spans in the local copy (step, phases, collectives); ``skipped_updates``: updates a
+``GradScaler.step`` skipped in the step (``traceml.optimizer.skipped``; empty when none, version 2)."""
 
 COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
 

@@ -1,5 +1,7 @@
 """DDP (2 ranks, gloo) accumulating 4 micro-batches per update under ``no_sync``, with every
-micro-batch's fetch inside the explicit ``trace_step`` block (the loop holds an iterator)."""
+micro-batch's fetch inside the explicit ``trace_step`` block (the loop holds an iterator).
+``--zero-code``: the same loop without ``trace_step`` (steps inferred: the update's first fetch is
+before its step, the other three inside it)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
-
-import traceml_otel as traceml
 
 ACCUMULATION = 4
 
@@ -30,16 +30,20 @@ class Slow(Dataset):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--updates", type=int, default=24)
+    parser.add_argument("--zero-code", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    traceml.init()
+    if not args.zero_code:
+        import traceml_otel as traceml
+
+        traceml.init()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     batches = iter(DataLoader(Slow(), batch_size=8))
     for _ in range(args.updates):
-        with traceml.trace_step(model):
+        with contextlib.nullcontext() if args.zero_code else traceml.trace_step(model):
             for micro in range(ACCUMULATION):
                 x, y = next(batches)
                 sync = micro == ACCUMULATION - 1

@@ -12,6 +12,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+WIDTH = 384
+"""Wide enough that the loop's own Python (losses, labels, noise) stays a few % of a step under load."""
+
 
 def mlp(width: int, depth: int, out: int) -> nn.Module:
     layers: list[nn.Module] = []
@@ -23,7 +26,7 @@ def mlp(width: int, depth: int, out: int) -> nn.Module:
 class Generator(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = mlp(256, 2, 256)
+        self.net = mlp(WIDTH, 2, WIDTH)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(z))
@@ -32,7 +35,7 @@ class Generator(nn.Module):
 class Discriminator(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = mlp(256, 6, 1)
+        self.net = mlp(WIDTH, 6, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -49,7 +52,7 @@ def main() -> None:
         import traceml_otel as traceml
 
         traceml.init()
-    real_data = TensorDataset(torch.randn(args.steps * 128, 256))
+    real_data = TensorDataset(torch.randn(args.steps * 128, WIDTH))
     loader = DataLoader(real_data, batch_size=128)
     G, D = Generator(), Discriminator()
     opt_g = torch.optim.SGD(G.parameters(), lr=1e-3)
@@ -66,7 +69,7 @@ def main() -> None:
 def iteration(G: nn.Module, D: nn.Module, opt_g: torch.optim.Optimizer, opt_d: torch.optim.Optimizer,
               bce: nn.Module, real: torch.Tensor) -> None:
     ones, zeros = torch.ones(real.shape[0], 1), torch.zeros(real.shape[0], 1)
-    fake = G(torch.randn(real.shape[0], 256))
+    fake = G(torch.randn(real.shape[0], WIDTH))
     loss_d = bce(D(real), ones) + bce(D(fake.detach()), zeros)
     opt_d.zero_grad()
     loss_d.backward()

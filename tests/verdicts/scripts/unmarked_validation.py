@@ -2,6 +2,8 @@
 torch.no_grad(), a slow validation DataLoader) between steps, not inside ``outside_step``.
 
 ``--explicit`` traces each step with ``trace_step(model)``; without it the loop is traced zero-code.
+``--careless``: the validation pass forgets ``model.eval()`` and ``torch.no_grad()`` (gradients on,
+the model in training mode): only its second DataLoader tells it from training.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--explicit", action="store_true")
+    parser.add_argument("--careless", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -49,7 +52,10 @@ def main() -> None:
         else:
             step(model, optimizer, x, y)
         if i % 20 == 19:
-            validate(model, validation)
+            if args.careless:
+                validate_carelessly(model, validation)
+            else:
+                validate(model, validation)
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -66,6 +72,14 @@ def validate(model: nn.Module, loader: DataLoader) -> float:
         for x, y in loader:
             total += float(nn.functional.mse_loss(model(x), y))
     model.train()
+    return total
+
+
+def validate_carelessly(model: nn.Module, loader: DataLoader) -> float:
+    """The same pass without ``eval()`` or ``no_grad``: each forward builds a graph nobody uses."""
+    total = 0.0
+    for x, y in loader:
+        total += float(nn.functional.mse_loss(model(x), y))
     return total
 
 

@@ -201,18 +201,18 @@ record names them in the table's order; ``tests/wire/test_step_schema.py`` check
 _MIDDLE = itemgetter(*(_AT[name] for name in
                        _FIELDS[_FIELDS.index("optimizer_steps"):_FIELDS.index("phase_comm_cpu")]))
 """The same, from ``optimizer_steps`` to ``comm_exposed_gpu``."""
-_TAIL = (_AT["comm_entries"], _AT["comm_work"], _AT["between_cpu"], _AT["source"])
+_TAIL = (_AT["comm_entries"], _AT["comm_work"], _AT["between_cpu"], _AT["source"], _AT["skipped_updates"])
 
 
 def step_timing(row: Sequence[Any]) -> StepTiming:
     """One row (every column, in :data:`COLUMNS` order) as the span reader's :class:`StepTiming`."""
     run_id, rank, step, trace_id, start, parallelism, *clocks = _HEAD(row)
-    entries, work, between, source = (row[i] for i in _TAIL)
+    entries, work, between, source, skipped = (row[i] for i in _TAIL)
     return StepTiming(
         run_id or "", rank, step, trace_id or "", start or 0, parallelism or "none", *clocks,
         tuple(n or 0 for n in _CALLS(row)), _CPU(row), _GPU(row), *_MIDDLE(row),
         tuple(v or 0.0 for v in _COMM_CPU(row)), tuple(v or 0.0 for v in _COMM_GPU(row)),
-        _int_list(entries), _int_list(work), between, source,
+        _int_list(entries), _int_list(work), between, source, skipped or 0,
     )
 
 
