@@ -76,4 +76,6 @@ def test_only_the_package_entry_imports_the_facade_module() -> None:
                      [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             if "traceml_otel._api" in names:
                 importers.append(str(path.relative_to(PACKAGE)))
-    assert set(importers) == {"__init__.py"}, importers
+    # The framework driver calls the public API too: it imports the facade module itself rather than
+    # the package root (an import back up a layer, test_import_direction.py).
+    assert set(importers) == {"__init__.py", "integrations/_driver.py"}, importers

@@ -294,6 +294,7 @@ class StepRecorder:
         self._wait_marks = []
         self._prefetch_h2d_ns = None
         self._samples = self._fetched_samples = None
+        self.loaders.discard()  # the fetches held apart per loader too
 
     # --- phases ----------------------------------------------------------------
     def phase_begin(self) -> tuple[int, Any]:

@@ -95,6 +95,13 @@ class TrainingLoader:
         self.held.clear()
         self.last = None
 
+    def discard(self) -> None:
+        """The held fetches fed evaluation (the caller knows: ``discard_input_wait``): dropped, counted."""
+        for held in self.held.values():
+            self.dropped_fetches += held.fetches
+        self.held.clear()
+        self.last = None
+
     def take(self, training_fetched: bool) -> tuple[int, int, int | None]:
         """A step begins: the held fetches of sources not known as evaluation fed it (they become
         training), and so did the last batch fetched when no training source's fetch followed it

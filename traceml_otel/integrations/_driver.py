@@ -28,7 +28,7 @@ class StepDriver:
         self._open: contextlib.AbstractContextManager[None] | None = None
         self._batches = 0
         """Batches in the open step (gradient accumulation: several per update)."""
-        self._outside: list[traceml._OutsideStep] = []
+        self._outside: list[contextlib.AbstractContextManager[None]] = []
         self.undo: list[Callable[[], None]] = []
 
     def start(self) -> None:
