@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from traceml_otel import contract as c
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.sampling_threshold import LOW56, in_sample, threshold, threshold_hex
 from traceml_otel.settings import DEFAULT_OTLP_SPAN_BUDGET, OTLP_SPANS_MODES
 from traceml_otel.step_records import StepRecord
 
@@ -57,43 +58,6 @@ MAX_HALVINGS = 24
 """The lowest budget probability is ``2**-24``."""
 RAISE_BELOW = 0.5
 """The probability doubles again only when the doubled rate would use less than this share of the budget."""
-_BITS = 1 << 56
-_LOW56 = _BITS - 1
-
-
-def threshold(probability: float) -> int:
-    """The 56-bit rejection threshold ``T`` of ``probability`` (``0 < p <= 1``): keep when ``R >= T``."""
-    return min(_LOW56, max(0, _BITS - round(probability * _BITS)))  # p * 2**56 is exact in binary
-
-
-def threshold_hex(value: int) -> str:
-    """``th`` as the spec writes it: 14 hex digits, trailing zeros removed (``0``: always kept)."""
-    return f"{value:014x}".rstrip("0") or "0"
-
-
-def adjusted_count(th: str) -> float | None:
-    """``1/p`` of a ``th`` value (``None``: not a valid threshold)."""
-    if not th or len(th) > 14 or any(ch not in "0123456789abcdef" for ch in th):
-        return None
-    value = int(th.ljust(14, "0"), 16)
-    return _BITS / (_BITS - value)
-
-
-def trace_state_threshold(trace_state: str) -> str | None:
-    """The ``th`` value of an ``ot=...`` tracestate entry, if there is one."""
-    for member in trace_state.split(","):
-        key, _, value = member.strip().partition("=")
-        if key == "ot":
-            for part in value.split(";"):
-                name, _, th = part.partition(":")
-                if name == "th":
-                    return th
-    return None
-
-
-def in_sample(trace_id: int, threshold_value: int) -> bool:
-    """The consistent decision: the trace id's low 56 bits at or above the threshold."""
-    return (trace_id & _LOW56) >= threshold_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +151,7 @@ class SpanBudget:
             if self._threshold == 0:
                 out.append(PLAIN)
             elif sampled or anomalous:
-                rv = f"{trace_id & _LOW56:014x}"
+                rv = f"{trace_id & LOW56:014x}"
                 th = self._th if sampled else "0"
                 if not sampled:
                     self._epoch_extra += 1
