@@ -9,8 +9,9 @@ mode. A step is exported when either
   every rank keeps or drops the same steps with no collective, and a kept waterfall is whole; or
 - it is **anomalous in this rank's own view**: longer than :data:`SLOW_FACTOR` times the rolling
   median of its recent steps, after a gap (a stall) that long, a step that raised, or the slowest
-  step so far in its window of :data:`WINDOW_STEPS` step numbers (so the window's slowest step is
-  always kept). These are kept with probability 1.
+  step so far in its window of :data:`WINDOW_STEPS` step numbers when it is longer than
+  :data:`WINDOW_FACTOR` times that median (so a window's slowest step is kept whenever it stands
+  out). These are kept with probability 1.
 
 Every exported span of a sampled step carries the W3C ``tracestate`` entry ``ot=th:<T>;rv:<R>`` (the
 spec's form; ``th:0`` for a step kept with certainty) and the step span the attribute
@@ -51,7 +52,11 @@ SLOW_FACTOR = 3.0
 MEDIAN_STEPS = 64
 """Steps in the rolling median."""
 WINDOW_STEPS = 256
-"""Step-number windows in which the slowest step (so far) is always kept."""
+"""Step-number windows in which the slowest step (so far) is kept when it stands out."""
+WINDOW_FACTOR = 1.5
+"""The window's slowest step so far is kept when it is longer than this many times the rolling median
+(a window of steps that differ only by noise keeps none: at 1,024 ranks nearly every step is some
+rank's slowest so far, and those would be partial waterfalls)."""
 EPOCH_STEPS = 64
 """The probability may change only at step numbers that are multiples of this."""
 MAX_HALVINGS = 24
@@ -135,12 +140,14 @@ class SpanBudget:
             duration += record.input_wait_ns or 0
             if step // WINDOW_STEPS != self._window:
                 self._window, self._window_max = step // WINDOW_STEPS, -1
-            anomalous = record.exception_type is not None or duration > self._window_max
-            if duration > self._window_max:
+            anomalous = record.exception_type is not None
+            slowest = duration > self._window_max
+            if slowest:
                 self._window_max = duration
             if median is not None and not anomalous:
                 limit = SLOW_FACTOR * median
-                anomalous = duration > limit or (record.between_steps_ns or 0) > limit
+                anomalous = (duration > limit or (record.between_steps_ns or 0) > limit
+                             or (slowest and duration > WINDOW_FACTOR * median))
             sampled = in_sample(trace_id, self._threshold)
             if self._epoch_first_ns is None:
                 self._epoch_first_ns = record.start_ns
@@ -148,6 +155,9 @@ class SpanBudget:
             self._epoch_steps += 1
             self._epoch_spans += spans
             recent.append(duration)
+            if len(recent) < MEDIAN_STEPS:  # the first steps: the median moves with every one
+                ordered = sorted(recent)
+                median = ordered[len(ordered) // 2] if len(ordered) >= 8 else None
             if self._threshold == 0:
                 out.append(PLAIN)
             elif sampled or anomalous:
