@@ -48,7 +48,7 @@ def test_a_sampled_two_rank_job_keeps_whole_waterfalls(stack, tmp_path: Path) ->
     env.update(
         TRACEML_RUNS_DIR=str(tmp_path / "runs"), OTEL_EXPORTER_OTLP_ENDPOINT=collector.grpc_endpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_METRICS_EXPORTER="none", TRACEML_OTLP_SPANS="sampled",
-        TRACEML_OTLP_SAMPLE_RATE="0.1", TRACEML_LIVE="off",
+        TRACEML_OTLP_SAMPLE_RATE="0.1", TRACEML_OTLP_SPAN_BUDGET="0", TRACEML_LIVE="off",  # exactly 10 %
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
     )
     result = subprocess.run(

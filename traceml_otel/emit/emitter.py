@@ -311,7 +311,8 @@ class Emitter:
                 if self.budget is not None:  # a decision per step, before any span is encoded
                     decisions = self.budget.decide(records, [spans.step.trace_id for spans in built],
                                                    [len(spans) for spans in steps])
-                    self.stats.otlp_sample_probability = self.budget.lowest_probability
+                    if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
+                        self.stats.otlp_sample_probability = self.budget.lowest_probability
                 sampled = self.shipper.offer_steps(steps, decisions)
             except Exception as error:  # nothing of the batch was counted: all of it is skipped
                 self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
