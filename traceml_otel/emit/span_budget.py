@@ -116,11 +116,6 @@ class SpanBudget:
         self.lowest_probability = self.probability
         """The lowest probability in force so far (for the account)."""
 
-    @property
-    def samples(self) -> bool:
-        """Whether any step can be dropped (False: ``all`` mode, or ``auto`` under the budget)."""
-        return self.settings.mode != SPANS_ALL
-
     def decide(self, records: Sequence[StepRecord], trace_ids: Sequence[int], span_counts: Sequence[int],
                ) -> list[Kept | None] | None:
         """Per step: :class:`Kept` (export, with its tracestate; :data:`PLAIN` while the probability is
