@@ -21,7 +21,7 @@ from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
 from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
-from traceml_otel.sampling_threshold import in_sample, threshold
+from traceml_otel.sampling_threshold import in_sample, threshold, threshold_hex
 from traceml_otel.wire.export_stats import read_export_stats
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sampled_ddp.py"
@@ -93,9 +93,10 @@ def test_a_sampled_two_rank_job_keeps_whole_waterfalls(stack, tmp_path: Path) ->
             kept[span.attributes[c.ATTR_RANK]][span.attributes[c.ATTR_STEP]] = th
     sample = {step: in_sample(c.step_trace_id("sampled", step), threshold(0.1)) for step in local_steps[0]}
     for rank in (0, 1):
-        in_the_sample = {step for step, th in kept[rank].items() if th != "0"}
-        assert in_the_sample == {step for step, yes in sample.items() if yes}  # both ranks, same steps
-        assert planted <= set(kept[rank])  # every planted slow step, on both ranks
+        assert {step for step, yes in sample.items() if yes} <= set(kept[rank])  # both ranks, same steps
+        assert all(th == threshold_hex(threshold(0.1)) for step, th in kept[rank].items()
+                   if sample[step] and th != "0")
+        assert all(kept[rank][step] == "0" for step in planted)  # every planted slow step, on both ranks
     local_children = defaultdict(int)
     for span in local:
         if span.parent_span_id:

@@ -157,7 +157,8 @@ class SpanBudget:
                 out.append(PLAIN)
             elif sampled or anomalous:
                 rv = f"{trace_id & LOW56:014x}"
-                th = self._th if sampled else "0"
+                # An anomalous step is kept with certainty, in the sample or not: it counts once.
+                th = "0" if anomalous else self._th
                 if not sampled:
                     self._epoch_extra += 1
                 out.append(Kept(f"ot=th:{th};rv:{rv}", th))
