@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/emitter_cost.py            # stage table + whole emitter, local copy only
     .venv/bin/python benchmarks/emitter_cost.py --otlp     # also OTLP spans + metrics to a real rotel
+    .venv/bin/python benchmarks/emitter_cost.py --otlp --otlp-spans sampled --sample-rate 0.1
+                                                           # + the whole emitter under the span budget
 
 One synthetic stream of 1 ms steps (a step, forward, backward and optimizer span, an input wait,
 CUDA peaks, the phase calls unnumbered as the training thread sends them; in frames of 64 steps) goes
@@ -74,12 +76,17 @@ def stream() -> bytes:
     return b"".join(encode(_rows(first, min(BATCH, STEPS - first))) for first in range(0, STEPS, BATCH))
 
 
+SPANS_MODE: dict[str, object] = {}
+"""``otlp_spans`` and ``otlp_sample_rate`` for the hello (``--otlp-spans``, ``--sample-rate``)."""
+
+
 def _hello(run_dir: str | None, traces: str | None = None, metrics: bool = False) -> Hello:
     return Hello(run_id="bench", rank=0, local_rank=0, world_size=1, node_rank=0, host="h", pid=1,
                  anchor_ns=time.time_ns(), shutdown_timeout_s=30.0, service_name="bench",
                  run_dir=run_dir, traces_endpoint=traces, traces_protocol="grpc" if traces else None,
                  metrics_endpoint=traces if metrics else None,
-                 metrics_protocol="grpc" if metrics and traces else None, sampler="always_on")
+                 metrics_protocol="grpc" if metrics and traces else None, sampler="always_on",
+                 **SPANS_MODE)  # type: ignore[arg-type]
 
 
 def _per_step(work: Callable[[], object]) -> float:
@@ -192,7 +199,11 @@ def whole_emitter(endpoint: str | None) -> float:
         per_step = _per_step(run)
         assert emitter.stats.spans_local == STEPS * SPANS_PER_STEP
         if endpoint:
-            assert emitter.stats.otlp_exported == STEPS * SPANS_PER_STEP, emitter.stats
+            stats = emitter.stats
+            assert stats.otlp_exported + stats.otlp_budget_dropped == STEPS * SPANS_PER_STEP, stats
+            if stats.otlp_budget_dropped:
+                total = STEPS * SPANS_PER_STEP
+                print(f"{'  (span budget: sent':<32} {stats.otlp_exported:8d} of {total} spans)")
         return per_step
 
 
@@ -205,6 +216,9 @@ def bare_loop() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--otlp", action="store_true", help="also export to a real rotel collector")
+    parser.add_argument("--otlp-spans", default="auto", choices=("auto", "all", "sampled"),
+                        help="the span budget's mode (TRACEML_OTLP_SPANS) for the whole-emitter rows")
+    parser.add_argument("--sample-rate", type=float, default=None, help="TRACEML_OTLP_SAMPLE_RATE")
     args = parser.parse_args()
     rotel = endpoint = None
     if args.otlp:
@@ -224,6 +238,10 @@ def main() -> None:
               f"ratio {whole / max(bare, 1e-3):.0f}x)")
         if endpoint is not None:
             print(f"{'whole emitter, + OTLP + metrics':<32} {whole_emitter(endpoint):8.1f}")
+            if args.otlp_spans != "auto" or args.sample_rate is not None:
+                SPANS_MODE.update(otlp_spans=args.otlp_spans, otlp_sample_rate=args.sample_rate)
+                label = f"  same, {args.otlp_spans} {args.sample_rate or ''}".rstrip()
+                print(f"{label:<32} {whole_emitter(endpoint):8.1f}")
     finally:
         if rotel is not None:
             rotel.kill()

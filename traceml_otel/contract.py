@@ -88,6 +88,10 @@ STEP_SOURCES = ("trace_step", "hf_trainer", "lightning", "inferred")
 ATTR_BETWEEN_STEPS_CPU = "traceml.between_steps.cpu_duration"
 """Seconds from the end of this rank's previous step to this step's start (input wait included,
 ``outside_step`` blocks such as evaluation excluded). Absent on a rank's first step."""
+ATTR_SAMPLING_THRESHOLD = "traceml.sampling.threshold"
+"""On the step span of a step exported under the span budget (``TRACEML_OTLP_SPANS``): the OpenTelemetry
+consistent-sampling threshold ``th`` (hex) its trace was kept with, as in its ``tracestate``
+``ot=th:...``; ``0`` for a step kept with certainty. The step counts for ``2**56 / (2**56 - th)`` steps."""
 ATTR_LOADER_NUM_WORKERS = "traceml.dataloader.num_workers"
 ATTR_LOADER_PIN_MEMORY = "traceml.dataloader.pin_memory"
 ATTR_LOADER_PERSISTENT_WORKERS = "traceml.dataloader.persistent_workers"

@@ -162,6 +162,8 @@ def hello(settings: Settings) -> Hello:
         prometheus_port=settings.prometheus_port, prometheus_addr=settings.prometheus_addr,
         prometheus_linger_s=settings.prometheus_linger_s, cpus=_usable_cpus(),
         user_resource=user_resource_attributes(), job=settings.job,
+        otlp_spans=settings.otlp_spans, otlp_sample_rate=settings.otlp_sample_rate,
+        otlp_span_budget=settings.otlp_span_budget,
     )
 
 

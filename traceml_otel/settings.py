@@ -131,6 +131,19 @@ TRACEML_AUTO_ATTACHED_PID = "TRACEML_AUTO_ATTACHED_PID"
 TRACEML_LAUNCHER_PID = "TRACEML_LAUNCHER_PID"
 """Set by ``traceml run`` to its own pid: a rank whose parent it is stops when it dies (capture/orphan.py)."""
 
+TRACEML_OTLP_SPANS = "TRACEML_OTLP_SPANS"
+"""The OTLP span budget's mode: ``auto`` (default: every span while the job is under the budget, a
+consistent sample above it), ``all`` (every span, no budget) or ``sampled`` (a consistent sample at
+``TRACEML_OTLP_SAMPLE_RATE``, lower if the budget needs it). Anomalous steps are always kept
+(``emit/span_budget.py``). OTLP span export only: the local copy and the metrics are complete."""
+TRACEML_OTLP_SAMPLE_RATE = "TRACEML_OTLP_SAMPLE_RATE"
+"""The consistent sample's probability, ``0 < p <= 1`` (``sampled`` mode's default: 0.1)."""
+TRACEML_OTLP_SPAN_BUDGET = "TRACEML_OTLP_SPAN_BUDGET"
+"""Spans per second the whole job may send over OTLP (default 5000; 0: no budget)."""
+OTLP_SPANS_MODES = ("auto", "all", "sampled")
+DEFAULT_OTLP_SPAN_BUDGET = 5_000.0
+"""At ~0.5 KB a span, about 2.5 MB/s: a sixth of Tempo's default per-tenant ingestion limit (15 MB/s)."""
+
 PROMETHEUS_LINGER_MAX_S = 120.0
 """The longest the endpoint's linger grows to cover a scraper seen scraping less often (intervals up
 to ~115 s); a ``TRACEML_PROMETHEUS_LINGER_S`` above it is used as given."""
@@ -197,6 +210,12 @@ class Settings:
     """``TRACEML_PEAK_FLOPS``: one rank's peak FLOP/s, overriding the table (``None``: not set)."""
     mfu_dtype: str = "bf16"
     """``TRACEML_MFU_DTYPE``: the peak table's column."""
+    otlp_spans: str = "auto"
+    """``TRACEML_OTLP_SPANS``: ``auto``, ``all`` or ``sampled``."""
+    otlp_sample_rate: float | None = None
+    """``TRACEML_OTLP_SAMPLE_RATE`` (``None``: not set)."""
+    otlp_span_budget: float = DEFAULT_OTLP_SPAN_BUDGET
+    """``TRACEML_OTLP_SPAN_BUDGET``: the job's spans per second over OTLP (0: no budget)."""
 
 
 def auto_attach_requested(env: Mapping[str, str] | None = None) -> tuple[bool, bool]:
@@ -393,7 +412,26 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         hang_startup_timeout_s=decimal(env, TRACEML_HANG_STARTUP_TIMEOUT_S, 900.0),
         peak_flops=_peak_flops(env),
         mfu_dtype=_mfu_dtype(env),
+        otlp_spans=_otlp_spans(env),
+        otlp_sample_rate=_sample_rate(env),
+        otlp_span_budget=decimal(env, TRACEML_OTLP_SPAN_BUDGET, DEFAULT_OTLP_SPAN_BUDGET),
     )
+
+
+def _otlp_spans(env: Mapping[str, str]) -> str:
+    raw = env.get(TRACEML_OTLP_SPANS, "").strip().lower() or "auto"
+    if raw not in OTLP_SPANS_MODES:
+        raise SettingsError(f"{TRACEML_OTLP_SPANS}={raw!r} is not one of {', '.join(OTLP_SPANS_MODES)}")
+    return raw
+
+
+def _sample_rate(env: Mapping[str, str]) -> float | None:
+    if not env.get(TRACEML_OTLP_SAMPLE_RATE, "").strip():
+        return None
+    value = decimal(env, TRACEML_OTLP_SAMPLE_RATE, 1.0)
+    if not 0 < value <= 1:
+        raise SettingsError(f"{TRACEML_OTLP_SAMPLE_RATE}={value:g} must be a probability, 0 < p <= 1")
+    return value
 
 
 def _peak_flops(env: Mapping[str, str]) -> float | None:

@@ -33,6 +33,7 @@ from traceml_otel.analyze.span_schema import (
     STEP_SPAN,
     classify_by_attributes,
 )
+from traceml_otel.sampling_threshold import adjusted_count, trace_state_threshold
 
 _N = len(c.PHASES)
 assert _N == 4, "_freeze spells out the four phases"
@@ -85,10 +86,12 @@ class _StepAccumulator:
         "traced_gpu",
         "wait_cpu",
         "wait_gpu",
+        "weight",
         "world_size",
     )
 
     def __init__(self) -> None:
+        self.weight = 1.0
         self.has_step = False
         self.trace_id = ""
         self.start = 0
@@ -240,6 +243,7 @@ class StepAssembler:
         acc.cpus = as_int(attrs.get(c.ATTR_HOST_CPUS))
         acc.between = as_float(attrs.get(c.ATTR_BETWEEN_STEPS_CPU))
         acc.source = as_str(attrs.get(c.ATTR_STEP_SOURCE))
+        acc.weight = _sample_weight(attrs, span)
         if c.ATTR_LOADER_NUM_WORKERS in attrs:
             acc.loader = tuple(attrs.get(name) for name in LOADER_ATTRIBUTES)
         calls = as_int(attrs.get(c.ATTR_COMM_CALLS))
@@ -336,6 +340,15 @@ def _as_bool(value: object) -> bool | None:
     return None
 
 
+def _sample_weight(attrs: Mapping[str, object], span: Mapping[str, object]) -> float:
+    """``1/p`` of a step the span budget sampled (its threshold attribute, else its tracestate's ``th``)."""
+    th = attrs.get(c.ATTR_SAMPLING_THRESHOLD)
+    if th is None:
+        state = span_field(span, "traceState", "trace_state")
+        th = trace_state_threshold(state) if isinstance(state, str) and state else None
+    return (adjusted_count(th) or 1.0) if isinstance(th, str) else 1.0
+
+
 def _span_seconds(start_ns: object, end_ns: object) -> float | None:
     start, end = as_int(start_ns), as_int(end_ns)
     if start is None or end is None or end < start:
@@ -396,4 +409,5 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         comm_work=acc.comm_work,
         between_cpu=acc.between,
         source=acc.source,
+        weight=acc.weight,
     )

@@ -206,7 +206,8 @@ def rank_metrics(
     """Means of one rank's steps, and each step's step time (its traced time where input wait is missing).
 
     One pass over the steps (this runs over every step of a run). A required signal missing on
-    any step makes its mean ``None``.
+    any step makes its mean ``None``. Steps of a sampled source count by their ``weight`` (``1/p``):
+    the means are inverse-probability (Horvitz-Thompson ratio) means, the step count the steps read.
     """
     gpu = clock is Clock.GPU
     n = len(steps)
@@ -222,16 +223,20 @@ def rank_metrics(
     comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
     comm_missing = total_missing = comm_seen = False
     between_sum, between_n = 0.0, 0
+    scale = _weight_scale(steps)
+    w: float = 1  # an int while unweighted: the counts and byte sums stay ints
     for s in steps:
+        if scale is not None:  # a sampled source: each step stands for 1/p steps
+            w = s.weight * scale
         if s.between_cpu is not None:
-            between_sum += s.between_cpu
-            between_n += 1
+            between_sum += w * s.between_cpu
+            between_n += w
         if s.samples is not None:
-            samples_sum += s.samples
-            samples_steps += 1
+            samples_sum += w * s.samples
+            samples_steps += w
         if s.tokens is not None:
-            tokens_sum += s.tokens
-            tokens_steps += 1
+            tokens_sum += w * s.tokens
+            tokens_steps += w
         if s.skipped_updates:  # a skipped update (GradScaler): no micro-step of an accumulation
             skipped += s.skipped_updates
         elif s.optimizer_steps is not None:
@@ -243,46 +248,49 @@ def rank_metrics(
         wait, traced, forward, backward, optimizer, h2d, h2d_in, exposed = step_parts(s, gpu)
         if s.comm_calls is not None:
             comm_seen = True
-            comm_bytes += s.comm_bytes or 0
-            comm_calls += s.comm_calls
+            comm_bytes += w * (s.comm_bytes or 0)
+            comm_calls += w * s.comm_calls
             whole = s.comm_gpu if gpu else s.comm_cpu
             total_missing |= whole is None
-            comm_total += whole or 0.0
+            comm_total += w * (whole or 0.0)
             if exposed is None:
                 comm_missing = True
             else:
-                comm_sum += exposed
-        optimizer_sum += optimizer
-        h2d_sum += h2d
+                comm_sum += w * exposed
+        optimizer_sum += w * optimizer
+        h2d_sum += w * h2d
         if wait is None:
             wait_missing = True
         else:
-            wait_sum += wait
+            wait_sum += w * wait
         if traced is None:
             traced_missing = True
         else:
-            traced_sum += traced
+            traced_sum += w * traced
         if forward is None:
             forward_missing = True
         else:
-            forward_sum += forward
+            forward_sum += w * forward
         if backward is None:
             backward_missing = True
         else:
-            backward_sum += backward
+            backward_sum += w * backward
         compute = compute_time(forward, backward, optimizer)
         if compute is not None:
-            compute_sum += compute
+            compute_sum += w * compute
             if traced is not None:
-                residual_sum += residual_time(traced, h2d_in, compute, exposed or 0.0)
+                residual_sum += w * residual_time(traced, h2d_in, compute, exposed or 0.0)
         whole_step = step_time(wait, traced, h2d, h2d_in)
         if whole_step is None:
             step_missing = True
             seconds.append(traced)
         else:
-            step_sum += whole_step
+            step_sum += w * whole_step
             seconds.append(whole_step)
 
+    if scale is not None:  # weighted counts back to whole steps and bytes
+        samples_steps, tokens_steps, between_n = round(samples_steps), round(tokens_steps), round(between_n)
+        comm_bytes = round(comm_bytes)
     no_compute = forward_missing or backward_missing
     totals = RankTotals(
         rank=rank,
@@ -313,6 +321,15 @@ def rank_metrics(
         between_steps_counted=between_n,
     )
     return totals.means(), seconds
+
+
+def _weight_scale(steps: Sequence[StepTiming]) -> float | None:
+    """``None`` when every step counts once (an unsampled source); else the factor that scales the
+    steps' ``1/p`` weights to sum to the steps read, so means divide by the step count as always."""
+    if all(s.weight == 1.0 for s in steps):
+        return None
+    total = sum(s.weight for s in steps)
+    return len(steps) / total if total > 0 else None
 
 
 def _work_per_step(total: float | None, counted: int | None, steps: int) -> float | None:

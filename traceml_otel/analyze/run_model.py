@@ -75,6 +75,10 @@ class StepTiming(NamedTuple):
     """How the step was found (``traceml.step.source``): ``trace_step``, ``inferred``, ..."""
     skipped_updates: int = 0
     """Updates a ``GradScaler.step`` skipped in the step (``traceml.optimizer.skipped``)."""
+    weight: float = 1.0
+    """How many steps this one stands for: ``1/p`` of a step the span budget exported with probability
+    ``p`` (``traceml.sampling.threshold``, or the ``th`` of its ``tracestate``); 1 for every step read
+    from an unsampled source."""
 
     @property
     def waited_cpu(self) -> float:

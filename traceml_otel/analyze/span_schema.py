@@ -71,6 +71,7 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_COLLECTIVE_KIND,
         c.ATTR_STEP_SOURCE,
         c.ATTR_BETWEEN_STEPS_CPU,
+        c.ATTR_SAMPLING_THRESHOLD,
     }
 )
 """The attributes the analyzer reads; sources decode only these."""

@@ -26,6 +26,7 @@ class ShipperCounts(Protocol):
 
     exported: int
     sampled_out: int
+    budget_dropped: int
     failed: int
     queue_full: int
     not_sent_at_shutdown: int
@@ -70,6 +71,7 @@ class DropLedger:
         stats = self.stats
         stats.otlp_exported += counts.exported
         stats.otlp_sampled_out += counts.sampled_out
+        stats.otlp_budget_dropped += counts.budget_dropped
         stats.otlp_dropped += counts.dropped
         if counts.last_error:
             stats.otlp_last_error = self._redact(counts.last_error)

@@ -29,6 +29,7 @@ from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
 from traceml_otel.emit.resource import build_resource
 from traceml_otel.emit.run_end import linger_line
+from traceml_otel.emit.span_budget import SPANS_ALL, BudgetSettings, KeptEncoder, SpanBudget
 from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
     make_span_exporter,
@@ -110,8 +111,13 @@ class Emitter:
                                        str(resource.attributes.get("service.name", "")))
         quiet_sdk_exporter_logs()
         self.shipper: OtlpSpanShipper | None = None
+        self.budget: SpanBudget | None = None
+        """Which steps' spans OTLP export sends (None: every step; ``TRACEML_OTLP_SPANS=all``)."""
         if hello.traces_endpoint and hello.traces_protocol:
             self.shipper = self._start_shipper(hello, resource, scope)
+            if self.shipper is not None and hello.otlp_spans != SPANS_ALL:
+                self.budget = SpanBudget(BudgetSettings(hello.otlp_spans, hello.otlp_sample_rate,
+                                                        hello.otlp_span_budget), rank.world_size)
         self.metrics = self._start_metrics(hello, resource, rank)
         self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
         if self.hang_watch is not None and self.metrics is not None:
@@ -142,6 +148,7 @@ class Emitter:
                 on_first_failure=self.warn,
                 protocol=protocol,
                 batch=lambda spans: EncodedSpans(encoder, spans),
+                convert_kept=KeptEncoder(encoder),
             )
         except Exception as error:
             self.disable("OTLP span export", f"the exporter could not start ({describe(error)})")
@@ -299,7 +306,14 @@ class Emitter:
         sampled = [True] * len(built)  # exemplars point only at traces that are sent
         if self.shipper is not None:
             try:
-                sampled = self.shipper.offer_steps([spans.all() for spans in built])
+                steps = [spans.all() for spans in built]
+                decisions = None
+                if self.budget is not None:  # a decision per step, before any span is encoded
+                    decisions = self.budget.decide(records, [spans.step.trace_id for spans in built],
+                                                   [len(spans) for spans in steps])
+                    if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
+                        self.stats.otlp_sample_probability = self.budget.lowest_probability
+                sampled = self.shipper.offer_steps(steps, decisions)
             except Exception as error:  # nothing of the batch was counted: all of it is skipped
                 self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
                 self.disable("OTLP span export", f"failed ({describe(error)})")

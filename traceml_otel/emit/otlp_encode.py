@@ -166,8 +166,13 @@ class SpanEncoder:
         self._resource_schema = _schema(getattr(resource, "schema_url", ""))
         self._scope_schema = _schema(getattr(scope, "schema_url", ""))
 
-    def encode(self, span: SpanData) -> bytes:
-        """One ``ScopeSpans.spans`` field (tag 2): the span's message, length-prefixed."""
+    def encode(self, span: SpanData, trace_state: bytes = b"", extra: bytes = b"") -> bytes:
+        """One ``ScopeSpans.spans`` field (tag 2): the span's message, length-prefixed.
+
+        ``trace_state`` (:meth:`trace_state_field`) and ``extra`` attribute fields after the span's own
+        (:meth:`attribute_fields`) are the span budget's (:mod:`traceml_otel.emit.span_budget`): the
+        bytes are the SDK's for that span with the tracestate on its context and those attributes
+        appended."""
         name = self._names.get(span.name)
         if name is None:
             name = _field(b"\x2a", span.name.encode("utf-8"))
@@ -180,11 +185,19 @@ class SpanEncoder:
             status = _field(b"\x7a", _field(b"\x12", span.error.encode("utf-8")) + b"\x18\x02")
         body = b"".join((
             b"\x0a\x10", span.trace_id.to_bytes(16, "big"), b"\x12\x08", span.span_id.to_bytes(8, "big"),
-            parent, name, _SPAN_KIND_INTERNAL,
+            trace_state, parent, name, _SPAN_KIND_INTERNAL,
             b"\x39", _FIXED64.pack(span.start_ns), b"\x41", _FIXED64.pack(span.end_ns),
-            self._span_attributes.encode_all(span.attributes), status, _FLAGS,
+            self._span_attributes.encode_all(span.attributes), extra, status, _FLAGS,
         ))
         return _field(b"\x12", body)
+
+    def trace_state_field(self, trace_state: str) -> bytes:
+        """``Span.trace_state`` (3) of a W3C tracestate text, for :meth:`encode` (empty: none)."""
+        return _field(b"\x1a", trace_state.encode("ascii")) if trace_state else b""
+
+    def attribute_fields(self, attributes: dict[str, object]) -> bytes:
+        """``Span.attributes`` fields of extra attributes, for :meth:`encode`."""
+        return self._span_attributes.encode_all(attributes)
 
     def request(self, encoded_spans: Sequence[bytes]) -> bytes:
         """The ``ExportTraceServiceRequest`` of spans encoded by :meth:`encode` (one resource, one scope)."""

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.sampling import (
 
 from traceml_otel.emit.export_errors import failure_cause, install_log_recorder
 from traceml_otel.emit.otlp_encode import EncodedSpans
+from traceml_otel.emit.span_budget import Kept
 from traceml_otel.emit.spans import SpanData
 
 MAX_QUEUED_SPANS = 200_000
@@ -147,6 +148,9 @@ class ExportCounts:
     """What happened to the spans offered to OTLP export."""
 
     sampled_out: int = 0
+    """Spans ``OTEL_TRACES_SAMPLER`` left out (by design, not loss)."""
+    budget_dropped: int = 0
+    """Spans the span budget left out (``TRACEML_OTLP_SPANS``; by design, not loss)."""
     exported: int = 0
     failed: int = 0
     queue_full: int = 0
@@ -170,9 +174,12 @@ class OtlpSpanShipper:
         on_first_failure: Callable[[str], None] | None = None,
         protocol: str = "",
         batch: Callable[[list[Any]], Sequence[Any]] = list,
+        convert_kept: Callable[[Sequence[SpanData], Kept], list[Any]] | None = None,
     ) -> None:
         """``convert`` turns one span into what ``exporter`` takes (a ``ReadableSpan``, or encoded bytes);
-        ``batch`` wraps a list of converted spans into one ``export()`` argument."""
+        ``batch`` wraps a list of converted spans into one ``export()`` argument; ``convert_kept`` converts
+        a step's spans with the span budget's tracestate (:meth:`offer_steps`' ``decisions``)."""
+        self._convert_kept = convert_kept
         self._exporter = exporter
         self._batch = batch
         self._protocol = protocol or ("grpc" if "grpc" in type(exporter).__module__ else "http/protobuf")
@@ -200,21 +207,32 @@ class OtlpSpanShipper:
         """
         return self.offer_steps([step_spans])[0]
 
-    def offer_steps(self, steps: Sequence[Sequence[SpanData]]) -> list[bool]:
+    def offer_steps(self, steps: Sequence[Sequence[SpanData]],
+                    decisions: Sequence[Kept | None] | None = None) -> list[bool]:
         """Queue several steps' spans (each root first) at once: one queue hand-off, not one per step.
 
-        Returns, per step, whether the sampler kept it. Steps that do not fit in the queue are counted
-        as ``queue_full``. If converting a span raises, nothing of the batch was counted or queued.
+        ``decisions`` (the span budget's, one per step): ``None`` drops the step (counted as
+        ``budget_dropped``), a :class:`Kept` with a tracestate has its spans converted with it.
+        Returns, per step, whether it is sent (the budget and the sampler kept it). Steps that do not
+        fit in the queue are counted as ``queue_full``. If converting a span raises, nothing of the
+        batch was counted or queued.
         """
         kept: list[bool] = []
-        accepted: list[Sequence[SpanData]] = []
-        sampled_out = queue_full = 0
+        accepted: list[tuple[Sequence[SpanData], Kept | None]] = []
+        sampled_out = queue_full = budget_dropped = 0
         with self._lock:
             room = MAX_QUEUED_SPANS - self._queued
-        for step_spans in steps:
+        for index, step_spans in enumerate(steps):
             if not step_spans:
                 kept.append(False)
                 continue
+            decision = None
+            if decisions is not None:
+                decision = decisions[index]
+                if decision is None:
+                    budget_dropped += len(step_spans)
+                    kept.append(False)
+                    continue
             root = step_spans[0]
             if not (self._always_on
                     or self._sampler.should_sample(None, root.trace_id, root.name).decision.is_sampled()):
@@ -226,11 +244,20 @@ class OtlpSpanShipper:
                 queue_full += len(step_spans)
                 continue
             room -= len(step_spans)
-            accepted.append(step_spans)
-        convert = self._convert
-        converted = [convert(span) for step_spans in accepted for span in step_spans]  # may raise
+            accepted.append((step_spans, decision))
+        convert, convert_kept = self._convert, self._convert_kept
+        if decisions is None or convert_kept is None:  # may raise
+            converted = [convert(span) for step_spans, _ in accepted for span in step_spans]
+        else:
+            converted = []
+            for step_spans, decision in accepted:
+                if decision is not None and decision.trace_state:
+                    converted.extend(convert_kept(step_spans, decision))
+                else:
+                    converted.extend([convert(span) for span in step_spans])
         with self._lock:
             self.counts.sampled_out += sampled_out
+            self.counts.budget_dropped += budget_dropped
             self.counts.queue_full += queue_full
             self._queued += len(converted)
         if converted:

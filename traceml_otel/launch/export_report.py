@@ -50,7 +50,16 @@ def render_export_report(run_dir: Path, exports: list[ExportStats] | None = None
     if endpoints:
         exported = sum(e.otlp_exported for e in exports)
         dropped = sum(e.otlp_dropped for e in exports)
+        budget = sum(e.otlp_budget_dropped for e in exports)
+        sampler = sum(e.otlp_sampled_out for e in exports)
         lines.append(f"  OTLP to {', '.join(endpoints)}: {exported} spans delivered, {dropped} not delivered")
+        probabilities = [e.otlp_sample_probability for e in exports if e.otlp_sample_probability is not None]
+        if probabilities or budget or sampler:
+            lowest = f"; lowest sample probability {min(probabilities):.3g}" if probabilities else ""
+            kept, by_budget = exported + dropped, budget + sampler
+            lines.append(f"    span budget: {kept} spans kept, {by_budget} dropped by the span budget "
+                         f"(sampling by design, not loss; the local copy has every span), {dropped} lost"
+                         f"{lowest}")
         reasons: dict[str, int] = {}
         for export in exports:
             for reason, count in export.otlp_drop_reasons.items():

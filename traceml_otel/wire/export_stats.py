@@ -51,6 +51,11 @@ class ExportStats:
     otlp_endpoint: str | None = None
     otlp_exported: int = 0
     otlp_sampled_out: int = 0
+    """Spans ``OTEL_TRACES_SAMPLER`` left out (by design: not loss, not in ``otlp_dropped``)."""
+    otlp_budget_dropped: int = 0
+    """Spans the span budget (``TRACEML_OTLP_SPANS``) left out (by design: not loss, not in the dropped)."""
+    otlp_sample_probability: float | None = None
+    """The lowest consistent-sample probability the span budget used (``None``: the budget was off)."""
     otlp_dropped: int = 0
     otlp_drop_reasons: dict[str, int] = field(default_factory=dict)
     otlp_last_error: str | None = None
@@ -124,6 +129,11 @@ def _count_map(raw: object) -> dict[str, int]:
     return {k: v for k, v in counts.items() if v is not None and v >= 0}
 
 
+def _probability(raw: object) -> float | None:
+    value = as_float(raw)
+    return value if value is not None and 0 < value <= 1 else None
+
+
 def _flag(raw: object) -> bool | None:
     return raw if isinstance(raw, bool) else None
 
@@ -151,6 +161,8 @@ def decode_export_stats(data: dict[str, object]) -> ExportStats:
         otlp_endpoint=as_str(data.get("otlp_endpoint"), 2000),
         otlp_exported=_count(data, "otlp_exported"),
         otlp_sampled_out=_count(data, "otlp_sampled_out"),
+        otlp_budget_dropped=_count(data, "otlp_budget_dropped"),
+        otlp_sample_probability=_probability(data.get("otlp_sample_probability")),
         otlp_dropped=_count(data, "otlp_dropped"),
         otlp_drop_reasons=_count_map(data.get("otlp_drop_reasons")),
         otlp_last_error=as_str(data.get("otlp_last_error"), 2000),

@@ -67,6 +67,12 @@ class Hello:
     """Attributes of a ``TracerProvider`` the program set up itself; merged over ours."""
     job: str = ""
     """The job identity across restarts (``traceml_job``); empty: the run id."""
+    otlp_spans: str = "auto"
+    """``TRACEML_OTLP_SPANS`` (the span budget's mode)."""
+    otlp_sample_rate: float | None = None
+    """``TRACEML_OTLP_SAMPLE_RATE``."""
+    otlp_span_budget: float = 5_000.0
+    """``TRACEML_OTLP_SPAN_BUDGET`` (spans per second for the whole job; 0: none)."""
 
 
 class WireVersionError(WireError):
@@ -88,7 +94,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "metrics_endpoint": _TEXT, "metrics_protocol": _TEXT, "sampler": _TEXT, "sampler_arg": _TEXT,
     "prometheus_port": _INT,
     "prometheus_addr": _TEXT, "prometheus_linger_s": _NUMBER, "cpus": _INT, "user_resource": (dict,),
-    "job": _TEXT,
+    "job": _TEXT, "otlp_spans": _TEXT, "otlp_sample_rate": _NUMBER, "otlp_span_budget": _NUMBER,
 }
 """What each field may hold on the wire (None as well, where the field's default is None)."""
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TextIO
 
 from traceml_otel.analyze.assembler import StepAssembler
-from traceml_otel.analyze.run_model import LoadedRun
+from traceml_otel.analyze.run_model import LoadedRun, StepTiming
 from traceml_otel.errors import TracemlError
 from traceml_otel.sanitize import strip_control
 
@@ -67,6 +68,18 @@ class ReadLog:
         print(f"traceml analyze: {what} ({now - self._started:.0f} s)", file=self.stream, flush=True)
 
 
+def sample_note(steps: Sequence[StepTiming]) -> str:
+    """What the report says after the source when the span budget sampled the steps read (else "")."""
+    weights = [s.weight for s in steps]
+    if all(w == 1.0 for w in weights):
+        return ""
+    sampled = sum(w != 1.0 for w in weights)
+    lowest = 1.0 / max(weights)
+    return (f" (a sample: {len(steps):,} steps read stand for about {sum(weights):,.0f}; {sampled:,} of them "
+            f"sampled at probability {lowest:.3g} or higher, the others kept as anomalous; means and shares "
+            "weighted by 1/probability)")
+
+
 class SpanSource(ABC):
     """Where a run's spans come from. :meth:`load` rebuilds its steps.
 
@@ -121,7 +134,7 @@ class SpanSource(ABC):
         return LoadedRun(
             run_id=run_id,
             steps=tuple(steps),
-            source=self.describe(),
+            source=self.describe() + sample_note(steps),
             service=self.service or ", ".join(assembler.services(run_id)),
             spans_read=assembler.spans,
             foreign_spans=assembler.foreign_spans,
