@@ -154,13 +154,13 @@ class RankTotals:
     communication_total: float | None = None
     communication_bytes: float | None = None
     communication_measured: bool = False
-    samples_steps: int | None = None
+    samples_steps: float | None = None
     """Steps that recorded a sample count (``None``: every step, as a counter's total implies)."""
-    tokens_steps: int | None = None
+    tokens_steps: float | None = None
     communication_calls: float | None = None
     between_steps: float | None = None
     """Sum of the time between steps over the ``between_steps_counted`` steps that recorded it."""
-    between_steps_counted: int = 0
+    between_steps_counted: float = 0
     skipped_updates: int = 0
 
     def means(self) -> RankMetrics:
@@ -188,7 +188,7 @@ class RankTotals:
             samples_per_step=_work_per_step(self.samples, self.samples_steps, n),
             tokens_per_step=_work_per_step(self.tokens, self.tokens_steps, n),
             work_steps=(n if self.samples_steps is None and self.samples is not None
-                        else self.samples_steps or 0),
+                        else round(self.samples_steps or 0)),  # weighted on a sampled source
             communication=mean(self.communication),
             communication_total=mean(self.communication_total),
             communication_bytes=mean(self.communication_bytes),
@@ -218,11 +218,17 @@ def rank_metrics(
     h2d_measured = False
     updates: int | None = None
     micro = skipped = 0
-    samples_sum, tokens_sum = 0, 0
-    samples_steps, tokens_steps = 0, 0
-    comm_sum, comm_total, comm_bytes, comm_calls = 0.0, 0.0, 0, 0
+    # counts and byte sums stay ints while unweighted (w = 1), floats on a sampled source
+    samples_sum: float = 0
+    tokens_sum: float = 0
+    samples_steps: float = 0
+    tokens_steps: float = 0
+    comm_sum, comm_total = 0.0, 0.0
+    comm_bytes: float = 0
+    comm_calls: float = 0
     comm_missing = total_missing = comm_seen = False
-    between_sum, between_n = 0.0, 0
+    between_sum = 0.0
+    between_n: float = 0
     scale = _weight_scale(steps)
     w: float = 1  # an int while unweighted: the counts and byte sums stay ints
     for s in steps:
@@ -332,7 +338,7 @@ def _weight_scale(steps: Sequence[StepTiming]) -> float | None:
     return len(steps) / total if total > 0 else None
 
 
-def _work_per_step(total: float | None, counted: int | None, steps: int) -> float | None:
+def _work_per_step(total: float | None, counted: float | None, steps: int) -> float | None:
     """Mean work over the steps that recorded it, when most steps did (a missing count is not zero).
 
     A pre-fetching loader (Accelerate's) or one step traced without a batch leaves a step without
