@@ -59,6 +59,11 @@ class Manifest:
     """``"rank 0"`` for a direct launch; ``None`` when ``traceml run`` (or a tool) wrote it."""
     exception_type: str | None = None
     """The uncaught exception that ended a direct launch, if any."""
+    first_failure_rank: int | None = None
+    """The rank that failed first as ``traceml run`` saw its children (launch/child_watch.py): a rank
+    killed by the OS, whose peers' errors are consequences. Written as soon as it is seen."""
+    first_failure: str | None = None
+    """How that rank ended, as its parent saw it: ``SIGKILL`` or ``exit code N``."""
     version: int = MANIFEST_VERSION
 
 
@@ -85,7 +90,8 @@ def encode_manifest(manifest: Manifest) -> str:
         "end_status": manifest.end_status,
     }
     optional = {"nnodes": manifest.nnodes, "node_rank": manifest.node_rank, "written_by": manifest.written_by,
-                "exception_type": manifest.exception_type}
+                "exception_type": manifest.exception_type, "first_failure_rank": manifest.first_failure_rank,
+                "first_failure": manifest.first_failure}
     data.update({key: value for key, value in optional.items() if value is not None})
     return json.dumps(data, indent=2) + "\n"
 
@@ -114,6 +120,8 @@ def decode_manifest(data: dict[str, object]) -> Manifest:
         node_rank=as_int(data.get("node_rank")),
         written_by=as_str(data.get("written_by")),
         exception_type=as_str(data.get("exception_type"), 200),
+        first_failure_rank=as_int(data.get("first_failure_rank")),
+        first_failure=as_str(data.get("first_failure"), 64),
         version=as_version(data.get("manifest_version")) or 1,
     )
 
