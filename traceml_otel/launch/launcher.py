@@ -26,6 +26,7 @@ from traceml_otel.capture.time_ledger import first_seen, own_start_time
 from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
 from traceml_otel.launch.child_watch import FirstFailure, first_failure_of, watch_torchrun_failures
+from traceml_otel.launch.exit_endpoint import serve_first_failure
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.live_view import announce, start_live_view
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
@@ -242,6 +243,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
             first.append(found)
             save_manifest(run_dir, replace(manifest, first_failure_rank=found.rank, first_failure=found.how))
 
+    rank_env = dict(os.environ)  # what the ranks were given (the first failure's endpoint reads it)
     try:
         if single:
             code = run_single_process(options.script, options.script_args, os.environ, run_id, options.module)
@@ -264,4 +266,6 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     if first:
         ended = replace(ended, first_failure_rank=first[0].rank, first_failure=first[0].how)
     save_manifest(run_dir, ended)
+    if first and not monitor.terminated:  # the ranks' endpoints are closed: say it on the first one's port
+        serve_first_failure(first[0], rank_env, options.node_rank * options.nproc_per_node)
     return code, run_dir
