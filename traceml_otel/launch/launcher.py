@@ -239,7 +239,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     first: list[FirstFailure] = []
 
     def failed(found: FirstFailure) -> None:  # in the agent, before it stops the other ranks
-        if not first:  # the first attempt's first failure (a restart's are its consequences' own)
+        if not first and not monitor.terminated:  # the first attempt's (a hang's end is no failure)
             first.append(found)
             save_manifest(run_dir, replace(manifest, first_failure_rank=found.rank, first_failure=found.how))
 
@@ -247,7 +247,7 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     try:
         if single:
             code = run_single_process(options.script, options.script_args, os.environ, run_id, options.module)
-            if code and code - 128 not in (signal.SIGTERM, signal.SIGINT):
+            if code and code - 128 not in (signal.SIGTERM, signal.SIGINT) and not monitor.terminated:
                 first.append(FirstFailure(0, end_status_of(code), code))
         else:
             code = run_torchrun(arguments, failed, options.node_rank * options.nproc_per_node)
