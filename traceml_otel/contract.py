@@ -177,6 +177,11 @@ EXIT_STATUSES = ("clean", "exception", "signal")
 """``clean`` (the script returned), ``exception`` (an uncaught exception: the reason is its type),
 ``signal`` (SIGTERM or SIGINT: the reason names it). A rank killed outright (SIGKILL) says nothing."""
 ATTR_EXIT_REASON = "traceml.exit.reason"
+METRIC_RUN_FIRST_FAILURE = "traceml.run.first_failure"
+"""Always 1, present after the rank's end once ``traceml run`` saw a rank fail first (a rank killed by
+the OS, whose peers' errors are consequences): ``traceml.first_failure.rank`` and ``.reason`` name it."""
+ATTR_FIRST_FAILURE_RANK = "traceml.first_failure.rank"
+ATTR_FIRST_FAILURE_REASON = "traceml.first_failure.reason"
 METRIC_WORLD_SIZE = "traceml.world_size"
 """Ranks in the job, as this rank was told (``WORLD_SIZE``): the stack compares the live ranks with it."""
 METRIC_RANK_INFO = "traceml.rank.info"

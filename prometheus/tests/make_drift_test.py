@@ -133,6 +133,7 @@ def main() -> None:
         "rule_files: [../recording.yml, ../alerts.yml]",
         "evaluation_interval: 1m",
         "group_eval_order: [traceml-recording, traceml-recording-dashboard, traceml-recording-goodput, "
+        "traceml-recording-histogram, traceml-recording-goodput-window, "
         "traceml-recording-memory, traceml-alerts, traceml-pipeline-health]",
         "",
         "tests:",

@@ -1,7 +1,8 @@
 """``traceml analyze --prometheus`` reads how a run ended, as the local copy does: a real Prometheus
-scrapes two real 2-rank jobs under ``traceml run`` (a hang in rank 1's step, ended by
-``--hang-action terminate``; rank 1 raising in its step) and both readers must give the same
-HANG / RUN_FAILED finding with the same rank. A mistyped run id lists the nearest ones."""
+scrapes three real 2-rank jobs under ``traceml run`` (a hang in rank 1's step, ended by
+``--hang-action terminate``; rank 1 raising in its step; rank 1 SIGKILLed, named by the launcher)
+and both readers must give the same HANG / RUN_FAILED finding with the same rank. A mistyped run id
+lists the nearest ones."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_SCRIPT = REPO / "tests" / "hang" / "scripts" / "hang_train.py"
+KILLED_SCRIPT = REPO / "tests" / "launch" / "scripts" / "killed_rank.py"
 pytestmark = requires_tool("prometheus")
 CRASH = """
 import os, time
@@ -59,7 +61,7 @@ def _launch(tmp: Path, name: str, port: int, args: list[str], extra: dict[str, s
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     tmp = tmp_path_factory.mktemp("prometheus-failures")
     (tmp / "crash.py").write_text(textwrap.dedent(CRASH))
-    ports = {"hung": free_port_pair(), "crashed": free_port_pair()}
+    ports = {"hung": free_port_pair(), "crashed": free_port_pair(), "killed": free_port_pair()}
     endpoints = [p + r for p in ports.values() for r in (0, 1)]
     with running_prometheus(tmp, [static_targets("traceml", [f"127.0.0.1:{p}" for p in endpoints])],
                             port=free_port(avoid=tuple(endpoints))) as server:
@@ -68,6 +70,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
                                                          "--", "sleep", "20"],
                             {"TRACEML_HANG_TIMEOUT_S": "3", "HANG_TEST_STEPS": "400"}),
             "crashed": _launch(tmp, "crashed", ports["crashed"], [str(tmp / "crash.py")], {}),
+            "killed": _launch(tmp, "killed", ports["killed"], [str(KILLED_SCRIPT), "1", "30", "100000"], {}),
         }
         local, run_ids = {}, {}
         for name, proc in launched.items():
@@ -112,6 +115,15 @@ def test_a_crashed_run_reads_as_run_failed_with_its_rank_on_both(runs: Runs, cap
     assert local is not None and metrics is not None, (runs.local["crashed"]["run_findings"], out)
     assert metrics["failed_rank"] == local["failed_rank"] == 1
     assert metrics["exception_type"] == local["exception_type"] == "ValueError"
+
+
+def test_a_killed_rank_reads_as_run_failed_naming_it_on_both(runs: Runs, capsys) -> None:
+    code, out = _analyze(runs.url, runs.run_ids["killed"], capsys)
+    assert code == 0, out
+    metrics, local = _finding(json.loads(out), "RUN_FAILED"), _finding(runs.local["killed"], "RUN_FAILED")
+    assert local is not None and metrics is not None, (runs.local["killed"]["run_findings"], out)
+    assert metrics["failed_rank"] == local["failed_rank"] == 1
+    assert metrics["exception_type"] == local["exception_type"] == "SIGKILL"
 
 
 def test_a_wrong_run_id_lists_the_nearest_ones(runs: Runs, capsys) -> None:

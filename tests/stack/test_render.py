@@ -244,6 +244,10 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     render = command.split("traceml stack render", 1)[1].split("kubectl", 1)[0].replace("\\\n", " ")
     argv = shlex.split(render)
     argv[argv.index("-o") + 1] = str(tmp_path)
+    job = tmp_path / "train-job.yaml"  # the README's training Job: 8 GPUs a pod
+    job.write_text("kind: Job\nspec:\n  template:\n    spec:\n      containers:\n        - name: trainer\n"
+                   "          resources: {limits: {nvidia.com/gpu: 8}}\n")
+    argv[argv.index("--pod-spec") + 1] = str(job)
     assert main(["stack", "render", *argv]) == 0
     monitor = yaml.safe_load((tmp_path / "kubernetes" / "podmonitor.yaml").read_text())
     own = monitor["metadata"]["namespace"]
@@ -254,7 +258,7 @@ def test_readme_kubernetes_example_scrapes_the_training_namespace(tmp_path: Path
     assert not _selects(monitor, own, "ml-training", {}, ["traceml-0"])
     rule = yaml.safe_load((tmp_path / "kubernetes" / "prometheusrule.yaml").read_text())
     assert rule["metadata"]["namespace"] == "monitoring"
-    # every local rank's port is scraped (8 GPUs a pod), not only traceml-0
+    # every local rank's port is scraped (8 GPUs a pod, read from --pod-spec), not only traceml-0
     ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
     assert ports == [f"traceml-{i}" for i in range(8)]
     # without a namespaceSelector the operator looked only in its own namespace: the old bug

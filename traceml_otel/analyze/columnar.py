@@ -30,7 +30,7 @@ from traceml_otel.analyze.communication_split import split_communication, with_s
 from traceml_otel.analyze.diagnose import _accumulation
 from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
 from traceml_otel.analyze.events import stall_findings
-from traceml_otel.analyze.evidence import missing_ranks, run_findings, step_failures
+from traceml_otel.analyze.evidence import launcher_first_failure, missing_ranks, run_findings, step_failures
 from traceml_otel.analyze.findings import (
     RankCount,
     RankMemory,
@@ -124,7 +124,7 @@ def analyze_tables(
         run_findings=run_findings(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
-            steps=(*failed, *_usual_collectives(con)),
+            steps=(*failed, *_usual_collectives(con)), first_failure=launcher_first_failure(manifest),
         ) + stall_findings(stalls),
         throughput=throughput(metrics),
         hosts=hosts,

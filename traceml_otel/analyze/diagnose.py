@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
 from traceml_otel.analyze.events import median_series, stall_findings, with_recurrence, with_segment
-from traceml_otel.analyze.evidence import missing_ranks, rank_counts, run_findings, step_failures
+from traceml_otel.analyze.evidence import (
+    launcher_first_failure,
+    missing_ranks,
+    rank_counts,
+    run_findings,
+    step_failures,
+)
 from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo, StepDiagnosis
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
@@ -118,7 +124,7 @@ def analyze_run(
         run_findings=run_findings(
             world_size=info.world_size, counts=info.rank_steps, failures=info.failures,
             failed_steps=info.failed_steps, exit_code=info.exit_code, export_stats=export_stats,
-            steps=loaded.steps,
+            steps=loaded.steps, first_failure=launcher_first_failure(manifest),
         ) + stall_findings(stalls),
         throughput=throughput(ranks),
         hosts=loaded.hosts,

@@ -119,9 +119,11 @@ def run_findings(
     exit_code: int | None,
     export_stats: Sequence[ExportStats] = (),
     steps: Sequence[StepTiming] = (),
+    first_failure: tuple[int, str] | None = None,
 ) -> tuple[Finding, ...]:
     """The findings about the data itself, most serious first (``steps``: every step, failed ones
-    included, to spot a failed step with an extra collective)."""
+    included, to spot a failed step with an extra collective; ``first_failure``: the rank that failed
+    first and how, as ``traceml run`` saw its children in the manifest)."""
     findings: list[Finding] = []
     observed = [c.rank for c in counts]
     absent = missing_ranks(world_size, observed)
@@ -158,6 +160,8 @@ def run_findings(
             evidence=tuple(Evidence(f"rank_{c.rank}_steps", c.steps) for c in short),
         ))
     outside = raised_outside_steps(export_stats, failures) or crashed_ranks(export_stats, failures, exit_code)
+    if first_failure is not None and first_failure[1].startswith("SIG"):  # killed: its peers' errors follow
+        outside = ((first_failure[0], first_failure[1]), *(o for o in outside if o[0] != first_failure[0]))
     if failures or outside or (exit_code not in (None, 0)):
         interrupt = None if outside else _interrupt(failures, exit_code)
         findings.append(_interrupted(interrupt, failures, exit_code, counts) if interrupt
@@ -168,6 +172,12 @@ def run_findings(
         findings.append(degraded)
     findings.sort(key=lambda f: -SEVERITY_ORDER[f.severity])  # stable: the order above within a severity
     return tuple(findings)
+
+
+def launcher_first_failure(manifest: object) -> tuple[int, str] | None:
+    """(rank, how) of the first failure ``traceml run`` recorded in the manifest, else ``None``."""
+    rank = getattr(manifest, "first_failure_rank", None)
+    return None if rank is None else (rank, getattr(manifest, "first_failure", None) or "")
 
 
 def raised_outside_steps(
@@ -327,7 +337,15 @@ def _failed(
 def _crashed(
     rank: int, signal_name: str, last: int | None, after: str, extra: StepFailure | None
 ) -> tuple[str, str, list[Evidence]]:
-    """Title, why and evidence of a run in which ``rank`` crashed on a signal (see crashed_ranks)."""
+    """Title, why and evidence of a run in which ``rank`` crashed on a signal (see crashed_ranks), or
+    was killed (SIGKILL, as the launcher saw it)."""
+    if signal_name == "SIGKILL":
+        why = (f"Rank {rank} was killed (SIGKILL, as traceml run saw its children: the OOM killer, or a kill "
+               f"from outside); the last of its steps to reach telemetry was {last}. It failed first: the "
+               f"other ranks' errors are its consequences{after}. Check dmesg or the scheduler's events for "
+               "an OOM kill.")
+        return (f"The run failed: rank {rank} was killed (SIGKILL)", why,
+                [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", signal_name)])
     abort = (f"rank {rank} crashed ({signal_name}: it ended without shutting down; the last of its steps to "
              f"reach telemetry was {last}. A native abort: gloo, for one, aborts a rank this way on a "
              "collective mismatch, 'Received data size doesn't match expected size', and the rank's stderr "

@@ -26,7 +26,7 @@ def end_findings(ends: RunEnds) -> tuple[Finding, ...]:
     failed = [e for e in ends.exits if e.status not in ("clean", "interrupted")
               and e.reason not in INTERRUPT_REASONS]
     stopped = [e for e in ends.exits if e not in failed and e.status != "clean"]
-    if failed or ends.vanished:
+    if failed or ends.vanished or ends.first_failure is not None:
         findings.append(_failed(ends, failed, hung=bool(ends.stalls)))
     elif stopped:
         findings.append(_interrupted(stopped))
@@ -71,7 +71,21 @@ def _hang(ends: RunEnds) -> Finding:
 
 def _failed(ends: RunEnds, failed: list[RankExit], hung: bool) -> Finding:
     evidence: list[Evidence] = []
-    if ends.vanished:
+    first_seen = ends.first_failure
+    if first_seen is not None and first_seen[0] not in {e.rank for e in failed}:  # the launcher's view
+        rank, how = first_seen
+        others = [e.rank for e in failed]
+        reasons = ", ".join(sorted({e.reason or e.status for e in failed}))
+        then = f"; {_ranks(others)} then ended with {reasons} (its consequence)" if others else ""
+        killed = how.startswith("SIG")
+        title = (f"The run failed: rank {rank} was killed ({how})" if killed
+                 else f"The run failed: rank {rank} ended with {how}")
+        why = (f"traceml run saw rank {rank} fail first ({how}: "
+               + ("killed by the OS or from outside, so the rank said nothing itself" if killed
+                  else "an exit status the rank could not report itself, e.g. a top-level raise SystemExit")
+               + f"){then}.")
+        evidence += [Evidence("failed_rank", rank, "rank"), Evidence("exception_type", how)]
+    elif ends.vanished:
         rank = ends.vanished[0]
         then = ""
         if failed:

@@ -20,6 +20,7 @@ from traceml_otel.stack.config import (
     parse_pairs,
     parse_selector,
 )
+from traceml_otel.stack.pod_spec import pod_gpus
 from traceml_otel.stack.render import render_all, write_files
 
 
@@ -53,8 +54,12 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
                         help="label on the PrometheusRule and PodMonitor (e.g. release=my-prometheus)")
     render.add_argument("--pod-label", action="append", metavar="KEY=VALUE",
                         help="the PodMonitor selects pods with these labels (default traceml.io/scrape=true)")
-    render.add_argument("--ranks-per-pod", type=int, default=1,
-                        help="scrape ports per pod, named traceml-0 ... (one per local rank)")
+    render.add_argument("--ranks-per-pod", type=int, default=None,
+                        help="scrape ports per pod, named traceml-0 ... (one per local rank); default: "
+                             "the GPUs a container of --pod-spec asks for, else 1")
+    render.add_argument("--pod-spec", type=Path, metavar="FILE",
+                        help="the training workload's Kubernetes manifest (Job, JobSet, PyTorchJob, Pod; "
+                             "YAML or JSON): its nvidia.com/gpu request sets --ranks-per-pod")
     render.add_argument("--scrape-interval", default="15s",
                         help="PodMonitor scrape interval (at most --linger minus 5 s)")
     render.add_argument("--linger", type=float, default=DEFAULT_LINGER_S, metavar="SECONDS",
@@ -78,9 +83,26 @@ def config_from_args(args: argparse.Namespace) -> StackConfig:
         selector=parse_selector(args.selector), collector_selector=parse_selector(args.collector_selector),
         runbook_url=args.runbook_url, dashboard_url=args.dashboard_url, windows=windows,
         namespace=args.namespace, manifest_labels=parse_pairs(args.label, "--label"), pod_labels=pod_labels,
-        ranks_per_pod=args.ranks_per_pod, scrape_interval=args.scrape_interval,
+        ranks_per_pod=ranks_per_pod(args)[0], scrape_interval=args.scrape_interval,
         pod_namespaces=tuple(args.pod_namespace or ()), linger_s=args.linger, target_jobs=args.target_jobs,
     )
+
+
+def ranks_per_pod(args: argparse.Namespace) -> tuple[int, str]:
+    """The scrape ports per pod and why: ``--ranks-per-pod``, else the GPUs ``--pod-spec`` asks for,
+    else 1 (raises StackConfigError on an unreadable spec)."""
+    gpus = pod_gpus(args.pod_spec) if getattr(args, "pod_spec", None) else None
+    given = getattr(args, "ranks_per_pod", None)
+    if given is not None:
+        if gpus is not None and given < gpus.count:
+            return given, (f"--ranks-per-pod {given}, but {args.pod_spec} asks for {gpus.count} GPUs "
+                           f"({gpus.where}): the ranks past {given} are never scraped")
+        return given, ""
+    if gpus is not None:
+        return gpus.count, f"{gpus.count} ranks per pod: the GPUs {args.pod_spec} asks for ({gpus.where})"
+    if getattr(args, "pod_spec", None):
+        return 1, f"{args.pod_spec} asks for no GPU: 1 rank per pod (pass --ranks-per-pod otherwise)"
+    return 1, ""
 
 
 def run_stack(args: argparse.Namespace) -> int:
@@ -93,6 +115,9 @@ def run_stack(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     for path in write_files(files, args.output):
         print(path)
+    note = ranks_per_pod(args)[1]
+    if note:
+        print(f"traceml stack render: note: {note}", file=sys.stderr)
     for flag, value, default in (("--runbook-url", config.runbook_url, DEFAULT_RUNBOOK_URL),
                                  ("--dashboard-url", config.dashboard_url, DEFAULT_DASHBOARD_URL)):
         if value == default:

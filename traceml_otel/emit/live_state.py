@@ -81,6 +81,8 @@ class LiveState:
         self.gpu_uuid: str = ""
         self.stalled: Callable[[], tuple[float, str]] = lambda: (0.0, "none")
         """Seconds without progress and the phase, from the rank's hang record (emit/hang_events.py)."""
+        self.first_failure: Callable[[], tuple[int, str] | None] = lambda: None
+        """The launcher's first failure (rank, how), read after the end (emit/first_failure.py)."""
         self.time = TimeInstruments(LiveTimeAccount())
         """The time counters and MFU inputs (emit/time_metrics.py)."""
 

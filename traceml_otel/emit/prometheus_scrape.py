@@ -296,6 +296,13 @@ class PrometheusStepMetrics:
                                     labels=[*keys, EXIT_STATUS_LABEL, EXIT_REASON_LABEL])
             end.add_metric([*values, *state.exit], 1)
             families.append(end)
+        first = state.first_failure()
+        if first is not None:
+            failure = GaugeMetricFamily(
+                "traceml_run_first_failure", "Always 1 after the end once the launcher saw a rank fail first",
+                labels=[*keys, "traceml_first_failure_rank", "traceml_first_failure_reason"])
+            failure.add_metric([*values, str(first[0]), first[1]], 1)
+            families.append(failure)
         info_labels = state.info_labels()
         info = GaugeMetricFamily("traceml_rank_info", "Always 1; labels describe the rank",
                                  labels=[*keys, *info_labels])

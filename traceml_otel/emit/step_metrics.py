@@ -31,6 +31,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.first_failure import FirstFailureWatch
 from traceml_otel.emit.histogram_accumulator import HistogramGroup
 from traceml_otel.emit.live_state import (
     NS,
@@ -206,6 +207,10 @@ class StepMetrics:
             description="Always 1 once the rank ended; labels say how (clean, exception, signal)",
         )
         meter.create_observable_gauge(
+            c.METRIC_RUN_FIRST_FAILURE, [self._observe_first_failure],
+            description="Always 1 after the end once the launcher saw a rank fail first; labels name it",
+        )
+        meter.create_observable_gauge(
             c.METRIC_RANK_INFO, [self._observe_info], description="Always 1; labels describe the rank",
         )
         meter.create_observable_gauge(
@@ -325,6 +330,8 @@ class StepMetrics:
         """Read this rank's ``rank-R.time.json`` in ``run_dir`` for the time counters and MFU, and its
         stalls from ``hang`` (the hang watch's state)."""
         self.state.time.account.path = Path(run_dir) / c.time_file_name(rank)
+        watch = FirstFailureWatch(Path(run_dir))
+        self.state.first_failure = lambda: watch() if self.state.ended else None
         self.state.time.account.hang = hang
 
     def set_device(self, index: int, uuid: str | None) -> None:
@@ -411,6 +418,13 @@ class StepMetrics:
             return []
         status, reason = self.state.exit
         return [Observation(1, {**self._attributes, c.ATTR_EXIT_STATUS: status, c.ATTR_EXIT_REASON: reason})]
+
+    def _observe_first_failure(self, options: CallbackOptions) -> Iterable[Observation]:
+        found = self.state.first_failure()
+        if found is None:
+            return []
+        return [Observation(1, {**self._attributes, c.ATTR_FIRST_FAILURE_RANK: str(found[0]),
+                                c.ATTR_FIRST_FAILURE_REASON: found[1]})]
 
     def _observe_info(self, options: CallbackOptions) -> Iterable[Observation]:
         info = {

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from traceml_otel.capture.clock_anchor import wall_anchor_ns
 from traceml_otel.capture.time_ledger import first_seen, own_start_time
 from traceml_otel.errors import SettingsError
 from traceml_otel.launch.bootstrap import auto_attach_env
+from traceml_otel.launch.child_watch import FirstFailure, first_failure_of, watch_torchrun_failures
+from traceml_otel.launch.exit_endpoint import serve_first_failure
 from traceml_otel.launch.hang_monitor import EXIT_HANG, HangMonitor
 from traceml_otel.launch.live_view import announce, start_live_view
 from traceml_otel.launch.loopback import LOOPBACK, loopback_tcp_stores
@@ -121,21 +124,28 @@ def torchrun_arguments(options: LaunchOptions) -> list[str]:
     return [*arguments, *(["--module"] if options.module else []), options.script, *options.script_args]
 
 
-def run_torchrun(arguments: list[str]) -> int:
+def run_torchrun(arguments: list[str], on_failure: Callable[[FirstFailure], None] | None = None,
+                 rank_offset: int = 0) -> int:
     """Run ``torch.distributed.run`` in this process; the exit code of the first failing rank.
 
     The elastic agent forwards SIGTERM/SIGINT to every rank (whose telemetry flushes) and
-    raises here; a rank killed by a signal gives 128 + the signal number.
+    raises here; a rank killed by a signal gives 128 + the signal number. ``on_failure`` hears the
+    first failure the agent found, before it stops the other ranks (launch/child_watch.py).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     loopback = loopback_tcp_stores() if "--standalone" in arguments else contextlib.nullcontext()
+    watch = (watch_torchrun_failures(on_failure, rank_offset) if on_failure is not None
+             else contextlib.nullcontext())
     try:
-        with loopback:
+        with loopback, watch:
             run(parse_args(arguments))
     except ChildFailedError as error:
+        first = first_failure_of(error.failures)
+        if first is not None:
+            return first.exit_code
         _, failure = error.get_first_failure()
         return exit_code_of(failure.exitcode)
     except SignalException as error:
@@ -226,11 +236,21 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
     announce()
     view = start_live_view(run_dir, run_id, options.live, options.live_interval_s)
     monitor.start()
+    first: list[FirstFailure] = []
+
+    def failed(found: FirstFailure) -> None:  # in the agent, before it stops the other ranks
+        if not first and not monitor.terminated:  # the first attempt's (a hang's end is no failure)
+            first.append(found)
+            save_manifest(run_dir, replace(manifest, first_failure_rank=found.rank, first_failure=found.how))
+
+    rank_env = dict(os.environ)  # what the ranks were given (the first failure's endpoint reads it)
     try:
         if single:
             code = run_single_process(options.script, options.script_args, os.environ, run_id, options.module)
+            if code and code - 128 not in (signal.SIGTERM, signal.SIGINT) and not monitor.terminated:
+                first.append(FirstFailure(0, end_status_of(code), code))
         else:
-            code = run_torchrun(arguments)
+            code = run_torchrun(arguments, failed, options.node_rank * options.nproc_per_node)
         if monitor.terminated:
             code = EXIT_HANG
     finally:
@@ -243,5 +263,9 @@ def launch(options: LaunchOptions) -> tuple[int, Path]:
                 os.environ[name] = value
     status = "hung: ended by --hang-action terminate" if monitor.terminated else end_status_of(code)
     ended = replace(manifest, end_time=anchor + time.perf_counter(), exit_code=code, end_status=status)
+    if first:
+        ended = replace(ended, first_failure_rank=first[0].rank, first_failure=first[0].how)
     save_manifest(run_dir, ended)
+    if first and not monitor.terminated:  # the ranks' endpoints are closed: say it on the first one's port
+        serve_first_failure(first[0], rank_env, options.node_rank * options.nproc_per_node)
     return code, run_dir

@@ -62,6 +62,11 @@ class Manifest:
     diagnosis_s: float | None = None
     """Seconds ``traceml run`` spent on its end-of-run diagnosis after the job's end (telemetry's own
     time: the job still held its machines)."""
+    first_failure_rank: int | None = None
+    """The rank that failed first as ``traceml run`` saw its children (launch/child_watch.py): a rank
+    killed by the OS, whose peers' errors are consequences. Written as soon as it is seen."""
+    first_failure: str | None = None
+    """How that rank ended, as its parent saw it: ``SIGKILL`` or ``exit code N``."""
     version: int = MANIFEST_VERSION
 
 
@@ -88,7 +93,8 @@ def encode_manifest(manifest: Manifest) -> str:
         "end_status": manifest.end_status,
     }
     optional = {"nnodes": manifest.nnodes, "node_rank": manifest.node_rank, "written_by": manifest.written_by,
-                "exception_type": manifest.exception_type, "diagnosis_s": manifest.diagnosis_s}
+                "exception_type": manifest.exception_type, "diagnosis_s": manifest.diagnosis_s,
+                "first_failure_rank": manifest.first_failure_rank, "first_failure": manifest.first_failure}
     data.update({key: value for key, value in optional.items() if value is not None})
     return json.dumps(data, indent=2) + "\n"
 
@@ -123,6 +129,8 @@ def decode_manifest(data: dict[str, object]) -> Manifest:
         written_by=as_str(data.get("written_by")),
         exception_type=as_str(data.get("exception_type"), 200),
         diagnosis_s=_seconds(data.get("diagnosis_s")),
+        first_failure_rank=as_int(data.get("first_failure_rank")),
+        first_failure=as_str(data.get("first_failure"), 64),
         version=as_version(data.get("manifest_version")) or 1,
     )
 

@@ -1,8 +1,9 @@
 """How a run ended, from a Prometheus-compatible engine: exit status per rank (``traceml_run_exit``),
 the hang watchdog's report (``traceml_progress_stalled_seconds``), ranks that vanished without an end
-(``traceml_run_ended`` still 0 at their last sample) and the world size (``traceml_world_size``).
+(``traceml_run_ended`` still 0 at their last sample), the world size (``traceml_world_size``) and the
+rank ``traceml run`` saw fail first (``traceml_run_first_failure``).
 
-:func:`read_ends` asks four instant queries, one answer per rank; :func:`nearest_run_ids` lists the run
+:func:`read_ends` asks five instant queries, one answer per rank; :func:`nearest_run_ids` lists the run
 ids the engine knows that are closest to a mistyped one (bounded).
 """
 
@@ -57,6 +58,8 @@ class RunEnds:
     vanished: tuple[int, ...] = ()
     """Ranks whose last sample still said running (``traceml_run_ended 0``) and that sent no exit."""
     world_size: int | None = None
+    first_failure: tuple[int, str] | None = None
+    """(rank, how) of the rank ``traceml run`` saw fail first (``traceml_run_first_failure``)."""
 
 
 def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> RunEnds:
@@ -84,8 +87,17 @@ def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> 
     exited = {e.rank for e in exits}
     vanished = tuple(sorted(r for r, v in ended.items() if v == 0 and r not in exited))
     world = reader._scalar(f"max(last_over_time({sel('traceml_world_size')}[{span}]))", at)
+    firsts = []
+    for item in reader._instant(
+        "max by (traceml_first_failure_rank, traceml_first_failure_reason) "
+        f"(last_over_time({sel('traceml_run_first_failure')}[{span}]))", at,
+    ):
+        rank = _rank(item["metric"].get("traceml_first_failure_rank"))
+        if rank is not None:
+            firsts.append((rank, _text(item["metric"].get("traceml_first_failure_reason"))))
     return RunEnds(tuple(sorted(exits, key=lambda e: e.rank)), tuple(sorted(stalls, key=lambda s: s.rank)),
-                   vanished, int(world) if world and 0 < world < 10_000_000 else None)
+                   vanished, int(world) if world and 0 < world < 10_000_000 else None,
+                   min(firsts) if firsts else None)
 
 
 def nearest_run_ids(reader: PrometheusReader, start: float, end: float) -> tuple[str, ...]:
