@@ -140,6 +140,21 @@ def test_a_busier_machine_never_makes_a_regression_but_an_improvement_still_coun
     assert interval is not None and interval.verdict == "inconclusive", interval
 
 
+def test_interleaved_runs_whose_loads_differ_only_by_chance_get_no_load_bound() -> None:
+    """Five runs per side on the same machine in turn: their loads differ by chance, and the pooled
+    spread between runs holds that; a hog beside every B run is a systematic difference, bounded."""
+    a = [RunMean(1.0 + d, 0.005, 40.0, 0.0, 0.02, load) for d, load in
+         zip((0.01, -0.01, 0.0, 0.02, -0.02), (0.10, 0.30, 0.15, 0.25, 0.20), strict=True)]
+    b = [RunMean(1.18 + d, 0.005, 40.0, 0.0, 0.02, load) for d, load in
+         zip((0.01, -0.01, 0.0, 0.02, -0.02), (0.20, 0.35, 0.10, 0.30, 0.25), strict=True)]
+    interval = change_interval("step_time", a, b)
+    assert interval is not None and interval.verdict == "regression", interval
+    assert "busier machine" not in interval.method
+    hogged = [RunMean(r.mean, r.se, r.df, r.wait, r.spread, 0.6) for r in b]
+    interval = change_interval("step_time", a, hogged)
+    assert interval is not None and "busier machine" in interval.method and interval.verdict == "inconclusive"
+
+
 @pytest.mark.parametrize(("low", "high", "verdict"), [
     (0.031, 0.2, "regression"), (-0.2, -0.03, "improvement"), (-0.029, 0.029, "equivalent"),
     (-0.01, 0.05, "inconclusive"), (-0.05, -0.01, "inconclusive"), (0.03, 0.04, "regression"),

@@ -21,6 +21,9 @@ of run means, ``B / A - 1``, judged on the log scale:
   share of the machine's CPUs other work kept busy, plus :data:`WAIT_SLOPE` times the growth in the
   share of time B waited for a CPU (and the high end up when A was the busier): a change the load can
   explain is never called a regression, while an improvement on a busier machine still counts.
+  With several runs per side the bound applies only when the sides' loads differ by more than twice
+  the standard error their runs' own spread gives (interleaved runs share the machine's moods, and
+  the pooled spread between runs already holds them).
 
 The verdict of an interval against the threshold ``tau`` (3 %, TraceML's): ``regression`` when it lies
 wholly at or above ``+tau``, ``improvement`` when wholly at or below ``-tau``, ``equivalent`` when it
@@ -169,18 +172,29 @@ def contention_bound(a: Sequence[RunMean], b: Sequence[RunMean]) -> tuple[float,
     :data:`LOAD_SLOPE`, plus the growth in CPU-wait share times :data:`WAIT_SLOPE`; zero for the side that
     ran on the quieter machine, and for what either side did not record."""
 
-    def side(runs: Sequence[RunMean], name: str) -> float | None:
+    def side(runs: Sequence[RunMean], name: str) -> list[float] | None:
         values = [getattr(r, name) for r in runs]
-        return None if any(v is None for v in values) else sum(values) / len(values)
+        return None if any(v is None for v in values) else values
 
     slower_b = slower_a = 0.0
     for name, slope in (("load", LOAD_SLOPE), ("wait", WAIT_SLOPE)):
         before, after = side(a, name), side(b, name)
         if before is None or after is None:
             continue
-        slower_b += slope * max(0.0, after - before)
-        slower_a += slope * max(0.0, before - after)
+        growth = sum(after) / len(after) - sum(before) / len(before)
+        if len(before) + len(after) >= 3 and abs(growth) <= 2 * _spread_of_difference(before, after):
+            continue  # several runs, loads as alike as between runs of a side: the pooled spread holds it
+        slower_b += slope * max(0.0, growth)
+        slower_a += slope * max(0.0, -growth)
     return slower_b, slower_a
+
+
+def _spread_of_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """Standard error of the difference of two sides' means, from their pooled spread."""
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    squares = sum((x - mean_a) ** 2 for x in a) + sum((x - mean_b) ** 2 for x in b)
+    dof = len(a) + len(b) - 2
+    return math.sqrt(squares / dof * (1 / len(a) + 1 / len(b))) if dof > 0 else 0.0
 
 
 def _welch_df(runs: Sequence[RunMean], within: Sequence[float], _: int, extra: float = 0.0) -> float:
