@@ -20,6 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
@@ -120,6 +121,7 @@ class Emitter:
             self.metrics.watch_time_record(run_dir, rank.rank,
                                            self.hang_watch.state if self.hang_watch is not None else None)
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
+        self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
         self.write_stats()
 
     @property
@@ -222,6 +224,8 @@ class Emitter:
     def handle_steps(self, rows: list[Any]) -> None:
         """Write one batch of steps to the local copy and the step table; export waits its turn."""
         self.stats.steps_received += len(rows)
+        if self.capture_triggers is not None:  # deep captures' triggers (docs/captures.md)
+            self.capture_triggers.observe(rows)
         if self._local_outputs_only:
             if self.metrics is None:
                 self.stats.metrics_skipped_steps += len(rows)
@@ -462,3 +466,4 @@ def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:
     if hello.prometheus_port is None:
         return None
     return PrometheusEndpoint(hello.prometheus_port + hello.local_rank, hello.prometheus_addr or "127.0.0.1")
+

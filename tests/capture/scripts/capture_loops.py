@@ -1,0 +1,68 @@
+"""Training loops for the deep-capture tests: one planted problem each (``--mode``).
+
+- ``svd``: every ``--every``-th step runs a large ``torch.linalg.svd`` nothing else uses.
+- ``item``: every step computes a metric in plain tensor code and reads it with ``.item()`` (residual).
+- ``spike``: every ``--every``-th step sleeps in extra matrix products (a spike).
+- ``user_profiler``: the ``svd`` loop run inside the user's own ``torch.profiler``.
+- ``slow``: plain steps (for ``traceml capture`` on demand); ``--sleep`` seconds between steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import traceml_otel as traceml
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="svd")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--every", type=int, default=40)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    args = parser.parse_args()
+    traceml.init()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 8, (32,))
+    big = torch.randn(384, 384)
+    if args.mode == "user_profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]):
+            loop(args, model, optimizer, x, y, big)
+    else:
+        loop(args, model, optimizer, x, y, big)
+    traceml.shutdown()
+
+
+def loop(args, model, optimizer, x, y, big) -> None:  # noqa: ANN001
+    mode = "svd" if args.mode == "user_profiler" else args.mode
+    for step in range(args.steps):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            if mode == "svd" and step % args.every == args.every - 1:
+                torch.linalg.svd(big)
+            elif mode == "spike" and step % args.every == args.every - 1:
+                for _ in range(30):
+                    big @ big
+            elif mode == "item":
+                scores = (big[:64] @ big[:, :64]).softmax(-1)
+                for _ in range(8):
+                    scores = (scores @ scores.T).softmax(-1)
+                accuracy = (scores.argmax(1) == 0).float().mean().item()
+                assert accuracy >= 0
+        if args.sleep:
+            time.sleep(args.sleep)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Deep captures' automatic triggers, in the emitter process, from the steps it already reads.
+
+Each step's *busy* time is its wall time less its blocking collectives' (the time a rank waits for
+slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not be
+captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
+
+- **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
+  not enter that baseline) and 5 ms more. Recurring spikes with a steady gap are captured where the
+  next one is due (``at_step``, ``every``); otherwise, from the second spike, the next steps are.
+- **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
+  the 200 before them. In a distributed run whose collectives this rank times, its reason is
+  **straggler**: its own work grew, not its waits.
+- **residual**: the residual's share (time in no phase, fetch or collective: host syncs, metrics,
+  logging) of the last 32 steps' busy time >= 30 %, once it first gets there or jumps by 15 points.
+
+A firing trigger writes ``rank-R.capture-request.json``; the trainer's poller applies the limits. The
+emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from traceml_otel.settings import CaptureSettings
+from traceml_otel.wire.capture_record import CaptureRequest, request_file_name, write_request
+
+WARMUP_STEPS = 10
+BASELINE_STEPS = 100
+RECENT_STEPS = 16
+DRIFT_BASELINE_STEPS = 200
+RESIDUAL_STEPS = 32
+RESIDUAL_SHARE = 0.30
+RESIDUAL_JUMP = 0.15
+SPIKE_FLOOR_S = 0.005
+LEVEL_SHIFT = 8
+"""This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
+
+
+def _span(row: Sequence[Any], start: int, end: int) -> tuple[int, int] | None:
+    a, b = row[start], row[end]
+    return (a, b) if isinstance(a, int) and isinstance(b, int) and b > a else None
+
+
+def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
+    """(busy seconds, residual seconds, timed collectives?) of one step row (``StepRow``'s layout)."""
+    start, end = row[1], row[2]
+    duration = max(0, end - start)
+    waits = 0
+    covered: list[tuple[int, int]] = []
+    collectives = row[15] if len(row) > 15 and isinstance(row[15], list) else []
+    for call in collectives:
+        interval = _span(call, 2, 3) if len(call) > 5 else None
+        if interval is not None:
+            covered.append(interval)
+            if call[5]:
+                waits += interval[1] - interval[0]
+    for phase in row[14] if isinstance(row[14], list) else ():
+        interval = _span(phase, 2, 3) if len(phase) > 3 else None
+        if interval is not None:
+            covered.append(interval)
+    inside = 0
+    last = start
+    for a, b in sorted(covered):
+        a, b = max(a, last), min(b, end)
+        if b > a:
+            inside += b - a
+            last = b
+    fetch = row[21] if len(row) > 21 and isinstance(row[21], int) else 0
+    busy = max(0, duration - waits)
+    residual = max(0, duration - inside - fetch)
+    return busy / 1e9, residual / 1e9, bool(collectives)
+
+
+class CaptureTriggers:
+    """One rank's triggers; :meth:`observe` takes each batch of rows the emitter reads."""
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int, settings: CaptureSettings,
+                 warn: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.world_size = world_size
+        self.settings = settings
+        self.warn = warn
+        self.clock = clock
+        self.baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
+        self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
+        self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
+        self.spikes: list[int] = []
+        self._spikes_in_row = 0
+        self._residual_high = False
+        self._last_share: float | None = None
+        self._collectives = False
+        self.requested = 0
+        self._last_request: float | None = None
+        self.fired: list[CaptureRequest] = []
+
+    def observe(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Update the windows with a batch of steps; write a request when a trigger fires (rate-limited)."""
+        for row in rows:
+            try:
+                self._step(row)
+            except (TypeError, IndexError, ValueError):
+                continue
+
+    def _step(self, row: Sequence[Any]) -> None:
+        if row[13] is not None:  # a step that raised is no sample
+            return
+        step = row[0]
+        busy, residual, collectives = busy_and_residual(row)
+        self._collectives = self._collectives or collectives
+        if step < WARMUP_STEPS:
+            return
+        if self._spike(step, busy):
+            return
+        if len(self.recent) == RECENT_STEPS:
+            self.older.append(self.recent[0])
+        self.recent.append(busy)
+        if busy > 0:
+            self.shares.append(residual / busy)
+        self._drift(step)
+        self._residual(step)
+
+    def _spike(self, step: int, busy: float) -> bool:
+        if len(self.baseline) < 20:
+            self.baseline.append(busy)
+            return False
+        p95 = statistics.quantiles(self.baseline, n=20)[-1]
+        if busy <= self.settings.spike_k * p95 or busy - p95 < SPIKE_FLOOR_S:
+            self._spikes_in_row = 0
+            self.baseline.append(busy)
+            return False
+        self._spikes_in_row += 1
+        if self._spikes_in_row >= LEVEL_SHIFT:
+            self.baseline.append(busy)
+        self.spikes = [*self.spikes[-7:], step]
+        detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
+                  f"{p95 * 1e3:.1f} ms")
+        gaps = [b - a for a, b in zip(self.spikes, self.spikes[1:], strict=False)]
+        if gaps and gaps[-1] > 1 and (len(gaps) == 1 or abs(gaps[-1] - gaps[-2]) <= 1):
+            every = gaps[-1]
+            self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
+                          step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
+        elif len(self.spikes) >= 2:
+            self._request("spike", detail, step, statistics.median(self.baseline))
+        return True
+
+    def _drift(self, step: int) -> None:
+        if len(self.recent) < RECENT_STEPS or len(self.older) < 2 * RECENT_STEPS:
+            return
+        now, before = statistics.median(self.recent), statistics.median(self.older)
+        if before <= 0 or now <= self.settings.drift_factor * before or now - before < SPIKE_FLOOR_S:
+            return
+        straggler = self.world_size > 1 and self._collectives
+        reason = "straggler" if straggler else "drift"
+        what = "this rank's own work" if straggler else "the rank's busy time"
+        if self._request(reason, f"step {step}: {what} rose to {now * 1e3:.1f} ms a step (median of "
+                                  f"{RECENT_STEPS}), {now / before:.1f} x the {before * 1e3:.1f} ms before",
+                         step, before):
+            self.older.clear()  # the new level is the next baseline
+
+    def _residual(self, step: int) -> None:
+        if len(self.shares) < RESIDUAL_STEPS:
+            return
+        share = statistics.median(self.shares)
+        previous, self._last_share = self._last_share, share
+        if share < RESIDUAL_SHARE:
+            self._residual_high = False
+            return
+        jumped = previous is not None and share - previous >= RESIDUAL_JUMP
+        if self._residual_high and not jumped:
+            return
+        if self._request("residual", f"step {step}: the residual (no phase, fetch or collective: host syncs, "
+                                     f"metrics, logging) is {share:.0%} of the busy time", step,
+                         statistics.median(self.recent) if self.recent else None):
+            self._residual_high = True
+
+    def _request(self, reason: str, detail: str, step: int, baseline_s: float | None,
+                 at_step: int | None = None, every: int | None = None) -> bool:
+        settings = self.settings
+        if not settings.auto or self.requested >= settings.max_per_rank:
+            return False
+        now = self.clock()
+        if self._last_request is not None and now - self._last_request < settings.interval_s:
+            return False
+        request = CaptureRequest(
+            id=f"{reason}-r{self.rank}-s{step}-{int(time.time() * 1000) % 10**9}", reason=reason,
+            detail=detail, at_step=at_step if at_step is not None else step + 1,
+            requested_unix=time.time(),
+            baseline_ms=None if baseline_s is None else round(baseline_s * 1e3, 3),
+            every=every)
+        try:
+            write_request(self.run_dir / request_file_name(self.rank), request)
+        except OSError as error:
+            self.warn(f"a capture request could not be written ({type(error).__name__}: {error})")
+            return False
+        self.requested += 1
+        self._last_request = now
+        self.fired.append(request)
+        return True
+
+
+def start_capture_triggers(
+    run_dir: Path | None, hello: Any, warn: Callable[[str], None]
+) -> CaptureTriggers | None:
+    """One rank's triggers (``hello``: the trainer's :class:`~traceml_otel.wire.hello.Hello`), or ``None``
+    when captures or their automatic triggers are off (``TRACEML_CAPTURE=0``, ``TRACEML_CAPTURE_AUTO=0``)."""
+    from traceml_otel.settings import capture_settings
+
+    try:
+        settings = capture_settings()
+    except Exception:
+        return None  # the trainer said why, once
+    if run_dir is None or not settings.enabled or not settings.auto:
+        return None
+    return CaptureTriggers(run_dir, hello.rank, hello.world_size, settings, warn)
