@@ -1,4 +1,4 @@
-"""Training loops for the deep-capture tests: one planted problem each (``--mode``).
+"""Training loops for the deep-capture tests: one planted problem each (``--loop``).
 
 - ``svd``: every ``--every``-th step runs a large ``torch.linalg.svd`` nothing else uses.
 - ``item``: every step computes a metric in plain tensor code and reads it with ``.item()`` (residual).
@@ -19,7 +19,7 @@ import traceml_otel as traceml
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", default="svd")
+    parser.add_argument("--loop", default="svd")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--every", type=int, default=40)
     parser.add_argument("--sleep", type=float, default=0.0)
@@ -31,7 +31,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 64), torch.randint(0, 8, (32,))
     big = torch.randn(384, 384)
-    if args.mode == "user_profiler":
+    if args.loop == "user_profiler":
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]):
@@ -41,8 +41,8 @@ def main() -> None:
     traceml.shutdown()
 
 
-def loop(args, model, optimizer, x, y, big) -> None:  # noqa: ANN001
-    mode = "svd" if args.mode == "user_profiler" else args.mode
+def loop(args, model, optimizer, x, y, big) -> None:
+    mode = "svd" if args.loop == "user_profiler" else args.loop
     for step in range(args.steps):
         with traceml.trace_step(model):
             optimizer.zero_grad()
