@@ -10,7 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.capture.profiler_capture import USER_PROFILER
+from traceml_otel.report.html import render_html
+from traceml_otel.report.json_report import report_json
+from traceml_otel.report.text import render_text
 from traceml_otel.wire.capture_record import CaptureSummary, read_summaries
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +64,13 @@ def test_planted_svd_every_40th_step_is_captured_and_named(tmp_path: Path) -> No
     assert capture.activities == ("cpu",) and capture.with_stack
     assert f"capture {capture.index} (spike" in result.stderr
     assert not list(run_dir.glob(".*.part*"))  # no temporary file left
+    # The reports' Captures section names the capture and its operator.
+    analysis = analyze_path([run_dir])
+    text = render_text(analysis)
+    assert f"Captures ({len(captures)})" in text and capture.label() in text and svd.name in text
+    document = report_json(analysis)
+    assert {c["index"] for c in document["captures"]} == {c.index for c in captures}
+    assert capture.trace_file in render_html(analysis) and "<h2>Captures (" in render_html(analysis)
 
 
 def test_residual_heavy_loop_capture_names_the_item_sync(tmp_path: Path) -> None:
@@ -71,6 +83,11 @@ def test_residual_heavy_loop_capture_names_the_item_sync(tmp_path: Path) -> None
     assert {"aten::item", "aten::_local_scalar_dense"} & names, capture.syncs
     item = next(op for op in capture.syncs if op.name == "aten::item")
     assert item.count == len(capture.steps) and item.frame.endswith(": loop")
+    # The RESIDUAL_HEAVY finding points at the capture and the sync.
+    step = analyze_path([run_dir]).step
+    (residual,) = [f for f in (step.primary, *step.issues) if f.kind == StepKind.RESIDUAL_HEAVY][:1]
+    assert ("capture", capture.label(), "") in [(e.name, e.value, e.unit) for e in residual.evidence]
+    assert f"Capture {capture.label()}" in residual.why and "aten::item x" in residual.why
 
 
 def test_spike_every_5_steps_makes_at_most_k_captures(tmp_path: Path) -> None:
