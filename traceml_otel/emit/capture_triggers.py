@@ -5,8 +5,9 @@ slower ranks is not its own slowness: a straggler's peers see longer steps too, 
 captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
-  not enter that baseline) and 5 ms more. Recurring spikes with a steady gap are captured where the
-  next one is due (``at_step``, ``every``); otherwise, from the second spike, the next steps are.
+  not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
+  From the third spike: spikes with a steady gap are captured where the next one is due (``at_step``,
+  ``every``); others, at once (the next steps).
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits.
@@ -93,6 +94,7 @@ class CaptureTriggers:
         self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.spikes: list[int] = []
         self._spikes_in_row = 0
+        self._pending_spike: tuple[int, float, float] | None = None
         self._residual_high = False
         self._last_share: float | None = None
         self._collectives = False
@@ -127,28 +129,39 @@ class CaptureTriggers:
         self._residual(step)
 
     def _spike(self, step: int, busy: float) -> bool:
+        """Whether the step is a spike (kept out of the windows). A slow step is judged at the next step:
+        followed by another slow one, it starts a new level (drift's business), not a spike."""
         if len(self.baseline) < 20:
             self.baseline.append(busy)
             return False
         p95 = statistics.quantiles(self.baseline, n=20)[-1]
+        pending, self._pending_spike = self._pending_spike, None
         if busy <= self.settings.spike_k * p95 or busy - p95 < SPIKE_FLOOR_S:
             self._spikes_in_row = 0
             self.baseline.append(busy)
+            if pending is not None:
+                self._spike_seen(*pending)
             return False
         self._spikes_in_row += 1
         if self._spikes_in_row >= LEVEL_SHIFT:
             self.baseline.append(busy)
+        if self._spikes_in_row == 1:
+            self._pending_spike = (step, busy, p95)
+            return True
+        return False
+
+    def _spike_seen(self, step: int, busy: float, p95: float) -> None:
+        """A spike alone: from the third, captured where the next is due (steady gaps), else at once."""
         self.spikes = [*self.spikes[-7:], step]
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
         gaps = [b - a for a, b in zip(self.spikes, self.spikes[1:], strict=False)]
-        if gaps and gaps[-1] > 1 and (len(gaps) == 1 or abs(gaps[-1] - gaps[-2]) <= 1):
+        if len(gaps) >= 2 and abs(gaps[-1] - gaps[-2]) <= 1:
             every = gaps[-1]
             self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
                           step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
-        elif len(self.spikes) >= 2:
+        elif len(gaps) >= 2:
             self._request("spike", detail, step, statistics.median(self.baseline))
-        return True
 
     def _drift(self, step: int) -> None:
         if len(self.recent) < RECENT_STEPS or len(self.older) < 2 * RECENT_STEPS:
