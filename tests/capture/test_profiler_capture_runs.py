@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.local_copy_reader import read_run
+from traceml_otel import contract as c
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.capture.profiler_capture import USER_PROFILER
@@ -71,6 +73,15 @@ def test_planted_svd_every_40th_step_is_captured_and_named(tmp_path: Path) -> No
     document = report_json(analysis)
     assert {c["index"] for c in document["captures"]} == {c.index for c in captures}
     assert capture.trace_file in render_html(analysis) and "<h2>Captures (" in render_html(analysis)
+    # One traceml.capture span per capture, in the trace of its first step, in the local copy.
+    spans = {s.attributes[c.ATTR_CAPTURE_INDEX]: s for s in read_run(run_dir) if s.name == c.SPAN_CAPTURE}
+    assert set(spans) == {c_.index for c_ in captures}
+    span = spans[capture.index]
+    assert span.attributes[c.ATTR_CAPTURE_STEPS] == list(capture.steps)
+    assert span.attributes[c.ATTR_CAPTURE_TRACE_FILE] == capture.trace_file
+    assert "svd" in span.attributes[c.ATTR_CAPTURE_TOP_OPERATOR] or capture.top_cpu[0].name in \
+        span.attributes[c.ATTR_CAPTURE_TOP_OPERATOR]
+    assert span.trace_id == f"{c.step_trace_id(capture.run_id, capture.steps[0]):032x}"
 
 
 def test_residual_heavy_loop_capture_names_the_item_sync(tmp_path: Path) -> None:

@@ -130,7 +130,8 @@ class CaptureExporter:
                     "stop_s": round(running.stop_overhead_s, 4)},
             **tables,
         )
-        summary = replace(summary, export_s=round(time.monotonic() - began, 3), finished_unix=time.time())
+        summary = replace(summary, export_s=round(time.monotonic() - began, 3), finished_unix=time.time(),
+                          started_unix=running.started_unix, stopped_unix=running.stopped_unix)
         write_summary(self.run_dir, summary)
         self.written.append(summary)
         where = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))

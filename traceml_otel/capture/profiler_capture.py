@@ -61,6 +61,8 @@ class RunningCapture:
     step_ms: list[float] = field(default_factory=list)
     start_overhead_s: float = 0.0
     stop_overhead_s: float = 0.0
+    started_unix: float = 0.0
+    stopped_unix: float = 0.0
 
 
 class ProfilerCapture:
@@ -140,7 +142,7 @@ class ProfilerCapture:
         self.running = RunningCapture(
             index=self.started, request=request, profiler=profiler,
             steps_wanted=request.steps or self.settings.steps, activities=activities,
-            start_overhead_s=time.perf_counter() - began,
+            start_overhead_s=time.perf_counter() - began, started_unix=time.time(),
         )
         self.session.end_step = self.end_step  # type: ignore[method-assign]
 
@@ -188,6 +190,7 @@ class ProfilerCapture:
         finally:
             recorder.exit_outside()
         running.stop_overhead_s = time.perf_counter() - began
+        running.stopped_unix = time.time()
         self.exporter.submit(running)  # never blocks: the exporter's queue holds one capture at most
 
 

@@ -20,6 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.capture_events import CaptureSummaryWatch
 from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
@@ -122,6 +123,7 @@ class Emitter:
                                            self.hang_watch.state if self.hang_watch is not None else None)
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
+        self.capture_watch = CaptureSummaryWatch(run_dir, rank.rank) if run_dir and stats_path else None
         self.write_stats()
 
     @property
@@ -179,20 +181,24 @@ class Emitter:
         return self.ledger.dropped(lambda: self.shipper.counts.dropped if self.shipper is not None else 0)
 
     def poll_hang(self, force: bool = False) -> None:
-        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP)."""
+        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP);
+        so does each new capture summary, a ``traceml.capture`` span (``emit/capture_events.py``)."""
         span = self.hang_watch.poll(force) if self.hang_watch is not None else None
-        if span is None:
+        spans = [span] if span is not None else []
+        if self.capture_watch is not None:
+            spans += self.capture_watch.poll(force)
+        if not spans:
             return
         if self.local is not None:
             try:
-                self.local.write([span])
+                self.local.write(spans)
             except OSError as error:
                 self._local_failed(error)
         if self.shipper is not None:
             try:
-                self.shipper.offer([span])
+                self.shipper.offer(spans)
             except Exception as error:
-                self.warn(f"the hang span could not be offered to OTLP ({describe(error)})")
+                self.warn(f"a hang or capture span could not be offered to OTLP ({describe(error)})")
 
     def handle_device(self, device: DeviceInfo) -> None:
         """The trainer reported its CUDA device (index, UUID) for the info series."""

@@ -153,6 +153,10 @@ class CaptureSummary:
     """Why the trace or the summary is missing or partial (a cap reached, an export error)."""
     limits: dict[str, float] = field(default_factory=dict)
     finished_unix: float = 0.0
+    started_unix: float = 0.0
+    """Wall clock when the profiler started (before the first captured step)."""
+    stopped_unix: float = 0.0
+    """Wall clock when it stopped (after the last captured step)."""
     version: int = CAPTURE_VERSION
 
     def label(self) -> str:
@@ -208,6 +212,8 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
         limits={str(k)[:32]: v for k, v in ((k, as_float(v)) for k, v in list(limits.items())[:16])
                 if v is not None},
         finished_unix=as_float(raw.get("finished_unix")) or 0.0,
+        started_unix=as_float(raw.get("started_unix")) or 0.0,
+        stopped_unix=as_float(raw.get("stopped_unix")) or 0.0,
     )
 
 
