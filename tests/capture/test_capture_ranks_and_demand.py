@@ -9,8 +9,10 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
+from tests.ports import free_port
 from traceml_otel.wire.capture_record import REQUEST_FILE, read_summaries
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,3 +83,33 @@ def test_traceml_capture_against_a_running_job(tmp_path: Path) -> None:
     before = max(step for step, start in starts.items() if start <= request["requested_unix"])
     assert capture.steps[0] <= before + 2, (before, capture.steps, sorted(starts)[-3:])
     assert took < 30, took  # request to summary on disk, export included, on a loaded machine
+
+
+def test_post_capture_on_the_metrics_port_captures_that_rank(tmp_path: Path) -> None:
+    """An Alertmanager webhook (any POST) on the rank's scrape endpoint asks it for a capture."""
+    port = free_port()
+    env = _env(tmp_path, TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="0")
+    job = subprocess.Popen(_launch(str(LOOPS), "--", "--loop", "slow", "--steps", "120", "--sleep", "0.1"),
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        reply = None
+        while time.monotonic() < deadline and reply is None:
+            try:
+                post = urllib.request.Request(f"http://127.0.0.1:{port}/capture?steps=2", method="POST",
+                                              data=json.dumps({"alerts": [{"status": "firing"}]}).encode())
+                with urllib.request.urlopen(post, timeout=5) as answer:
+                    reply = (answer.status, json.loads(answer.read()))
+            except OSError:
+                time.sleep(0.3)
+        assert reply is not None and reply[0] == 202 and reply[1]["rank"] == 0, reply
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert b"traceml" in answer.read()  # the scrape itself is unchanged
+        _, stderr = job.communicate(timeout=180)
+        assert job.returncode == 0, stderr[-2000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (capture,) = [s for s in read_summaries(run_dir)[0] if s.request_id == reply[1]["request"]]
+    assert capture.reason == "on_demand" and len(capture.steps) == 2 and capture.trace_file

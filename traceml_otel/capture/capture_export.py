@@ -16,6 +16,7 @@ import queue
 import shutil
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -114,8 +115,16 @@ class CaptureExporter:
 
         began = time.monotonic()
         name = trace_file_name(self.rank, running.index)
+        note = ""
+        try:  # before the export, which leaves the profiler's results unreadable to Python at times
+            tables = summarize(running.profiler, self.settings.with_stack)
+        except Exception as error:  # torch could not read its own events back: the trace may still open
+            tables = {}
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            note = (f"the profiler's events could not be summarised ({type(error).__name__}: "
+                    f"{str(error)[:80]}, in {Path(where.filename).name}:{where.lineno})")
         trace_bytes, problem = self._write_trace(running.profiler, name)
-        tables = summarize(running.profiler, self.settings.with_stack)
+        problem = "; ".join(text for text in (problem, note) if text)
         settings = self.settings
         summary = CaptureSummary(
             run_id=self.run_id, rank=self.rank, index=running.index, reason=running.request.reason,

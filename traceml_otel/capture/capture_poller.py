@@ -1,11 +1,13 @@
 """Deep captures' requests, read off the training thread, and their limits.
 
-A daemon thread looks every ``TRACEML_CAPTURE_POLL_S`` (0.2 s) at two small files in the run folder:
-``capture-request.json`` (``traceml capture``, for every rank or the ranks it names) and
-``rank-R.capture-request.json`` (this rank's emitter, when a trigger fired). A file whose size and
+A daemon thread looks every ``TRACEML_CAPTURE_POLL_S`` (0.2 s) at three small files in the run folder:
+``capture-request.json`` (``traceml capture``, for every rank or the ranks it names),
+``rank-R.capture-demand.json`` (``POST /capture`` on this rank's metrics port) and
+``rank-R.capture-request.json`` (this rank's emitter, when a trigger fired). An on-demand request that
+finds a capture running waits for its end. A file whose size and
 modification time did not change is not read again; a changed one is read bounded (16 KiB),
 checked field by field, and a request id already handled is ignored. Requests present when the rank
-starts belong to an earlier attempt: ignored.
+starts and older than a minute belong to an earlier attempt: ignored.
 
 Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` (automatic triggers only; an
 on-demand request is a person's, and skips it), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
@@ -23,13 +25,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceml_otel.wire._json import RecordError, write_atomically
-from traceml_otel.wire.capture_record import REQUEST_FILE, CaptureRequest, read_request, request_file_name
+from traceml_otel.wire.capture_record import (
+    REQUEST_FILE,
+    CaptureRequest,
+    demand_file_name,
+    read_request,
+    request_file_name,
+)
 
 if TYPE_CHECKING:
     from traceml_otel.capture.profiler_capture import ProfilerCapture
     from traceml_otel.settings import CaptureSettings
 
 MAX_HANDLED = 256
+BUSY = "a capture is running"
+STALE_S = 60.0
+"""A request found at start-up older than this belongs to an earlier attempt: ignored."""
 
 
 def status_file_name(rank: int) -> str:
@@ -47,15 +58,18 @@ class CapturePoller:
         self.rank = rank
         self.settings = settings
         self.warn = warn
-        self.paths = (run_dir / REQUEST_FILE, run_dir / request_file_name(rank))
+        self.paths = (run_dir / REQUEST_FILE, run_dir / demand_file_name(rank),
+                      run_dir / request_file_name(rank))
         self._seen: dict[Path, tuple[int, int]] = {}
         self._handled: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-capture-poll", daemon=True)
-        for path in self.paths:  # an earlier attempt's requests
+        for path in self.paths:  # an earlier attempt's requests (not one made while this rank started)
             request = self._read_changed(path)
-            if request is not None:
+            if request is not None and request.requested_unix < time.time() - STALE_S:
                 self._handled.append(request.id)
+            elif request is not None:
+                self._seen.pop(path, None)  # read again at the first poll
 
     def start(self) -> None:
         self._thread.start()
@@ -85,10 +99,14 @@ class CapturePoller:
             request = self._read_changed(path)
             if request is None or request.id in self._handled:
                 continue
-            self._handled = [*self._handled[-MAX_HANDLED:], request.id]
             if request.ranks and self.rank not in request.ranks:
+                self._handled = [*self._handled[-MAX_HANDLED:], request.id]
                 continue
             why = self.refusal(request)
+            if why == BUSY and request.reason == "on_demand":
+                self._seen.pop(path, None)  # a person asked: taken once the running capture ends
+                continue
+            self._handled = [*self._handled[-MAX_HANDLED:], request.id]
             if why is None:
                 capture.arm(request)
             else:
@@ -103,7 +121,7 @@ class CapturePoller:
 
         capture, settings = self.capture, self.settings
         if capture.busy:
-            return "a capture is running"
+            return BUSY
         if capture.started >= settings.max_per_rank:
             return f"rank cap ({settings.max_per_rank} per run)"
         last = capture.last_started_monotonic

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from traceml_otel.capture.session import TrainingSession
     from traceml_otel.settings import CaptureSettings
 
+FIRST_STEP = 5
+"""No capture covers a rank's first steps: ``torch.profiler``'s Python tracer at times garbles the names
+of what runs for the first time in a process (its events then cannot be read back), and first steps
+are warm-up anyway."""
 USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"
 
 
@@ -108,6 +112,8 @@ class ProfilerCapture:
         if request is None or self.running is not None:
             return
         recorder = self.session.recorder
+        if recorder.step < FIRST_STEP:
+            return  # kept pending until then
         at = request.at_step
         if at is not None:
             if request.every and recorder.step > at + 1:  # the predicted step went by: the next one

@@ -6,22 +6,31 @@ there, writes a ``traceml.capture`` span to the local copy and offers it to OTLP
 trace of the first captured step, from the profiler's start to its stop, carrying the trigger, the
 steps, the trace's file name and the top operator. A trace viewer then shows the capture beside the
 steps it covers.
+
+With a scrape endpoint (``TRACEML_PROMETHEUS_PORT``), ``POST /capture`` on it asks this rank for a capture
+(:func:`capture_route`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData
 from traceml_otel.wire._json import RecordError, read_json_object
 from traceml_otel.wire.capture_record import (
+    MAX_REQUEST_STEPS,
     MAX_SUMMARY_BYTES,
+    CaptureRequest,
     CaptureSummary,
     decode_summary,
+    demand_file_name,
     summary_file_name,
+    write_request,
 )
 
 POLL_S = 1.0
@@ -74,3 +83,39 @@ class CaptureSummaryWatch:
                 spans.append(capture_span(decode_summary(read_json_object(path, MAX_SUMMARY_BYTES))))
             except RecordError:
                 continue
+
+
+def capture_route(run_dir: Path, rank: int) -> Callable[[str], tuple[str, str]]:
+    """``POST /capture[?steps=N]`` on the rank's scrape endpoint: an on-demand capture of this rank (its
+    request file, as a trigger writes it; the rank's limits apply). For an Alertmanager webhook."""
+    from urllib.parse import parse_qs
+
+    def handle(query: str) -> tuple[str, str]:
+        values = parse_qs(query, max_num_fields=4)
+        raw = (values.get("steps") or ["0"])[0]
+        steps = int(raw) if raw.isdigit() else -1
+        if not 0 <= steps <= MAX_REQUEST_STEPS:
+            return "400 Bad Request", json.dumps({"error": f"steps must be 0..{MAX_REQUEST_STEPS}"})
+        request = CaptureRequest(id=f"http-r{rank}-{int(time.time() * 1000) % 10**10}", reason="on_demand",
+                                 steps=steps, detail="asked for on the metrics port (POST /capture)",
+                                 requested_unix=time.time())
+        try:
+            write_request(run_dir / demand_file_name(rank), request)
+        except OSError as error:
+            return "503 Service Unavailable", json.dumps({"error": f"{type(error).__name__}"})
+        return "202 Accepted", json.dumps({"request": request.id, "rank": rank})
+
+    return handle
+
+
+def start_capture_watch(run_dir: Path | None, rank: int) -> CaptureSummaryWatch | None:
+    """The rank's capture-summary watch, and ``POST /capture`` on its scrape endpoint when captures are on;
+    ``None`` without a run folder."""
+    if run_dir is None:
+        return None
+    from traceml_otel.emit.capture_triggers import capture_settings_on
+    from traceml_otel.emit.prometheus_scrape import POST_ROUTES
+
+    if capture_settings_on():
+        POST_ROUTES["/capture"] = capture_route(run_dir, rank)
+    return CaptureSummaryWatch(run_dir, rank)

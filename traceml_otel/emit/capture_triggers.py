@@ -248,3 +248,13 @@ def start_capture_triggers(
     if run_dir is None or not settings.enabled or not settings.auto:
         return None
     return CaptureTriggers(run_dir, hello.rank, hello.world_size, settings, warn)
+
+
+def capture_settings_on() -> bool:
+    """Whether deep captures are on for this run (``TRACEML_CAPTURE``; unusable settings: off)."""
+    from traceml_otel.settings import capture_settings
+
+    try:
+        return capture_settings().enabled
+    except Exception:
+        return False

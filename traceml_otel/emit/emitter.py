@@ -20,7 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
-from traceml_otel.emit.capture_events import CaptureSummaryWatch
+from traceml_otel.emit.capture_events import start_capture_watch
 from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
@@ -123,7 +123,7 @@ class Emitter:
                                            self.hang_watch.state if self.hang_watch is not None else None)
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
-        self.capture_watch = CaptureSummaryWatch(run_dir, rank.rank) if run_dir and stats_path else None
+        self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
         self.write_stats()
 
     @property

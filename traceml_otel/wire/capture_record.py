@@ -37,6 +37,11 @@ def request_file_name(rank: int) -> str:
     return f"rank-{rank}.capture-request.json"
 
 
+def demand_file_name(rank: int) -> str:
+    """One rank's on-demand request from its metrics port (``POST /capture``), written by its emitter."""
+    return f"rank-{rank}.capture-demand.json"
+
+
 def trace_file_name(rank: int, index: int) -> str:
     """The ``index``-th capture's trace on ``rank`` (from 1)."""
     return f"rank-{rank}.capture-{index}.trace.json.gz"
