@@ -6,8 +6,8 @@ captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``doc
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
-  From the third spike: spikes with a steady gap are captured where the next one is due (``at_step``,
-  ``every``); others, at once (the next steps).
+  A spike one and two periods after earlier ones (noise spikes in between do not matter) is captured
+  where the next one is due (``at_step``, ``every``); from the fourth spike without a period, at once.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits.
@@ -85,6 +85,17 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
     return busy / 1e9, (residual if residual > 0 else 0) / 1e9, bool(collectives)
 
 
+def period(spikes: Sequence[int]) -> int | None:
+    """The period of the last spike, when two earlier ones sit one and two periods before it (a step
+    off either way; spikes of noise in between do not matter), else ``None``."""
+    last = spikes[-1]
+    for earlier in reversed(spikes[:-1]):
+        gap = last - earlier
+        if gap > 1 and any(abs(earlier - gap - other) <= 1 for other in spikes[:-1] if other < earlier):
+            return gap
+    return None
+
+
 class CaptureTriggers:
     """One rank's triggers; :meth:`observe` takes each batch of rows the emitter reads."""
 
@@ -144,8 +155,10 @@ class CaptureTriggers:
     def _spike(self, step: int, busy: float) -> bool:
         """Whether the step is a spike (kept out of the windows). A slow step is judged at the next step:
         followed by another slow one, it starts a new level (drift's business), not a spike."""
-        if len(self.baseline) < 20:
-            self.baseline.append(busy)
+        if len(self.baseline) < 20:  # filling the baseline: spikes against its median stay out of it
+            middle = statistics.median(self.baseline) if len(self.baseline) >= 3 else None
+            if middle is None or busy <= self.settings.spike_k * middle or busy - middle < SPIKE_FLOOR_S:
+                self.baseline.append(busy)
             return False
         if self._p95 is None or self._since_p95 >= EVERY:
             self._p95, self._since_p95 = statistics.quantiles(self.baseline, n=20)[-1], 0
@@ -171,12 +184,11 @@ class CaptureTriggers:
         self.spikes = [*self.spikes[-7:], step]
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
-        gaps = [b - a for a, b in zip(self.spikes, self.spikes[1:], strict=False)]
-        if len(gaps) >= 2 and abs(gaps[-1] - gaps[-2]) <= 1:
-            every = gaps[-1]
+        every = period(self.spikes)
+        if every is not None:
             self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
                           step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
-        elif len(gaps) >= 2:
+        elif len(self.spikes) >= 4:
             self._request("spike", detail, step, statistics.median(self.baseline))
 
     def _drift(self, step: int) -> None:
