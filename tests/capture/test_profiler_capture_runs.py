@@ -47,7 +47,7 @@ def _top(summary: CaptureSummary, n: int = 3) -> list[str]:
 
 
 def test_planted_svd_every_40th_step_is_captured_and_named(tmp_path: Path) -> None:
-    run_dir, result = _run(tmp_path, "--loop", "svd", "--steps", "260", "--every", "40", "--sleep", "0.002")
+    run_dir, result = _run(tmp_path, "--loop", "svd", "--steps", "400", "--every", "40", "--sleep", "0.002")
     captures = _captures(run_dir)
     assert captures, result.stderr[-2000:]
     covering = [c for c in captures if any(step % 40 == 39 for step in c.steps)]
