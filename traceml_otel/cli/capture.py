@@ -58,6 +58,19 @@ def resolve_run_dir(args: argparse.Namespace) -> Path:
     return runs_dir() / checked_name("run id", args.run_id)
 
 
+def ask_capture(run_dir: Path, ranks: tuple[int, ...] = (), steps: int = 0,
+                detail: str = "asked for with traceml capture") -> CaptureRequest:
+    """Write the run's ``capture-request.json`` (``traceml capture``, ``traceml top``'s ``c`` key).
+
+    Raises:
+        OSError: the run folder cannot be written, or a link sits at the file.
+    """
+    request = CaptureRequest(id=f"cli-{uuid.uuid4().hex[:12]}", reason="on_demand", steps=steps,
+                             ranks=ranks, detail=detail, requested_unix=time.time())
+    write_request(run_dir / REQUEST_FILE, request)
+    return request
+
+
 def run_capture(args: argparse.Namespace) -> int:
     """Write the request; with ``--wait``, wait for the captures it asked for."""
     try:
@@ -72,10 +85,8 @@ def run_capture(args: argparse.Namespace) -> int:
     if run_dir.is_symlink() or not run_dir.is_dir():
         print(f"traceml capture: error: {strip_control(str(run_dir))} is not a run folder", file=sys.stderr)
         return EXIT_ERROR
-    request = CaptureRequest(id=f"cli-{uuid.uuid4().hex[:12]}", reason="on_demand", steps=args.steps,
-                             ranks=ranks, detail="asked for with traceml capture", requested_unix=time.time())
     try:
-        write_request(run_dir / REQUEST_FILE, request)
+        request = ask_capture(run_dir, ranks, args.steps)
     except OSError as error:
         print(f"traceml capture: error: cannot write the request in {run_dir}: {error}", file=sys.stderr)
         return EXIT_ERROR
