@@ -61,7 +61,7 @@ def captures_json(analysis: RunAnalysis) -> dict[str, object]:
     """``captures``: every capture summary as recorded, and the refusals."""
     view = analysis.captures
     if view is None:
-        return {"captures": [], "capture_refusals": []}
+        return {"captures": [], "capture_refusals": [], "capture_problems": []}
     return {"captures": [asdict(c) for c in view.captures],
             "capture_refusals": [{"rank": r.rank, "reason": r.reason, "problem": r.problem}
                                  for r in view.refusals],
