@@ -25,6 +25,8 @@ emitter's and launcher's by process), the training process's garbage collections
 their time (``gc.callbacks``), and the median and spread of each one's on - off difference.
 ``--control``: an A/A run, telemetry off on both sides of every pair, so the printed spreads are the
 noise floor the real pairs must be read against.
+``--capture``: the "off" side keeps telemetry on with ``TRACEML_CAPTURE=0``: deep captures' cost while
+none is taken (the poller thread, the emitter's triggers).
 ``--live``: the "off" side keeps telemetry on with ``TRACEML_LIVE=off`` (no launcher view, no
 ``rank-R.live.json``): the live view's own cost (with ``--control``, an A/A of that off side).
 ``--traced step|loader|no-model``: the "on" side turns on only a part of telemetry (the pieces of its
@@ -278,6 +280,8 @@ TRACED_PARTS = {
 
 LIVE_AB = False
 """--live: the 'off' side keeps telemetry on and turns the live view off (``TRACEML_LIVE=off``)."""
+CAPTURE_AB = False
+"""--capture: the 'off' side keeps telemetry on and turns deep captures off (``TRACEML_CAPTURE=0``)."""
 
 SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 """Hidden width and the number of CPU hogs: ~0.5 ms steps, and ~2 ms steps with two hogs on this 2-vCPU VM
@@ -292,7 +296,10 @@ def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
     env.pop("TRACEML_DISABLED", None)
     env.pop("OVERHEAD_PAIRS_FLOOR", None)
     env.pop("TRACEML_LIVE", None)
-    if not telemetry and LIVE_AB:
+    env.pop("TRACEML_CAPTURE", None)
+    if not telemetry and CAPTURE_AB:
+        env["TRACEML_CAPTURE"] = "0"  # telemetry on, deep captures (their poller and triggers) off
+    elif not telemetry and LIVE_AB:
         env["TRACEML_LIVE"] = "off"  # telemetry on, the live view and the ranks' live records off
     elif not telemetry:
         env["TRACEML_DISABLED"] = "1"
@@ -461,9 +468,13 @@ def main() -> None:
     parser.add_argument("--live", action="store_true",
                         help="'off' is telemetry with TRACEML_LIVE=off (no live view, no rank-R.live.json) "
                              "instead of TRACEML_DISABLED=1: the live view's own cost")
+    parser.add_argument("--capture", action="store_true",
+                        help="'off' is telemetry with TRACEML_CAPTURE=0 instead of TRACEML_DISABLED=1: what "
+                             "deep captures cost while none is taken (their poller thread and triggers)")
     args = parser.parse_args()
-    global LIVE_AB
+    global LIVE_AB, CAPTURE_AB
     LIVE_AB = args.live
+    CAPTURE_AB = args.capture
     if args.floor and (args.control or args.concurrent):
         parser.error("--floor runs alone (not with --control or --concurrent)")
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:

@@ -484,3 +484,68 @@ def live_mode(env: Mapping[str, str] | None = None) -> str:
 def live_interval_s(env: Mapping[str, str] | None = None) -> float:
     """``TRACEML_LIVE_INTERVAL_S`` (default 30, at least 1)."""
     return decimal(os.environ if env is None else env, TRACEML_LIVE_INTERVAL_S, 30.0, minimum=1.0)
+
+
+TRACEML_CAPTURE = "TRACEML_CAPTURE"
+"""Deep captures (``docs/captures.md``): ``1`` (default) lets a rank take a ``torch.profiler`` trace of a few
+steps when a trigger fires or one is asked for (``traceml capture``); ``0`` turns them off."""
+TRACEML_CAPTURE_AUTO = "TRACEML_CAPTURE_AUTO"
+"""``0`` keeps on-demand captures but turns the automatic triggers (spike, drift, residual jump) off."""
+TRACEML_CAPTURE_STEPS = "TRACEML_CAPTURE_STEPS"
+"""Steps one capture covers (default 3)."""
+TRACEML_CAPTURE_INTERVAL_S = "TRACEML_CAPTURE_INTERVAL_S"
+"""At most one capture per rank per this many seconds (default 600)."""
+TRACEML_CAPTURE_MAX = "TRACEML_CAPTURE_MAX"
+"""At most this many captures per rank per run (default 3)."""
+TRACEML_CAPTURE_MAX_RUN = "TRACEML_CAPTURE_MAX_RUN"
+"""At most this many capture traces in a run folder, all ranks together (default 32)."""
+TRACEML_CAPTURE_MAX_MB = "TRACEML_CAPTURE_MAX_MB"
+"""At most this many MiB of capture traces in a run folder (default 256); one trace is capped at a quarter."""
+TRACEML_CAPTURE_SPIKE_K = "TRACEML_CAPTURE_SPIKE_K"
+"""A step is a spike when its busy time exceeds this many times the rank's rolling p95 (default 3)."""
+TRACEML_CAPTURE_DRIFT = "TRACEML_CAPTURE_DRIFT"
+"""A slow period: the median busy time of the last 16 steps over this many times the baseline median."""
+TRACEML_CAPTURE_STACK = "TRACEML_CAPTURE_STACK"
+"""``0`` turns Python stacks off in captures (``with_stack``; default on)."""
+TRACEML_CAPTURE_SHAPES = "TRACEML_CAPTURE_SHAPES"
+"""``1`` records operator input shapes in captures (``record_shapes``; default off)."""
+TRACEML_CAPTURE_POLL_S = "TRACEML_CAPTURE_POLL_S"
+"""How often a rank looks for a capture request (default 0.2 s; off the training thread)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSettings:
+    """What deep captures may do (``TRACEML_CAPTURE_*``): triggers, limits, profiler options."""
+
+    enabled: bool = True
+    auto: bool = True
+    steps: int = 3
+    interval_s: float = 600.0
+    max_per_rank: int = 3
+    max_per_run: int = 32
+    max_run_bytes: int = 256 << 20
+    spike_k: float = 3.0
+    drift_factor: float = 1.5
+    with_stack: bool = True
+    record_shapes: bool = False
+    poll_s: float = 0.2
+
+
+def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
+    """``TRACEML_CAPTURE_*`` checked (the trainer's poller and the emitter's triggers read the same)."""
+    env = os.environ if env is None else env
+    off = ("0", "false", "no", "off")
+    return CaptureSettings(
+        enabled=env.get(TRACEML_CAPTURE, "1").strip().lower() not in off,
+        auto=env.get(TRACEML_CAPTURE_AUTO, "1").strip().lower() not in off,
+        steps=min(whole_number(env, TRACEML_CAPTURE_STEPS, 3), 50),
+        interval_s=decimal(env, TRACEML_CAPTURE_INTERVAL_S, 600.0),
+        max_per_rank=whole_number(env, TRACEML_CAPTURE_MAX, 3, minimum=0),
+        max_per_run=whole_number(env, TRACEML_CAPTURE_MAX_RUN, 32, minimum=0),
+        max_run_bytes=whole_number(env, TRACEML_CAPTURE_MAX_MB, 256) << 20,
+        spike_k=decimal(env, TRACEML_CAPTURE_SPIKE_K, 3.0, minimum=1.0),
+        drift_factor=decimal(env, TRACEML_CAPTURE_DRIFT, 1.5, minimum=1.0),
+        with_stack=env.get(TRACEML_CAPTURE_STACK, "1").strip().lower() not in off,
+        record_shapes=flag(env, TRACEML_CAPTURE_SHAPES),
+        poll_s=decimal(env, TRACEML_CAPTURE_POLL_S, 0.2, minimum=0.01),
+    )

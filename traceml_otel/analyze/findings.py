@@ -15,6 +15,7 @@ from traceml_otel.analyze.stalls import NO_STALLS, StallAnalysis
 from traceml_otel.analyze.time_accounting import TimeAccount
 
 if TYPE_CHECKING:
+    from traceml_otel.analyze.captures import CaptureAnalysis
     from traceml_otel.analyze.compare_noise import RunNoise
     from traceml_otel.analyze.recurrence import StragglerRecurrence
     from traceml_otel.analyze.segments import SegmentAnalysis
@@ -333,6 +334,8 @@ class RunAnalysis:
     """Stall and hang events (``stalls.py``); their steps are left out of the per-step means."""
     straggler_recurrence: StragglerRecurrence | None = None
     """Each window's straggler and the pattern they make (``recurrence.py``)."""
+    captures: CaptureAnalysis | None = None
+    """The run folder's deep captures (``captures.py``, ``docs/captures.md``); ``None``: none."""
 
     def summary(self, name: str) -> MetricSummary | None:
         """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""

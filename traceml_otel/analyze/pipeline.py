@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from traceml_otel.analyze.captures import with_captures
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
@@ -87,7 +88,8 @@ def analyze_path(
         if done is not None:
             analysis, steps = done
             analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
-            return _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
+            analysis = _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
+            return with_captures(analysis, run_dir)
         if note:
             notes.append(note)
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
@@ -96,7 +98,8 @@ def analyze_path(
         hangs = _run_hangs(run_dir, loaded.run_id)
         analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs)
     analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
-    return _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
+    analysis = _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
+    return with_captures(analysis, run_dir)
 
 
 def _with_cpu_samples(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:

@@ -80,6 +80,8 @@ class Session:
     :meth:`begin_step` has opened a step for it."""
     config: CaptureConfig | None = None
     recorder: StepRecorder | None = None
+    profiler_capture: Any = None
+    """Deep captures (``capture/profiler_capture.py``): looked at only on :meth:`begin_step`'s full path."""
     time_ledger: TimeLedger | None = None
 
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
@@ -173,6 +175,9 @@ class TrainingSession(Session):
         self.time_ledger = start_time_ledger(self.recorder, settings, warn)
         self.installed.append(watch_autocast(self.time_ledger))
         self.cpu_sampler = start_cpu_sampler(self.recorder, settings, warn)
+        from traceml_otel.capture.profiler_capture import start_profiler_capture
+
+        self.profiler_capture = start_profiler_capture(self, settings, warn)
 
     def _install_capture(self, config: CaptureConfig) -> None:
         """Build and install the hooks ``config`` asks for."""
@@ -244,6 +249,9 @@ class TrainingSession(Session):
 
     # --- steps -------------------------------------------------------------------
     def begin_step(self, model: Any, samples: int | None = None, tokens: int | None = None) -> bool:
+        capture = self.profiler_capture
+        if capture is not None and capture.pending is not None:  # armed: the profiler starts before the step
+            capture.before_step()
         if self.inferred is not None:  # an explicit step (trace_step or a framework callback) takes over
             self.inferred.stop()
         if model is not self._model:
@@ -252,7 +260,8 @@ class TrainingSession(Session):
         recorder = self.recorder
         other_threads = recorder.other_thread_steps
         if recorder.begin_step(samples, tokens):
-            if self.inferred is None and not self.closed:  # trace_step(model) may now use the recorder
+            # trace_step(model) may now use the recorder (not while a deep capture is armed or running)
+            if self.inferred is None and not self.closed and (capture is None or not capture.busy):
                 self.block_model = model
             return True
         self._refused("thread" if recorder.other_thread_steps != other_threads else "nested")

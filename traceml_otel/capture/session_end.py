@@ -29,7 +29,10 @@ def close_session(session: TrainingSession, status: str) -> None:
         if session.inferred is not None:  # an inferred step still open at exit is no completed update
             session.inferred.stop()
         if recorder.in_step:
-            recorder.end_step("Interrupted")
+            session.end_step("Interrupted")  # a running deep capture's end_step, if one runs
+        from traceml_otel.capture.profiler_capture import close_profiler_capture
+
+        close_profiler_capture(getattr(session, "profiler_capture", None), settings.shutdown_timeout_s)
         recorder.flush(wait_s=2.0)
         if getattr(session, "cpu_sampler", None) is not None:
             session.cpu_sampler.stop()

@@ -38,6 +38,9 @@ def build_parser(launch_only: bool = False) -> argparse.ArgumentParser:
     from traceml_otel.cli.top import add_top_arguments
 
     add_top_arguments(commands.add_parser("top", help="watch a run live (a run folder, or Prometheus)"))
+    from traceml_otel.cli.capture import add_capture_arguments
+
+    add_capture_arguments(commands.add_parser("capture", help="ask a running job for a profiler capture"))
     return parser
 
 
@@ -61,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "stack":
         return run_command("stack", lambda: run_stack(args))
+    if args.command == "capture":
+        from traceml_otel.cli.capture import run_capture
+
+        return run_command("capture", lambda: run_capture(args))
     if args.command == "top":
         from traceml_otel.cli.top import run_top
 

@@ -14,7 +14,7 @@ import contextlib
 import select
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from traceml_otel.cli.common import EXIT_ERROR
@@ -94,15 +94,19 @@ def _keys() -> Iterator[bool]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def _quit_pressed(wait_s: float, keys: bool) -> bool:
+def _quit_pressed(wait_s: float, keys: bool, on_capture: Callable[[], None] | None = None) -> bool:
+    """Wait ``wait_s``; True when ``q`` was pressed. ``c`` asks for a deep capture (``on_capture``)."""
     if not keys:
         time.sleep(wait_s)
         return False
     deadline = time.monotonic() + wait_s
     while (left := deadline - time.monotonic()) > 0:
         if select.select([sys.stdin], [], [], left)[0]:
-            if sys.stdin.read(1) in ("q", "Q"):
+            key = sys.stdin.read(1)
+            if key in ("q", "Q"):
                 return True
+            if key in ("c", "C") and on_capture is not None:
+                on_capture()
     return False
 
 
@@ -123,7 +127,7 @@ def _panel(folder: LiveFolder, run_dir: Path, interval: float, once: bool, k: in
         console.print(panel)
         return 0
     with _keys() as keys, Live(panel, console=console, auto_refresh=False) as live:  # type: ignore[arg-type]
-        while not _quit_pressed(interval, keys):
+        while not _quit_pressed(interval, keys, lambda: _ask_capture(run_dir)):
             try:
                 snap, panel = view()
                 live.update(panel, refresh=True)  # type: ignore[arg-type]
@@ -132,3 +136,13 @@ def _panel(folder: LiveFolder, run_dir: Path, interval: float, once: bool, k: in
             if snap.ended:
                 break
     return 0
+
+
+def _ask_capture(run_dir: Path) -> None:
+    """The ``c`` key: every rank of the run takes a deep capture of its next steps (``docs/captures.md``)."""
+    from traceml_otel.cli.capture import ask_capture
+
+    try:
+        ask_capture(run_dir)
+    except OSError as error:
+        print(f"traceml top: no capture asked: {error}", file=sys.stderr)

@@ -20,6 +20,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
+from traceml_otel.emit.capture_events import start_capture_watch
+from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
 from traceml_otel.emit.hang_events import HangRecordWatch
@@ -126,6 +128,8 @@ class Emitter:
             self.metrics.watch_time_record(run_dir, rank.rank,
                                            self.hang_watch.state if self.hang_watch is not None else None)
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
+        self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
+        self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
         self.write_stats()
 
     @property
@@ -184,20 +188,24 @@ class Emitter:
         return self.ledger.dropped(lambda: self.shipper.counts.dropped if self.shipper is not None else 0)
 
     def poll_hang(self, force: bool = False) -> None:
-        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP)."""
+        """A new hang in this rank's hang record becomes a ``traceml.hang`` span (local copy and OTLP);
+        so does each new capture summary, a ``traceml.capture`` span (``emit/capture_events.py``)."""
         span = self.hang_watch.poll(force) if self.hang_watch is not None else None
-        if span is None:
+        spans = [span] if span is not None else []
+        if self.capture_watch is not None:
+            spans += self.capture_watch.poll(force)
+        if not spans:
             return
         if self.local is not None:
             try:
-                self.local.write([span])
+                self.local.write(spans)
             except OSError as error:
                 self._local_failed(error)
         if self.shipper is not None:
             try:
-                self.shipper.offer([span])
+                self.shipper.offer(spans)
             except Exception as error:
-                self.warn(f"the hang span could not be offered to OTLP ({describe(error)})")
+                self.warn(f"a hang or capture span could not be offered to OTLP ({describe(error)})")
 
     def handle_device(self, device: DeviceInfo) -> None:
         """The trainer reported its CUDA device (index, UUID) for the info series."""
@@ -229,6 +237,8 @@ class Emitter:
     def handle_steps(self, rows: list[Any]) -> None:
         """Write one batch of steps to the local copy and the step table; export waits its turn."""
         self.stats.steps_received += len(rows)
+        if self.capture_triggers is not None:  # deep captures' triggers (docs/captures.md)
+            self.capture_triggers.observe(rows)
         if self._local_outputs_only:
             if self.metrics is None:
                 self.stats.metrics_skipped_steps += len(rows)
@@ -476,3 +486,4 @@ def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:
     if hello.prometheus_port is None:
         return None
     return PrometheusEndpoint(hello.prometheus_port + hello.local_rank, hello.prometheus_addr or "127.0.0.1")
+

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -353,6 +353,33 @@ class _LiveCollector:
         return []  # no up-front description: collect() must not run (or count) at registration
 
 
+POST_ROUTES: dict[str, Callable[[str], tuple[str, str]]] = {}
+"""POST handlers on the scrape endpoint, by path (the emitter's ``/capture``, ``emit/capture_events.py``):
+the query string in, an HTTP status line and a JSON body out. The request body is read (at most
+:data:`MAX_POST_BYTES`) and ignored, so an Alertmanager webhook can call it."""
+MAX_POST_BYTES = 1 << 20
+
+
+def _post(route: Callable[[str], tuple[str, str]], environ: dict[str, Any], start_response: Any,
+          ) -> list[bytes]:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = -1
+    if not 0 <= length <= MAX_POST_BYTES:
+        start_response("413 Payload Too Large", [("Content-Type", "application/json")])
+        return [b'{"error": "body over 1 MiB"}']
+    stream = environ.get("wsgi.input")
+    while length > 0 and stream is not None:
+        chunk = stream.read(min(length, 65536))
+        if not chunk:
+            break
+        length -= len(chunk)
+    status, body = route(str(environ.get("QUERY_STRING", ""))[:512])
+    start_response(status, [("Content-Type", "application/json")])
+    return [body.encode()]
+
+
 def serve_registry(registry: object, endpoint: PrometheusEndpoint, scrapes: ScrapeLog) -> Any:
     """Serve ``registry`` with prometheus-client's WSGI app on a daemon thread, noting each scrape's
     address in ``scrapes`` (how often each scraper comes decides the linger at the end)."""
@@ -367,6 +394,10 @@ def serve_registry(registry: object, endpoint: PrometheusEndpoint, scrapes: Scra
     app = make_wsgi_app(registry)
 
     def noting(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("REQUEST_METHOD") == "POST":
+            route = POST_ROUTES.get(str(environ.get("PATH_INFO", "")))
+            if route is not None:
+                return _post(route, environ, start_response)
         scrapes.scraped(str(environ.get("REMOTE_ADDR", "")))
         return app(environ, start_response)
 

@@ -10,6 +10,7 @@ from html import escape
 from traceml_otel.analyze.findings import Finding, RunAnalysis
 from traceml_otel.analyze.kinds import DriftKind, MemoryKind
 from traceml_otel.analyze.rules import missing_signals
+from traceml_otel.report.captures_section import captures_html
 from traceml_otel.report.events_section import events_html
 from traceml_otel.report.palette import PHASE_COLORS, RANK_COLORS
 from traceml_otel.report.svg import BarRow, Line, line_chart, stacked_bars
@@ -259,7 +260,7 @@ def render_html(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
     body = (
         "".join(part(analysis) for part in (_header, _verdict, _table, _charts))
         + _worst(analysis, trace_url)
-        + "".join(part(analysis) for part in (events_html, _memory, time_html, _warnings))
+        + "".join(part(analysis) for part in (events_html, _memory, time_html, _warnings, captures_html))
         if analysis.ranks
         else _header(analysis) + _verdict(analysis) + time_html(analysis) + _warnings(analysis)
     )

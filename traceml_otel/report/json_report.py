@@ -10,6 +10,7 @@ from dataclasses import asdict
 from traceml_otel.analyze.compare_noise import noise_json
 from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
+from traceml_otel.report.captures_section import captures_json
 from traceml_otel.report.events_section import events_json
 from traceml_otel.report.time_section import time_json
 from traceml_otel.report.units import trace_link
@@ -158,6 +159,7 @@ def report_json(
             "reference_steps": list(drift.reference_steps) if drift.reference_steps else None,
         },
         **events_json(analysis),
+        **captures_json(analysis),
         "worst_steps": [
             {
                 "step": w.step,

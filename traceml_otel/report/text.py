@@ -7,6 +7,7 @@ import textwrap
 from traceml_otel.analyze.findings import MemoryAnalysis, RunAnalysis
 from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
+from traceml_otel.report.captures_section import captures_text
 from traceml_otel.report.events_section import drift_segment, events_text, verdict_scope
 from traceml_otel.report.time_section import time_text
 from traceml_otel.report.units import (
@@ -165,7 +166,8 @@ def render_text(analysis: RunAnalysis, *, trace_url: str | None = None) -> str:
     if analysis.ranks:
         sections.append(_table(analysis) + _throughput(analysis))
     tail = _updates(analysis) + _drift(analysis) + _memory(analysis.memory) + _warnings(analysis)
-    sections += [events_text(analysis), _worst(analysis, trace_url), time_text(analysis), tail]
+    sections += [events_text(analysis), _worst(analysis, trace_url), time_text(analysis), tail,
+                 captures_text(analysis)]
     return "\n\n".join("\n".join(section) for section in sections if section) + "\n"
 
 

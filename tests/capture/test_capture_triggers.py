@@ -1,0 +1,77 @@
+"""The emitter's capture triggers on step rows in StepRow's layout (the emitter's own input)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from traceml_otel.emit.capture_triggers import CaptureTriggers, busy_and_residual, period
+from traceml_otel.settings import CaptureSettings
+from traceml_otel.wire.capture_record import read_request, request_file_name
+
+MS = 1_000_000
+
+
+def _row(step: int, start: int, work_ms: float, wait_ms: float = 0.0, residual_ms: float = 0.1) -> list:
+    """A step: forward/backward/optimizer over ``work_ms``, then a blocking all-reduce of ``wait_ms``."""
+    t = start
+    phases = []
+    for name, share in (("forward", 0.3), ("backward", 0.5), ("optimizer", 0.2)):
+        phases.append([name, None, t, t + int(work_ms * share * MS), None, None, None])
+        t = phases[-1][3]
+    t += int(residual_ms * MS)
+    collectives = []
+    if wait_ms:
+        collectives.append(["all_reduce", "api", t, t + int(wait_ms * MS), 4, True, None, None])
+        t = collectives[-1][3]
+    return [step, start, t, None, None, None, 0, None, 1, "none", None, None, None, None, phases,
+            collectives, None, None, None, "trace_step", 0, 0, 0]
+
+
+def _run(tmp_path: Path, durations: list[tuple[float, float]], world: int = 1, **settings: object
+         ) -> CaptureTriggers:
+    triggers = CaptureTriggers(tmp_path, 0, world, CaptureSettings(**settings), print)  # type: ignore[arg-type]
+    start, rows = 0, []
+    for step, (work, wait) in enumerate(durations):
+        rows.append(_row(step, start, work, wait))
+        start = rows[-1][2] + MS
+    for first in range(0, len(rows), 64):
+        triggers.observe(rows[first:first + 64])
+    return triggers
+
+
+def test_busy_time_leaves_blocking_collectives_out_and_residual_is_the_uncovered_rest() -> None:
+    busy, residual, timed = busy_and_residual(_row(0, 0, 10.0, wait_ms=30.0, residual_ms=2.0))
+    assert timed and abs(busy - 0.012) < 1e-6 and abs(residual - 0.002) < 1e-6
+
+
+def test_period_ignores_noise_spikes_between() -> None:
+    assert period([39, 79, 87, 119]) == 40 and period([4, 9, 14]) == 5
+    assert period([39, 79, 87]) is None and period([10, 50]) is None
+
+
+def test_periodic_spike_is_captured_where_the_next_is_due(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    durations = [(40.0 if step % 40 == 39 else 1.0 + rng.random() * 0.1, 0.0) for step in range(200)]
+    durations[87] = (15.0, 0.0)  # noise
+    triggers = _run(tmp_path, durations, interval_s=0.0)
+    first = triggers.fired[0]
+    assert first.reason == "spike" and first.every == 40 and first.at_step == 119 + 39
+    assert read_request(tmp_path / request_file_name(0)).id == triggers.fired[-1].id
+
+
+def test_the_rank_that_slows_is_a_straggler_and_its_waiting_peer_fires_nothing(tmp_path: Path) -> None:
+    slow = [(2.0, 1.0)] * 150 + [(30.0, 0.5)] * 150  # its own work grew
+    waiting = [(2.0, 1.0)] * 150 + [(2.0, 29.0)] * 150  # its waits grew: the peer of the straggler
+    (straggler := tmp_path / "slow").mkdir()
+    (peer := tmp_path / "peer").mkdir()
+    fired = _run(straggler, slow, world=2).fired
+    assert [r.reason for r in fired] == ["straggler"] and fired[0].at_step >= 150
+    assert _run(peer, waiting, world=2).fired == []
+
+
+def test_emitter_asks_at_most_max_and_once_per_interval(tmp_path: Path) -> None:
+    durations = [(30.0 if step % 5 == 4 else 1.0, 0.0) for step in range(400)]
+    assert len(_run(tmp_path, durations, interval_s=0.0, max_per_rank=2).fired) == 2
+    (other := tmp_path / "b").mkdir()
+    assert len(_run(other, durations).fired) == 1  # the default interval: 600 s

@@ -1,0 +1,112 @@
+"""Deep captures in the analysis: the run folder's capture summaries, and findings that cite them.
+
+A finding cites a capture when the capture explains it (``docs/captures.md``):
+
+- ``RESIDUAL_HEAVY``: the host-device syncs the captured steps made (``aten::item``,
+  ``cudaStreamSynchronize``, from ``train.py(80): step``), then their top operators by self time;
+- the straggler kinds (``STRAGGLER``, ``COMPUTE_STRAGGLER``, ...): a capture taken on the straggling rank;
+- any other finding: a capture whose trigger was a drift or a spike on one of the finding's ranks is
+  listed, not claimed as the cause.
+
+The citation is an :class:`~traceml_otel.analyze.findings.Evidence` named ``capture`` (the capture's
+label, ``rank-R.capture-N``) and one sentence appended to the finding's *why*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from traceml_otel.analyze.findings import Evidence, Finding, RunAnalysis
+from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.wire.capture_record import CaptureSummary, OpTime, read_summaries
+
+STRAGGLER_KINDS = frozenset({StepKind.STRAGGLER, StepKind.COMPUTE_STRAGGLER, StepKind.INPUT_STRAGGLER,
+                             StepKind.H2D_STRAGGLER})
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureAnalysis:
+    """The run's captures (taken ones first, by rank and index) and what could not be read."""
+
+    captures: tuple[CaptureSummary, ...] = ()
+    refusals: tuple[CaptureSummary, ...] = ()
+    """Records of captures not taken (the user's profiler was running): index 0."""
+    problems: tuple[str, ...] = ()
+
+
+NO_CAPTURES = CaptureAnalysis()
+
+
+def read_captures(run_dir: Path, run_id: str) -> CaptureAnalysis:
+    """The capture records of ``run_id`` in ``run_dir``."""
+    summaries, problems = read_summaries(run_dir)
+    mine = [s for s in summaries if not s.run_id or not run_id or s.run_id == run_id]
+    return CaptureAnalysis(captures=tuple(s for s in mine if s.index > 0),
+                           refusals=tuple(s for s in mine if s.index == 0), problems=tuple(problems[:5]))
+
+
+def _op(op: OpTime) -> str:
+    where = f" from {op.frame}" if op.frame else ""
+    return f"{op.name} x{op.count}{where}"
+
+
+def sentence(capture: CaptureSummary, kind: str) -> str:
+    """What ``capture`` shows about a finding of ``kind``, in one sentence."""
+    steps = (f"steps {capture.steps[0]}-{capture.steps[-1]}" if len(capture.steps) > 1
+             else f"step {capture.steps[0]}" if capture.steps else "no step")
+    head = f"Capture {capture.label()} ({capture.reason}, {steps})"
+    top = ", ".join(f"{op.name} {op.share:.0%}" + (f" from {op.frame}" if op.frame else "")
+                    for op in capture.top_cpu[:3])
+    if kind == StepKind.RESIDUAL_HEAVY and capture.syncs:
+        syncs = "; ".join(_op(op) for op in capture.syncs[:2])
+        return f"{head}: host-device syncs {syncs}; top operators by self time: {top}."
+    return f"{head}: top operators by self time: {top}."
+
+
+def _explains(capture: CaptureSummary, finding: Finding, ranks: set[int]) -> int:
+    """How well ``capture`` explains ``finding`` (0: not at all; higher first)."""
+    if not capture.top_cpu:
+        return 0
+    if finding.kind == StepKind.RESIDUAL_HEAVY:
+        return 3 if capture.syncs and capture.reason == "residual" else 2 if capture.syncs else 0
+    if finding.kind in STRAGGLER_KINDS:
+        if ranks and capture.rank not in ranks:
+            return 0
+        return 3 if capture.reason == "straggler" else 1
+    if ranks and capture.rank not in ranks:
+        return 0
+    return 1 if capture.reason in ("drift", "spike", "on_demand") else 0
+
+
+def _finding_ranks(finding: Finding) -> set[int]:
+    return {int(e.value) for e in finding.evidence
+            if e.unit == "rank" and isinstance(e.value, (int, float)) and not isinstance(e.value, bool)}
+
+
+def cite(finding: Finding, captures: tuple[CaptureSummary, ...]) -> Finding:
+    """``finding`` with the capture that explains it best, when one does."""
+    if any(e.name == "capture" for e in finding.evidence):
+        return finding
+    ranks = _finding_ranks(finding)
+    scored = sorted(((score, -c.rank, -c.index, c) for c in captures
+                     if (score := _explains(c, finding, ranks)) > 0), key=lambda t: t[:3], reverse=True)
+    if not scored:
+        return finding
+    capture = scored[0][3]
+    return replace(finding, why=f"{finding.why} {sentence(capture, finding.kind)}",
+                   evidence=(*finding.evidence, Evidence("capture", capture.label())))
+
+
+def with_captures(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
+    """The analysis with the run folder's captures, and its findings citing them."""
+    if run_dir is None:
+        return analysis
+    view = read_captures(run_dir, analysis.run.run_id)
+    if not (view.captures or view.refusals or view.problems):
+        return analysis
+    step = analysis.step
+    if view.captures:
+        step = replace(step, primary=cite(step.primary, view.captures),
+                       issues=tuple(cite(f, view.captures) for f in step.issues))
+    return replace(analysis, step=step, captures=view)

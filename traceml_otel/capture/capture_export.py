@@ -1,0 +1,179 @@
+"""Deep captures' writing, off the training thread: the trace (gzip, bounded) and its summary record.
+
+One daemon thread per rank, at nice +10, takes stopped profilers from a queue of one: the training
+thread hands a capture over and goes on (``capture/profiler_capture.py``). The trace is exported by
+``torch.profiler``'s own ``export_chrome_trace`` into a temporary file inside the run folder, then
+gzipped to ``rank-R.capture-N.trace.json.gz``; a trace over its cap (a quarter of
+``TRACEML_CAPTURE_MAX_MB``, or what the run's cap has left) is deleted and the summary says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import queue
+import shutil
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traceml_otel.wire.capture_record import (
+    CaptureRequest,
+    CaptureSummary,
+    summary_file_name,
+    trace_file_name,
+    write_summary,
+)
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.profiler_capture import RunningCapture
+    from traceml_otel.settings import CaptureSettings
+
+RAW_FACTOR = 12
+"""The uncompressed trace may be this many times the gzip cap (Chrome JSON compresses ~10x)."""
+
+
+def run_trace_usage(run_dir: Path) -> tuple[int, int]:
+    """(capture traces, their bytes) in the run folder, all ranks together."""
+    count = size = 0
+    try:
+        for entry in os.scandir(run_dir):
+            if entry.name.endswith(".trace.json.gz") and ".capture-" in entry.name:
+                count += 1
+                with contextlib.suppress(OSError):
+                    size += entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        pass
+    return count, size
+
+
+class CaptureExporter:
+    """Writes captures handed over by the training thread, one at a time, on its own thread."""
+
+    def __init__(self, run_dir: Path, run_id: str, rank: int, settings: CaptureSettings,
+                 warn: Callable[[str], None]) -> None:
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.rank = rank
+        self.settings = settings
+        self.warn = warn
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.written: list[CaptureSummary] = []
+        self.dropped = 0
+        """Captures handed over while one was still being written (the queue holds one): counted."""
+        self.baseline_ms: float | None = None
+        self._thread = threading.Thread(target=self._run, name="traceml-capture-export", daemon=True)
+        self._thread.start()
+
+    def submit(self, running: RunningCapture) -> None:
+        """Hand a stopped capture over (never blocks; a full queue drops it, counted and said)."""
+        try:
+            self._queue.put_nowait(running)
+        except queue.Full:
+            self.dropped += 1
+            self.warn(f"capture {running.index} dropped: the previous one is still being written")
+
+    def note_user_profiler(self, request: CaptureRequest) -> None:
+        """Record, once, that captures are refused because the user's profiler runs."""
+        self._queue.put(("user", request)) if self._queue.empty() else None
+
+    def close(self, wait_s: float) -> None:
+        """Let the thread finish what it holds (at most ``wait_s``), then stop it."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=wait_s)
+        self._thread.join(wait_s)
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # Linux: a thread's own niceness
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                if isinstance(item, tuple):
+                    self._write_refusal(item[1])
+                else:
+                    self._export(item)
+            except Exception as error:  # never into training
+                self.warn(f"a capture could not be written: {type(error).__name__}: {str(error)[:200]}")
+
+    def _write_refusal(self, request: CaptureRequest) -> None:
+        from traceml_otel.capture.profiler_capture import USER_PROFILER
+
+        write_summary(self.run_dir, CaptureSummary(
+            run_id=self.run_id, rank=self.rank, index=0, reason=request.reason, detail=request.detail,
+            request_id=request.id, problem=USER_PROFILER, finished_unix=time.time()))
+
+    def _export(self, running: RunningCapture) -> None:
+        from traceml_otel.capture.capture_summary import summarize
+
+        began = time.monotonic()
+        name = trace_file_name(self.rank, running.index)
+        note = ""
+        try:  # before the export, which leaves the profiler's results unreadable to Python at times
+            tables = summarize(running.profiler, self.settings.with_stack)
+        except Exception as error:  # torch could not read its own events back: the trace may still open
+            tables = {}
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            note = (f"the profiler's events could not be summarised ({type(error).__name__}: "
+                    f"{str(error)[:80]}, in {Path(where.filename).name}:{where.lineno})")
+        trace_bytes, problem = self._write_trace(running.profiler, name)
+        problem = "; ".join(text for text in (problem, note) if text)
+        settings = self.settings
+        summary = CaptureSummary(
+            run_id=self.run_id, rank=self.rank, index=running.index, reason=running.request.reason,
+            detail=running.request.detail, request_id=running.request.id, steps=tuple(running.steps),
+            step_ms=tuple(round(ms, 3) for ms in running.step_ms), median_ms=_baseline(running.request),
+            trace_file=name if trace_bytes else "", trace_bytes=trace_bytes, activities=running.activities,
+            with_stack=settings.with_stack, record_shapes=settings.record_shapes, problem=problem,
+            limits={"steps": float(running.steps_wanted), "interval_s": settings.interval_s,
+                    "max_per_rank": float(settings.max_per_rank), "max_per_run": float(settings.max_per_run),
+                    "max_run_mb": settings.max_run_bytes / (1 << 20),
+                    "start_s": round(running.start_overhead_s, 4),
+                    "stop_s": round(running.stop_overhead_s, 4)},
+            **tables,
+        )
+        summary = replace(summary, export_s=round(time.monotonic() - began, 3), finished_unix=time.time(),
+                          started_unix=running.started_unix, stopped_unix=running.stopped_unix)
+        write_summary(self.run_dir, summary)
+        self.written.append(summary)
+        where = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))
+        steps = f"{running.steps[0]}-{running.steps[-1]}" if running.steps else "none"
+        self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {where}")
+
+    def _write_trace(self, profiler: Any, name: str) -> tuple[int, str]:
+        """Export, gzip and bound the trace; (its bytes, or 0 with the reason in words)."""
+        settings = self.settings
+        count, used = run_trace_usage(self.run_dir)
+        cap = min(settings.max_run_bytes // 4, settings.max_run_bytes - used)
+        if cap <= 0 or count >= settings.max_per_run:
+            return 0, "the run's cap on capture traces is reached: summary only"
+        raw = self.run_dir / f".{name}.part.json"
+        packed = self.run_dir / f".{name}.part"
+        try:
+            profiler.export_chrome_trace(str(raw))
+            if raw.stat().st_size > cap * RAW_FACTOR:
+                return 0, f"trace of {raw.stat().st_size >> 20} MiB over the cap: summary only"
+            with open(raw, "rb") as source, gzip.open(packed, "wb", compresslevel=6) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            size = packed.stat().st_size
+            if size > cap:
+                return 0, f"gzipped trace of {size >> 20} MiB over the cap of {cap >> 20} MiB: summary only"
+            os.replace(packed, self.run_dir / name)
+            return size, ""
+        except OSError as error:
+            return 0, f"trace not written: {type(error).__name__}: {str(error)[:120]}"
+        finally:
+            for path in (raw, packed):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+def _baseline(request: CaptureRequest) -> float | None:
+    return request.baseline_ms if request.baseline_ms else None

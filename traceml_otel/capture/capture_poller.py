@@ -1,0 +1,165 @@
+"""Deep captures' requests, read off the training thread, and their limits.
+
+A daemon thread looks every ``TRACEML_CAPTURE_POLL_S`` (0.2 s) at three small files in the run folder:
+``capture-request.json`` (``traceml capture``, for every rank or the ranks it names),
+``rank-R.capture-demand.json`` (``POST /capture`` on this rank's metrics port) and
+``rank-R.capture-request.json`` (this rank's emitter, when a trigger fired). An on-demand request that
+finds a capture running waits for its end. A file whose size and
+modification time did not change is not read again; a changed one is read bounded (16 KiB),
+checked field by field, and a request id already handled is ignored. Requests present when the rank
+starts and older than a minute belong to an earlier attempt: ignored.
+
+Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` (automatic triggers only; an
+on-demand request is a person's, and skips it), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
+the run folder. Each refusal is counted by reason in ``rank-R.capture-status.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traceml_otel.wire._json import RecordError, write_atomically
+from traceml_otel.wire.capture_record import (
+    REQUEST_FILE,
+    CaptureRequest,
+    demand_file_name,
+    read_request,
+    request_file_name,
+)
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.profiler_capture import ProfilerCapture
+    from traceml_otel.settings import CaptureSettings
+
+MAX_HANDLED = 256
+BUSY = "a capture is running"
+STALE_S = 60.0
+"""A request found at start-up older than this belongs to an earlier attempt: ignored."""
+
+
+def status_file_name(rank: int) -> str:
+    """One rank's capture counts: taken, and refused by reason."""
+    return f"rank-{rank}.capture-status.json"
+
+
+class CapturePoller:
+    """Reads capture requests for one rank and arms its :class:`ProfilerCapture` within the limits."""
+
+    def __init__(self, capture: ProfilerCapture, run_dir: Path, rank: int, settings: CaptureSettings,
+                 warn: Callable[[str], None]) -> None:
+        self.capture = capture
+        self.run_dir = run_dir
+        self.rank = rank
+        self.settings = settings
+        self.warn = warn
+        self.paths = (run_dir / REQUEST_FILE, run_dir / demand_file_name(rank),
+                      run_dir / request_file_name(rank))
+        self._seen: dict[Path, tuple[int, int]] = {}
+        self._handled: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="traceml-capture-poll", daemon=True)
+        for path in self.paths:  # an earlier attempt's requests (not one made while this rank started)
+            request = self._read_changed(path)
+            if request is not None and request.requested_unix < time.time() - STALE_S:
+                self._handled.append(request.id)
+            elif request is not None:
+                self._seen.pop(path, None)  # read again at the first poll
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.poll_s):
+            try:
+                self.poll()
+            except Exception as error:  # never into training
+                self.warn(f"capture requests are no longer read: {type(error).__name__}: {error}")
+                return
+
+    def poll(self) -> None:
+        """One look at the request files (the thread's loop; tests call it directly)."""
+        capture = self.capture
+        if capture.pending is not None:
+            from traceml_otel.capture.session import _NO_BLOCK
+
+            capture.session.block_model = _NO_BLOCK  # a step start that raced the arming undid it
+            return
+        for path in self.paths:
+            request = self._read_changed(path)
+            if request is None or request.id in self._handled:
+                continue
+            if request.ranks and self.rank not in request.ranks:
+                self._handled = [*self._handled[-MAX_HANDLED:], request.id]
+                continue
+            why = self.refusal(request)
+            if why == BUSY and request.reason == "on_demand":
+                self._seen.pop(path, None)  # a person asked: taken once the running capture ends
+                continue
+            self._handled = [*self._handled[-MAX_HANDLED:], request.id]
+            if why is None:
+                capture.arm(request)
+            else:
+                capture.refuse(why)
+            self._write_status(request, why)
+            if why is None:
+                return
+
+    def refusal(self, request: CaptureRequest) -> str | None:
+        """Why ``request`` is not taken now (``None``: it is)."""
+        from traceml_otel.capture.capture_export import run_trace_usage
+
+        capture, settings = self.capture, self.settings
+        if capture.busy:
+            return BUSY
+        if capture.started >= settings.max_per_rank:
+            return f"rank cap ({settings.max_per_rank} per run)"
+        last = capture.last_started_monotonic
+        automatic = request.reason != "on_demand"
+        if automatic and last is not None and time.monotonic() - last < settings.interval_s:
+            return f"interval ({settings.interval_s:g} s per rank)"
+        count, size = run_trace_usage(self.run_dir)
+        if count >= settings.max_per_run:
+            return f"run cap ({settings.max_per_run} traces)"
+        if size >= settings.max_run_bytes:
+            return f"run cap ({settings.max_run_bytes >> 20} MiB)"
+        return None
+
+    def _read_changed(self, path: Path) -> CaptureRequest | None:
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        key = (info.st_mtime_ns, info.st_size)
+        if self._seen.get(path) == key:
+            return None
+        self._seen[path] = key
+        try:
+            return read_request(path)
+        except RecordError as error:
+            self.warn(f"capture request ignored: {str(error)[:200]}")
+            return None
+
+    def _write_status(self, request: CaptureRequest, why: str | None) -> None:
+        capture = self.capture
+        settings = self.settings
+        record = {"version": 1, "rank": self.rank, "started": capture.started + (why is None),
+                  "refused": dict(capture.refused), "last_request": request.id,
+                  "last_reason": request.reason, "last_refusal": why or "",
+                  "limits": {"interval_s": settings.interval_s, "max_per_rank": settings.max_per_rank,
+                             "max_per_run": settings.max_per_run, "max_run_mb": settings.max_run_bytes >> 20,
+                             "steps": settings.steps}}
+        try:
+            write_atomically(self.run_dir / status_file_name(self.rank), json.dumps(record))
+        except OSError:
+            pass

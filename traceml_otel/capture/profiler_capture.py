@@ -1,0 +1,243 @@
+"""Deep captures on the training thread: ``torch.profiler`` on for a few whole steps, then off.
+
+Nothing here runs per step while no capture is asked for. The poller (``capture/capture_poller.py``,
+its own thread) arms a capture by setting :attr:`ProfilerCapture.pending` and the session's
+``block_model`` to the sentinel that sends ``trace_step`` through the session's full path
+(``Session.begin_step``), which is where a step's start checks for a capture: so an unarmed step pays
+nothing, not even an attribute read (``benchmarks/step_instructions.py`` counts the same bytecodes).
+
+While armed, the next step's start (before its clock reading) starts the profiler; after N steps' ends
+(after their clock readings) it is stopped, and the trace's export and summary go to the exporter
+thread (``capture/capture_export.py``): the training thread never waits for a write. The start and
+the stop are kept out of the steps' own time and out of the gap between steps (``enter_outside``).
+
+A profiler the user already runs is never doubled: the capture is refused, said once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from traceml_otel.wire.capture_record import CaptureRequest
+
+if TYPE_CHECKING:
+    from traceml_otel.capture.capture_export import CaptureExporter
+    from traceml_otel.capture.session import TrainingSession
+    from traceml_otel.settings import CaptureSettings
+
+FIRST_STEP = 5
+"""No capture covers a rank's first steps: ``torch.profiler``'s Python tracer at times garbles the names
+of what runs for the first time in a process (its events then cannot be read back), and first steps
+are warm-up anyway."""
+USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"
+
+
+def user_profiler_running() -> bool:
+    """Whether ``torch.profiler`` / ``torch.autograd.profiler`` is already on in this process."""
+    import torch
+
+    try:
+        if torch._C._autograd._profiler_enabled():
+            return True
+    except Exception:
+        pass
+    try:
+        from torch.autograd import profiler as autograd_profiler
+
+        return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+    except Exception:
+        return False
+
+
+@dataclass
+class RunningCapture:
+    """A capture in progress: its profiler and the steps it has seen."""
+
+    index: int
+    request: CaptureRequest
+    profiler: Any
+    steps_wanted: int
+    activities: tuple[str, ...]
+    steps: list[int] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    start_overhead_s: float = 0.0
+    stop_overhead_s: float = 0.0
+    started_unix: float = 0.0
+    stopped_unix: float = 0.0
+
+
+class ProfilerCapture:
+    """One rank's deep captures: armed by the poller, run on the training thread, exported off it."""
+
+    def __init__(self, session: TrainingSession, settings: CaptureSettings, exporter: CaptureExporter,
+                 warn: Callable[[str], None]) -> None:
+        self.session = session
+        self.settings = settings
+        self.exporter = exporter
+        self.warn = warn
+        self.pending: CaptureRequest | None = None
+        """Set by the poller; taken at the next step's start."""
+        self.running: RunningCapture | None = None
+        self.started = 0
+        """Captures started in this process (their index is this count)."""
+        self.refused: dict[str, int] = {}
+        """Requests not taken, by why (rate limits, the user's profiler, a failed start)."""
+        self._said_user_profiler = False
+        self.last_started_monotonic: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A capture is pending or running (``trace_step`` must take the session's full path)."""
+        return self.pending is not None or self.running is not None
+
+    def arm(self, request: CaptureRequest) -> None:
+        """Ask for a capture at the next step's start (any thread; the poller calls it)."""
+        from traceml_otel.capture.session import _NO_BLOCK
+
+        self.pending = request
+        self.session.block_model = _NO_BLOCK  # the next trace_step takes Session.begin_step
+
+    def refuse(self, why: str) -> None:
+        """Count a request not taken (the poller's limits, or here)."""
+        self.refused[why] = self.refused.get(why, 0) + 1
+
+    # --- the training thread ---------------------------------------------------------------
+    def before_step(self) -> None:
+        """A step is about to open (``Session.begin_step``, before its clock reading): start a pending
+        capture (when its ``at_step`` has come)."""
+        request = self.pending
+        if request is None or self.running is not None:
+            return
+        recorder = self.session.recorder
+        if recorder.step < FIRST_STEP:
+            return  # kept pending until then
+        at = request.at_step
+        if at is not None:
+            if request.every and recorder.step > at + 1:  # the predicted step went by: the next one
+                periods = -(-(recorder.step - at - 1) // request.every)
+                at += periods * request.every
+                self.pending = request = replace(request, at_step=at)
+            if recorder.step < at:
+                return  # armed for a later step (a periodic spike's predicted one)
+        self.pending = None
+        if recorder.in_step:
+            self.pending = request  # a nested block: the outer step's end comes first
+            return
+        if user_profiler_running():
+            self.refuse("user profiler")
+            if not self._said_user_profiler:
+                self._said_user_profiler = True
+                self.warn(USER_PROFILER)
+                self.exporter.note_user_profiler(request)
+            return
+        recorder.enter_outside("profiler")
+        began = time.perf_counter()
+        try:
+            profiler, activities = self._start_profiler()
+        except Exception as error:
+            self.refuse("profiler start failed")
+            self.warn(f"a capture could not start: {type(error).__name__}: {str(error)[:200]}")
+            return
+        finally:
+            recorder.exit_outside()
+        self.started += 1
+        self.last_started_monotonic = time.monotonic()
+        self.running = RunningCapture(
+            index=self.started, request=request, profiler=profiler,
+            steps_wanted=request.steps or self.settings.steps, activities=activities,
+            start_overhead_s=time.perf_counter() - began, started_unix=time.time(),
+        )
+        self.session.end_step = self.end_step  # type: ignore[method-assign]
+
+    def _start_profiler(self) -> tuple[Any, tuple[str, ...]]:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        names = ["cpu"]
+        if self.session.recorder.device:
+            activities.append(ProfilerActivity.CUDA)
+            names.append("cuda")
+        profiler = profile(activities=activities, record_shapes=self.settings.record_shapes,
+                           with_stack=self.settings.with_stack)
+        profiler.start()
+        return profiler, tuple(names)
+
+    def end_step(self, exception_type: str | None = None) -> None:
+        """The session's ``end_step`` while a capture runs: the recorder's, then count the step."""
+        recorder = self.session.recorder
+        opened = recorder.in_step
+        recorder.end_step(exception_type)
+        running = self.running
+        if running is None or not opened:
+            return
+        running.steps.append(recorder.step - 1)
+        running.step_ms.append((recorder.last_step_end_ns or 0) / 1e6 - recorder.state.start_ns / 1e6)
+        if len(running.steps) >= running.steps_wanted:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the running capture (after its last step, or at shutdown) and hand it to the exporter."""
+        running, self.running = self.running, None
+        session = self.session
+        session.end_step = session.recorder.end_step  # type: ignore[method-assign]
+        if running is None:
+            return
+        recorder = session.recorder
+        recorder.enter_outside("profiler")
+        began = time.perf_counter()
+        try:
+            running.profiler.stop()
+        except Exception as error:
+            self.warn(f"a capture could not stop cleanly: {type(error).__name__}: {str(error)[:200]}")
+            return
+        finally:
+            recorder.exit_outside()
+        running.stop_overhead_s = time.perf_counter() - began
+        running.stopped_unix = time.time()
+        self.exporter.submit(running)  # never blocks: the exporter's queue holds one capture at most
+
+
+def start_profiler_capture(session: TrainingSession, settings: Any, warn: Callable[[str], None]) -> Any:
+    """This rank's deep captures and their poller, or ``None`` (off, no run folder, no torch)."""
+    from traceml_otel.settings import capture_settings
+
+    try:
+        options = capture_settings()
+    except Exception as error:
+        warn(f"deep captures are off for this run: {error}")
+        return None
+    if not options.enabled or settings.run_dir is None:
+        return None
+    try:
+        import torch.profiler  # noqa: F401
+    except Exception:
+        return None
+    from traceml_otel.capture.capture_export import CaptureExporter
+    from traceml_otel.capture.capture_poller import CapturePoller
+
+    try:
+        exporter = CaptureExporter(settings.run_dir, settings.run_id, settings.identity.rank, options, warn)
+        capture = ProfilerCapture(session, options, exporter, warn)
+        poller = CapturePoller(capture, settings.run_dir, settings.identity.rank, options, warn)
+        poller.start()
+    except Exception as error:  # never a reason not to train
+        warn(f"deep captures are off for this run: {type(error).__name__}: {error}")
+        return None
+    capture.poller = poller  # type: ignore[attr-defined]
+    return capture
+
+
+def close_profiler_capture(capture: ProfilerCapture | None, wait_s: float = 10.0) -> None:
+    """At shutdown: stop the poller, end a running capture, let the exporter finish (bounded)."""
+    if capture is None:
+        return
+    poller = getattr(capture, "poller", None)
+    if poller is not None:
+        poller.stop()
+    capture.pending = None
+    if capture.running is not None:
+        capture.stop()
+    capture.exporter.close(wait_s)

@@ -1,0 +1,272 @@
+"""Deep captures' automatic triggers, in the emitter process, from the steps it already reads.
+
+Each step's *busy* time is its wall time less its blocking collectives' (the time a rank waits for
+slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not be
+captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
+
+- **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
+  not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
+  A spike one and two periods after earlier ones (noise spikes in between do not matter) is captured
+  where the next one is due (``at_step``, ``every``); from the fourth spike without a period, at once.
+- **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
+  the 200 before them. In a distributed run whose collectives this rank times, its reason is
+  **straggler**: its own work grew, not its waits.
+- **residual**: the residual's share (time in no phase, fetch or collective: host syncs, metrics,
+  logging) of the last 32 steps' busy time >= 30 %, once it first gets there or jumps by 15 points.
+
+A firing trigger writes ``rank-R.capture-request.json``; the trainer's poller applies the limits. The
+emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from traceml_otel.settings import CaptureSettings
+from traceml_otel.wire.capture_record import CaptureRequest, request_file_name, write_request
+
+WARMUP_STEPS = 10
+BASELINE_STEPS = 100
+RECENT_STEPS = 16
+DRIFT_BASELINE_STEPS = 200
+RESIDUAL_STEPS = 32
+RESIDUAL_SHARE = 0.30
+RESIDUAL_JUMP = 0.15
+SPIKE_FLOOR_S = 0.005
+LEVEL_SHIFT = 8
+_START = itemgetter(2)
+EVERY = 8
+"""The p95, drift and residual windows are summarised every this many steps (a step costs the emitter
+a few microseconds; sorting the windows every step cost it ~50 us)."""
+"""This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
+
+
+def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
+    """(busy seconds, residual seconds, timed collectives?) of one step row (``StepRow``'s layout).
+
+    Phase and collective calls both hold their CPU start and end at indices 2 and 3; their union
+    inside the step is its covered time."""
+    start, end = row[1], row[2]
+    if end <= start:
+        return 0.0, 0.0, False
+    phases = row[14] or ()
+    collectives = row[15] if len(row) > 15 else None
+    waits = 0
+    if collectives:
+        for call in collectives:
+            if call[5] and call[3] is not None:
+                waits += call[3] - call[2]
+        calls = sorted([*phases, *collectives], key=_START)
+    else:
+        calls = sorted(phases, key=_START)
+    inside = 0
+    last = start
+    for call in calls:
+        a, b = call[2], call[3]
+        if b is None:
+            continue
+        if a < last:
+            a = last
+        if b > end:
+            b = end
+        if b > a:
+            inside += b - a
+            last = b
+    fetch = row[21] if len(row) > 21 and row[21] else 0
+    duration = end - start
+    busy = duration - waits if duration > waits else 0
+    residual = duration - inside - fetch
+    return busy / 1e9, (residual if residual > 0 else 0) / 1e9, bool(collectives)
+
+
+def period(spikes: Sequence[int]) -> int | None:
+    """The period of the last spike, when two earlier ones sit one and two periods before it (a step
+    off either way; spikes of noise in between do not matter), else ``None``."""
+    last = spikes[-1]
+    for earlier in reversed(spikes[:-1]):
+        gap = last - earlier
+        if gap > 1 and any(abs(earlier - gap - other) <= 1 for other in spikes[:-1] if other < earlier):
+            return gap
+    return None
+
+
+class CaptureTriggers:
+    """One rank's triggers; :meth:`observe` takes each batch of rows the emitter reads."""
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int, settings: CaptureSettings,
+                 warn: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.world_size = world_size
+        self.settings = settings
+        self.warn = warn
+        self.clock = clock
+        self.baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
+        self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
+        self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
+        self.spikes: list[int] = []
+        self._spikes_in_row = 0
+        self._pending_spike: tuple[int, float, float] | None = None
+        self._p95: float | None = None
+        self._since_p95 = 0
+        self._seen = 0
+        self._residual_high = False
+        self._last_share: float | None = None
+        self._collectives = False
+        self.requested = 0
+        self._last_request: float | None = None
+        self.fired: list[CaptureRequest] = []
+
+    def observe(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Update the windows with a batch of steps; write a request when a trigger fires (rate-limited)."""
+        for row in rows:
+            try:
+                self._step(row)
+            except (TypeError, IndexError, ValueError):
+                continue
+
+    def _step(self, row: Sequence[Any]) -> None:
+        if row[13] is not None:  # a step that raised is no sample
+            return
+        step = row[0]
+        busy, residual, collectives = busy_and_residual(row)
+        self._collectives = self._collectives or collectives
+        if step < WARMUP_STEPS:
+            return
+        if self._spike(step, busy):
+            return
+        if len(self.recent) == RECENT_STEPS:
+            self.older.append(self.recent[0])
+        self.recent.append(busy)
+        if busy > 0:
+            self.shares.append(residual / busy)
+        self._seen += 1
+        if self._seen % EVERY == 0:
+            self._drift(step)
+            self._residual(step)
+
+    def _spike(self, step: int, busy: float) -> bool:
+        """Whether the step is a spike (kept out of the windows). A slow step is judged at the next step:
+        followed by another slow one, it starts a new level (drift's business), not a spike."""
+        if len(self.baseline) < 20:  # filling the baseline: spikes against its median stay out of it
+            middle = statistics.median(self.baseline) if len(self.baseline) >= 3 else None
+            if middle is None or busy <= self.settings.spike_k * middle or busy - middle < SPIKE_FLOOR_S:
+                self.baseline.append(busy)
+            return False
+        if self._p95 is None or self._since_p95 >= EVERY:
+            self._p95, self._since_p95 = statistics.quantiles(self.baseline, n=20)[-1], 0
+        p95 = self._p95
+        pending, self._pending_spike = self._pending_spike, None
+        if busy <= self.settings.spike_k * p95 or busy - p95 < SPIKE_FLOOR_S:
+            self._spikes_in_row = 0
+            self.baseline.append(busy)
+            self._since_p95 += 1
+            if pending is not None:
+                self._spike_seen(*pending)
+            return False
+        self._spikes_in_row += 1
+        if self._spikes_in_row >= LEVEL_SHIFT:
+            self.baseline.append(busy)
+        if self._spikes_in_row == 1:
+            self._pending_spike = (step, busy, p95)
+            return True
+        return False
+
+    def _spike_seen(self, step: int, busy: float, p95: float) -> None:
+        """A spike alone: from the third, captured where the next is due (steady gaps), else at once."""
+        self.spikes = [*self.spikes[-7:], step]
+        detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
+                  f"{p95 * 1e3:.1f} ms")
+        every = period(self.spikes)
+        if every is not None:
+            self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
+                          step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
+        elif len(self.spikes) >= 4:
+            self._request("spike", detail, step, statistics.median(self.baseline))
+
+    def _drift(self, step: int) -> None:
+        if len(self.recent) < RECENT_STEPS or len(self.older) < 2 * RECENT_STEPS:
+            return
+        now, before = statistics.median(self.recent), statistics.median(self.older)
+        if before <= 0 or now <= self.settings.drift_factor * before or now - before < SPIKE_FLOOR_S:
+            return
+        straggler = self.world_size > 1 and self._collectives
+        reason = "straggler" if straggler else "drift"
+        what = "this rank's own work" if straggler else "the rank's busy time"
+        if self._request(reason, f"step {step}: {what} rose to {now * 1e3:.1f} ms a step (median of "
+                                  f"{RECENT_STEPS}), {now / before:.1f} x the {before * 1e3:.1f} ms before",
+                         step, before):
+            self.older.clear()  # the new level is the next baseline
+
+    def _residual(self, step: int) -> None:
+        if len(self.shares) < RESIDUAL_STEPS:
+            return
+        share = statistics.median(self.shares)
+        previous, self._last_share = self._last_share, share
+        if share < RESIDUAL_SHARE:
+            self._residual_high = False
+            return
+        jumped = previous is not None and share - previous >= RESIDUAL_JUMP
+        if self._residual_high and not jumped:
+            return
+        if self._request("residual", f"step {step}: the residual (no phase, fetch or collective: host syncs, "
+                                     f"metrics, logging) is {share:.0%} of the busy time", step,
+                         statistics.median(self.recent) if self.recent else None):
+            self._residual_high = True
+
+    def _request(self, reason: str, detail: str, step: int, baseline_s: float | None,
+                 at_step: int | None = None, every: int | None = None) -> bool:
+        settings = self.settings
+        if not settings.auto or self.requested >= settings.max_per_rank:
+            return False
+        now = self.clock()
+        if self._last_request is not None and now - self._last_request < settings.interval_s:
+            return False
+        request = CaptureRequest(
+            id=f"{reason}-r{self.rank}-s{step}-{int(time.time() * 1000) % 10**9}", reason=reason,
+            detail=detail, at_step=at_step if at_step is not None else step + 1,
+            requested_unix=time.time(),
+            baseline_ms=None if baseline_s is None else round(baseline_s * 1e3, 3),
+            every=every)
+        try:
+            write_request(self.run_dir / request_file_name(self.rank), request)
+        except OSError as error:
+            self.warn(f"a capture request could not be written ({type(error).__name__}: {error})")
+            return False
+        self.requested += 1
+        self._last_request = now
+        self.fired.append(request)
+        return True
+
+
+def start_capture_triggers(
+    run_dir: Path | None, hello: Any, warn: Callable[[str], None]
+) -> CaptureTriggers | None:
+    """One rank's triggers (``hello``: the trainer's :class:`~traceml_otel.wire.hello.Hello`), or ``None``
+    when captures or their automatic triggers are off (``TRACEML_CAPTURE=0``, ``TRACEML_CAPTURE_AUTO=0``)."""
+    from traceml_otel.settings import capture_settings
+
+    try:
+        settings = capture_settings()
+    except Exception:
+        return None  # the trainer said why, once
+    if run_dir is None or not settings.enabled or not settings.auto:
+        return None
+    return CaptureTriggers(run_dir, hello.rank, hello.world_size, settings, warn)
+
+
+def capture_settings_on() -> bool:
+    """Whether deep captures are on for this run (``TRACEML_CAPTURE``; unusable settings: off)."""
+    from traceml_otel.settings import capture_settings
+
+    try:
+        return capture_settings().enabled
+    except Exception:
+        return False
