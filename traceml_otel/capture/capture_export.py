@@ -117,7 +117,7 @@ class CaptureExporter:
         name = trace_file_name(self.rank, running.index)
         note = ""
         try:  # before the export, which leaves the profiler's results unreadable to Python at times
-            tables = summarize(running.profiler, self.settings.with_stack)
+            tables: dict[str, Any] = summarize(running.profiler, self.settings.with_stack)
         except Exception as error:  # torch could not read its own events back: the trace may still open
             tables = {}
             where = traceback.extract_tb(error.__traceback__)[-1]
@@ -143,9 +143,9 @@ class CaptureExporter:
                           started_unix=running.started_unix, stopped_unix=running.stopped_unix)
         write_summary(self.run_dir, summary)
         self.written.append(summary)
-        where = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))
+        written = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))
         steps = f"{running.steps[0]}-{running.steps[-1]}" if running.steps else "none"
-        self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {where}")
+        self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {written}")
 
     def _write_trace(self, profiler: Any, name: str) -> tuple[int, str]:
         """Export, gzip and bound the trace; (its bytes, or 0 with the reason in words)."""

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData
@@ -71,7 +72,7 @@ class CaptureSummaryWatch:
         if now < self._next and not force:
             return []
         self._next = now + self.poll_s
-        spans = []
+        spans: list[Any] = []
         while True:
             path = self.run_dir / summary_file_name(self.rank, self.next_index)
             try:

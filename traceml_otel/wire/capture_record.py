@@ -200,7 +200,8 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
     rank, index = as_int(raw.get("rank")), as_int(raw.get("index"))
     if rank is None or index is None or as_int(raw.get("version")) != CAPTURE_VERSION:
         raise RecordError("not a capture summary of this version")
-    limits = raw.get("limits") if isinstance(raw.get("limits"), dict) else {}
+    raw_limits = raw.get("limits")
+    limits: dict[Any, Any] = raw_limits if isinstance(raw_limits, dict) else {}
     return CaptureSummary(
         run_id=as_str(raw.get("run_id"), 200) or "", rank=rank, index=index,
         reason=as_str(raw.get("reason"), 32) or "", detail=_clean(as_str(raw.get("detail"), MAX_TEXT) or ""),
