@@ -237,10 +237,15 @@ def _read_with(name: str):
         return lambda env: auto_requested(env)
     if name in ("TRACEML_AUTO_ATTACH", "TRACEML_INFER_STEPS"):
         return lambda env: auto_attach_requested(env)
+    if name.startswith("TRACEML_CAPTURE"):
+        from traceml_otel.settings import capture_settings
+
+        return lambda env: capture_settings(env)
     return lambda env: load_settings(env)
 
 
-BOOLEANS = ("TRACEML_AUTO", "TRACEML_AUTO_ATTACH", "TRACEML_COLLECTIVES", "TRACEML_DISABLED",
+BOOLEANS = ("TRACEML_AUTO", "TRACEML_AUTO_ATTACH", "TRACEML_CAPTURE", "TRACEML_CAPTURE_AUTO",
+            "TRACEML_CAPTURE_SHAPES", "TRACEML_CAPTURE_STACK", "TRACEML_COLLECTIVES", "TRACEML_DISABLED",
             "TRACEML_INFER_STEPS", "TRACEML_LOCAL_COPY", "TRACEML_STRICT")
 
 

@@ -534,10 +534,9 @@ class CaptureSettings:
 def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
     """``TRACEML_CAPTURE_*`` checked (the trainer's poller and the emitter's triggers read the same)."""
     env = os.environ if env is None else env
-    off = ("0", "false", "no", "off")
     return CaptureSettings(
-        enabled=env.get(TRACEML_CAPTURE, "1").strip().lower() not in off,
-        auto=env.get(TRACEML_CAPTURE_AUTO, "1").strip().lower() not in off,
+        enabled=flag(env, TRACEML_CAPTURE, default=True),
+        auto=flag(env, TRACEML_CAPTURE_AUTO, default=True),
         steps=min(whole_number(env, TRACEML_CAPTURE_STEPS, 3), 50),
         interval_s=decimal(env, TRACEML_CAPTURE_INTERVAL_S, 600.0),
         max_per_rank=whole_number(env, TRACEML_CAPTURE_MAX, 3, minimum=0),
@@ -545,7 +544,7 @@ def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
         max_run_bytes=whole_number(env, TRACEML_CAPTURE_MAX_MB, 256) << 20,
         spike_k=decimal(env, TRACEML_CAPTURE_SPIKE_K, 3.0, minimum=1.0),
         drift_factor=decimal(env, TRACEML_CAPTURE_DRIFT, 1.5, minimum=1.0),
-        with_stack=env.get(TRACEML_CAPTURE_STACK, "1").strip().lower() not in off,
+        with_stack=flag(env, TRACEML_CAPTURE_STACK, default=True),
         record_shapes=flag(env, TRACEML_CAPTURE_SHAPES),
         poll_s=decimal(env, TRACEML_CAPTURE_POLL_S, 0.2, minimum=0.01),
     )

@@ -15,14 +15,14 @@ from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.span_budget import PLAIN, BudgetSettings, KeptEncoder, SpanBudget
 from traceml_otel.emit.span_export import ALWAYS_ON, OtlpSpanShipper
 from traceml_otel.emit.spans import RankInfo, ReadableSpanFactory, StepSpanBuilder
-from traceml_otel.sampling_threshold import (
+from traceml_otel.step_records import PhaseTiming, StepRecord
+from traceml_otel.wire.sampling_threshold import (
     adjusted_count,
     in_sample,
     threshold,
     threshold_hex,
     trace_state_threshold,
 )
-from traceml_otel.step_records import PhaseTiming, StepRecord
 
 MS = 1_000_000
 

@@ -21,8 +21,8 @@ from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
 from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
-from traceml_otel.sampling_threshold import in_sample, threshold, threshold_hex
 from traceml_otel.wire.export_stats import read_export_stats
+from traceml_otel.wire.sampling_threshold import in_sample, threshold, threshold_hex
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "sampled_ddp.py"
 REPO = Path(__file__).resolve().parents[2]

@@ -33,7 +33,7 @@ from traceml_otel.analyze.span_schema import (
     STEP_SPAN,
     classify_by_attributes,
 )
-from traceml_otel.sampling_threshold import adjusted_count, trace_state_threshold
+from traceml_otel.wire.sampling_threshold import adjusted_count, trace_state_threshold
 
 _N = len(c.PHASES)
 assert _N == 4, "_freeze spells out the four phases"

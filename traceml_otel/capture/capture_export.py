@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from traceml_otel.capture.profiler_capture import RunningCapture
     from traceml_otel.settings import CaptureSettings
 
+USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"
+
 RAW_FACTOR = 12
 """The uncompressed trace may be this many times the gzip cap (Chrome JSON compresses ~10x)."""
 
@@ -104,7 +106,6 @@ class CaptureExporter:
                 self.warn(f"a capture could not be written: {type(error).__name__}: {str(error)[:200]}")
 
     def _write_refusal(self, request: CaptureRequest) -> None:
-        from traceml_otel.capture.profiler_capture import USER_PROFILER
 
         write_summary(self.run_dir, CaptureSummary(
             run_id=self.run_id, rank=self.rank, index=0, reason=request.reason, detail=request.detail,

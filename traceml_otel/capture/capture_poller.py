@@ -91,7 +91,7 @@ class CapturePoller:
         """One look at the request files (the thread's loop; tests call it directly)."""
         capture = self.capture
         if capture.pending is not None:
-            from traceml_otel.capture.session import _NO_BLOCK
+            from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
             capture.session.block_model = _NO_BLOCK  # a step start that raced the arming undid it
             return

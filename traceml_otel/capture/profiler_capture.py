@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from traceml_otel.capture.capture_export import USER_PROFILER
 from traceml_otel.wire.capture_record import CaptureRequest
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ FIRST_STEP = 5
 """No capture covers a rank's first steps: ``torch.profiler``'s Python tracer at times garbles the names
 of what runs for the first time in a process (its events then cannot be read back), and first steps
 are warm-up anyway."""
-USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"
 
 
 def user_profiler_running() -> bool:
@@ -95,7 +95,7 @@ class ProfilerCapture:
 
     def arm(self, request: CaptureRequest) -> None:
         """Ask for a capture at the next step's start (any thread; the poller calls it)."""
-        from traceml_otel.capture.session import _NO_BLOCK
+        from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
         self.pending = request
         self.session.block_model = _NO_BLOCK  # the next trace_step takes Session.begin_step

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from traceml_otel.capture.capture_config import CaptureConfig
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 from traceml_otel.warn_line import warn
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from traceml_otel.wire.control import LocalReport
 
 _UNSEEN = object()
-_NO_BLOCK = object()
 """What :attr:`Session.block_model` holds while ``trace_step`` must take the session's full path."""
 
 

@@ -9,6 +9,10 @@ from typing import Any, Protocol
 
 from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow
 
+NO_BLOCK = object()
+"""``TrainingSession.block_model`` when no step may take the usual block path: the next ``trace_step``
+goes through ``Session.begin_step`` (a new model, inference to stop, a deep capture to start)."""
+
 
 class StepSink(Protocol):
     """Where batches of completed steps go (the emitter channel, or a list in tests).

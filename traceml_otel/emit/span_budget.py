@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from traceml_otel import contract as c
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import SpanData
-from traceml_otel.sampling_threshold import LOW56, in_sample, threshold, threshold_hex
 from traceml_otel.settings import DEFAULT_OTLP_SPAN_BUDGET, OTLP_SPANS_MODES
 from traceml_otel.step_records import StepRecord
+from traceml_otel.wire.sampling_threshold import LOW56, in_sample, threshold, threshold_hex
 
 SPANS_AUTO, SPANS_ALL, SPANS_SAMPLED = OTLP_SPANS_MODES
 DEFAULT_SPAN_BUDGET = DEFAULT_OTLP_SPAN_BUDGET
