@@ -27,15 +27,25 @@ def _duckdb() -> None:
         pytest.skip("duckdb is not installed")
 
 
-def _report(run_dir: Path, engine: str) -> dict:
+VERDICT_KEYS = ("primary_diagnosis", "issues", "abstentions", "severity_caps")
+"""What the span reader takes from its reference segment when it split the run (the columnar engine
+computes no segments yet, docs/analyzer.md): compared only when the run is one segment."""
+
+
+def _report(run_dir: Path, engine: str) -> tuple[dict, int]:
     report = json.loads(render(analyze_path([run_dir], engine=engine), "json"))
     report.pop("generated_at", None)
     report["run"].pop("source", None)
-    return in_time_removed(report)
+    segments = len((report.get("segments") or {}).get("segments") or [])
+    return in_time_removed(report), segments
 
 
 def _both_engines(run_dir: Path) -> dict:
-    python, columnar = _report(run_dir, "python"), _report(run_dir, "columnar")
+    (python, segments), (columnar, _) = _report(run_dir, "python"), _report(run_dir, "columnar")
+    if segments > 1:  # a short loop on a loaded machine may split: its verdict is its steady segment's
+        for key in VERDICT_KEYS:
+            python.pop(key, None)
+            columnar.pop(key, None)
     _assert_same(python, columnar)
     return columnar
 

@@ -31,7 +31,14 @@ from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
 from traceml_otel.emit.redact import Redactor, header_secrets
 from traceml_otel.emit.resource import build_resource
 from traceml_otel.emit.run_end import linger_line
-from traceml_otel.emit.span_budget import SPANS_ALL, BudgetSettings, KeptEncoder, SpanBudget
+from traceml_otel.emit.span_budget import (
+    AUTO_MIN_RANKS,
+    SPANS_ALL,
+    SPANS_AUTO,
+    BudgetSettings,
+    KeptEncoder,
+    SpanBudget,
+)
 from traceml_otel.emit.span_export import (
     OtlpSpanShipper,
     make_span_exporter,
@@ -117,7 +124,8 @@ class Emitter:
         """Which steps' spans OTLP export sends (None: every step; ``TRACEML_OTLP_SPANS=all``)."""
         if hello.traces_endpoint and hello.traces_protocol:
             self.shipper = self._start_shipper(hello, resource, scope)
-            if self.shipper is not None and hello.otlp_spans != SPANS_ALL:
+            if self.shipper is not None and hello.otlp_spans != SPANS_ALL and not (
+                    hello.otlp_spans == SPANS_AUTO and rank.world_size < AUTO_MIN_RANKS):
                 self.budget = SpanBudget(BudgetSettings(hello.otlp_spans, hello.otlp_sample_rate,
                                                         hello.otlp_span_budget), rank.world_size)
         self.metrics = self._start_metrics(hello, resource, rank)

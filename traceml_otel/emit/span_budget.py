@@ -57,6 +57,10 @@ WINDOW_FACTOR = 1.5
 """The window's slowest step so far is kept when it is longer than this many times the rolling median
 (a window of steps that differ only by noise keeps none: at 1,024 ranks nearly every step is some
 rank's slowest so far, and those would be partial waterfalls)."""
+AUTO_MIN_RANKS = 64
+"""``auto`` applies the budget only to jobs of at least this many ranks; a smaller job sends every span
+(under 64 ranks at 2 steps/s and 7 spans a step is under 900 spans/s: only a toy loop of microsecond
+steps would pass the budget, and it should not be sampled by surprise)."""
 EPOCH_STEPS = 64
 """The probability may change only at step numbers that are multiples of this."""
 MAX_HALVINGS = 24
