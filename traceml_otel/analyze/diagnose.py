@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
@@ -32,6 +32,7 @@ from traceml_otel.analyze.window import (
     select_window,
     window_parallelism,
     without_stalls,
+    without_steps,
 )
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.wire.export_stats import ExportStats
@@ -42,10 +43,13 @@ from traceml_otel.wire.manifest import Manifest
 def analyze_run(
     loaded: LoadedRun, spec: WindowSpec | None = None, manifest: Manifest | None = None,
     export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (), hangs: Sequence[HangRecord] = (),
+    captured: Collection[int] = (),
 ) -> RunAnalysis:
     """Diagnose ``loaded`` over the window ``spec`` (default: the whole run).
 
     ``hangs``: the ranks' hang records (run directory), which turn a stall into a ``HANG`` event with a place.
+    ``captured``: the steps a deep capture profiled (on any rank): the profiler slowed them, so they are
+    left out of the per-step means as stalls are (never a straggler made by our own capture).
 
     ``export_stats``: the emitters' records from the run directory (none for a backend source);
     ``notes``: problems reading the run directory's records, shown with the input warnings.
@@ -58,6 +62,9 @@ def analyze_run(
     window, window_info = select_window(run, spec)
     stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
     window = without_stalls(window, stalls)  # stalls are events, never part of a per-step mean
+    kept = without_steps(window, captured)
+    if kept.steps * 2 >= window.steps:  # a capture slowed these steps; a run made mostly of them stays
+        window = kept
     clock = select_clock(window)
     parallelism = window_parallelism(window)
 

@@ -8,7 +8,7 @@ traced time, its input wait and every phase that ran; otherwise CPU.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from traceml_otel.analyze.findings import WindowInfo
@@ -105,7 +105,11 @@ def window_parallelism(window: StepWindow) -> str:
 
 def without_stalls(window: StepWindow, stalls: StallAnalysis) -> StepWindow:
     """``window`` less the aligned steps a stall interrupted (on any rank)."""
-    drop = stalls.stalled_steps()
+    return without_steps(window, stalls.stalled_steps())
+
+
+def without_steps(window: StepWindow, drop: Collection[int]) -> StepWindow:
+    """``window`` less the aligned steps numbered in ``drop`` (on every rank)."""
     if not drop or not window.step_numbers:
         return window
     keep = [i for i, n in enumerate(window.step_numbers) if n not in drop]

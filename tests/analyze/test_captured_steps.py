@@ -1,0 +1,42 @@
+"""Steps a deep capture profiled are left out of the per-step means: the profiler slows them, and our own
+capture must never make a straggler (or any verdict) of the rank it ran on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.synthetic_runs import SyntheticStep, write_run
+from traceml_otel.analyze import analyze_path
+from traceml_otel.wire.capture_record import CaptureSummary, write_summary
+
+CAPTURED = (40, 41, 42)
+
+
+def _steps() -> list[SyntheticStep]:
+    """Two DDP ranks, balanced; in steps 40-42 rank 0 runs 100x slower (the profiler's cost) and rank 1
+    waits for it in backward's gradient all-reduce."""
+    steps = []
+    for rank in range(2):
+        for number in range(80):
+            slow = number in CAPTURED
+            steps.append(SyntheticStep(
+                rank=rank, step=number, world_size=2, parallelism="ddp",
+                forward=0.5 if slow and rank == 0 else 0.004,
+                backward=0.504 if slow and rank == 1 else 0.008,
+                ddp_wait=0.496 if slow and rank == 1 else 0.0005,
+            ))
+    return steps
+
+
+def _kinds(run_dir: Path) -> list[str]:
+    analysis = analyze_path([run_dir], engine="python")
+    return [analysis.step.primary.kind, *(i.kind for i in analysis.step.issues)]
+
+
+def test_a_capture_never_makes_its_rank_a_straggler(tmp_path: Path) -> None:
+    plain = write_run(tmp_path / "plain", "run-plain", _steps())
+    assert any("STRAGGLER" in str(kind) for kind in _kinds(plain))  # the slow steps alone make one
+    captured = write_run(tmp_path / "captured", "run-captured", _steps())
+    write_summary(captured, CaptureSummary("run-captured", 0, 1, "spike", steps=CAPTURED))
+    assert not any("STRAGGLER" in str(kind) for kind in _kinds(captured)), _kinds(captured)
+    assert analyze_path([captured], engine="python").captures.captures  # and the capture is still reported
