@@ -62,7 +62,7 @@ def analyze_run(
     window, window_info = select_window(run, spec)
     stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
     window = without_stalls(window, stalls)  # stalls are events, never part of a per-step mean
-    kept = without_steps(window, captured)
+    kept = without_steps(window, captured) if len(window.ranks) > 1 else window  # (peers wait for them)
     if kept.steps * 2 >= window.steps:  # a capture slowed these steps; a run made mostly of them stays
         window = kept
     clock = select_clock(window)
