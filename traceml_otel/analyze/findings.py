@@ -210,6 +210,8 @@ class DriftAnalysis:
     """By how much: its typical step time against the reference segment's."""
     reference_steps: tuple[int, int] | None = None
     """The reference (steady) segment's step range."""
+    from_segment: bool = False
+    """The kind comes from a slow or fast period that ends the run, not from the bands' test."""
 
 
 @dataclass(frozen=True, slots=True)

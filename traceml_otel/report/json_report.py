@@ -157,6 +157,7 @@ def report_json(
             "segment_start_time": drift.segment_start_unix,
             "segment_change": drift.segment_change,
             "reference_steps": list(drift.reference_steps) if drift.reference_steps else None,
+            "from_segment": drift.from_segment,
         },
         **events_json(analysis),
         **captures_json(analysis),
