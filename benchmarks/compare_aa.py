@@ -5,6 +5,7 @@
     python benchmarks/compare_aa.py --keep DIR          # keep the runs ...
     python benchmarks/compare_aa.py --recompare DIR     # ... and compare them again (after a change)
     python benchmarks/compare_aa.py --runs 1 5 1        # runs per side of each group (default 1 5 1)
+    python benchmarks/compare_aa.py --env TRACEML_CAPTURE_AUTO=0   # a variable for every run
 
 Three groups of pairs of short ``traceml run``s of one CPU loop (torch on 1 thread, in-memory data,
 1,875 steps of batch 16, a few seconds each), each pair compared with
@@ -84,11 +85,16 @@ def stop_hog(hogs: list[subprocess.Popen[bytes]]) -> None:
         hog.wait()
 
 
+EXTRA_ENV: dict[str, str] = {}
+"""Variables every run gets (``--env``), e.g. ``TRACEML_CAPTURE_AUTO=0``."""
+
+
 def run_once(runs_dir: Path, run_id: str, batch: int, slower: float, samples: int, hog: bool) -> Path:
     hogs = start_hog() if hog else []
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
         env["TRACEML_RUNS_DIR"] = str(runs_dir)
+        env.update(EXTRA_ENV)
         subprocess.run(
             [sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", run_id, "--no-report", str(HERE),
              "--loop", "--batch", str(batch), "--slower", str(slower), "--samples", str(samples)],
@@ -131,7 +137,10 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the runs here (with plan.json)")
     parser.add_argument("--recompare", type=Path, metavar="DIR",
                         help="only compare the runs kept in DIR again")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set this variable for every run (repeatable)")
     args = parser.parse_args()
+    EXTRA_ENV.update(item.split("=", 1) for item in args.env)
     if args.loop:
         loop(args.batch, args.reps, args.samples, args.slower)
         return

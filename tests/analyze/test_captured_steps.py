@@ -40,3 +40,19 @@ def test_a_capture_never_makes_its_rank_a_straggler(tmp_path: Path) -> None:
     write_summary(captured, CaptureSummary("run-captured", 0, 1, "spike", steps=CAPTURED))
     assert not any("STRAGGLER" in str(kind) for kind in _kinds(captured)), _kinds(captured)
     assert analyze_path([captured], engine="python").captures.captures  # and the capture is still reported
+
+
+def test_one_rank_leaves_captured_steps_out_of_its_means_and_says_how_many(tmp_path: Path) -> None:
+    """One rank: a capture's 100x slower steps (and the step before and after) leave the means, so a
+    compare of two identical runs is not moved by one run's capture; ``left_out_steps`` counts them."""
+    steps = [SyntheticStep(rank=0, step=n, forward=0.5 if n in CAPTURED else 0.004, backward=0.008)
+             for n in range(80)]
+    plain = analyze_path([write_run(tmp_path / "plain", "run-plain", steps)], engine="python")
+    run_dir = write_run(tmp_path / "captured", "run-captured", steps)
+    write_summary(run_dir, CaptureSummary("run-captured", 0, 1, "spike", steps=CAPTURED))
+    captured = analyze_path([run_dir], engine="python")
+    assert plain.window.left_out_steps == 0 and plain.ranks[0].steps == 80
+    assert captured.window.left_out_steps == len(CAPTURED) + 2  # with the step before and after
+    assert captured.ranks[0].steps == 80 - captured.window.left_out_steps
+    assert captured.ranks[0].forward is not None and plain.ranks[0].forward is not None
+    assert captured.ranks[0].forward < 0.005 < plain.ranks[0].forward  # 4 ms, not 4 + 1.5 s / 80

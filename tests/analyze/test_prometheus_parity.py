@@ -175,7 +175,10 @@ def _assert_same_diagnosis(spans: dict, other: dict) -> None:
     assert verdict == (spans["primary_diagnosis"]["kind"], spans["primary_diagnosis"]["severity"]), (
         json.dumps(_shares(spans)), json.dumps(_shares(other)))
     assert [r["rank"] for r in other["ranks"]] == [r["rank"] for r in spans["ranks"]]
-    assert [r["steps"] for r in other["ranks"]] == [r["steps"] for r in spans["ranks"]]
+    def counted(report: dict) -> list[int]:  # steps kept plus steps left out (stalls, deep captures)
+        return [r["steps"] + report["window"].get("left_out_steps", 0) for r in report["ranks"]]
+
+    assert counted(other) == counted(spans)
     assert other["run"]["steps_read"] == spans["run"]["steps_read"]
     for component, share in _shares(spans).items():
         value = _shares(other)[component]
@@ -226,7 +229,8 @@ def test_exemplars_name_the_runs_slowest_step_traces(parity: Parity, capsys) -> 
     assert main(["analyze", "--prometheus", parity.prometheus, "--run-id", run_id, "--since", "30m"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "slowest sampled steps (exemplars): rank" in text, text
-    steps = parity.span_reports[name]["ranks"][0]["steps"] + 5
+    report = parity.span_reports[name]
+    steps = report["ranks"][0]["steps"] + report["window"]["left_out_steps"] + 5
     traces = {f"{step_trace_id(run_id, step):032x}" for step in range(steps)}
     named = [word for word in text.replace(";", " ").split() if len(word) == 32 and word.isalnum()]
     assert named and set(named) <= traces, named

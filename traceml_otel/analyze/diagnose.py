@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
@@ -61,10 +62,12 @@ def analyze_run(
     run = aligned_window(by_rank)
     window, window_info = select_window(run, spec)
     stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
+    selected = window.steps
     window = without_stalls(window, stalls)  # stalls are events, never part of a per-step mean
-    kept = without_steps(window, captured) if len(window.ranks) > 1 else window  # (peers wait for them)
-    if kept.steps * 2 >= window.steps:  # a capture slowed these steps; a run made mostly of them stays
+    kept = without_steps(window, captured)  # our own profiler slowed these, never the user's code
+    if kept.steps * 2 >= window.steps:  # a run made mostly of captured steps keeps them
         window = kept
+    window_info = replace(window_info, left_out_steps=selected - window.steps)
     clock = select_clock(window)
     parallelism = window_parallelism(window)
 

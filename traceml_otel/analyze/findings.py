@@ -302,6 +302,9 @@ class WindowInfo:
     last_step: int | None
     steps: int
     requested: str = ""
+    left_out_steps: int = 0
+    """Aligned steps left out of the per-step means: those a stall interrupted and those a deep
+    capture slowed (the ranks' step counts are of the steps kept)."""
 
 
 @dataclass(frozen=True, slots=True)
