@@ -84,19 +84,37 @@ def _stalled_steps() -> list[SyntheticStep]:
     return steps
 
 
+def _segmented_steps() -> list[SyntheticStep]:
+    """Two ranks: a slow compile (15 steps), a steady period, then a last third 40 % slower, its extra
+    time outside the phases (residual): three segments, the steady one's verdict."""
+    import random
+
+    rnd = random.Random(5)
+    steps = []
+    for rank in range(2):
+        for n in range(300):
+            scale = 3.0 if n < 15 else 1.0
+            extra = 0.0045 if n >= 200 else 0.0
+            jitter = 1 + rnd.gauss(0, 0.03)
+            steps.append(SyntheticStep(rank=rank, step=n, world_size=2, input_wait=0.0003,
+                                       forward=0.004 * scale * jitter, backward=0.006 * scale * jitter,
+                                       residual=0.0005 + extra))
+    return steps
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("columnar")
     mixed = write_run(root / "mixed", "run-mixed", _mixed_steps(), cpus=4)
     uneven = write_run(root / "uneven", "run-uneven", _uneven_steps())
     stalled = write_run(root / "stalled", "run-stalled", _stalled_steps())
-    return {"mixed": mixed, "uneven": uneven, "stalled": stalled}
+    segmented = write_run(root / "segmented", "run-segmented", _segmented_steps())
+    return {"mixed": mixed, "uneven": uneven, "stalled": stalled, "segmented": segmented}
 
 
-IN_TIME = ("segments", "straggler_recurrence", "noise")
-"""Report members the columnar engine does not compute yet (these runs have one segment, so every other
-member, the verdict and the stalls included, must still agree; ``noise`` is compare's, from the
-steps)."""
+IN_TIME = ("straggler_recurrence", "noise")
+"""Report members the columnar engine does not compute yet (every other member, the segments, the
+verdict and the stalls included, must agree; ``noise`` is compare's, from the steps)."""
 
 
 def in_time_removed(report: dict) -> dict:
@@ -153,8 +171,8 @@ def test_each_row_is_the_span_readers_record_of_that_step(runs: dict[str, Path],
 
 @pytest.mark.parametrize(("name", "window"), [
     ("mixed", None), ("mixed", WindowSpec(last=20)), ("mixed", WindowSpec(first_step=10, last_step=30)),
-    ("uneven", None), ("stalled", None)],
-    ids=["mixed-run", "mixed-last-20", "mixed-range", "uneven-run", "stalled-run"])
+    ("uneven", None), ("stalled", None), ("segmented", None)],
+    ids=["mixed-run", "mixed-last-20", "mixed-range", "uneven-run", "stalled-run", "segmented-run"])
 def test_the_engines_give_the_same_report(runs: dict[str, Path], name: str, window: WindowSpec | None,
                                           ) -> None:
     python = _report(runs[name], "python", window=window)
@@ -289,3 +307,19 @@ def test_the_emitter_writes_a_complete_table_beside_its_spans(tmp_path: Path) ->
     record = read_table_record(tmp_path / table_record_name(0))
     assert (record.run_id, record.rows, record.complete, record.service) == ("run-e", 40, True, "svc-e")
     _assert_same(_report(tmp_path, "python"), _report(tmp_path, "columnar"))
+
+
+def test_both_engines_cut_a_run_into_the_same_segments_and_take_the_steady_ones_verdict(
+        runs: dict[str, Path]) -> None:
+    """Segments are no longer the span reader's alone: the columnar engine (long runs) finds the
+    compile, the steady period and the slow last third at the same steps, and its verdict is the
+    steady segment's, never the whole run's average."""
+    for engine in ("python", "columnar"):
+        report = json.loads(render(analyze_path([runs["segmented"]], engine=engine), "json"))
+        segments = report["segments"]["segments"]
+        assert [s["label"] for s in segments] == ["warm-up", "steady", "slow period"], (engine, segments)
+        assert abs(segments[2]["first_step"] - 200) <= 15, (engine, segments)
+        steady = segments[report["segments"]["reference"]]
+        assert report["primary_diagnosis"]["kind"] == steady["verdict"] == "COMPUTE_BOUND", engine
+        assert segments[2]["verdict"] == "RESIDUAL_HEAVY", (engine, segments)
+        assert report["drift"]["segment_steps"] is not None, engine

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.columnar_segments import table_segments
 from traceml_otel.analyze.columnar_sql import (
     HAS_GPU_TIMING,
     PEAK_SERIES,
@@ -29,7 +30,7 @@ from traceml_otel.analyze.columnar_sql import (
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.diagnose import _accumulation
 from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
-from traceml_otel.analyze.events import stall_findings
+from traceml_otel.analyze.events import stall_findings, with_segment
 from traceml_otel.analyze.evidence import launcher_first_failure, missing_ranks, run_findings, step_failures
 from traceml_otel.analyze.findings import (
     RankCount,
@@ -38,6 +39,7 @@ from traceml_otel.analyze.findings import (
     RankSeries,
     RunAnalysis,
     RunInfo,
+    StepDiagnosis,
     WindowInfo,
 )
 from traceml_otel.analyze.kinds import Clock
@@ -87,7 +89,9 @@ def analyze_tables(
         export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
     ranks, numbers, window_numbers, window_info = _views(con, chosen, spec or WindowSpec())
     stalls = _stalls(con, [h for h in hangs if not h.run_id or not chosen or h.run_id == chosen])
+    selected = len(window_numbers)
     window_numbers = _without_stalled(con, window_numbers, stalls)
+    window_info = replace(window_info, left_out_steps=selected - len(window_numbers))
     clock, parallelism = _clock_and_parallelism(con)
     metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
     run_steps = None
@@ -103,21 +107,32 @@ def analyze_tables(
     medians = con.execute(STEP_MEDIANS.format(rows=measured_rows(clock, "a"))).fetchall()
     steps_axis, series = _columns(medians, 2)
     hosts = _hosts(con)
+    caps = confidence_caps(export_stats)
+
+    def diagnose_steps(first: int, last: int) -> StepDiagnosis:  # a segment's steps (view ``w``)
+        numbers = [n for n in window_numbers if first <= n <= last]
+        found, _ = _rank_metrics(con, clock, ranks, numbers,
+                                 source=f"(SELECT * FROM w WHERE step BETWEEN {int(first)} AND {int(last)})")
+        return diagnose_step_time(found, clock, parallelism, source=source, hosts=hosts, extra_caps=caps)
+
+    segments = table_segments(con, clock, ranks, window_numbers, diagnose_steps)
+    reference = segments.primary if len(segments.segments) > 1 else None
+    step = (diagnose_steps(reference.first_step, reference.last_step) if reference is not None else
+            diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts, extra_caps=caps))
     analysis = RunAnalysis(
         run=info,
         window=window_info,
         clock=clock,
         ranks=metrics,
         summaries=tuple(summarize(metrics, name) for name in COMPONENTS),
-        step=diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts,
-                                extra_caps=confidence_caps(export_stats)),
+        step=step,
         memory=memory_analysis(
             tuple(RankMemory(*row) for row in con.execute(
                 "SELECT rank, max(peak_allocated), max(peak_reserved), max(memory_total) FROM w "
                 "GROUP BY rank ORDER BY rank").fetchall()),
             *_columns(con.execute(PEAK_SERIES).fetchall(), 2), len(window_numbers),
         ),
-        drift=detect_drift(steps_axis, series),
+        drift=with_segment(detect_drift(steps_axis, series), segments),
         worst_steps=_worst(con, clock),
         series=_rank_series(con, clock, len(numbers)),
         accumulation=_accumulation(metrics),
@@ -128,6 +143,7 @@ def analyze_tables(
         ) + stall_findings(stalls),
         throughput=throughput(metrics),
         hosts=hosts,
+        segments=segments,
         stalls=stalls,
     )
     return analysis, run_steps
@@ -187,12 +203,13 @@ def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int
 
 
 def _rank_metrics(
-    con: Any, clock: Clock, ranks: list[int], window_numbers: list[int],
+    con: Any, clock: Clock, ranks: list[int], window_numbers: list[int], source: str = "w",
 ) -> tuple[tuple[RankMetrics, ...], list[str]]:
-    """Each rank's means over the window (from the SQL sums), with the collective split when the window
-    is small enough to pair every rank's steps; and a note when it was not."""
+    """Each rank's means over the window (from the SQL sums; ``source``: its rows, the view ``w`` or a
+    part of it), with the collective split when the window is small enough to pair every rank's steps;
+    and a note when it was not."""
     totals = {row[0]: rank_totals(row) for row in con.execute(
-        RANK_SUMS.format(rows=measured_rows(clock, "w"))).fetchall()}
+        RANK_SUMS.format(rows=measured_rows(clock, source))).fetchall()}
     empty = (0.0,) * 7  # a rank with no aligned step: every mean unavailable, as in rank_metrics
     metrics = tuple((totals.get(rank) or RankTotals(rank, 0, *empty, False, 0.0, 0.0)).means()
                     for rank in ranks)
@@ -203,7 +220,7 @@ def _rank_metrics(
         return metrics, [f"columnar engine: the waiting/transfer split of collective time is not computed "
                          f"above {DETAIL_ROWS:,} rows (this window: {window_rows:,}); use --engine python "
                          "for it"]
-    detail = _window_records(con, ranks, window_numbers)
+    detail = _window_records(con, ranks, window_numbers, source)
     return with_split(metrics, split_communication(detail.ranks, detail.per_rank, clock), detail.steps), []
 
 
@@ -273,8 +290,8 @@ def _clock_and_parallelism(con: Any) -> tuple[Clock, str]:
     return clock, max(seen, key=lambda name: seen[name]) if seen else "none"
 
 
-def _window_records(con: Any, ranks: list[int], numbers: list[int]) -> StepWindow:
-    rows = con.execute(f"SELECT {_ALL} FROM w ORDER BY rank, step").fetchall()
+def _window_records(con: Any, ranks: list[int], numbers: list[int], source: str = "w") -> StepWindow:
+    rows = con.execute(f"SELECT {_ALL} FROM {source} ORDER BY rank, step").fetchall()
     per_rank: dict[int, list[StepTiming]] = {rank: [] for rank in ranks}
     for row in rows:
         step = step_timing(row)

@@ -136,3 +136,16 @@ STALL_CANDIDATES = """
 the steps whose span (input wait + block + unnamed time before it) exceeds the typical span by more than
 ``factor`` x the ``percentile`` span (nearest rank, as the span reader's) and at least ``minimum``
 seconds; with the excess and the rank's typical backward time (upper median over all its steps)."""
+
+SEGMENT_SERIES = """
+    SELECT step, median(coalesce(whole, traced)),
+        median(wait / whole) FILTER (WHERE rank IN ({picked}) AND whole > 0 AND wait IS NOT NULL),
+        median(residual / whole) FILTER (WHERE rank IN ({picked}) AND whole > 0 AND compute IS NOT NULL)
+    FROM ({rows}) GROUP BY step ORDER BY step"""
+"""``segments.segment_window``'s input: per step of the window, the median over ranks of the step time
+(traced where the input wait is missing) and the median over the ``picked`` ranks of the input-wait
+and residual shares of the step time (no residual where compute is unknown: ``greatest`` skips NULLs)."""
+
+SEGMENT_BOUNDS = """
+    SELECT step, start_unix_nano, traced_cpu FROM w WHERE rank = {rank} ORDER BY step"""
+"""The first rank's step starts and traced times: a segment's time range."""

@@ -152,11 +152,15 @@ def change_points(signals: Sequence[Sequence[float]]) -> list[int]:
     return [min(n, end * size) for end in ends[:-1]]
 
 
+def share_indices(count: int) -> list[int]:
+    """Indices of the ranks whose shares are read: up to :data:`SHARE_RANKS`, spread over the ranks."""
+    wanted = min(count, SHARE_RANKS)
+    return sorted({round(i * (count - 1) / max(1, SHARE_RANKS - 1)) for i in range(wanted)})
+
+
 def _shares(window: StepWindow, clock: Clock) -> tuple[list[float | None], list[float | None]]:
     """Per aligned step: median over up to SHARE_RANKS ranks of the input-wait and residual shares."""
-    count = len(window.ranks)
-    wanted = min(count, SHARE_RANKS)
-    picked = sorted({round(i * (count - 1) / max(1, SHARE_RANKS - 1)) for i in range(wanted)})
+    picked = share_indices(len(window.ranks))
     inputs: list[float | None] = []
     residuals: list[float | None] = []
     stride = max(1, -(-window.steps // SHARE_STEPS))
@@ -224,6 +228,40 @@ def segment_window(
     if n == 0 or len(series) != n:
         return SegmentAnalysis((), 0)
     inputs, residuals = _shares(window, clock)
+
+    def bounds(a: int, b: int) -> tuple[float | None, float | None]:  # the first rank's clock
+        if not window.per_rank:
+            return None, None
+        first, last = window.per_rank[0][a], window.per_rank[0][b - 1]
+        return (first.start_unix_nano / 1e9 if first.start_unix_nano else None,
+                last.start_unix_nano / 1e9 + (last.traced_cpu or 0.0) if last.start_unix_nano else None)
+
+    return segment_series(SegmentInput(window.step_numbers, series, inputs, residuals),
+                          lambda a, b: diagnose(_sub_window(window, a, b)), bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInput:
+    """What the search reads, one value per aligned step of the window: its number, the median over
+    ranks of its step time, and the median over up to :data:`SHARE_RANKS` ranks of its input-wait and
+    residual shares (``None`` where unknown)."""
+
+    step_numbers: Sequence[int]
+    series: Sequence[float]
+    inputs: Sequence[float | None]
+    residuals: Sequence[float | None]
+
+
+def segment_series(
+    found: SegmentInput, diagnose: Callable[[int, int], StepDiagnosis],
+    bounds: Callable[[int, int], tuple[float | None, float | None]],
+) -> SegmentAnalysis:
+    """Segments of a window given as series (both engines): ``diagnose(a, b)`` diagnoses the steps at
+    indices ``a`` to ``b - 1``, ``bounds(a, b)`` gives their start and end (Unix seconds)."""
+    series, inputs, residuals = found.series, found.inputs, found.residuals
+    n = len(series)
+    if n == 0 or not len(inputs) == len(residuals) == len(found.step_numbers) == n:
+        return SegmentAnalysis((), 0)
     cuts: list[int] = []
     method = (f"PELT (ruptures, L2) on log step time, input-wait and residual shares; penalty "
               f"{PENALTY_PER_SIGNAL:g} x log(points) per signal in noise units; neighbours under "
@@ -257,15 +295,11 @@ def segment_window(
             label = MIX
         else:
             label = STEADY
-        sub = _sub_window(window, a, b)
-        diagnosis = diagnose(sub) if len(parts) > 1 else None
-        first = sub.per_rank[0][0] if sub.per_rank and sub.per_rank[0] else None
-        last = sub.per_rank[0][-1] if sub.per_rank and sub.per_rank[0] else None
+        diagnosis = diagnose(a, b) if len(parts) > 1 else None
+        start_unix, end_unix = bounds(a, b)
         out.append(Segment(
-            first_step=window.step_numbers[a], last_step=window.step_numbers[b - 1], steps=b - a,
-            start_unix=first.start_unix_nano / 1e9 if first and first.start_unix_nano else None,
-            end_unix=(last.start_unix_nano / 1e9 + (last.traced_cpu or 0.0))
-            if last and last.start_unix_nano else None,
+            first_step=found.step_numbers[a], last_step=found.step_numbers[b - 1], steps=b - a,
+            start_unix=start_unix, end_unix=end_unix,
             typical_s=level, seconds=seconds[index], input_share=shares[0], residual_share=shares[1],
             label=label, change=change,
             verdict=str(diagnosis.primary.kind) if diagnosis else "",
