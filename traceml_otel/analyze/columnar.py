@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.columnar_recurrence import table_recurrence
 from traceml_otel.analyze.columnar_segments import table_segments
 from traceml_otel.analyze.columnar_sql import (
     HAS_GPU_TIMING,
@@ -30,7 +31,7 @@ from traceml_otel.analyze.columnar_sql import (
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.diagnose import _accumulation
 from traceml_otel.analyze.drift import MAX_POINTS, describe_worst, detect_drift
-from traceml_otel.analyze.events import stall_findings, with_segment
+from traceml_otel.analyze.events import stall_findings, with_recurrence, with_segment
 from traceml_otel.analyze.evidence import launcher_first_failure, missing_ranks, run_findings, step_failures
 from traceml_otel.analyze.findings import (
     RankCount,
@@ -43,9 +44,10 @@ from traceml_otel.analyze.findings import (
     WindowInfo,
 )
 from traceml_otel.analyze.kinds import Clock
-from traceml_otel.analyze.measures import COMPONENTS, RankTotals, summarize, throughput
+from traceml_otel.analyze.measures import COMPONENTS, RankTotals, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import memory_analysis
-from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.recurrence import StragglerRecurrence, recurrence
+from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
 from traceml_otel.analyze.run_model import RankHost, StepTiming, WindowSpec
 from traceml_otel.analyze.sources.step_table import step_timing
 from traceml_otel.analyze.stalls import (
@@ -119,6 +121,8 @@ def analyze_tables(
     reference = segments.primary if len(segments.segments) > 1 else None
     step = (diagnose_steps(reference.first_step, reference.last_step) if reference is not None else
             diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts, extra_caps=caps))
+    repeated = _recurrence(con, clock, ranks, window_numbers, parallelism)
+    step = with_recurrence(step, repeated)
     analysis = RunAnalysis(
         run=info,
         window=window_info,
@@ -145,8 +149,30 @@ def analyze_tables(
         hosts=hosts,
         segments=segments,
         stalls=stalls,
+        straggler_recurrence=repeated,
     )
     return analysis, run_steps
+
+
+def _recurrence(con: Any, clock: Clock, ranks: list[int], window_numbers: list[int],
+                parallelism: str) -> StragglerRecurrence | None:
+    """Straggler recurrence: the span reader's pass on the window's records when they fit in
+    :data:`DETAIL_ROWS`, else from per-window SQL sums (``columnar_recurrence.py``)."""
+    def rule(found: Sequence[RankMetrics]) -> object:
+        return straggler_of(found, parallelism)
+
+    if len(ranks) < 2:
+        return None
+    if len(window_numbers) * len(ranks) > DETAIL_ROWS:
+        return table_recurrence(con, clock, ranks, window_numbers, rule, rank_totals)
+    detail = _window_records(con, ranks, window_numbers)
+
+    def metrics_of(sub: StepWindow) -> tuple[RankMetrics, ...]:
+        found = tuple(rank_metrics(rank, steps, clock)[0] for rank, steps in zip(sub.ranks, sub.per_rank,
+                                                                                  strict=True))
+        return with_split(found, split_communication(sub.ranks, sub.per_rank, clock), sub.steps)
+
+    return recurrence(detail, metrics_of, rule)
 
 
 def _stalls(con: Any, hangs: Sequence[HangRecord]) -> StallAnalysis:

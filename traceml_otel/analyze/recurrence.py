@@ -113,19 +113,37 @@ def recurrence(
     size = window_size(n)
     culprits: list[int | None] = []
     starts: list[int] = []
-    for a in range(0, n, size):
-        b = min(n, a + size)
-        if b - a < size // 2 and culprits:  # a short tail joins the previous window's count as nothing new
-            break
+    for a, b in window_bounds(n):
         sub = _without_spikes(StepWindow(window.ranks, window.step_numbers[a:b],
                                          tuple(s[a:b] for s in window.per_rank)))
-        found = rule(metrics(sub))
-        culprit = None
-        if isinstance(found, Finding) and str(found.kind).endswith("STRAGGLER"):
-            culprit = next((int(e.value) for e in found.evidence
-                            if e.name == "culprit_rank" and e.value is not None), None)
-        culprits.append(culprit)
+        culprits.append(culprit_of(rule(metrics(sub))))
         starts.append(window.step_numbers[a])
+    return recurrence_of(culprits, starts, size)
+
+
+def window_bounds(steps: int) -> list[tuple[int, int]]:
+    """The windows of a run of ``steps`` aligned steps, as index ranges; a short tail (under half a
+    window) is left out."""
+    size = window_size(steps)
+    out: list[tuple[int, int]] = []
+    for a in range(0, steps, size):
+        b = min(steps, a + size)
+        if b - a < size // 2 and out:
+            break
+        out.append((a, b))
+    return out
+
+
+def culprit_of(found: Finding | object | None) -> int | None:
+    """The culprit rank a straggler finding names (``None``: no straggler)."""
+    if isinstance(found, Finding) and str(found.kind).endswith("STRAGGLER"):
+        named = (e.value for e in found.evidence if e.name == "culprit_rank" and e.value is not None)
+        return next((int(v) for v in named), None)
+    return None
+
+
+def recurrence_of(culprits: Sequence[int | None], starts: Sequence[int], size: int) -> StragglerRecurrence:
+    """The pattern of the windows' ``culprits`` (windows of ``size`` steps starting at ``starts``)."""
     pattern = classify(culprits)
     counts = tuple(Counter(c for c in culprits if c is not None).most_common())
     windows = len(culprits)
