@@ -13,7 +13,7 @@ from traceml_otel.capture.capture_budget import DEFAULT_COST_S, budget_refusal, 
 from traceml_otel.capture.capture_export import CaptureExporter
 from traceml_otel.capture.capture_poller import CapturePoller
 from traceml_otel.capture.profiler_capture import ProfilerCapture
-from traceml_otel.emit.capture_triggers import CaptureTriggers
+from traceml_otel.emit.capture_triggers import RETRY_S, CaptureTriggers
 from traceml_otel.settings import CaptureSettings, capture_settings
 from traceml_otel.wire.capture_record import (
     CaptureRequest,
@@ -111,3 +111,21 @@ def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_
         assert status.budget["spent_s"] == 0.5 and status.budget["expected_s"] == 0.5
     finally:
         exporter.close(1.0)
+
+
+def test_a_request_the_poller_refused_does_not_hold_the_emitters_interval(tmp_path: Path) -> None:
+    now = [1000.0]
+    triggers = CaptureTriggers(tmp_path, 0, 1, CaptureSettings(), print, clock=lambda: now[0])
+    assert triggers._request("spike", "a", 50, None)
+    now[0] += 60.0
+    assert not triggers._request("spike", "b", 60, None)  # the interval (600 s) holds: nothing refused yet
+    status = {"version": 1, "rank": 0, "started": 0, "refused": {"budget (0.01 of the training time)": 1},
+              "last_request": triggers.fired[0].id, "last_reason": "spike",
+              "last_refusal": "budget (0.01 of the training time)"}
+    (tmp_path / status_file_name(0)).write_text(json.dumps(status))
+    assert not triggers._request("spike", "c0", 65, None)  # the status is read at most every RETRY_S
+    now[0] += RETRY_S
+    assert triggers._request("spike", "c", 70, None)  # refused: it did not count; asked again
+    assert [r.detail for r in triggers.fired] == ["a", "c"] and triggers.requested == 1
+    now[0] += 5.0
+    assert not triggers._request("spike", "d", 80, None)  # not refused yet, and within the interval

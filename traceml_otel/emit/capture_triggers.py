@@ -140,6 +140,7 @@ class CaptureTriggers:
         self._collectives = False
         self.requested = 0
         self._last_request: float | None = None
+        self._status_read: float | None = None
         self.fired: list[CaptureRequest] = []
 
     def observe(self, rows: Sequence[Sequence[Any]]) -> None:
@@ -258,6 +259,9 @@ class CaptureTriggers:
         emitter's own limits), at most every :data:`RETRY_S`."""
         if not self.fired or self._last_request is None or now - self._last_request < RETRY_S:
             return False
+        if self._status_read is not None and now - self._status_read < RETRY_S:
+            return False
+        self._status_read = now
         status = read_status(self.run_dir / status_file_name(self.rank))
         if status is None or status.last_request != self.fired[-1].id or not status.last_refusal:
             return False
