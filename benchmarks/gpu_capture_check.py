@@ -59,7 +59,8 @@ def main() -> int:
     script = work / "loop.py"
     script.write_text(LOOP)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
-    env.update(TRACEML_RUNS_DIR=str(work / "runs"), TRACEML_CAPTURE_INTERVAL_S="0")
+    env.update(TRACEML_RUNS_DIR=str(work / "runs"), TRACEML_CAPTURE_INTERVAL_S="0",
+               TRACEML_CAPTURE_BUDGET="1")  # a short check: the cost budget would refuse its captures
     command = [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", str(script), "--",
                str(args.steps), str(args.every)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)

@@ -511,6 +511,9 @@ TRACEML_CAPTURE_SHAPES = "TRACEML_CAPTURE_SHAPES"
 """``1`` records operator input shapes in captures (``record_shapes``; default off)."""
 TRACEML_CAPTURE_POLL_S = "TRACEML_CAPTURE_POLL_S"
 """How often a rank looks for a capture request (default 0.2 s; off the training thread)."""
+TRACEML_CAPTURE_BUDGET = "TRACEML_CAPTURE_BUDGET"
+"""Automatic captures together may cost at most this share of a rank's training time so far (default
+0.01; ``traceml_otel/capture/capture_budget.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +532,7 @@ class CaptureSettings:
     with_stack: bool = True
     record_shapes: bool = False
     poll_s: float = 0.2
+    budget_share: float = 0.01
 
 
 def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
@@ -547,4 +551,5 @@ def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
         with_stack=flag(env, TRACEML_CAPTURE_STACK, default=True),
         record_shapes=flag(env, TRACEML_CAPTURE_SHAPES),
         poll_s=decimal(env, TRACEML_CAPTURE_POLL_S, 0.2, minimum=0.01),
+        budget_share=decimal(env, TRACEML_CAPTURE_BUDGET, 0.01),
     )

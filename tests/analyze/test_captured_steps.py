@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.analyze import analyze_path
+from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.wire.capture_record import CaptureSummary, write_summary
 
 CAPTURED = (40, 41, 42)
@@ -56,3 +57,34 @@ def test_one_rank_leaves_captured_steps_out_of_its_means_and_says_how_many(tmp_p
     assert captured.ranks[0].steps == 80 - captured.window.left_out_steps
     assert captured.ranks[0].forward is not None and plain.ranks[0].forward is not None
     assert captured.ranks[0].forward < 0.005 < plain.ranks[0].forward  # 4 ms, not 4 + 1.5 s / 80
+    columnar = analyze_path([run_dir], engine="columnar")
+    assert columnar.window.left_out_steps == captured.window.left_out_steps
+    assert columnar.ranks[0].steps == captured.ranks[0].steps
+
+
+def _columnar_kinds(run_dir: Path) -> list[str]:
+    analysis = analyze_path([run_dir], engine="columnar")
+    return [analysis.step.primary.kind, *(i.kind for i in analysis.step.issues)]
+
+
+def test_the_columnar_engine_leaves_the_profiled_steps_out_too(tmp_path: Path) -> None:
+    plain = write_run(tmp_path / "plain", "run-plain", _steps())
+    assert any("STRAGGLER" in str(kind) for kind in _columnar_kinds(plain))
+    captured = write_run(tmp_path / "captured", "run-captured", _steps())
+    write_summary(captured, CaptureSummary("run-captured", 0, 1, "spike", steps=CAPTURED))
+    assert not any("STRAGGLER" in str(kind) for kind in _columnar_kinds(captured)), _columnar_kinds(captured)
+    assert _columnar_kinds(captured) == _kinds(captured)  # both engines agree
+    analysis = analyze_path([captured], engine="columnar")
+    assert analysis.captures.captures and analysis.window.steps == 80  # the window itself is the run's
+
+
+def test_the_columnar_engine_leaves_out_the_steps_run_while_a_trace_was_written(tmp_path: Path) -> None:
+    """The capture profiled steps 5-7 (fast ones); its export ran while steps 40-42 did: found in SQL."""
+    run_dir = write_run(tmp_path / "exported", "run-exported", _steps())
+    starts = {s.step: s.start_unix_nano / 1e9 for s in FileSpanSource([run_dir]).load().steps if s.rank == 0}
+    start, written = starts[40], starts[42]  # from step 40's start into step 42
+    write_summary(run_dir, CaptureSummary("run-exported", 0, 1, "spike", steps=(5, 6, 7),
+                                          started_unix=start + 0.001, stopped_unix=start + 0.002,
+                                          finished_unix=written + 0.001))
+    assert not any("STRAGGLER" in str(kind) for kind in _columnar_kinds(run_dir)), _columnar_kinds(run_dir)
+    assert _columnar_kinds(run_dir) == _kinds(run_dir)

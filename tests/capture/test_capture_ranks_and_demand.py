@@ -33,7 +33,7 @@ def test_rank_that_turns_straggler_is_captured_and_its_peer_is_not(tmp_path: Pat
     result = subprocess.run(
         _launch("--nproc-per-node", "2", str(LOOPS), "--", "--loop", "straggler", "--steps", "240",
                 "--sleep", "0.003", "--width", "768"),
-        env=_env(tmp_path), capture_output=True, text=True, timeout=400)
+        env=_env(tmp_path, TRACEML_CAPTURE_BUDGET="1"), capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     summaries, problems = read_summaries(run_dir)
@@ -76,6 +76,10 @@ def test_traceml_capture_against_a_running_job(tmp_path: Path) -> None:
     request = json.loads((run_dir / REQUEST_FILE).read_text())
     (capture,) = [s for s in read_summaries(run_dir)[0] if s.request_id == request["id"]]
     assert capture.reason == "on_demand" and len(capture.steps) == 2 and capture.trace_file
+    # A person's capture is never refused for its cost (here: early, over the automatic budget); it says it.
+    assert capture.cost_s > 0 and capture.train_s > 0
+    assert f"(cost the training thread at most {capture.cost_s:.2f} s, " in done.stdout, done.stdout
+    assert "cost the training thread at most" in stderr
     # Within 2 steps of the request: the first captured step opened at most 2 steps after the one open
     # when the request was written (steps here take ~0.15 s; the poller looks every 0.2 s).
     starts = {int(r["step"]): int(r["start_unix_nano"]) / 1e9 for r in csv.DictReader(

@@ -26,7 +26,10 @@ LOOPS = REPO / "tests" / "capture" / "scripts" / "capture_loops.py"
 
 def _run(tmp_path: Path, *args: str, **env_extra: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
-    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", **env_extra)
+    # These loops last a second or two: the cost budget (1 % of the training time) would refuse every
+    # automatic capture (tests/capture/test_capture_budget_runs.py); the documented override lifts it.
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", TRACEML_CAPTURE_BUDGET="1")
+    env.update(env_extra)
     result = subprocess.run(
         [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", str(LOOPS), "--", *args],
         env=env, capture_output=True, text=True, timeout=300,

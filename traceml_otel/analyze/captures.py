@@ -14,12 +14,14 @@ label, ``rank-R.capture-N``) and one sentence appended to the finding's *why*.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from traceml_otel.analyze.findings import Evidence, Finding, RunAnalysis
 from traceml_otel.analyze.kinds import StepKind
-from traceml_otel.wire.capture_record import CaptureSummary, OpTime, read_summaries
+from traceml_otel.analyze.run_model import StepTiming
+from traceml_otel.wire.capture_record import CaptureSummary, OpTime, read_statuses, read_summaries
 
 STRAGGLER_KINDS = frozenset({StepKind.STRAGGLER, StepKind.COMPUTE_STRAGGLER, StepKind.INPUT_STRAGGLER,
                              StepKind.H2D_STRAGGLER})
@@ -33,6 +35,9 @@ class CaptureAnalysis:
     refusals: tuple[CaptureSummary, ...] = ()
     """Records of captures not taken (the user's profiler was running): index 0."""
     problems: tuple[str, ...] = ()
+    refused: tuple[tuple[str, int, int], ...] = ()
+    """Requests the ranks did not take, by why (a limit, the cost budget, a capture running): (why, count,
+    ranks), from the ranks' ``rank-R.capture-status.json``; most first."""
 
 
 NO_CAPTURES = CaptureAnalysis()
@@ -42,8 +47,43 @@ def read_captures(run_dir: Path, run_id: str) -> CaptureAnalysis:
     """The capture records of ``run_id`` in ``run_dir``."""
     summaries, problems = read_summaries(run_dir)
     mine = [s for s in summaries if not s.run_id or not run_id or s.run_id == run_id]
+    counts: dict[str, list[int]] = {}
+    for status in read_statuses(run_dir):
+        for why, count in status.refused.items():
+            total = counts.setdefault(why, [0, 0])
+            total[0] += count
+            total[1] += 1
+    refused = tuple(sorted(((why, n, ranks) for why, (n, ranks) in counts.items()), key=lambda t: -t[1]))
     return CaptureAnalysis(captures=tuple(s for s in mine if s.index > 0),
-                           refusals=tuple(s for s in mine if s.index == 0), problems=tuple(problems[:5]))
+                           refusals=tuple(s for s in mine if s.index == 0), problems=tuple(problems[:5]),
+                           refused=refused)
+
+
+def profiled_steps(captures: Sequence[CaptureSummary]) -> frozenset[int]:
+    """The steps a capture profiled, with the step before and after each (the profiler starts and stops
+    between them)."""
+    return frozenset(step for c in captures if c.steps for step in range(min(c.steps) - 1, max(c.steps) + 2))
+
+
+def export_windows(captures: Sequence[CaptureSummary]) -> list[tuple[float, float]]:
+    """Per capture with times, (profiler start, end of its trace's writing) in epoch seconds: every step
+    that ran within shared the CPUs with the export thread (up to seconds)."""
+    return [(c.started_unix, max(c.finished_unix, c.stopped_unix)) for c in captures
+            if c.steps and c.started_unix > 0]
+
+
+def captured_steps(captures: Sequence[CaptureSummary], steps: Iterable[StepTiming] = ()) -> frozenset[int]:
+    """The steps a deep capture slowed, on any rank: :func:`profiled_steps`, and those of ``steps`` that
+    ran within an :func:`export_windows` window (the span reader's ``pipeline._captured_steps``; the
+    columnar engine finds the second kind in SQL)."""
+    out = set(profiled_steps(captures))
+    spans = export_windows(captures)
+    for step in steps if spans else ():
+        begin = step.start_unix_nano / 1e9
+        end = begin + (step.traced_cpu or 0.0)
+        if any(begin <= b and end >= a for a, b in spans):
+            out.add(step.step)
+    return frozenset(out)
 
 
 def _op(op: OpTime) -> str:
@@ -103,7 +143,7 @@ def with_captures(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
     if run_dir is None:
         return analysis
     view = read_captures(run_dir, analysis.run.run_id)
-    if not (view.captures or view.refusals or view.problems):
+    if not (view.captures or view.refusals or view.problems or view.refused):
         return analysis
     step = analysis.step
     if view.captures:

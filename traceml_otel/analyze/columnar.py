@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.captures import export_windows, profiled_steps
 from traceml_otel.analyze.columnar_recurrence import table_recurrence
 from traceml_otel.analyze.columnar_segments import table_segments
 from traceml_otel.analyze.columnar_sql import (
@@ -62,6 +63,7 @@ from traceml_otel.analyze.stalls import (
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import StepWindow
 from traceml_otel.sanitize import redact_argv
+from traceml_otel.wire.capture_record import CaptureSummary
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
@@ -79,13 +81,14 @@ _ALL = ", ".join(COLUMNS)
 def analyze_tables(
     con: Any, source: str, *, service: str = "", run_id: str | None = None, spec: WindowSpec | None = None,
     manifest: Manifest | None = None, export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
-    want_steps: bool = False, hangs: Sequence[HangRecord] = (),
+    want_steps: bool = False, hangs: Sequence[HangRecord] = (), captures: Sequence[CaptureSummary] = (),
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
     """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
     records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
     account. ``hangs``: the ranks' hang records, which turn a stall into a ``HANG`` event with a place.
     Stalls are found in SQL (:data:`~traceml_otel.analyze.columnar_sql.STALL_CANDIDATES`) and their
-    steps left out of the window, as the span reader does."""
+    steps left out of the window, as the span reader does; so are the steps the run folder's deep
+    ``captures`` slowed, where peers wait for them (:func:`_without_captured`)."""
     chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
     if chosen:
         export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
@@ -93,6 +96,7 @@ def analyze_tables(
     stalls = _stalls(con, [h for h in hangs if not h.run_id or not chosen or h.run_id == chosen])
     selected = len(window_numbers)
     window_numbers = _without_stalled(con, window_numbers, stalls)
+    window_numbers = _without_captured(con, window_numbers, captures, chosen)
     window_info = replace(window_info, left_out_steps=selected - len(window_numbers))
     clock, parallelism = _clock_and_parallelism(con)
     metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
@@ -203,6 +207,30 @@ def _without_stalled(con: Any, window_numbers: list[int], stalls: StallAnalysis)
         return window_numbers
     con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in sorted(drop)])
     return [n for n in window_numbers if n not in drop]
+
+
+def _without_captured(con: Any, window_numbers: list[int], captures: Sequence[CaptureSummary],
+                      run_id: str) -> list[int]:
+    """As the span reader (``diagnose.analyze_run``'s ``captured``): the steps a deep capture slowed
+    leave the window and view ``w`` (table ``stalled``), unless they are most of it. The
+    steps that ran while a trace was written are found in SQL (:func:`~traceml_otel.analyze.captures.
+    export_windows`), not by reading every row."""
+    mine = [c for c in captures if not c.run_id or not run_id or c.run_id == run_id]
+    if not mine:
+        return window_numbers
+    drop = set(profiled_steps(mine))
+    windows = export_windows(mine)
+    if windows:
+        con.execute("CREATE OR REPLACE TEMP TABLE capture_windows (a DOUBLE, b DOUBLE)")
+        con.executemany("INSERT INTO capture_windows VALUES (?, ?)", windows)
+        drop.update(row[0] for row in con.execute(
+            "SELECT DISTINCT r.step FROM r JOIN capture_windows x ON r.start_unix_nano / 1e9 <= x.b "
+            "AND r.start_unix_nano / 1e9 + coalesce(r.traced_cpu, 0.0) >= x.a").fetchall())
+    kept = [n for n in window_numbers if n not in drop]
+    if len(kept) == len(window_numbers) or len(kept) * 2 < len(window_numbers):
+        return window_numbers  # a run made mostly of captured steps keeps them
+    con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in window_numbers if n in drop])
+    return kept
 
 
 def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:

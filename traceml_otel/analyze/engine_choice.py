@@ -68,6 +68,7 @@ def _analyze(
     check: TableCheck, spill: str, run_dir: Path, run_id: str | None, window: WindowSpec | None,
     manifest: Manifest | None, export_stats: Sequence[ExportStats], notes: Sequence[str],
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
+    from traceml_otel.analyze.captures import read_captures
     from traceml_otel.analyze.columnar import analyze_tables
 
     duckdb = duckdb_module()
@@ -76,7 +77,8 @@ def _analyze(
         return analyze_tables(
             con, f"{run_dir} (step tables, columnar engine)", service=", ".join(check.services),
             run_id=run_id, spec=window, manifest=manifest, export_stats=export_stats, notes=notes,
-            want_steps=any(run_dir.glob("rank-*.time.json")), hangs=_hang_records(run_dir))
+            want_steps=any(run_dir.glob("rank-*.time.json")), hangs=_hang_records(run_dir),
+            captures=read_captures(run_dir, "").captures)
     except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
         raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
     finally:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceml_otel.capture.capture_budget import capture_cost_s
 from traceml_otel.wire.capture_record import (
     CaptureRequest,
     CaptureSummary,
@@ -136,17 +137,24 @@ class CaptureExporter:
             limits={"steps": float(running.steps_wanted), "interval_s": settings.interval_s,
                     "max_per_rank": float(settings.max_per_rank), "max_per_run": float(settings.max_per_run),
                     "max_run_mb": settings.max_run_bytes / (1 << 20),
+                    "budget_share": settings.budget_share,
                     "start_s": round(running.start_overhead_s, 4),
                     "stop_s": round(running.stop_overhead_s, 4)},
             **tables,
         )
-        summary = replace(summary, export_s=round(time.monotonic() - began, 3), finished_unix=time.time(),
-                          started_unix=running.started_unix, stopped_unix=running.stopped_unix)
+        export_s = time.monotonic() - began
+        cost = capture_cost_s(running.start_overhead_s, running.stop_overhead_s, running.step_ms,
+                              running.request.baseline_ms, export_s)
+        summary = replace(summary, export_s=round(export_s, 3), finished_unix=time.time(),
+                          started_unix=running.started_unix, stopped_unix=running.stopped_unix,
+                          cost_s=round(cost, 4), train_s=round(running.train_s, 3))
         write_summary(self.run_dir, summary)
         self.written.append(summary)
         written = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))
         steps = f"{running.steps[0]}-{running.steps[-1]}" if running.steps else "none"
-        self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {written}")
+        share = f", {cost / running.train_s:.1%} of the training so far" if running.train_s > 0 else ""
+        self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {written} "
+                  f"(cost the training thread at most {cost:.2f} s{share})")
 
     def _write_trace(self, profiler: Any, name: str) -> tuple[int, str]:
         """Export, gzip and bound the trace; (its bytes, or 0 with the reason in words)."""

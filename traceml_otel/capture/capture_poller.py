@@ -9,8 +9,9 @@ modification time did not change is not read again; a changed one is read bounde
 checked field by field, and a request id already handled is ignored. Requests present when the rank
 starts and older than a minute belong to an earlier attempt: ignored.
 
-Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` (automatic triggers only; an
-on-demand request is a person's, and skips it), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
+Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` and the cost budget
+(``capture/capture_budget.py``; automatic triggers only: an on-demand request is a person's, and skips
+both), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
 the run folder. Each refusal is counted by reason in ``rank-R.capture-status.json``.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceml_otel.capture.capture_budget import budget_refusal
 from traceml_otel.wire._json import RecordError, write_atomically
 from traceml_otel.wire.capture_record import (
     REQUEST_FILE,
@@ -31,6 +33,7 @@ from traceml_otel.wire.capture_record import (
     demand_file_name,
     read_request,
     request_file_name,
+    status_file_name,
 )
 
 if TYPE_CHECKING:
@@ -41,11 +44,6 @@ MAX_HANDLED = 256
 BUSY = "a capture is running"
 STALE_S = 60.0
 """A request found at start-up older than this belongs to an earlier attempt: ignored."""
-
-
-def status_file_name(rank: int) -> str:
-    """One rank's capture counts: taken, and refused by reason."""
-    return f"rank-{rank}.capture-status.json"
 
 
 class CapturePoller:
@@ -62,6 +60,8 @@ class CapturePoller:
                       run_dir / request_file_name(rank))
         self._seen: dict[Path, tuple[int, int]] = {}
         self._handled: list[str] = []
+        self.budget: dict[str, float] = {}
+        """The cost budget's numbers at the last automatic request (``rank-R.capture-status.json``)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-capture-poll", daemon=True)
         for path in self.paths:  # an earlier attempt's requests (not one made while this rank started)
@@ -90,6 +90,8 @@ class CapturePoller:
     def poll(self) -> None:
         """One look at the request files (the thread's loop; tests call it directly)."""
         capture = self.capture
+        if capture.training_since is None and capture.session.recorder.step > 0:
+            capture.training_since = time.monotonic()  # the budget's clock: from the first step seen
         if capture.pending is not None:
             from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
@@ -128,6 +130,14 @@ class CapturePoller:
         automatic = request.reason != "on_demand"
         if automatic and last is not None and time.monotonic() - last < settings.interval_s:
             return f"interval ({settings.interval_s:g} s per rank)"
+        if automatic:
+            spent, expected = capture.budget_use()
+            train_s = capture.training_s()
+            self.budget = {"share": settings.budget_share, "train_s": round(train_s, 3),
+                           "spent_s": round(spent, 4), "expected_s": round(expected, 4)}
+            over = budget_refusal(train_s, spent, expected, settings.budget_share)
+            if over is not None:
+                return over
         count, size = run_trace_usage(self.run_dir)
         if count >= settings.max_per_run:
             return f"run cap ({settings.max_per_run} traces)"
@@ -158,7 +168,8 @@ class CapturePoller:
                   "last_reason": request.reason, "last_refusal": why or "",
                   "limits": {"interval_s": settings.interval_s, "max_per_rank": settings.max_per_rank,
                              "max_per_run": settings.max_per_run, "max_run_mb": settings.max_run_bytes >> 20,
-                             "steps": settings.steps}}
+                             "steps": settings.steps, "budget_share": settings.budget_share},
+                  "budget": dict(self.budget)}
         try:
             write_atomically(self.run_dir / status_file_name(self.rank), json.dumps(record))
         except OSError:

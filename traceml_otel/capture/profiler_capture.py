@@ -67,6 +67,8 @@ class RunningCapture:
     stop_overhead_s: float = 0.0
     started_unix: float = 0.0
     stopped_unix: float = 0.0
+    train_s: float = 0.0
+    """The rank's training time when the capture started (the cost budget's measure)."""
 
 
 class ProfilerCapture:
@@ -87,6 +89,10 @@ class ProfilerCapture:
         """Requests not taken, by why (rate limits, the user's profiler, a failed start)."""
         self._said_user_profiler = False
         self.last_started_monotonic: float | None = None
+        self.training_since: float | None = None
+        """Monotonic time of the rank's first step, as the poller saw it (the cost budget's clock)."""
+        self.auto_started = 0
+        """Automatic captures started (their costs count against the budget)."""
 
     @property
     def busy(self) -> bool:
@@ -99,6 +105,22 @@ class ProfilerCapture:
 
         self.pending = request
         self.session.block_model = _NO_BLOCK  # the next trace_step takes Session.begin_step
+
+    def training_s(self) -> float:
+        """The rank's training time so far (since its first step; 0 before it)."""
+        since = self.training_since
+        return time.monotonic() - since if since is not None else 0.0
+
+    def budget_use(self) -> tuple[float, float]:
+        """(seconds spent by automatic captures so far, the next capture's expected cost): measured costs
+        from the written summaries; a capture started but not yet written counts as the expected cost."""
+        from traceml_otel.capture.capture_budget import DEFAULT_COST_S
+
+        written = list(self.exporter.written)
+        expected = written[-1].cost_s if written and written[-1].cost_s > 0 else DEFAULT_COST_S
+        automatic = [s.cost_s for s in written if s.reason != "on_demand"]
+        spent = sum(automatic) + expected * max(0, self.auto_started - len(automatic))
+        return spent, expected
 
     def refuse(self, why: str) -> None:
         """Count a request not taken (the poller's limits, or here)."""
@@ -144,11 +166,14 @@ class ProfilerCapture:
         finally:
             recorder.exit_outside()
         self.started += 1
-        self.last_started_monotonic = time.monotonic()
+        self.auto_started += request.reason != "on_demand"
+        self.last_started_monotonic = now = time.monotonic()
+        since = self.training_since
         self.running = RunningCapture(
             index=self.started, request=request, profiler=profiler,
             steps_wanted=request.steps or self.settings.steps, activities=activities,
             start_overhead_s=time.perf_counter() - began, started_unix=time.time(),
+            train_s=now - since if since is not None else 0.0,
         )
         self.session.end_step = self.end_step  # type: ignore[method-assign]
 

@@ -97,7 +97,11 @@ def run_capture(args: argparse.Namespace) -> int:
     found = _wait(run_dir, request, args.wait)
     for summary in found:
         where = summary.trace_file or f"no trace: {summary.problem}"
-        print(f"  rank {summary.rank}: {summary.label()} steps {list(summary.steps)}: {strip_control(where)}")
+        cost = (f" (cost the training thread at most {summary.cost_s:.2f} s"
+                + (f", {summary.cost_s / summary.train_s:.1%} of its training so far)" if summary.train_s > 0
+                   else ")") if summary.cost_s > 0 else "")
+        print(f"  rank {summary.rank}: {summary.label()} steps {list(summary.steps)}: {strip_control(where)}"
+              f"{cost}")
     if not found:
         print(f"traceml capture: no capture within {args.wait:g} s (is the job running, with TRACEML_CAPTURE "
               "on? a rank refuses past its limits: see rank-R.capture-status.json)", file=sys.stderr)

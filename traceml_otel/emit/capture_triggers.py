@@ -12,10 +12,16 @@ captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``doc
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits.
 - **residual**: the residual's share (time in no phase, fetch or collective: host syncs, metrics,
-  logging) of the last 32 steps' busy time >= 30 %, once it first gets there or jumps by 15 points.
+  logging) of the last 32 steps' busy time >= 30 % and 15 points or more above the rank's own earlier
+  level (the median share of the up to 128 steps before those 32, at least 64 of them, none in the
+  warm-up): a jump, not a level. A residual that is steadily high is the analyzer's RESIDUAL_HEAVY; it
+  is asked for once only when the run's training time makes a capture cheap against it (the default
+  cost within the cost budget, ``capture/capture_budget.py``: 20 s of training at the default share).
 
 A firing trigger writes ``rank-R.capture-request.json``; the trainer's poller applies the limits. The
-emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times.
+emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times, not
+counting a request the poller refused (its status file says so: the limits, or the cost budget); after a
+refusal it asks again at most every :data:`RETRY_S`.
 """
 
 from __future__ import annotations
@@ -28,14 +34,24 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from traceml_otel.capture.capture_budget import affordable_after_s
 from traceml_otel.settings import CaptureSettings
-from traceml_otel.wire.capture_record import CaptureRequest, request_file_name, write_request
+from traceml_otel.wire.capture_record import (
+    CaptureRequest,
+    read_status,
+    request_file_name,
+    status_file_name,
+    write_request,
+)
 
 WARMUP_STEPS = 10
 BASELINE_STEPS = 100
 RECENT_STEPS = 16
 DRIFT_BASELINE_STEPS = 200
 RESIDUAL_STEPS = 32
+RESIDUAL_BASELINE_STEPS = 128
+RETRY_S = 30.0
+"""After a refused request, the emitter asks again at most this often (a file write each time)."""
 RESIDUAL_SHARE = 0.30
 RESIDUAL_JUMP = 0.15
 SPIKE_FLOOR_S = 0.005
@@ -111,17 +127,20 @@ class CaptureTriggers:
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
         self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
         self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
+        self.older_shares: deque[float] = deque(maxlen=RESIDUAL_BASELINE_STEPS)
         self.spikes: list[int] = []
         self._spikes_in_row = 0
         self._pending_spike: tuple[int, float, float] | None = None
         self._p95: float | None = None
         self._since_p95 = 0
         self._seen = 0
-        self._residual_high = False
-        self._last_share: float | None = None
+        self._level_asked = False
+        self._first_ns: int | None = None
+        self._last_ns = 0
         self._collectives = False
         self.requested = 0
         self._last_request: float | None = None
+        self._status_read: float | None = None
         self.fired: list[CaptureRequest] = []
 
     def observe(self, rows: Sequence[Sequence[Any]]) -> None:
@@ -136,6 +155,9 @@ class CaptureTriggers:
         if row[13] is not None:  # a step that raised is no sample
             return
         step = row[0]
+        if self._first_ns is None:
+            self._first_ns = row[1]
+        self._last_ns = row[2]
         busy, residual, collectives = busy_and_residual(row)
         self._collectives = self._collectives or collectives
         if step < WARMUP_STEPS:
@@ -146,6 +168,8 @@ class CaptureTriggers:
             self.older.append(self.recent[0])
         self.recent.append(busy)
         if busy > 0:
+            if len(self.shares) == RESIDUAL_STEPS:
+                self.older_shares.append(self.shares[0])
             self.shares.append(residual / busy)
         self._seen += 1
         if self._seen % EVERY == 0:
@@ -205,30 +229,56 @@ class CaptureTriggers:
                          step, before):
             self.older.clear()  # the new level is the next baseline
 
+    def training_s(self) -> float:
+        """The rank's training time seen so far: from its first step's start to its last step's end."""
+        return (self._last_ns - self._first_ns) / 1e9 if self._first_ns is not None else 0.0
+
     def _residual(self, step: int) -> None:
         if len(self.shares) < RESIDUAL_STEPS:
             return
         share = statistics.median(self.shares)
-        previous, self._last_share = self._last_share, share
         if share < RESIDUAL_SHARE:
-            self._residual_high = False
             return
-        jumped = previous is not None and share - previous >= RESIDUAL_JUMP
-        if self._residual_high and not jumped:
+        what = "the residual (no phase, fetch or collective: host syncs, metrics, logging)"
+        baseline = statistics.median(self.recent) if self.recent else None
+        if len(self.older_shares) >= 2 * RESIDUAL_STEPS:
+            earlier = statistics.median(self.older_shares)
+            if share - earlier >= RESIDUAL_JUMP:
+                if self._request("residual", f"step {step}: {what} jumped to {share:.0%} of the busy time "
+                                             f"from {earlier:.0%} before", step, baseline):
+                    self.older_shares.clear()  # the new level is the next baseline
+                return
+        if self._level_asked or self.training_s() < affordable_after_s(self.settings.budget_share):
             return
-        if self._request("residual", f"step {step}: the residual (no phase, fetch or collective: host syncs, "
-                                     f"metrics, logging) is {share:.0%} of the busy time", step,
-                         statistics.median(self.recent) if self.recent else None):
-            self._residual_high = True
+        if self._request("residual", f"step {step}: {what} is steadily {share:.0%} of the busy time",
+                         step, baseline):
+            self._level_asked = True
+
+    def _last_refused(self, now: float) -> bool:
+        """Whether the poller refused this emitter's last request (then it does not count against the
+        emitter's own limits), at most every :data:`RETRY_S`."""
+        if not self.fired or self._last_request is None or now - self._last_request < RETRY_S:
+            return False
+        if self._status_read is not None and now - self._status_read < RETRY_S:
+            return False
+        self._status_read = now
+        status = read_status(self.run_dir / status_file_name(self.rank))
+        if status is None or status.last_request != self.fired[-1].id or not status.last_refusal:
+            return False
+        self.requested -= 1
+        self._last_request = None
+        return True
 
     def _request(self, reason: str, detail: str, step: int, baseline_s: float | None,
                  at_step: int | None = None, every: int | None = None) -> bool:
         settings = self.settings
-        if not settings.auto or self.requested >= settings.max_per_rank:
+        if not settings.auto:
             return False
         now = self.clock()
-        if self._last_request is not None and now - self._last_request < settings.interval_s:
-            return False
+        if self.requested >= settings.max_per_rank or (
+                self._last_request is not None and now - self._last_request < settings.interval_s):
+            if not self._last_refused(now):
+                return False
         request = CaptureRequest(
             id=f"{reason}-r{self.rank}-s{step}-{int(time.time() * 1000) % 10**9}", reason=reason,
             detail=detail, at_step=at_step if at_step is not None else step + 1,

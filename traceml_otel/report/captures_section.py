@@ -27,6 +27,10 @@ def capture_lines(capture: CaptureSummary) -> list[str]:
              f"  {_steps(capture)}; trace {capture.trace_file or '(none)'}"
              + (f" ({capture.trace_bytes / 1024:.0f} KiB, written in {capture.export_s:.1f} s)"
                 if capture.trace_file else "")]
+    if capture.cost_s > 0:
+        share = (f" ({capture.cost_s / capture.train_s:.1%} of the {capture.train_s:.1f} s of training "
+                 "before it)" if capture.train_s > 0 else "")
+        lines.append(f"  cost the training thread at most {capture.cost_s:.2f} s{share}")
     if capture.problem:
         lines.append(f"  note: {capture.problem}")
     tops = [("top CPU ops", capture.top_cpu[:5]), ("top device ops", capture.top_device[:5]),
@@ -53,6 +57,10 @@ def captures_text(analysis: RunAnalysis) -> list[str]:
         lines.append(f"  ... and {len(view.captures) - MAX_SHOWN} more in the run folder")
     for refusal in view.refusals[:3]:
         lines.append(f"rank {refusal.rank}: no capture taken: {strip_control(refusal.problem)}")
+    if view.refused:
+        shown = "; ".join(f"{why} x{count} on {ranks} rank{'s' if ranks > 1 else ''}"
+                          for why, count, ranks in view.refused[:6])
+        lines.append(strip_control(f"requests not taken: {shown}"))
     lines += [f"  {strip_control(problem)}" for problem in view.problems]
     return lines
 
@@ -61,11 +69,13 @@ def captures_json(analysis: RunAnalysis) -> dict[str, object]:
     """``captures``: every capture summary as recorded, and the refusals."""
     view = analysis.captures
     if view is None:
-        return {"captures": [], "capture_refusals": [], "capture_problems": []}
+        return {"captures": [], "capture_refusals": [], "capture_problems": [], "capture_refused": []}
     return {"captures": [asdict(c) for c in view.captures],
             "capture_refusals": [{"rank": r.rank, "reason": r.reason, "problem": r.problem}
                                  for r in view.refusals],
-            "capture_problems": list(view.problems)}
+            "capture_problems": list(view.problems),
+            "capture_refused": [{"why": why, "count": count, "ranks": ranks}
+                                for why, count, ranks in view.refused]}
 
 
 def captures_html(analysis: RunAnalysis) -> str:

@@ -162,6 +162,12 @@ class CaptureSummary:
     """Wall clock when the profiler started (before the first captured step)."""
     stopped_unix: float = 0.0
     """Wall clock when it stopped (after the last captured step)."""
+    cost_s: float = 0.0
+    """What the capture cost the training thread, at most: the profiler's start and stop, the captured
+    steps' time over ``median_ms`` (their whole time without it) and the export's wall time
+    (``traceml_otel/capture/capture_budget.py``)."""
+    train_s: float = 0.0
+    """The rank's training time (since its first step) when the capture started."""
     version: int = CAPTURE_VERSION
 
     def label(self) -> str:
@@ -220,6 +226,7 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
         finished_unix=as_float(raw.get("finished_unix")) or 0.0,
         started_unix=as_float(raw.get("started_unix")) or 0.0,
         stopped_unix=as_float(raw.get("stopped_unix")) or 0.0,
+        cost_s=as_float(raw.get("cost_s")) or 0.0, train_s=as_float(raw.get("train_s")) or 0.0,
     )
 
 
@@ -240,3 +247,64 @@ def read_summaries(run_dir: Path, limit: int = 4096) -> tuple[list[CaptureSummar
         except RecordError as error:
             problems.append(f"captures: {path.name}: {error}"[:MAX_TEXT])
     return summaries, problems
+
+
+MAX_STATUS_BYTES = 16 << 10
+_STATUS_NAME = re.compile(r"^rank-(\d{1,7})\.capture-status\.json$")
+
+
+def status_file_name(rank: int) -> str:
+    """One rank's capture counts (``rank-R.capture-status.json``): taken, and refused by reason."""
+    return f"rank-{rank}.capture-status.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureStatus:
+    """One rank's capture counts, as its poller last wrote them."""
+
+    rank: int
+    started: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+    """Requests not taken, by why: a limit (``interval``, ``rank cap``, ``run cap``), the cost ``budget``,
+    a capture running, the user's profiler."""
+    last_request: str = ""
+    last_reason: str = ""
+    last_refusal: str = ""
+    budget: dict[str, float] = field(default_factory=dict)
+    """The cost budget's numbers at the last automatic request: ``share``, ``train_s``, ``spent_s``,
+    ``expected_s``."""
+
+
+def read_status(path: Path) -> CaptureStatus | None:
+    """The status record at ``path`` (bounded), or ``None`` when there is none or it is unreadable."""
+    try:
+        raw = read_json_object(path, MAX_STATUS_BYTES)
+    except RecordError:
+        return None
+    rank = as_int(raw.get("rank"))
+    if rank is None:
+        return None
+    refused_raw = raw.get("refused")
+    refused = {_clean(str(k))[:80]: n for k, n in ((k, as_int(v)) for k, v in (
+        list(refused_raw.items())[:32] if isinstance(refused_raw, dict) else [])) if n is not None and n > 0}
+    budget_raw = raw.get("budget")
+    budget = {str(k)[:32]: v for k, v in ((k, as_float(v)) for k, v in (
+        list(budget_raw.items())[:8] if isinstance(budget_raw, dict) else [])) if v is not None}
+    return CaptureStatus(
+        rank=rank, started=as_int(raw.get("started")) or 0, refused=refused,
+        last_request=as_str(raw.get("last_request"), 64) or "",
+        last_reason=as_str(raw.get("last_reason"), 32) or "",
+        last_refusal=_clean(as_str(raw.get("last_refusal"), MAX_TEXT) or ""), budget=budget)
+
+
+def read_statuses(run_dir: Path, limit: int = 4096) -> list[CaptureStatus]:
+    """Every rank's status record in ``run_dir`` (by rank; unreadable ones left out)."""
+    found: list[tuple[int, Path]] = []
+    try:
+        for path in run_dir.iterdir():
+            match = _STATUS_NAME.match(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+    except OSError:
+        return []
+    return [s for s in (read_status(path) for _, path in sorted(found)[:limit]) if s is not None]

@@ -1,7 +1,9 @@
 """Training loops for the deep-capture tests: one planted problem each (``--loop``).
 
 - ``svd``: every ``--every``-th step runs a large ``torch.linalg.svd`` nothing else uses.
-- ``item``: every step computes a metric in plain tensor code and reads it with ``.item()`` (residual).
+- ``item``: every step computes a metric in plain tensor code and reads it with ``.item()`` (residual);
+  from step ``--start`` on (default 0: from the first step; later: a residual jump); ``--item-work``
+  rounds of metric code per step (default 8).
 - ``spike``: every ``--every``-th step sleeps in extra matrix products (a spike).
 - ``user_profiler``: the ``svd`` loop run inside the user's own ``torch.profiler``.
 - ``slow``: plain steps (for ``traceml capture`` on demand); ``--sleep`` seconds between steps.
@@ -25,6 +27,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=40)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--item-work", type=int, default=8)
     args = parser.parse_args()
     traceml.init()
     if args.loop == "straggler":
@@ -74,9 +78,9 @@ def loop(args, model, optimizer, x, y, big) -> None:
                         big @ big
                 total = loss.detach().clone()
                 dist.all_reduce(total)
-            elif mode == "item":
+            elif mode == "item" and step >= args.start:
                 scores = (big[:64] @ big[:, :64]).softmax(-1)
-                for _ in range(8):
+                for _ in range(args.item_work):
                     scores = (scores @ scores.T).softmax(-1)
                 accuracy = (scores.argmax(1) == 0).float().mean().item()
                 assert accuracy >= 0

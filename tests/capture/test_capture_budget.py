@@ -1,0 +1,131 @@
+"""The cost budget of automatic captures and the residual trigger's jump: synthetic step rows through the
+emitter's triggers, and requests through a real poller and capture object (no profiler started)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from tests.capture.test_capture_triggers import MS, _row
+from traceml_otel.capture.capture_budget import DEFAULT_COST_S, budget_refusal, capture_cost_s
+from traceml_otel.capture.capture_export import CaptureExporter
+from traceml_otel.capture.capture_poller import CapturePoller
+from traceml_otel.capture.profiler_capture import ProfilerCapture
+from traceml_otel.emit.capture_triggers import RETRY_S, CaptureTriggers
+from traceml_otel.settings import CaptureSettings, capture_settings
+from traceml_otel.wire.capture_record import (
+    CaptureRequest,
+    CaptureSummary,
+    read_status,
+    request_file_name,
+    status_file_name,
+    write_request,
+)
+
+
+def _triggers(run_dir: Path, steps: list[tuple[float, float]], **settings: object) -> CaptureTriggers:
+    """``steps``: (work ms, residual ms) per step, 1 ms apart."""
+    triggers = CaptureTriggers(run_dir, 0, 1, CaptureSettings(**settings), print)  # type: ignore[arg-type]
+    start, rows = 0, []
+    for number, (work, residual) in enumerate(steps):
+        rows.append(_row(number, start, work, residual_ms=residual))
+        start = rows[-1][2] + MS
+    for first in range(0, len(rows), 64):
+        triggers.observe(rows[first:first + 64])
+    return triggers
+
+
+def test_a_steadily_high_residual_on_a_short_run_asks_for_nothing(tmp_path: Path) -> None:
+    triggers = _triggers(tmp_path, [(1.0, 1.2)] * 600)  # 55 % residual from the first step, ~1.9 s
+    assert triggers.fired == [] and not (tmp_path / request_file_name(0)).exists()
+
+
+def test_a_residual_jump_after_a_steady_period_is_asked_for_once(tmp_path: Path) -> None:
+    steps = [(1.0, 0.1)] * 200 + [(1.0, 1.2)] * 200  # 9 % then 55 %
+    fired = _triggers(tmp_path, steps, interval_s=0.0).fired
+    assert [r.reason for r in fired] == ["residual"], [r.detail for r in fired]
+    assert 200 < fired[0].at_step <= 240
+    assert "jumped to 55% of the busy time from 9% before" in fired[0].detail
+
+
+def test_a_steady_residual_is_asked_for_once_the_run_is_long_enough_for_the_budget(tmp_path: Path) -> None:
+    triggers = _triggers(tmp_path, [(45.0, 55.0)] * 300)  # 55 % residual, 100 ms steps: 30 s
+    (request,) = triggers.fired
+    assert "steadily 55%" in request.detail
+    assert 20.0 <= request.at_step * 0.101 <= 24.0  # 20 s of training: the default cost within 1 %
+
+
+def test_budget_arithmetic() -> None:
+    assert capture_cost_s(0.001, 0.02, [3.0, 3.0, 3.0], 1.0, 0.5) == 0.001 + 0.02 + 0.006 + 0.5
+    assert capture_cost_s(0.0, 0.0, [3.0], None, 0.0) == 0.003  # no baseline: the steps' whole time
+    assert budget_refusal(19.0, 0.0, DEFAULT_COST_S, 0.01) is not None
+    assert budget_refusal(21.0, 0.0, DEFAULT_COST_S, 0.01) is None
+    assert budget_refusal(60.0, 0.5, 0.5, 0.01) is not None  # the last measured cost counts, spent too
+    assert capture_settings({"TRACEML_CAPTURE_BUDGET": "0.05"}).budget_share == 0.05
+    assert capture_settings({}).budget_share == 0.01
+
+
+def _poller(run_dir: Path) -> tuple[CapturePoller, ProfilerCapture, CaptureExporter]:
+    settings = CaptureSettings(interval_s=0.0)
+    session = SimpleNamespace(recorder=SimpleNamespace(step=0), block_model=None)
+    exporter = CaptureExporter(run_dir, "run", 0, settings, print)
+    capture = ProfilerCapture(session, settings, exporter, print)  # type: ignore[arg-type]
+    return CapturePoller(capture, run_dir, 0, settings, print), capture, exporter
+
+
+def _ask(run_dir: Path, poller: CapturePoller, ident: str, reason: str = "spike") -> None:
+    name = "capture-request.json" if reason == "on_demand" else request_file_name(0)
+    write_request(run_dir / name, CaptureRequest(id=ident, reason=reason, requested_unix=time.time()))
+    poller.poll()
+
+
+def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_a_person_through(
+        tmp_path: Path) -> None:
+    poller, capture, exporter = _poller(tmp_path)
+    try:
+        capture.session.recorder.step = 1
+        poller.poll()
+        assert capture.training_since is not None  # the budget's clock runs from the first step seen
+        _ask(tmp_path, poller, "a")  # a fraction of a second of training: refused
+        assert capture.pending is None
+        status = read_status(tmp_path / status_file_name(0))
+        assert status is not None and status.refused == {"budget (0.01 of the training time)": 1}
+        assert status.last_refusal.startswith("budget") and status.budget["expected_s"] == DEFAULT_COST_S
+        raw = json.loads((tmp_path / status_file_name(0)).read_text())
+        assert raw["limits"]["budget_share"] == 0.01
+        _ask(tmp_path, poller, "b", reason="on_demand")  # a person's request: never refused for cost
+        assert capture.pending is not None and capture.pending.id == "b"
+        capture.pending = None
+        capture.training_since = time.monotonic() - 30.0  # 30 s of training: 0.2 s fits within 1 %
+        _ask(tmp_path, poller, "c")
+        assert capture.pending is not None and capture.pending.id == "c"
+        capture.pending = None
+        capture.auto_started = 1  # "c" ran and measured 0.5 s: the next one needs (0.5 + 0.5) / 1 % = 100 s
+        exporter.written.append(CaptureSummary("run", 0, 1, "spike", cost_s=0.5))
+        _ask(tmp_path, poller, "d")
+        assert capture.pending is None
+        status = read_status(tmp_path / status_file_name(0))
+        assert status is not None and status.refused["budget (0.01 of the training time)"] == 2
+        assert status.budget["spent_s"] == 0.5 and status.budget["expected_s"] == 0.5
+    finally:
+        exporter.close(1.0)
+
+
+def test_a_request_the_poller_refused_does_not_hold_the_emitters_interval(tmp_path: Path) -> None:
+    now = [1000.0]
+    triggers = CaptureTriggers(tmp_path, 0, 1, CaptureSettings(), print, clock=lambda: now[0])
+    assert triggers._request("spike", "a", 50, None)
+    now[0] += 60.0
+    assert not triggers._request("spike", "b", 60, None)  # the interval (600 s) holds: nothing refused yet
+    status = {"version": 1, "rank": 0, "started": 0, "refused": {"budget (0.01 of the training time)": 1},
+              "last_request": triggers.fired[0].id, "last_reason": "spike",
+              "last_refusal": "budget (0.01 of the training time)"}
+    (tmp_path / status_file_name(0)).write_text(json.dumps(status))
+    assert not triggers._request("spike", "c0", 65, None)  # the status is read at most every RETRY_S
+    now[0] += RETRY_S
+    assert triggers._request("spike", "c", 70, None)  # refused: it did not count; asked again
+    assert [r.detail for r in triggers.fired] == ["a", "c"] and triggers.requested == 1
+    now[0] += 5.0
+    assert not triggers._request("spike", "d", 80, None)  # not refused yet, and within the interval
