@@ -74,7 +74,7 @@ def export_windows(captures: Sequence[CaptureSummary]) -> list[tuple[float, floa
 
 def captured_steps(captures: Sequence[CaptureSummary], steps: Iterable[StepTiming] = ()) -> frozenset[int]:
     """The steps a deep capture slowed, on any rank: :func:`profiled_steps`, and those of ``steps`` that
-    ran within an :func:`export_windows` window (the span reader's ``pipeline._captured_steps``; the
+    ran within an :func:`export_windows` window (the span reader's; the
     columnar engine finds the second kind in SQL)."""
     out = set(profiled_steps(captures))
     spans = export_windows(captures)
@@ -138,11 +138,8 @@ def cite(finding: Finding, captures: tuple[CaptureSummary, ...]) -> Finding:
                    evidence=(*finding.evidence, Evidence("capture", capture.label())))
 
 
-def with_captures(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
-    """The analysis with the run folder's captures, and its findings citing them."""
-    if run_dir is None:
-        return analysis
-    view = read_captures(run_dir, analysis.run.run_id)
+def with_captures(analysis: RunAnalysis, view: CaptureAnalysis) -> RunAnalysis:
+    """The analysis with the run folder's captures (:func:`read_captures`), its findings citing them."""
     if not (view.captures or view.refusals or view.problems or view.refused):
         return analysis
     step = analysis.step

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from traceml_otel.analyze.captures import with_captures
+from traceml_otel.analyze.captures import NO_CAPTURES, captured_steps, read_captures, with_captures
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
@@ -89,18 +89,20 @@ def analyze_path(
             analysis, steps = done
             analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
             analysis = _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
-            return with_captures(analysis, run_dir)
+            return with_captures(analysis, NO_CAPTURES if run_dir is None
+                                 else read_captures(run_dir, analysis.run.run_id))
         if note:
             notes.append(note)
     source = FileSpanSource(paths, run_id=run_id, service=service, log=log, preferred_run_id=preferred)
     with paused_gc():
         loaded = source.load()
         hangs = _run_hangs(run_dir, loaded.run_id)
+        captures = NO_CAPTURES if run_dir is None else read_captures(run_dir, loaded.run_id)  # read once
         analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs,
-                               _captured_steps(run_dir, loaded.run_id, loaded.steps))
+                               captured_steps(captures.captures, loaded.steps))
     analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
     analysis = _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
-    return with_captures(analysis, run_dir)
+    return with_captures(analysis, captures)
 
 
 def _with_cpu_samples(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
@@ -152,25 +154,6 @@ def _with_time_accounting(
 
     account = stalled_advice(account, analysis.run_findings)
     return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
-
-
-def _captured_steps(run_dir: Path | None, run_id: str, steps: Sequence[StepTiming]) -> frozenset[int]:
-    """The steps a deep capture slowed, on any rank (none outside a run folder): those it profiled, the
-    step before and after (the profiler starts and stops between them), and every step that ran while
-    its trace was being written (the export thread shares the CPUs, up to seconds)."""
-    if run_dir is None:
-        return frozenset()
-    from traceml_otel.analyze.captures import read_captures
-
-    captures = [c for c in read_captures(run_dir, run_id).captures if c.steps]
-    out = {step for c in captures for step in range(min(c.steps) - 1, max(c.steps) + 2)}
-    spans = [(c.started_unix, max(c.finished_unix, c.stopped_unix)) for c in captures if c.started_unix > 0]
-    for step in steps if spans else ():
-        begin = step.start_unix_nano / 1e9
-        end = begin + (step.traced_cpu or 0.0)
-        if any(begin <= b and end >= a for a, b in spans):
-            out.add(step.step)
-    return frozenset(out)
 
 
 def _run_hangs(run_dir: Path | None, run_id: str) -> list[HangRecord]:
