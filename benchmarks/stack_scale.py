@@ -48,6 +48,8 @@ from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord
 RUN_ID, JOB = "sim-run", "sim-job"
 POINTS = 240
 """A 1 h view at a 15 s step."""
+SAMPLED_S = 20.0
+"""The rule groups' evaluation times are sampled over the run's last 20 s."""
 BUDGET_SAMPLES = 2_000_000
 BUDGET_LINES = 20
 ROUND_S = 2.0
@@ -153,6 +155,32 @@ def _api(url: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
+def _group_times(url: str, seconds: float) -> dict[str, list[float]]:
+    """Each group's evaluation times over ``seconds`` (the rules API polled every 0.5 s; an evaluation
+    counted once, by its start): one snapshot of the last evaluation is noisy on a shared machine."""
+    seen: dict[str, dict[str, float]] = {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for group in _api(url, "rules")["groups"]:
+            seen.setdefault(group["name"], {})[group["lastEvaluation"]] = group["evaluationTime"]
+        time.sleep(0.5)
+    return {name: sorted(times.values()) for name, times in seen.items()}
+
+
+def _missed(url: str) -> dict[str, int]:
+    """Iterations each group missed since the start (``prometheus_rule_group_iterations_missed_total``:
+    an evaluation longer than the interval skips the next)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as reply:
+        text = reply.read().decode()
+    missed = {}
+    for line in text.splitlines():
+        if line.startswith("prometheus_rule_group_iterations_missed_total{"):
+            labels, value = line.rsplit(" ", 1)
+            name = labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[-1]
+            missed[name] = int(float(value))
+    return missed
+
+
 def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """(panel [refId], PromQL as Grafana sends it for a 1 h view, instant?) of every Prometheus target."""
     queries = []
@@ -190,7 +218,8 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
                               port=free_port(avoid=tuple(ports)))
     url = server.url
     try:
-        time.sleep(seconds)
+        time.sleep(max(0.0, seconds - SAMPLED_S))
+        spread = _group_times(url, SAMPLED_S)
         end = time.time()
         start = end - POINTS
         counted = _api(url, "query", query='count({__name__=~"traceml_.*"})')["result"]
@@ -218,7 +247,7 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
         return {"evaluations": evaluations, "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
                 "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
                 "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs,
-                "slowest_rules": rules}
+                "slowest_rules": rules, "spread": spread, "missed": _missed(url)}
     finally:
         server.stop()
         for proc in procs:
@@ -238,6 +267,10 @@ def _table(results: list[dict[str, Any]]) -> str:
     for r in results:
         lines += ["", f"Slowest rules at {r['ranks']} ranks (last evaluation, s): "
                   + ", ".join(f"{name} {seconds:.3f}" for seconds, name in r["slowest_rules"])]
+        lines += ["", f"Rule groups at {r['ranks']} ranks over the last {SAMPLED_S:.0f} s (evaluations seen, "
+                  "median / max s, iterations missed since the start): "
+                  + ", ".join(f"{name} {len(t)}, {t[len(t) // 2]:.3f} / {t[-1]:.3f}, "
+                              f"{r['missed'].get(name, 0)}" for name, t in r["spread"].items() if t)]
     lines += ["", "| panel [query] | " + " | ".join(f"samples @{n} | lines @{n} | wall s @{n}" for n in sizes)
               + " | within budget |",
               "|---|" + "---|---|---|" * len(sizes) + "---|"]
