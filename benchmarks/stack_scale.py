@@ -48,6 +48,8 @@ from traceml_otel.wire.time_record import FlopsRecord, OutsideTotal, TimeRecord
 RUN_ID, JOB = "sim-run", "sim-job"
 POINTS = 240
 """A 1 h view at a 15 s step."""
+SAMPLED_S = 20.0
+"""The rule groups' evaluation times are sampled over the run's last 20 s."""
 BUDGET_SAMPLES = 2_000_000
 BUDGET_LINES = 20
 ROUND_S = 2.0
@@ -153,6 +155,48 @@ def _api(url: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
+def _group_times(url: str, seconds: float) -> dict[str, list[float]]:
+    """Each group's evaluation times over ``seconds`` (the rules API polled every 0.5 s; an evaluation
+    counted once, by its start): one snapshot of the last evaluation is noisy on a shared machine."""
+    seen: dict[str, dict[str, float]] = {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for group in _api(url, "rules")["groups"]:
+            seen.setdefault(group["name"], {})[group["lastEvaluation"]] = group["evaluationTime"]
+        time.sleep(0.5)
+    return {name: sorted(times.values()) for name, times in seen.items()}
+
+
+def _missed(url: str) -> dict[str, int]:
+    """Iterations each group missed since the start (``prometheus_rule_group_iterations_missed_total``:
+    an evaluation longer than the interval skips the next)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=60) as reply:
+        text = reply.read().decode()
+    missed = {}
+    for line in text.splitlines():
+        if line.startswith("prometheus_rule_group_iterations_missed_total{"):
+            labels, value = line.rsplit(" ", 1)
+            name = labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[-1]
+            missed[name] = int(float(value))
+    return missed
+
+
+def _isolated(url: str, files: dict[str, str], at: float) -> dict[str, list[tuple[float, str]]]:
+    """Each rule's expression evaluated alone at ``at`` on a Prometheus that scrapes and evaluates
+    nothing else (the same data): the engine's evaluation time, the least of 3 tries, per group. The
+    work each evaluation costs, apart from the simulation's and the other groups' load on the cores."""
+    import yaml
+
+    work: dict[str, list[tuple[float, str]]] = {}
+    for path in ("prometheus/recording.yml", "prometheus/alerts.yml"):
+        for group in yaml.safe_load(files[path])["groups"]:
+            for rule in group["rules"]:
+                best = min(_api(url, "query", query=rule["expr"], time=f"{at:.3f}", stats="all")
+                           ["stats"]["timings"]["evalTotalTime"] for _ in range(3))
+                work.setdefault(group["name"], []).append((best, rule.get("record") or rule["alert"]))
+    return work
+
+
 def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """(panel [refId], PromQL as Grafana sends it for a 1 h view, instant?) of every Prometheus target."""
     queries = []
@@ -166,7 +210,7 @@ def _dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, bool]]
     return queries
 
 
-def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
+def measure(ranks: int, seconds: float, workers: int, isolated: bool = False) -> dict[str, Any]:
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         raise SystemExit("prometheus is not installed")
@@ -190,7 +234,8 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
                               port=free_port(avoid=tuple(ports)))
     url = server.url
     try:
-        time.sleep(seconds)
+        time.sleep(max(0.0, seconds - SAMPLED_S))
+        spread = _group_times(url, SAMPLED_S)
         end = time.time()
         start = end - POINTS
         counted = _api(url, "query", query='count({__name__=~"traceml_.*"})')["result"]
@@ -215,10 +260,20 @@ def measure(ranks: int, seconds: float, workers: int) -> dict[str, Any]:
             wall = time.monotonic() - began
             samples = int(data.get("stats", {}).get("samples", {}).get("totalQueryableSamples", -1))
             costs.append(QueryCost(panel, expr, samples, wall, len(data["result"])))
-        return {"evaluations": evaluations, "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
-                "ranks": ranks, "series": series, "series_per_rank": series / ranks, "evaluation": evaluation,
-                "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs,
-                "slowest_rules": rules}
+        result = {"evaluations": evaluations,
+                  "failed_scrapes": float(failed[0]["value"][1]) if failed else 0.0,
+                  "ranks": ranks, "series": series, "series_per_rank": series / ranks,
+                  "evaluation": evaluation,
+                  "scrape_s": float(scrape[0]["value"][1]) if scrape else None, "queries": costs,
+                  "slowest_rules": rules, "spread": spread, "missed": _missed(url), "isolated": {}}
+        if isolated:  # the same data on a Prometheus that does nothing else
+            for proc in procs:
+                proc.kill()
+            server.stop()
+            server = start_prometheus(tmp / "server", [], flags=["--query.max-samples=200000000"],
+                                      port=free_port(avoid=tuple(ports))).wait_ready(120)
+            result["isolated"] = _isolated(server.url, files, end - 1)
+        return result
     finally:
         server.stop()
         for proc in procs:
@@ -238,6 +293,19 @@ def _table(results: list[dict[str, Any]]) -> str:
     for r in results:
         lines += ["", f"Slowest rules at {r['ranks']} ranks (last evaluation, s): "
                   + ", ".join(f"{name} {seconds:.3f}" for seconds, name in r["slowest_rules"])]
+        lines += ["", f"Rule groups at {r['ranks']} ranks over the last {SAMPLED_S:.0f} s (evaluations seen, "
+                  "median / max s, iterations missed since the start): "
+                  + ", ".join(f"{name} {len(t)}, {t[len(t) // 2]:.3f} / {t[-1]:.3f}, "
+                              f"{r['missed'].get(name, 0)}" for name, t in r["spread"].items() if t)]
+    for r in results:
+        if r["isolated"]:
+            work = r["isolated"]
+            per_group = ", ".join(f"{name} {sum(t for t, _ in rules):.3f}" for name, rules in work.items())
+            lines += ["", f"Each group's rules evaluated alone at {r['ranks']} ranks (s, a Prometheus "
+                      "doing nothing else, the same data): " + per_group
+                      + f"; all {sum(t for rules in work.values() for t, _ in rules):.3f}; slowest rules: "
+                      + ", ".join(f"{name} {t:.3f}" for t, name in
+                                  sorted((x for rules in work.values() for x in rules), reverse=True)[:6])]
     lines += ["", "| panel [query] | " + " | ".join(f"samples @{n} | lines @{n} | wall s @{n}" for n in sizes)
               + " | within budget |",
               "|---|" + "---|---|---|" * len(sizes) + "---|"]
@@ -258,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=POINTS + 25, help="simulated run before measuring")
     parser.add_argument("--workers", type=int, default=max(1, min(4, (os.cpu_count() or 2))),
                         help="processes hosting the ranks")
+    parser.add_argument("--isolated", action="store_true",
+                        help="then evaluate each rule alone on a Prometheus that does nothing else")
     args = parser.parse_args(argv)
-    results = [measure(n, args.seconds, args.workers) for n in (args.ranks or [256, 1024])]
+    results = [measure(n, args.seconds, args.workers, args.isolated) for n in (args.ranks or [256, 1024])]
     print(_table(results))
     return 0
 

@@ -132,9 +132,11 @@ def main() -> None:
         "# pace (10th percentile of its 5-minute means over 24 h, across attempts). One test per shape.",
         "rule_files: [../recording.yml, ../alerts.yml]",
         "evaluation_interval: 1m",
-        "group_eval_order: [traceml-recording, traceml-recording-dashboard, traceml-recording-goodput, "
-        "traceml-recording-histogram, traceml-recording-goodput-window, "
-        "traceml-recording-memory, traceml-alerts, traceml-pipeline-health]",
+        "group_eval_order: [traceml-recording, traceml-recording-rates, traceml-recording-means, "
+        "traceml-recording-collectives, traceml-recording-communication, traceml-recording-drift, "
+        "traceml-recording-dashboard, traceml-recording-time, traceml-recording-goodput, traceml-recording-mfu, "
+        "traceml-recording-histogram, traceml-recording-goodput-window, traceml-recording-memory, "
+        "traceml-recording-recurrence, traceml-alerts, traceml-pipeline-health]",
         "",
         "tests:",
     ]
