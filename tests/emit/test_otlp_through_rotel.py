@@ -6,30 +6,15 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
 from tests.ports import free_port
-from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
 
 STEADY = Path(__file__).resolve().parents[1] / "launch" / "scripts" / "steady_loop.py"
-
-
-@pytest.fixture
-def stack() -> Iterator[tuple[OtlpHttpReceiver, RotelCollector]]:
-    with OtlpHttpReceiver() as receiver:
-        collector = RotelCollector(receiver.endpoint)
-        try:
-            collector.start()
-        except FileNotFoundError:
-            missing("rotel (the rotel-agent collector)", PIP_TEST)
-        yield receiver, collector
-        collector.stop()
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

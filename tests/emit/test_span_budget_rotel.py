@@ -12,14 +12,9 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.integration.otlp_stack import OtlpHttpReceiver, RotelCollector
 from tests.local_copy_reader import read_run
-from tests.tools import PIP_TEST, missing
 from traceml_otel import contract as c
 from traceml_otel.wire.export_stats import read_export_stats
 from traceml_otel.wire.sampling_threshold import in_sample, threshold, threshold_hex
@@ -28,18 +23,6 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "sampled_ddp.py"
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 600
 SLOW = (50, 233, 417, 555)
-
-
-@pytest.fixture
-def stack() -> Iterator[tuple[OtlpHttpReceiver, RotelCollector]]:
-    with OtlpHttpReceiver() as receiver:
-        collector = RotelCollector(receiver.endpoint)
-        try:
-            collector.start()
-        except FileNotFoundError:
-            missing("rotel (the rotel-agent collector)", PIP_TEST)
-        yield receiver, collector
-        collector.stop()
 
 
 def test_a_sampled_two_rank_job_keeps_whole_waterfalls(stack, tmp_path: Path) -> None:

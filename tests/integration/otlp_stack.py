@@ -17,7 +17,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.otlp_receiver import (
@@ -28,6 +29,7 @@ from tests.integration.otlp_receiver import (
     attributes_dict,
 )
 from tests.ports import free_port
+from tests.tools import PIP_TEST, missing
 
 __all__ = [
     "OtlpHttpReceiver",
@@ -38,6 +40,7 @@ __all__ = [
     "free_port",
     "port_open",
     "rotel_agent_path",
+    "rotel_stack",
 ]
 
 
@@ -171,3 +174,19 @@ class RotelCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def rotel_stack() -> Iterator[tuple[OtlpHttpReceiver, RotelCollector]]:
+    """A receiver and a running rotel collector that exports to it (stopped after); without rotel, the
+    test goes as :func:`tests.tools.missing` says."""
+    with OtlpHttpReceiver() as receiver:
+        collector = RotelCollector(receiver.endpoint)
+        try:
+            collector.start()
+        except FileNotFoundError:
+            missing("rotel (the rotel-agent collector)", PIP_TEST)
+        try:
+            yield receiver, collector
+        finally:
+            collector.stop()

@@ -10,54 +10,26 @@ processes: one process and two torchrun ranks, with ``traceml.init()`` and zero-
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.launch.first_failure_job import FIRST_FAILURE, REPO, failing_job_env, run_watching_first_failure
 from tests.ports import free_port_pair
 from traceml_otel.wire.manifest import read_manifest
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "launch" / "scripts" / "raise_exit.py"
-
-
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-            return reply.read().decode()
-    except OSError:
-        return ""
 
 
 @pytest.mark.parametrize(("nproc", "mode"), [(1, "explicit"), (1, "zero-code"), (2, "explicit")])
 def test_raise_system_exit_is_a_failure(tmp_path: Path, nproc: int, mode: str) -> None:
     port = free_port_pair()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_", "TORCHELASTIC_"))}
-    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
-               TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="6",
-               TRACEML_FLUSH_INTERVAL_MS="100")
-    job = subprocess.Popen([sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", "sx",
-                            "--nproc-per-node", str(nproc), str(SCRIPT), "3", mode],
-                           env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = ""
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and job.poll() is None:
-            page = _scrape(port)
-            if "traceml_run_first_failure{" in page:
-                seen = page
-                break
-            time.sleep(0.3)
-        out, _ = job.communicate(timeout=240)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate(timeout=60)
+    env = failing_job_env(tmp_path, port, linger_s=6)
+    job = run_watching_first_failure(["--run-id", "sx", "--nproc-per-node", str(nproc), str(SCRIPT), "3",
+                                      mode], env, tmp_path, port, poll_s=0.3)
+    out, seen = job.output, job.page
     assert job.returncode == 3, out[-3000:]
     run_dir = tmp_path / "runs" / "sx"
     manifest = read_manifest(run_dir).manifest
@@ -65,7 +37,7 @@ def test_raise_system_exit_is_a_failure(tmp_path: Path, nproc: int, mode: str) -
     first = manifest.first_failure_rank  # of two ranks, the one that exited first
     assert first in range(nproc) and (manifest.exit_code, manifest.first_failure) == (3, "exit code 3")
     assert f"rank {first} failed first (exit code 3)" in out, out[-3000:]
-    (line,) = [x for x in seen.splitlines() if x.startswith("traceml_run_first_failure{")]
+    (line,) = [x for x in seen.splitlines() if x.startswith(FIRST_FAILURE)]
     for label in ('traceml_run_id="sx"', 'traceml_rank="0"', f'traceml_first_failure_rank="{first}"',
                   'traceml_first_failure_reason="exit code 3"'):  # served on the first rank's port
         assert label in line, line

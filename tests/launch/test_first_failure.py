@@ -5,18 +5,15 @@ name rank 1; the survivor's own error or SIGTERM is a consequence."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
+from tests.launch.first_failure_job import FIRST_FAILURE, REPO, failing_job_env, run_watching_first_failure
 from tests.ports import free_port_pair
 from traceml_otel.launch.child_watch import FirstFailure, describe_exit, first_failure_of
 from traceml_otel.wire.manifest import read_manifest
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "launch" / "scripts" / "killed_rank.py"
 
 
@@ -34,39 +31,14 @@ def test_first_failure_prefers_the_earliest_then_a_killed_rank_and_ignores_stops
     assert first_failure_of({1: _Failure(3, 5)}, rank_offset=8) == FirstFailure(9, "exit code 3", 3)
 
 
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-            return reply.read().decode()
-    except OSError:
-        return ""
-
-
 def test_a_sigkilled_rank_is_the_first_failure_everywhere(tmp_path: Path) -> None:
     port = free_port_pair()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_", "TORCHELASTIC_"))}
-    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
-               TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="15",
-               TRACEML_FLUSH_INTERVAL_MS="100")
-    job = subprocess.Popen([sys.executable, "-m", "traceml_otel.cli", "run", "--run-id", "killed",
-                            "--nproc-per-node", "2", str(SCRIPT), "1", "30", "100000"],
-                           env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = ""
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and job.poll() is None:
-            page = _scrape(port)  # rank 0's endpoint, lingering after its end
-            if "traceml_run_first_failure{" in page:
-                seen = page
-                break
-            time.sleep(0.5)
-        out, _ = job.communicate(timeout=240)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate(timeout=60)
+    env = failing_job_env(tmp_path, port, linger_s=15)
+    job = run_watching_first_failure(["--run-id", "killed", "--nproc-per-node", "2", str(SCRIPT), "1", "30",
+                                      "100000"], env, tmp_path, port, poll_s=0.5)  # rank 0's endpoint lingers
+    out, seen = job.output, job.page
     assert job.returncode == 128 + 9, out[-3000:]
-    (line,) = [x for x in seen.splitlines() if x.startswith("traceml_run_first_failure{")]
+    (line,) = [x for x in seen.splitlines() if x.startswith(FIRST_FAILURE)]
     assert 'traceml_first_failure_rank="1"' in line and 'traceml_first_failure_reason="SIGKILL"' in line, line
     assert 'traceml_rank="0"' in line, line  # exported by the survivor's endpoint
     manifest = read_manifest(tmp_path / "runs" / "killed").manifest

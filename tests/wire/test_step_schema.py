@@ -73,14 +73,16 @@ def test_a_table_that_is_not_one_layout_is_refused() -> None:
 
 def test_the_hand_written_records_agree_with_the_table() -> None:
     """StepRecord has one field per slot, with the slot's default; every column is a StepTiming field
-    (the readers fill them by name); every attribute is the contract's."""
+    (the readers fill them by name) but those that sum into h2d (``h2d_before_cpu``, their sum); every
+    attribute is the contract's."""
     record_fields = {f.name: f.default for f in dataclasses.fields(StepRecord)}
     assert set(record_fields) == {f.record_field for f in schema.STEP_FIELDS}
     for f in schema.STEP_FIELDS:
         if f.slot >= schema.FIRST_LAYOUT_FIELDS:  # an older trainer's row decodes to the record's default
             assert record_fields[f.record_field] == f.default or (f.default, record_fields[f.record_field]) \
                 == ((), ()), f.name
-    assert {f.column for f in schema.STEP_FIELDS if f.column} <= set(StepTiming._fields)
+    assert {f.column for f in schema.STEP_FIELDS if f.column and not f.sums_into} <= set(StepTiming._fields)
+    assert schema.H2D_BEFORE_STEP and "h2d_before_cpu" in StepTiming._fields  # their sum, by the schema
     contract_values = {v for k, v in vars(c).items() if k.startswith("ATTR_")}
     assert {f.attribute for f in schema.STEP_FIELDS if f.attribute} <= contract_values
 
@@ -157,3 +159,71 @@ def test_a_field_added_to_a_copy_of_the_table_reaches_every_derived_form() -> No
                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "carried"
+
+
+_ADD_A_COPY_FIELD = textwrap.dedent('''
+    """A copy of the schema with a second field that sums into h2d: the analysis adds it in, unnamed."""
+    import dataclasses, importlib.util, sys, tempfile
+    from pathlib import Path
+    import duckdb
+    import traceml_otel.wire
+    import traceml_otel.step_records as records
+    from traceml_otel.wire.step_schema import ROW_FIELDS as n
+    del sys.modules["traceml_otel.wire.step_schema"]
+
+    source = (Path(traceml_otel.wire.__file__).parent / "step_schema.py").read_text()
+    end = source.index("\\n)\\n\\nFIRST_LAYOUT_FIELDS")
+    field = (f'\\n    StepField("dummy_h2d_ns", {n}, int, "Copies a test added.", scale=NS, sums_into="h2d", '
+             'attribute="traceml.dummy.h2d.cpu_duration", column="dummy_h2d_cpu", sql="DOUBLE"),')
+    copy = Path(tempfile.mkdtemp()) / "step_schema.py"
+    copy.write_text(source[:end] + field + source[end:])
+    spec = importlib.util.spec_from_file_location("traceml_otel.wire.step_schema", copy)
+    schema = importlib.util.module_from_spec(spec)
+    sys.modules["traceml_otel.wire.step_schema"] = schema
+    spec.loader.exec_module(schema)
+    records.StepRecord = dataclasses.make_dataclass(
+        "StepRecord", [("dummy_h2d_ns", "int | None", dataclasses.field(default=None))],
+        bases=(records.StepRecord,), slots=True, unsafe_hash=True)
+
+    from traceml_otel import contract as c
+    from traceml_otel.analyze import columnar_sql
+    from traceml_otel.analyze.assembler import StepAssembler
+    from traceml_otel.analyze.kinds import Clock
+    from traceml_otel.analyze.measures import step_parts, step_time
+    from traceml_otel.analyze.span_schema import WANTED_ATTRIBUTES
+    from traceml_otel.analyze.sources.step_table import COLUMNS_SQL, step_timing
+    from traceml_otel.wire.step_table import COLUMNS
+
+    assert len(schema.H2D_BEFORE_STEP) == 2 and "traceml.dummy.h2d.cpu_duration" in WANTED_ATTRIBUTES
+    values = {c.ATTR_RUN_ID: "r", c.ATTR_RANK: 0, c.ATTR_STEP: 0, c.ATTR_STEP_CPU_DURATION: 0.5,
+              c.ATTR_INPUT_WAIT_CPU: 0.25, c.ATTR_PREFETCH_H2D_CPU: 0.125,
+              "traceml.dummy.h2d.cpu_duration": 0.0625}
+    assembler = StepAssembler()
+    assembler.add_span(c.SPAN_STEP, values, {})
+    (step,), _ = assembler.steps("r")
+    assert step.h2d_before_cpu == 0.1875, step
+    wait, traced, *_, h2d, h2d_in, _ = step_parts(step, False)
+    assert (h2d, step_time(wait, traced, h2d, h2d_in)) == (0.1875, 0.9375)
+
+    columns = {"run_id": "r", "rank": 0, "step": 0, "traced_cpu": 0.5, "input_wait_cpu": 0.25,
+               "prefetch_h2d_cpu": 0.125, "dummy_h2d_cpu": 0.0625}
+    columns |= {f"calls_{p}": 0 for p in c.PHASES}
+    row = [columns.get(name) for name in COLUMNS]
+    assert step_timing(row).h2d_before_cpu == 0.1875
+    table = copy.parent / "rank-0.steps.csv"
+    table.write_text(",".join(COLUMNS) + "\\n" + ",".join("" if v is None else str(v) for v in row) + "\\n")
+    duckdb.execute(f"CREATE TABLE t AS SELECT * FROM read_csv('{table}', header = true, auto_detect = false, "
+                   f"columns = {COLUMNS_SQL})")
+    got = duckdb.execute(f"SELECT h2d, whole FROM ({columnar_sql.measured_rows(Clock.CPU, 't')})").fetchall()
+    assert got == [(0.1875, 0.9375)], got
+    print("summed")
+''')
+
+
+def test_a_field_that_sums_into_h2d_reaches_the_analysis_unnamed() -> None:
+    """A second field flagged ``sums_into="h2d"`` in a copy of the table: the span reader, the columnar
+    engine's step rows and SQL, and the step time all add it to the copies made before the block."""
+    done = subprocess.run([sys.executable, "-c", _ADD_A_COPY_FIELD], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "summed"

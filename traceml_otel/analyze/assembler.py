@@ -34,9 +34,12 @@ from traceml_otel.analyze.span_schema import (
     classify_by_attributes,
 )
 from traceml_otel.wire.sampling_threshold import adjusted_count, trace_state_threshold
+from traceml_otel.wire.step_schema import H2D_BEFORE_STEP
 
 _N = len(c.PHASES)
 assert _N == 4, "_freeze spells out the four phases"
+_H2D_BEFORE = tuple(str(f.attribute) for f in H2D_BEFORE_STEP)
+"""The step span's attributes whose seconds sum into ``StepTiming.h2d_before_cpu`` (the schema's)."""
 
 
 class _StepComm(NamedTuple):
@@ -68,6 +71,7 @@ class _StepAccumulator:
         "cpus",
         "error",
         "gpu",
+        "h2d_before",
         "has_step",
         "loader",
         "mem_total",
@@ -75,7 +79,6 @@ class _StepAccumulator:
         "parallelism",
         "peak_alloc",
         "peak_res",
-        "prefetch",
         "samples",
         "skipped",
         "source",
@@ -101,7 +104,7 @@ class _StepAccumulator:
         self.traced_gpu: float | None = None
         self.wait_cpu: float | None = None
         self.wait_gpu: float | None = None
-        self.prefetch: float | None = None
+        self.h2d_before: float | None = None
         self.optimizer_steps: int | None = None
         self.skipped = 0
         self.peak_alloc: int | None = None
@@ -230,7 +233,12 @@ class StepAssembler:
             acc.traced_cpu = _span_seconds(start_ns, end_ns)
         acc.wait_cpu = self._seconds(attrs.get(c.ATTR_INPUT_WAIT_CPU))
         acc.wait_gpu = self._seconds(attrs.get(c.ATTR_INPUT_WAIT_GPU))
-        acc.prefetch = self._seconds(attrs.get(c.ATTR_PREFETCH_H2D_CPU))
+        h2d_before = None
+        for name in _H2D_BEFORE:
+            seconds = self._seconds(attrs.get(name))
+            if seconds is not None:
+                h2d_before = seconds if h2d_before is None else h2d_before + seconds
+        acc.h2d_before = h2d_before
         acc.optimizer_steps = as_int(attrs.get(c.ATTR_OPTIMIZER_STEPS))
         acc.skipped = as_int(attrs.get(c.ATTR_OPTIMIZER_SKIPPED)) or 0
         acc.peak_alloc = as_int(attrs.get(c.ATTR_MEM_PEAK_ALLOCATED))
@@ -375,7 +383,7 @@ def _freeze(run_id: str, rank: int, step: int, acc: _StepAccumulator) -> StepTim
         traced_gpu=acc.traced_gpu,
         input_wait_cpu=acc.wait_cpu,
         input_wait_gpu=acc.wait_gpu,
-        prefetch_h2d_cpu=acc.prefetch,
+        h2d_before_cpu=acc.h2d_before,
         phase_calls=tuple(calls),
         phase_cpu=(
             cpu[0] if calls[0] else None,

@@ -11,8 +11,12 @@ columns are chosen by :func:`clock_columns`; table ``w`` is the analysed window,
 from __future__ import annotations
 
 from traceml_otel.analyze.kinds import Clock
+from traceml_otel.wire.step_schema import H2D_BEFORE_STEP
 
 _K = "{k}"
+_H2D_BEFORE = " + ".join(f"coalesce({f.column}, 0.0)" for f in H2D_BEFORE_STEP) or "0.0"
+"""``StepTiming.h2d_before_cpu`` (0 where unmeasured): the columns of the fields that sum into h2d."""
+_H2D_BEFORE_SEEN = " OR ".join(f"{f.column} IS NOT NULL" for f in H2D_BEFORE_STEP) or "false"
 
 
 def clock_columns(clock: Clock) -> str:
@@ -32,14 +36,15 @@ def clock_columns(clock: Clock) -> str:
     optimizer = (f"CASE WHEN {comm_ok} THEN greatest(0.0, coalesce({k}_optimizer, 0.0) - "
                  f"coalesce(comm_in_optimizer_{k}, 0.0)) ELSE coalesce({k}_optimizer, 0.0) END")
     return f"""
-        rank, step, peak_allocated, peak_reserved, memory_total, prefetch_h2d_cpu, calls_h2d,
+        rank, step, peak_allocated, peak_reserved, memory_total, ({_H2D_BEFORE_SEEN}) AS h2d_before_seen,
+        calls_h2d,
         optimizer_steps, coalesce(skipped_updates, 0) AS skipped, samples, tokens, between_cpu, comm_calls,
         comm_bytes,
         comm_{k} AS comm_whole, comm_exposed_{k} AS comm_exposed,
         input_wait_{k} AS wait, traced_{k} AS traced,
         {without_waits("forward")} AS forward, {without_waits("backward")} AS backward,
         {optimizer} AS optimizer, coalesce({k}_h2d, 0.0) AS h2d_in,
-        coalesce({k}_h2d, 0.0) + coalesce(prefetch_h2d_cpu, 0.0) AS h2d,
+        coalesce({k}_h2d, 0.0) + {_H2D_BEFORE} AS h2d,
         CASE WHEN {comm_ok} THEN comm_exposed_{k} ELSE 0.0 END AS exposed"""
 
 
@@ -57,7 +62,7 @@ RANK_SUMS = """
         sum(whole), bool_or(whole IS NULL),
         sum(wait), bool_or(wait IS NULL), sum(traced), bool_or(traced IS NULL),
         sum(forward), bool_or(forward IS NULL), sum(backward), bool_or(backward IS NULL),
-        sum(optimizer), sum(h2d), bool_or(prefetch_h2d_cpu IS NOT NULL OR calls_h2d > 0),
+        sum(optimizer), sum(h2d), bool_or(h2d_before_seen OR calls_h2d > 0),
         sum(compute), sum(residual),
         sum(optimizer_steps), count(*) FILTER (WHERE optimizer_steps = 0 AND skipped = 0),
         sum(samples), count(samples), sum(tokens), count(tokens),

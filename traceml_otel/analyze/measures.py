@@ -57,7 +57,7 @@ def step_parts(step: StepTiming, gpu: bool) -> tuple[float | None, float | None,
             backward = None if backward is None else max(0.0, backward - inside[BACKWARD])
             optimizer = max(0.0, optimizer - inside[OPTIMIZER])
     return (step.input_wait_gpu if gpu else step.input_wait_cpu, step.traced_gpu if gpu else step.traced_cpu,
-            forward, backward, optimizer, h2d_in + (step.prefetch_h2d_cpu or 0.0), h2d_in, exposed)
+            forward, backward, optimizer, h2d_in + (step.h2d_before_cpu or 0.0), h2d_in, exposed)
 
 
 def step_time(input_wait: float | None, traced: float | None, h2d: float, h2d_in_step: float) -> float | None:
@@ -249,7 +249,7 @@ def rank_metrics(
             micro += s.optimizer_steps == 0
         if s.optimizer_steps is not None:
             updates = (updates or 0) + s.optimizer_steps
-        if s.prefetch_h2d_cpu is not None or s.phase_calls[H2D]:
+        if s.h2d_before_cpu is not None or s.phase_calls[H2D]:
             h2d_measured = True
         wait, traced, forward, backward, optimizer, h2d, h2d_in, exposed = step_parts(s, gpu)
         if s.comm_calls is not None:

@@ -43,7 +43,9 @@ class StepTiming(NamedTuple):
     traced_gpu: float | None = None
     input_wait_cpu: float | None = None
     input_wait_gpu: float | None = None
-    prefetch_h2d_cpu: float | None = None
+    h2d_before_cpu: float | None = None
+    """Host-to-device copies made for this step before its block (a prepared loader's): the sum of the
+    step fields that sum into ``h2d`` (``wire/step_schema.py``'s ``H2D_BEFORE_STEP``)."""
     phase_calls: tuple[int, ...] = NO_PHASE_CALLS
     phase_cpu: tuple[float | None, ...] = NO_PHASE_TIMES
     phase_gpu: tuple[float | None, ...] = NO_PHASE_TIMES
@@ -83,8 +85,8 @@ class StepTiming(NamedTuple):
     @property
     def waited_cpu(self) -> float:
         """CPU time before the block that was the step's: its input wait and the loader-side copies
-        (``prefetch_h2d_cpu``), 0 where neither was measured."""
-        return (self.input_wait_cpu or 0.0) + (self.prefetch_h2d_cpu or 0.0)
+        (``h2d_before_cpu``), 0 where neither was measured."""
+        return (self.input_wait_cpu or 0.0) + (self.h2d_before_cpu or 0.0)
 
     def traced(self, clock: Clock) -> float | None:
         """Time inside the ``trace_step()`` block on ``clock``."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from traceml_otel import contract as c
 from traceml_otel.analyze.run_model import PHASE_INDEX
+from traceml_otel.wire.step_schema import H2D_BEFORE_STEP
 
 STEP_SPAN = -1
 """Pseudo phase index of the ``traceml.step`` span."""
@@ -46,7 +47,7 @@ WANTED_ATTRIBUTES = frozenset(
         c.ATTR_STEP_GPU_DURATION,
         c.ATTR_INPUT_WAIT_CPU,
         c.ATTR_INPUT_WAIT_GPU,
-        c.ATTR_PREFETCH_H2D_CPU,
+        *(str(f.attribute) for f in H2D_BEFORE_STEP),
         c.ATTR_OPTIMIZER_STEPS,
         c.ATTR_OPTIMIZER_SKIPPED,
         c.ATTR_MEM_PEAK_ALLOCATED,

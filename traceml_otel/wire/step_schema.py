@@ -11,7 +11,9 @@ test (``tests/wire/test_step_schema.py``):
 - the column-at-a-time encoder's flat layout and its checks (:mod:`traceml_otel.emit.step_lines`);
 - the step table's columns and their SQL types (:mod:`traceml_otel.wire.step_table`) and the CSV
   reference row (:mod:`traceml_otel.emit.step_table`);
-- docs/telemetry.md's tables (``tests/test_doc_sync.py`` reads this one).
+- docs/telemetry.md's tables (``tests/test_doc_sync.py`` reads this one);
+- the analysis's copies made before a step (``StepTiming.h2d_before_cpu``): the sum of the fields
+  that sum into ``h2d`` (:data:`H2D_BEFORE_STEP`), read by attribute and column.
 
 Three orders are frozen by the files that carry them, and the table keeps each: the table's order is
 the step span's attribute order (the contract's), ``slot`` is the position on the wire (only ever
@@ -24,7 +26,9 @@ decodes to), its attribute (add the name to ``contract.py``) and column; add the
 :class:`~traceml_otel.step_records.StepRecord` field it names (with the same default); fill the slot
 at the capture site (``capture/recorder.py``'s ``end_step`` row); document it in
 docs/telemetry.md's table and bump ``wire.step_table.TABLE_VERSION`` for the new column. Nothing else
-is edited by hand: ``tests/wire/test_step_schema.py`` checks every derived form carries it.
+is edited by hand: ``tests/wire/test_step_schema.py`` checks every derived form carries it. A time that
+belongs to a phase but is measured before the block (more copies made ahead, like a prepared loader's)
+takes ``sums_into="h2d"``: the analysis then adds it to the step's h2d and step time, unnamed.
 """
 
 from __future__ import annotations
@@ -108,6 +112,10 @@ class StepField:
     """How the column-at-a-time encoder takes it (:data:`NUMBER`, :data:`KEY`, ...)."""
     doc_section: str = STEP_SECTION
     """Where docs/telemetry.md lists its attribute."""
+    sums_into: str | None = None
+    """The phase whose time the value adds to although it ran before the block (``"h2d"``: a prepared
+    loader's copies). The analysis reads such fields by their attribute and column
+    (:data:`H2D_BEFORE_STEP`), never by name; ``None``: no phase's."""
 
     @property
     def record_field(self) -> str:
@@ -142,7 +150,7 @@ STEP_FIELDS: tuple[StepField, ...] = (
               attribute=ATTR_INPUT_WAIT_IN_STEP_CPU, encoder=REFERENCE),
     StepField("prefetch_h2d_ns", 7, int, "Host-to-device copies a prepared loader made before the step.",
               scale=NS, attribute=ATTR_PREFETCH_H2D_CPU, column="prefetch_h2d_cpu", column_at=11,
-              sql="DOUBLE"),
+              sql="DOUBLE", sums_into="h2d"),
     StepField("peak_allocated_bytes", 10, int, "CUDA peak allocated memory in the step.",
               attribute=ATTR_MEM_PEAK_ALLOCATED, column="peak_allocated", column_at=25),
     StepField("peak_reserved_bytes", 11, int, "CUDA peak reserved memory in the step.",
@@ -182,6 +190,12 @@ SLOT: dict[str, int] = {f.name: f.slot for f in STEP_FIELDS}
 """A slot's position by its name."""
 ROW_FIELDS = len(STEP_FIELDS)
 """Slots in a row of this version."""
+SUMS_INTO = ("h2d",)
+"""The phases a field may sum into (:attr:`StepField.sums_into`): those the analysis reads."""
+H2D_BEFORE_STEP: tuple[StepField, ...] = tuple(f for f in STEP_FIELDS if f.sums_into == "h2d")
+"""The fields whose seconds the analysis adds to a step's h2d time as copies made before its block
+(``StepTiming.h2d_before_cpu``, their sum): by attribute (the span reader) and column (the columnar
+engine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +238,11 @@ def check(fields: tuple[StepField, ...] = STEP_FIELDS) -> None:
     for what, values in (("name", names), ("column", columns), ("attribute", attributes)):
         if len(set(values)) != len(values):
             raise ValueError(f"a {what} is declared twice: {values}")
+    for f in fields:
+        if f.sums_into is not None and (f.sums_into not in SUMS_INTO or f.scale != NS or not f.attribute
+                                        or not f.column):
+            raise ValueError(f"{f.name} sums into {f.sums_into!r}: it must be one of {SUMS_INTO}, in "
+                             "nanoseconds, with an attribute and a column")
 
 
 def appended_defaults(fields: tuple[StepField, ...] = STEP_FIELDS) -> tuple[Any, ...]:

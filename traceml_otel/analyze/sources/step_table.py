@@ -23,6 +23,7 @@ from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.errors import TracemlError
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.bounded_file import RefusedFile, open_regular
+from traceml_otel.wire.step_schema import H2D_BEFORE_STEP
 from traceml_otel.wire.step_table import (
     COLUMN_TYPES,
     COLUMNS,
@@ -195,9 +196,12 @@ _GPU = itemgetter(*(_AT[f"gpu_{p}"] for p in c.PHASES))
 _COMM_CPU = itemgetter(*(_AT[f"comm_in_{p}_cpu"] for p in c.PHASES))
 _COMM_GPU = itemgetter(*(_AT[f"comm_in_{p}_gpu"] for p in c.PHASES))
 _FIELDS = StepTiming._fields
-_HEAD = itemgetter(*(_AT[name] for name in _FIELDS[:_FIELDS.index("phase_calls")]))
-"""The columns that are :class:`StepTiming` fields of the same name, up to the phase tuples (the
-record names them in the table's order; ``tests/wire/test_step_schema.py`` checks it)."""
+_HEAD = itemgetter(*(_AT[name] for name in _FIELDS[:_FIELDS.index("h2d_before_cpu")]))
+"""The columns that are :class:`StepTiming` fields of the same name, up to the copies made before the
+block (the record names them in the table's order; ``tests/wire/test_step_schema.py`` checks it)."""
+_H2D_BEFORE = tuple(_AT[str(f.column)] for f in H2D_BEFORE_STEP)
+"""The columns that sum into ``StepTiming.h2d_before_cpu`` (the schema's fields that sum into h2d)."""
+assert _FIELDS.index("h2d_before_cpu") + 1 == _FIELDS.index("phase_calls")
 _MIDDLE = itemgetter(*(_AT[name] for name in
                        _FIELDS[_FIELDS.index("optimizer_steps"):_FIELDS.index("phase_comm_cpu")]))
 """The same, from ``optimizer_steps`` to ``comm_exposed_gpu``."""
@@ -208,8 +212,10 @@ def step_timing(row: Sequence[Any]) -> StepTiming:
     """One row (every column, in :data:`COLUMNS` order) as the span reader's :class:`StepTiming`."""
     run_id, rank, step, trace_id, start, parallelism, *clocks = _HEAD(row)
     entries, work, between, source, skipped = (row[i] for i in _TAIL)
+    before = [row[i] for i in _H2D_BEFORE if row[i] is not None]
     return StepTiming(
         run_id or "", rank, step, trace_id or "", start or 0, parallelism or "none", *clocks,
+        sum(before) if before else None,
         tuple(n or 0 for n in _CALLS(row)), _CPU(row), _GPU(row), *_MIDDLE(row),
         tuple(v or 0.0 for v in _COMM_CPU(row)), tuple(v or 0.0 for v in _COMM_GPU(row)),
         _int_list(entries), _int_list(work), between, source, skipped or 0,
