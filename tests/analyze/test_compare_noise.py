@@ -205,3 +205,41 @@ def test_on_cpu_time_is_compared_at_the_same_machine_load() -> None:
     slower = _run_with_cpu(rng, 0.00115, 1.2, "c")  # 15 % more work, on the busier machine too
     worse = change_interval("x", *load_adjusted([a], [slower], "sample"), allowance_cv=0.0)
     assert worse is not None and worse.verdict == "regression" and 0.1 < worse.change < 0.2
+
+
+def _interfered_run(rng: np.random.Generator, step: float, label: str) -> object:
+    """A run of 3,000 steps of ``step`` seconds of its own work; a machine mood of the run's own (0-120 %
+    more time on a random 10-90 % of its steps, as other tenants' interference adds) moves its mean by up
+    to ~60 % between runs, never below its own work."""
+    from traceml_otel.analyze.compare_policy import RunSummary
+
+    share, extra = rng.uniform(0.1, 0.9), rng.uniform(0.0, 1.2)
+    series = step * (1 + rng.normal(0, 0.005, 3000).clip(-0.01, 0.01))
+    series = series * np.where(rng.random(3000) < share, 1 + extra * rng.random(3000), 1.0)
+    noise = run_noise(list(range(3000)), list(series))
+    assert noise is not None and len(noise.block_fast) == len(noise.block_means)
+    mean = float(np.mean(series))
+    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 3000, mean, (), None, 16.0, mean / 16,
+                      noise=noise)
+
+
+def test_several_runs_whose_means_wander_are_judged_by_their_fast_steps() -> None:
+    """Five runs a side whose means differ by tens of percent from run to run: the mean's interval cannot
+    resolve a 15 % change, the fast steps' can, so it is a regression; identical sides never are."""
+    from traceml_otel.analyze.compare_judged import Change, judged_time
+    from traceml_otel.analyze.compare_sides import pool_side
+
+    rng = np.random.default_rng(21)
+    point = Change("time_per_sample", None, None, None, "inconclusive")
+    caught, by_fast, alarms = 0, 0, 0
+    for trial in range(10):
+        a = pool_side([_interfered_run(rng, 0.001, f"a{trial}{i}") for i in range(5)], "A")
+        b = pool_side([_interfered_run(rng, 0.00115, f"b{trial}{i}") for i in range(5)], "B")
+        same = pool_side([_interfered_run(rng, 0.001, f"c{trial}{i}") for i in range(5)], "C")
+        change, decider, _, _, notes = judged_time(a, b, "sample", point)
+        caught += change.verdict == "regression"
+        by_fast += decider is not None and decider.name.startswith("fast")
+        alarms += judged_time(a, same, "sample", point)[0].verdict == "regression"
+        if decider is not None and decider.name.startswith("fast"):
+            assert any("fast steps" in n for n in notes) and 0.10 < change.change < 0.20
+    assert caught >= 9 and by_fast >= 5 and alarms == 0, (caught, by_fast, alarms)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.compare_interval import LOADED_CV_PER_WAIT, RUN_TO_RUN_CV, Interval
-from traceml_otel.analyze.compare_sides import intervals, side_runs, wait_share
+from traceml_otel.analyze.compare_noise import FAST_QUANTILE
+from traceml_otel.analyze.compare_sides import fast_interval, intervals, side_runs, wait_share
 
 if TYPE_CHECKING:
     from traceml_otel.analyze.compare_policy import RunSummary
@@ -83,6 +84,14 @@ def judged_time(
         notes.append(text)
         if use_cpu:
             decider = cpu
+    fast = fast_interval(a, b, basis) if decider.verdict == "inconclusive" else None
+    if fast is not None and fast.verdict in ("regression", "improvement") and (fast.change > 0) == (
+            decider.change > 0):
+        notes.append(f"the mean time per {unit} {interval_text(decider)} is too noisy between runs to "
+                     f"judge; the fast steps' time (the {FAST_QUANTILE:.0%} quantile of each block's steps, "
+                     f"which the machine's interference cannot lower) moved {interval_text(fast)}: the "
+                     "code's work changed")
+        decider = fast
     change = Change(point.name, decider.before, decider.after, decider.change, decider.verdict,
                     decider.verdict in ("regression", "improvement")
                     and abs(decider.change) >= t.COMPARE_TIME_MATERIAL)

@@ -35,6 +35,10 @@ MIN_BLOCKS = 4
 MIN_BLOCK = 3
 MAX_LAG1 = 0.3
 MAX_CPU_FILES = 1024
+FAST_QUANTILE = 0.10
+"""The quantile of a block's step times kept as its fast-step time: on a shared 2-core VM, the 10th
+percentile of identical runs' step times varied by 0.8 % (standard deviation of the log) from run to
+run where their means varied by 11 % (``benchmarks/compare_aa.py``, 5 runs per side, quiet machine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,10 @@ class RunNoise:
     """The share of wall time over the steady steps the training thread waited, runnable, for a CPU."""
     machine_cpus: int = 0
     """The machine's CPU count, which ``cpu_block_load`` is out of (0: unknown)."""
+    block_fast: tuple[float, ...] = ()
+    """Per block of ``block_means``: its :data:`FAST_QUANTILE` step time (seconds; empty: not recorded).
+    Interference from the rest of the machine only adds time, so a run's fast steps move with its code
+    and far less with the machine's moods than its mean does."""
 
     @property
     def mean(self) -> float:
@@ -103,10 +111,13 @@ def run_noise(step_numbers: Sequence[int], series: Sequence[float]) -> RunNoise 
     if k < MIN_BLOCKS:
         return None
     start = n - k * size  # the blocks end with the run: leading steady steps beyond k * size are left out
-    means = steady[start:].reshape(k, size).mean(axis=1)
+    blocks = steady[start:].reshape(k, size)
+    means = blocks.mean(axis=1)
+    fast = np.quantile(blocks, FAST_QUANTILE, axis=1)
     firsts = tuple(int(numbers[start + i * size]) for i in range(k))
     lasts = tuple(int(numbers[start + (i + 1) * size - 1]) for i in range(k))
-    return RunNoise(METHOD, k * size, skip + start, size, tuple(float(m) for m in means), firsts, lasts)
+    return RunNoise(METHOD, k * size, skip + start, size, tuple(float(m) for m in means), firsts, lasts,
+                    block_fast=tuple(float(f) for f in fast))
 
 
 def _lag1(values: Any) -> float:
@@ -205,7 +216,7 @@ def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
         "block_first_steps": list(noise.block_first_steps), "block_last_steps": list(noise.block_last_steps),
         "on_cpu_means_s": list(noise.cpu_block_means), "machine_load_cpus": list(noise.cpu_block_load),
         "cpu_wait_share": noise.wait_share_run, "cpu_source": noise.cpu_source or None,
-        "machine_cpus": noise.machine_cpus or None,
+        "machine_cpus": noise.machine_cpus or None, "block_fast_s": list(noise.block_fast),
     }
 
 
@@ -238,6 +249,9 @@ def noise_from_json(raw: object) -> RunNoise | None:
     firsts = tuple(int(v) for v in floats("block_first_steps"))
     lasts = tuple(int(v) for v in floats("block_last_steps"))
     cpus, load = floats("on_cpu_means_s"), floats("machine_load_cpus", 4096.0)
+    fast = floats("block_fast_s")
+    if fast and len(fast) != len(means):
+        raise NoiseFormatError("noise.block_fast_s and block_means_s of different lengths")
     if load and len(load) != len(cpus):
         raise NoiseFormatError("noise.machine_load_cpus and on_cpu_means_s of different lengths")
     size = raw.get("block_size")
@@ -258,5 +272,5 @@ def noise_from_json(raw: object) -> RunNoise | None:
         str(raw.get("method", METHOD))[:40], steps if isinstance(steps, int) else len(means) * size,
         warmup if isinstance(warmup, int) else 0, size, means, firsts, lasts, cpus,
         source[:20] if isinstance(source, str) else "", load, None if share is None else float(share),
-        machine_cpus,
+        machine_cpus, fast,
     )

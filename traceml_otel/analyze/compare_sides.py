@@ -67,9 +67,11 @@ def _scale(run: RunSummary, basis: str) -> float | None:
     return per / run.step_time
 
 
-def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list[RunMean] | None:
-    """Each run's mean time per unit of work with its error; ``cpu``: its on-CPU time instead. ``None``
-    when a run has no noise estimate (or, for ``cpu``, no CPU samples)."""
+def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False,
+              fast: bool = False) -> list[RunMean] | None:
+    """Each run's mean time per unit of work with its error; ``cpu``: its on-CPU time instead; ``fast``:
+    its fast-step time (``RunNoise.block_fast``). ``None`` when a run has no noise estimate (or, for
+    ``cpu`` and ``fast``, not that record)."""
     import numpy as np
 
     out = []
@@ -77,8 +79,8 @@ def run_means(runs: Sequence[RunSummary], basis: str, cpu: bool = False) -> list
         noise, scale = run.noise, _scale(run, basis)
         if noise is None or scale is None:
             return None
-        means = noise.cpu_means if cpu else noise.block_means
-        if means is None:
+        means = noise.cpu_means if cpu else noise.block_fast if fast else noise.block_means
+        if not means or len(means) < 2:
             return None
         values = np.asarray(means) * scale
         k = len(values)
@@ -98,6 +100,17 @@ def machine_share(noise: RunNoise) -> float | None:
 
 def side_runs(side: RunSummary) -> tuple[RunSummary, ...]:
     return side.members or (side,)
+
+
+def fast_interval(a: RunSummary, b: RunSummary, basis: str) -> Interval | None:
+    """The change in fast-step time per unit of work, with several runs on a side (``None`` otherwise, or
+    where a run did not record it): the spread between runs is measured, as for the mean."""
+    runs_a, runs_b = side_runs(a), side_runs(b)
+    if len(runs_a) + len(runs_b) < 3:
+        return None
+    name = {"token": "fast_time_per_token", "sample": "fast_time_per_sample"}.get(basis, "fast_step_time")
+    fast_a, fast_b = run_means(runs_a, basis, fast=True), run_means(runs_b, basis, fast=True)
+    return change_interval(name, fast_a, fast_b) if fast_a and fast_b else None
 
 
 def intervals(a: RunSummary, b: RunSummary, basis: str) -> tuple[Interval | None, Interval | None]:
