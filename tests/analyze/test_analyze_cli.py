@@ -52,6 +52,7 @@ def test_analyze_formats_windows_and_output(
         "last_step": 49,
         "steps": 20,
         "requested": "last 20 steps",
+        "left_out_steps": 0,
     }
     assert report["primary_diagnosis"]["kind"] == "INPUT_BOUND"
     assert run_analyze(args(str(run_dir), "--step-range", "0:29")) == 0

@@ -161,6 +161,14 @@ def _drift_text(report: dict) -> tuple[str, bool]:
     return drift["kind"], drift["kind"] == "STABLE" and abs(drift["change"] or 0.0) >= 0.10
 
 
+def _same_baseline(spans: dict, metrics: dict) -> bool:
+    """Both engines saw the same early level (within 25 %). A time bucket's mean holds the warm-up steps
+    the span reader skips, so on a loaded machine (a healthy run whose step time moved with the load) the
+    metrics' baseline was once 15.5 ms against the steps' 4.5 ms: their drifts then judge other levels."""
+    a, b = spans["drift"]["baseline_s"], metrics["drift"]["baseline_s"]
+    return a is None or b is None or abs(b / a - 1.0) <= 0.25
+
+
 def _near_the_drift_threshold(report: dict) -> bool:
     """Within 4 points of drift's 10 %: a time bucket's mean and the steps' median may fall either side."""
     return abs(abs(report["drift"]["change"] or 0.0) - 0.10) < 0.04
@@ -193,7 +201,7 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     spans = parity.span_reports[name]
     metrics = _prometheus_report(parity, name, capsys)
     _assert_same_diagnosis(spans, metrics)
-    if not spans["drift"]["from_segment"]:  # segments are the span reader's alone (docs/analyzer.md)
+    if not spans["drift"]["from_segment"] and _same_baseline(spans, metrics):  # segments: span reader's
         assert _drift_text(metrics)[0] == _drift_text(spans)[0], (spans["drift"], metrics["drift"])
         if not any(_near_the_drift_threshold(r) for r in (spans, metrics)):  # -7 % and -11 % straddle it
             assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
