@@ -87,30 +87,39 @@ def test_the_hand_written_records_agree_with_the_table() -> None:
     assert {f.attribute for f in schema.STEP_FIELDS if f.attribute} <= contract_values
 
 
-_ADD_A_FIELD = textwrap.dedent('''
-    """Load a copy of the schema with one more field, then every module that derives from it."""
-    import csv, dataclasses, importlib.util, io, random, sys, tempfile
+_LOAD_A_COPY = textwrap.dedent('''
+    import dataclasses, importlib.util, sys, tempfile
     from pathlib import Path
     import traceml_otel.wire
     import traceml_otel.step_records as records
     from traceml_otel.wire.step_schema import ROW_FIELDS as n  # slots today: the new one is slot n
-    del sys.modules["traceml_otel.wire.step_schema"]
 
-    original = Path(traceml_otel.wire.__file__).parent / "step_schema.py"
-    source = original.read_text()
-    end = source.index("\\n)\\n\\nFIRST_LAYOUT_FIELDS")
-    field = (f'\\n    StepField("dummy_ns", {n}, int, "A field a test added.", scale=NS, '
-             'attribute="traceml.dummy.cpu_duration", column="dummy_cpu", sql="DOUBLE"),')
-    copy = Path(tempfile.mkdtemp()) / "step_schema.py"
-    copy.write_text(source[:end] + field + source[end:])
-    spec = importlib.util.spec_from_file_location("traceml_otel.wire.step_schema", copy)
-    schema = importlib.util.module_from_spec(spec)
-    sys.modules["traceml_otel.wire.step_schema"] = schema
-    spec.loader.exec_module(schema)
-    # The one other declaration: the record's field (typed records between stages).
-    records.StepRecord = dataclasses.make_dataclass(
-        "StepRecord", [("dummy_ns", "int | None", dataclasses.field(default=None))],
-        bases=(records.StepRecord,), slots=True, unsafe_hash=True)
+    def load_schema_with(name, declaration):
+        """Make the schema module a copy of step_schema.py with ``declaration`` (a StepField of slot n)
+        appended to its table, and StepRecord one with the field ``name`` (the one other declaration:
+        typed records between stages)."""
+        del sys.modules["traceml_otel.wire.step_schema"]
+        source = (Path(traceml_otel.wire.__file__).parent / "step_schema.py").read_text()
+        end = source.index("\\n)\\n\\nFIRST_LAYOUT_FIELDS")
+        copy = Path(tempfile.mkdtemp()) / "step_schema.py"
+        copy.write_text(source[:end] + "\\n    " + declaration + "," + source[end:])
+        spec = importlib.util.spec_from_file_location("traceml_otel.wire.step_schema", copy)
+        schema = importlib.util.module_from_spec(spec)
+        sys.modules["traceml_otel.wire.step_schema"] = schema
+        spec.loader.exec_module(schema)
+        records.StepRecord = dataclasses.make_dataclass(
+            "StepRecord", [(name, "int | None", dataclasses.field(default=None))],
+            bases=(records.StepRecord,), slots=True, unsafe_hash=True)
+        return schema
+''')
+"""A script prelude: ``load_schema_with`` and the new field's slot ``n``."""
+
+_ADD_A_FIELD = _LOAD_A_COPY + textwrap.dedent('''
+    """Load a copy of the schema with one more field, then every module that derives from it."""
+    import csv, io, random
+    schema = load_schema_with(
+        "dummy_ns", f'StepField("dummy_ns", {n}, int, "A field a test added.", scale=NS, '
+        'attribute="traceml.dummy.cpu_duration", column="dummy_cpu", sql="DOUBLE")')
 
     from traceml_otel.analyze.sources.step_table import COLUMNS_SQL
     from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
@@ -145,7 +154,7 @@ _ADD_A_FIELD = textwrap.dedent('''
     assert [p[-1] for p in parsed] == ["" if r[n] is None else repr(r[n] * 1e-9) for r in rows]
 
     import duckdb
-    table = copy.parent / "rank-0.steps.csv"
+    table = Path(tempfile.mkdtemp()) / "rank-0.steps.csv"
     table.write_text(",".join(COLUMNS) + "\\n" + fast_lines)
     read = duckdb.sql(f"SELECT dummy_cpu FROM read_csv('{table}', header = true, auto_detect = false, "
                       f"columns = {COLUMNS_SQL})").fetchall()
@@ -161,29 +170,12 @@ def test_a_field_added_to_a_copy_of_the_table_reaches_every_derived_form() -> No
     assert done.stdout.strip() == "carried"
 
 
-_ADD_A_COPY_FIELD = textwrap.dedent('''
+_ADD_A_COPY_FIELD = _LOAD_A_COPY + textwrap.dedent('''
     """A copy of the schema with a second field that sums into h2d: the analysis adds it in, unnamed."""
-    import dataclasses, importlib.util, sys, tempfile
-    from pathlib import Path
     import duckdb
-    import traceml_otel.wire
-    import traceml_otel.step_records as records
-    from traceml_otel.wire.step_schema import ROW_FIELDS as n
-    del sys.modules["traceml_otel.wire.step_schema"]
-
-    source = (Path(traceml_otel.wire.__file__).parent / "step_schema.py").read_text()
-    end = source.index("\\n)\\n\\nFIRST_LAYOUT_FIELDS")
-    field = (f'\\n    StepField("dummy_h2d_ns", {n}, int, "Copies a test added.", scale=NS, sums_into="h2d", '
-             'attribute="traceml.dummy.h2d.cpu_duration", column="dummy_h2d_cpu", sql="DOUBLE"),')
-    copy = Path(tempfile.mkdtemp()) / "step_schema.py"
-    copy.write_text(source[:end] + field + source[end:])
-    spec = importlib.util.spec_from_file_location("traceml_otel.wire.step_schema", copy)
-    schema = importlib.util.module_from_spec(spec)
-    sys.modules["traceml_otel.wire.step_schema"] = schema
-    spec.loader.exec_module(schema)
-    records.StepRecord = dataclasses.make_dataclass(
-        "StepRecord", [("dummy_h2d_ns", "int | None", dataclasses.field(default=None))],
-        bases=(records.StepRecord,), slots=True, unsafe_hash=True)
+    schema = load_schema_with(
+        "dummy_h2d_ns", f'StepField("dummy_h2d_ns", {n}, int, "Copies a test added.", scale=NS, '
+        'sums_into="h2d", attribute="traceml.dummy.h2d.cpu_duration", column="dummy_h2d_cpu", sql="DOUBLE")')
 
     from traceml_otel import contract as c
     from traceml_otel.analyze import columnar_sql
@@ -210,7 +202,7 @@ _ADD_A_COPY_FIELD = textwrap.dedent('''
     columns |= {f"calls_{p}": 0 for p in c.PHASES}
     row = [columns.get(name) for name in COLUMNS]
     assert step_timing(row).h2d_before_cpu == 0.1875
-    table = copy.parent / "rank-0.steps.csv"
+    table = Path(tempfile.mkdtemp()) / "rank-0.steps.csv"
     table.write_text(",".join(COLUMNS) + "\\n" + ",".join("" if v is None else str(v) for v in row) + "\\n")
     duckdb.execute(f"CREATE TABLE t AS SELECT * FROM read_csv('{table}', header = true, auto_detect = false, "
                    f"columns = {COLUMNS_SQL})")
