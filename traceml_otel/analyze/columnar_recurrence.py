@@ -11,7 +11,6 @@ straggler rule then runs on each window's means, without the waiting/transfer sp
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,9 +20,9 @@ from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.measures import RankTotals
 from traceml_otel.analyze.recurrence import (
     MIN_WINDOW_STEPS,
-    SPIKE_MADS,
     StragglerRecurrence,
     culprit_of,
+    kept_indices,
     recurrence_of,
     window_bounds,
     window_size,
@@ -46,14 +45,8 @@ def kept_steps(numbers: Sequence[int], slowest: Sequence[float]) -> tuple[list[i
     buckets: list[int] = []
     starts: list[int] = []
     for index, (a, b) in enumerate(window_bounds(len(numbers))):
-        values = slowest[a:b]
-        keep = list(range(a, b))
-        if len(values) >= 4:
-            middle = statistics.median(values)
-            limit = middle + SPIKE_MADS * 1.4826 * statistics.median(abs(v - middle) for v in values)
-            fewer = [i for i in range(a, b) if slowest[i] <= limit]
-            if len(fewer) != len(values) and len(fewer) >= len(values) // 2:
-                keep = fewer
+        kept = kept_indices(slowest[a:b])
+        keep = range(a, b) if kept is None else [a + i for i in kept]
         steps.extend(numbers[i] for i in keep)
         buckets.extend([index] * len(keep))
         starts.append(numbers[a])

@@ -62,16 +62,23 @@ class StragglerRecurrence:
     advice: str
 
 
+def kept_indices(slowest: Sequence[float]) -> list[int] | None:
+    """Indices of a window's steps that are not spikes, from each step's slowest rank's fetch + block;
+    ``None`` when every step stays (no spike, fewer than 4 steps, or spikes in half or more of them)."""
+    if len(slowest) < 4:
+        return None
+    middle = statistics.median(slowest)
+    limit = middle + SPIKE_MADS * 1.4826 * statistics.median(abs(v - middle) for v in slowest)
+    keep = [i for i, v in enumerate(slowest) if v <= limit]
+    return None if len(keep) == len(slowest) or len(keep) < len(slowest) // 2 else keep
+
+
 def _without_spikes(window: StepWindow) -> StepWindow:
     """``window`` less its spike steps (see the module docstring); at least half its steps stay."""
     slowest = [max((s.input_wait_cpu or 0.0) + (s.traced_cpu or 0.0) for s in column)
                for column in zip(*window.per_rank, strict=True)]
-    if len(slowest) < 4:
-        return window
-    middle = statistics.median(slowest)
-    limit = middle + SPIKE_MADS * 1.4826 * statistics.median(abs(v - middle) for v in slowest)
-    keep = [i for i, v in enumerate(slowest) if v <= limit]
-    if len(keep) == len(slowest) or len(keep) < len(slowest) // 2:
+    keep = kept_indices(slowest)
+    if keep is None:
         return window
     return StepWindow(window.ranks, tuple(window.step_numbers[i] for i in keep),
                       tuple(tuple(steps[i] for i in keep) for steps in window.per_rank))
