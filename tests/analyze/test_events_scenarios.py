@@ -60,7 +60,11 @@ def test_a_resolved_stall_is_an_event_on_rank_one_billed_to_stalled_and_no_strag
         assert event["kind"] == "STALL"
     kinds = [f["kind"] for f in report["run_findings"]]
     assert event["kind"] in kinds
-    assert not any(f["kind"].endswith("STRAGGLER") for f in report["issues"]), report["issues"]
+    # The stall is not a straggler: billed to the straggler rule, 8 s over 60 steps of 10 ms would score
+    # far above 1. On a loaded machine one rank's sub-millisecond compute can trail the other's by the
+    # warning's 10 % of a step, a true (small) straggler of the machine's making, not of the stall.
+    stragglers = [f for f in report["issues"] if f["kind"].endswith("STRAGGLER")]
+    assert all(f["score"] < 0.5 for f in stragglers), stragglers
     account = report["time_accounting"]
     for rank in account["ranks"]:
         seconds = {c["name"]: c["seconds"] for c in rank["categories"]}

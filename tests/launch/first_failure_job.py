@@ -48,9 +48,11 @@ class WatchedJob:
 
 
 def run_watching_first_failure(run_args: list[str], env: dict[str, str], cwd: Path, port: int,
-                               poll_s: float, timeout_s: float = 240) -> WatchedJob:
+                               poll_s: float, timeout_s: float = 240, after_end_s: float = 10) -> WatchedJob:
     """Run ``traceml run *run_args``, scraping ``port`` every ``poll_s`` until a page names the first
-    failure or the job ends; the job is killed if it outlives ``timeout_s`` after that."""
+    failure or the job ends, then for up to ``after_end_s`` more while the lingering endpoint still
+    answers (on a loaded machine the failure can reach it after the launcher has exited); the job is
+    killed if it outlives ``timeout_s`` after that."""
     job = subprocess.Popen([sys.executable, "-m", "traceml_otel.cli", "run", *run_args],
                            env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = ""
@@ -63,6 +65,14 @@ def run_watching_first_failure(run_args: list[str], env: dict[str, str], cwd: Pa
                 break
             time.sleep(poll_s)
         out, _ = job.communicate(timeout=timeout_s)
+        lingering_until = time.monotonic() + after_end_s
+        while not seen and time.monotonic() < lingering_until:
+            page = scrape(port)
+            if FIRST_FAILURE in page:
+                seen = page
+            elif not page:
+                break  # nothing lingers
+            time.sleep(poll_s)
     finally:
         if job.poll() is None:
             job.kill()
