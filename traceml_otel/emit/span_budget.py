@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from traceml_otel import contract as c
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.settings import DEFAULT_OTLP_SPAN_BUDGET, OTLP_SPANS_MODES
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.sampling_threshold import LOW56, in_sample, threshold, threshold_hex
@@ -206,7 +207,7 @@ class KeptEncoder:
         self._encoder = encoder
         self._extra: dict[str, bytes] = {}
 
-    def __call__(self, spans: Sequence[SpanData], kept: Kept) -> list[bytes]:
+    def __call__(self, spans: Sequence[SpanData] | EncodedStep, kept: Kept) -> list[bytes]:
         encoder = self._encoder
         state = encoder.trace_state_field(kept.trace_state)
         extra = self._extra.get(kept.th)
@@ -214,5 +215,8 @@ class KeptEncoder:
             extra = encoder.attribute_fields({c.ATTR_SAMPLING_THRESHOLD: kept.th})
             if len(self._extra) < 64:
                 self._extra[kept.th] = extra
+        if type(spans) is EncodedStep:  # encoded ahead (emit/step_protobuf.py): the same bytes, spliced
+            fields, splice = spans.encoded, encoder.with_trace_state
+            return [splice(fields[0], state, extra), *[splice(field, state) for field in fields[1:]]]
         encode = encoder.encode
         return [encode(spans[0], state, extra), *[encode(span, state) for span in spans[1:]]]
