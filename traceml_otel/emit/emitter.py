@@ -20,7 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
-from traceml_otel.emit.capture_events import start_capture_watch
+from traceml_otel.emit.capture_events import CaptureNotices, start_capture_watch
 from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
@@ -139,6 +139,8 @@ class Emitter:
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
         self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
+        self.capture_notices = CaptureNotices(run_dir, rank.rank) if self.budget and stats_path else None
+        """The budget keeps every step around a capture (emit/capture_events.py)."""
         self.write_stats()
 
     @property
@@ -205,6 +207,8 @@ class Emitter:
         spans = [span] if span is not None else []
         if self.capture_watch is not None:
             spans += self.capture_watch.poll(force)
+            if self.capture_notices is not None and self.budget is not None:
+                self.capture_notices.summaries(self.budget, spans)
         if not spans:
             return
         if self.local is not None:
@@ -330,6 +334,9 @@ class Emitter:
                 steps = [spans if type(spans) is EncodedStep else spans.all() for spans in built]
                 decisions = None
                 if self.budget is not None:  # a decision per step, before any span is encoded
+                    if self.capture_notices is not None and records:  # steps around captures are kept
+                        self.capture_notices.before_decide(self.budget, self.capture_triggers,
+                                                           records[0].step)
                     decisions = self.budget.decide(records, [spans.trace_id for spans in built],
                                                    [len(spans) for spans in steps])
                     if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
