@@ -197,6 +197,7 @@ class StepLines:
         out.steps += len(rows)
         if not keep_spans:
             return
+        _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run
         if self.otlp is None or shape.protobuf is not None:  # no span objects: ids, and the protobuf
             out.records += [decode_step(row, anchor_ns) for row in rows]
             encoded = shape.protobuf.fill(flat) if shape.protobuf is not None else repeat(())
@@ -223,6 +224,19 @@ class StepLines:
             out.built.append(built)
         self.reference_steps += 1
         return built
+
+
+def _number_calls(rows: list[Any], flat: list[Any], calls: int) -> None:
+    """Write each unnumbered phase call's number (the run's, from its flat layout) into the run's rows,
+    as :func:`~traceml_otel.wire.step_row.decode_step` would for each row (1.4 us a step less)."""
+    for i in range(calls):
+        if rows[0][ROW_PHASES][i][1] is None:  # a run's rows agree on which calls are unnumbered
+            number = flat[FIRST_PHASE + i * PHASE_WIDTH + _PHASE_VALUES[c.ATTR_PHASE_CALL]][0]
+            try:
+                for row in rows:
+                    row[ROW_PHASES][i][1] = number
+            except TypeError:  # a phase row that is not a list: the decoder numbers it
+                return
 
 
 def _shape_key(row: Any) -> tuple[object, ...] | None:
