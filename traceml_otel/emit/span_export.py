@@ -36,7 +36,7 @@ MAX_QUEUED_SPANS = 200_000
 MAX_BATCH_SPANS = 2048
 """Spans per export call at most (about 0.7 MB of our 4-span steps). A gRPC export call costs about
 0.2 ms of CPU besides its bytes: when steps come fast, calls of 512 spans cost the emitter process
-1.5-3 us a step more than calls of 2,048 (``benchmarks/emitter_cost.py --otlp``, 4,000 steps to rotel)."""
+1-3.5 us a step more than calls of 2,048 (``benchmarks/emitter_cost.py --otlp``, 4,000 steps to rotel)."""
 MAX_BATCH_BYTES = 1 << 20
 """Encoded bytes per export call at most (the OTLP receivers' gRPC default limit is 4 MiB)."""
 BATCH_DELAY_S = 1.0
