@@ -96,3 +96,39 @@ def test_a_kept_steps_tracestate_spliced_into_encoded_spans_is_the_encoders() ->
     with pytest.raises(ValueError):
         ENCODER.with_trace_state(ENCODER.encode(reference[0].step.__class__(
             "s", 1, 2, None, 3, 4, {}, error="boom")), b"")
+
+
+def test_the_ratio_sampler_keeps_the_same_encoded_steps_as_span_objects() -> None:
+    """``OTEL_TRACES_SAMPLER=traceidratio`` decides on the step's trace id, encoded ahead or not, and the
+    shipper sends the same bytes either way."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from traceml_otel.emit.otlp_encode import EncodedSpans
+    from traceml_otel.emit.span_export import OtlpSpanShipper, sampler_from_settings
+
+    class Collect:
+        def __init__(self) -> None:
+            self.sent: list[bytes] = []
+
+        def export(self, batch: EncodedSpans) -> SpanExportResult:
+            self.sent += list(batch)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            pass
+
+    values = random.Random(9)
+    rows = [_row(_record(step, random.Random(step // 64 % 3), values)) for step in range(512)]
+    fast, _ = _fast(rows, seed=10, batch=64)
+    reference = _reference(rows, seed=10)
+    outcomes = []
+    for steps in ([s if type(s) is EncodedStep else s.all() for s in fast], [s.all() for s in reference]):
+        exporter = Collect()
+        shipper = OtlpSpanShipper(exporter, sampler_from_settings("parentbased_traceidratio", "0.5"),  # type: ignore[arg-type]
+                                  "x", ENCODER.encode, batch=lambda spans: EncodedSpans(ENCODER, spans))
+        kept = shipper.offer_steps(steps)
+        counts = shipper.close(10.0)
+        assert counts.exported + counts.sampled_out == sum(step.count for step in reference)
+        outcomes.append((kept, exporter.sent))
+    assert outcomes[0] == outcomes[1]
+    assert 150 < sum(outcomes[0][0]) < 362  # about half
