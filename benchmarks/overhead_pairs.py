@@ -31,6 +31,9 @@ none is taken (the poller thread, the emitter's triggers).
 ``rank-R.live.json``): the live view's own cost (with ``--control``, an A/A of that off side).
 ``--traced step|loader|no-model``: the "on" side turns on only a part of telemetry (the pieces of its
 cost, one at a time; see ``TRACED_PARTS``).
+``--otlp``: both sides point at a real rotel collector (OTLP/gRPC, blackhole exporter, started here;
+its own CPU is not in the tree), so the "on" side exports every span (``TRACEML_OTLP_SPANS=all``) and
+the metrics over OTLP, as a production run does; ``--otlp-spans sampled`` for the span budget.
 ``--floor``: the "on" side runs, with telemetry off, bare Python wrappers at the points telemetry
 times (the loader's ``next()``, the model's class call, ``backward()``, the optimizer's ``step``, the
 step block, a 256-row JSON frame written to ``/dev/null``): the least any design that times those
@@ -282,6 +285,8 @@ LIVE_AB = False
 """--live: the 'off' side keeps telemetry on and turns the live view off (``TRACEML_LIVE=off``)."""
 CAPTURE_AB = False
 """--capture: the 'off' side keeps telemetry on and turns deep captures off (``TRACEML_CAPTURE=0``)."""
+OTLP: dict[str, str] = {}
+"""--otlp: the OTLP settings both sides run with (the real collector's endpoint)."""
 
 SCENARIOS = {"fast": (64, 0), "hogs": (640, 2)}
 """Hidden width and the number of CPU hogs: ~0.5 ms steps, and ~2 ms steps with two hogs on this 2-vCPU VM
@@ -297,6 +302,7 @@ def _command(script: Path, telemetry: bool, steps: int, warmup: int, hidden: int
     env.pop("OVERHEAD_PAIRS_FLOOR", None)
     env.pop("TRACEML_LIVE", None)
     env.pop("TRACEML_CAPTURE", None)
+    env.update(OTLP)
     if not telemetry and CAPTURE_AB:
         env["TRACEML_CAPTURE"] = "0"  # telemetry on, deep captures (their poller and triggers) off
     elif not telemetry and LIVE_AB:
@@ -471,12 +477,33 @@ def main() -> None:
     parser.add_argument("--capture", action="store_true",
                         help="'off' is telemetry with TRACEML_CAPTURE=0 instead of TRACEML_DISABLED=1: what "
                              "deep captures cost while none is taken (their poller thread and triggers)")
+    parser.add_argument("--otlp", action="store_true",
+                        help="export spans and metrics over OTLP/gRPC to a real rotel collector started here")
+    parser.add_argument("--otlp-spans", choices=("all", "sampled"), default="all",
+                        help="with --otlp: TRACEML_OTLP_SPANS (the span budget's mode)")
     args = parser.parse_args()
     global LIVE_AB, CAPTURE_AB
     LIVE_AB = args.live
     CAPTURE_AB = args.capture
     if args.floor and (args.control or args.concurrent):
         parser.error("--floor runs alone (not with --control or --concurrent)")
+    rotel = None
+    if args.otlp:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from overhead import _start_rotel
+
+        rotel, endpoint = _start_rotel()
+        OTLP.update(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+                    OTEL_METRICS_EXPORTER="otlp", TRACEML_OTLP_SPANS=args.otlp_spans)
+        print(f"OTLP spans ({args.otlp_spans}) and metrics to rotel at {endpoint}", flush=True)
+    try:
+        _scenarios(args)
+    finally:
+        if rotel is not None:
+            rotel.kill()
+
+
+def _scenarios(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="overhead-pairs-") as temporary:
         workdir = Path(temporary)
         script = workdir / "trainer.py"

@@ -10,7 +10,13 @@ from types import SimpleNamespace
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
-from traceml_otel.emit.span_export import OtlpSpanShipper
+from traceml_otel.emit.span_export import MAX_BATCH_SPANS, OtlpSpanShipper
+
+IN_FLIGHT = (MAX_BATCH_SPANS // 6 + 1) * 6
+"""The first batch: the steps of 6 spans until it holds at least ``MAX_BATCH_SPANS`` (516 of 512)."""
+QUEUED = 84
+"""What is offered after it (14 steps), still in the queue at the deadline."""
+TOTAL = IN_FLIGHT + QUEUED
 
 
 class SlowCollector(SpanExporter):
@@ -36,7 +42,7 @@ class SlowCollector(SpanExporter):
 
 def _shipper(exporter: SpanExporter) -> OtlpSpanShipper:
     shipper = OtlpSpanShipper(exporter, ALWAYS_ON, "http://collector", lambda span: span, protocol="grpc")
-    for step in range(100):  # 100 steps x 6 spans: one batch of 516 (86 steps) in flight, 84 queued
+    for step in range(TOTAL // 6):  # steps of 6 spans: one batch of IN_FLIGHT in flight, QUEUED queued
         root = SimpleNamespace(trace_id=step + 1, name="traceml.step")
         shipper.offer([root] * 6)
     return shipper
@@ -47,9 +53,9 @@ def test_a_batch_accepted_after_the_deadline_is_delivered_not_lost() -> None:
     shipper = _shipper(collector)
     assert collector.started.wait(10)
     counts = shipper.close(0.1, in_flight_grace_s=10.0)
-    assert collector.accepted == 516
-    assert counts.exported == 516 and counts.not_sent_at_shutdown == 84  # only what never left the queue
-    assert counts.exported + counts.dropped == 600
+    assert collector.accepted == IN_FLIGHT
+    assert counts.exported == IN_FLIGHT and counts.not_sent_at_shutdown == QUEUED  # never left the queue
+    assert counts.exported + counts.dropped == TOTAL
 
 
 def test_a_batch_still_unanswered_after_the_grace_is_not_sent() -> None:
@@ -57,8 +63,8 @@ def test_a_batch_still_unanswered_after_the_grace_is_not_sent() -> None:
     shipper = _shipper(collector)
     assert collector.started.wait(10)
     counts = shipper.close(0.1, in_flight_grace_s=0.2)
-    assert counts.exported == 0 and counts.not_sent_at_shutdown == 600
+    assert counts.exported == 0 and counts.not_sent_at_shutdown == TOTAL
     assert collector.sender is not None
     collector.sender.join(10)  # the late answer is handled ...
-    assert not collector.sender.is_alive() and collector.accepted == 516  # ... accepted, after all
-    assert counts.exported == 0 and counts.not_sent_at_shutdown == 600
+    assert not collector.sender.is_alive() and collector.accepted == IN_FLIGHT  # ... accepted, after all
+    assert counts.exported == 0 and counts.not_sent_at_shutdown == TOTAL

@@ -14,7 +14,7 @@ from traceml_otel import contract as c
 from traceml_otel.emit import step_columns, step_lines
 from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.local_copy import span_json
-from traceml_otel.emit.spans import RankInfo, StepSpanBuilder
+from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_lines import StepLines
 from traceml_otel.emit.step_table import csv_line, step_row
 from traceml_otel.step_records import PhaseTiming, StepRecord
@@ -95,10 +95,16 @@ def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[str, st
             assert encoded.spans == sum(text.count('"traceId"') for text in encoded.spans_json)
             assert encoded.steps == len(rows[first:first + batch]) == "".join(encoded.rows).count("\n")
             if keep_spans:  # what OTLP export and the metrics get is what the local copy says
-                assert ",".join(span_json(span) for built in encoded.built for span in built.all()) \
-                    == ",".join(encoded.spans_json)
-                assert [record.step for record in encoded.records] == [built.step.attributes[c.ATTR_STEP]
-                                                                       for built in encoded.built]
+                text = ",".join(encoded.spans_json)
+                roots = [(int(span["traceId"], 16), int(span["spanId"], 16), span["attributes"][2])
+                         for span in json.loads("[" + text + "]") if "parentSpanId" not in span]
+                assert [(built.trace_id, built.span_id) for built in encoded.built] == [r[:2] for r in roots]
+                assert [record.step for record in encoded.records] == [int(r[2]["value"]["intValue"])
+                                                                       for r in roots]
+                assert sum(built.count for built in encoded.built) == encoded.spans
+                for built in encoded.built:  # steps built as span objects: the text's own spans
+                    if isinstance(built, StepSpans):
+                        assert ",".join(span_json(span) for span in built.all()) in text
             else:
                 assert encoded.built == [] and encoded.records == []
             spans += encoded.spans_json

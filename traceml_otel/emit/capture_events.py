@@ -8,7 +8,8 @@ steps, the trace's file name and the top operator. A trace viewer then shows the
 steps it covers.
 
 With a scrape endpoint (``TRACEML_PROMETHEUS_PORT``), ``POST /capture`` on it asks this rank for a capture
-(:func:`capture_route`).
+(:func:`capture_route`). Under the span budget, :class:`CaptureNotices` tells the budget which steps are
+around a capture (they are always exported).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData
@@ -30,9 +31,15 @@ from traceml_otel.wire.capture_record import (
     CaptureSummary,
     decode_summary,
     demand_file_name,
+    read_status,
+    status_file_name,
     summary_file_name,
     write_request,
 )
+
+if TYPE_CHECKING:
+    from traceml_otel.emit.capture_triggers import CaptureTriggers
+    from traceml_otel.emit.span_budget import SpanBudget
 
 POLL_S = 1.0
 
@@ -84,6 +91,58 @@ class CaptureSummaryWatch:
                 spans.append(capture_span(decode_summary(read_json_object(path, MAX_SUMMARY_BYTES))))
             except RecordError:
                 continue
+
+
+class CaptureNotices:
+    """What the span budget learns of this rank's captures, so that it keeps every step around one:
+
+    - a request this emitter's triggers wrote: a capture may start at its ``at_step``, so steps from
+      the one before are kept;
+    - the rank's capture status (``rank-R.capture-status.json``, one ``stat`` per export batch) showing
+      a new capture started (on demand, or another trigger's): the poller writes it when it takes the
+      request, before the capture starts, so the captured steps' rows arrive after it; steps from the
+      first one decided then are kept. A refusal of the last request ends the wait;
+    - the capture's summary (its ``traceml.capture`` span): the captured steps, and the one after, are
+      the last kept.
+    """
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.status_path = run_dir / status_file_name(rank)
+        self._status_seen: tuple[int, int] | None = None
+        self._started = 0
+        self._fired = 0
+
+    def before_decide(self, budget: SpanBudget, triggers: CaptureTriggers | None, first_step: int) -> None:
+        """Tell ``budget`` of captures asked for or started since the last batch (``first_step``: the
+        first step of the batch about to be decided)."""
+        if triggers is not None and len(triggers.fired) > self._fired:
+            for request in triggers.fired[self._fired:]:
+                budget.capture_pending((request.at_step if request.at_step is not None else first_step) - 1)
+            self._fired = len(triggers.fired)
+        try:
+            info = os.stat(self.status_path, follow_symlinks=False)
+        except OSError:
+            return
+        key = (info.st_mtime_ns, info.st_size)
+        if key == self._status_seen:
+            return
+        self._status_seen = key
+        status = read_status(self.status_path)
+        if status is None:
+            return
+        if status.started > self._started:
+            self._started = status.started
+            budget.capture_pending(first_step)
+        elif status.last_refusal and triggers is not None and triggers.fired \
+                and status.last_request == triggers.fired[-1].id:
+            budget.capture_refused()
+
+    def summaries(self, budget: SpanBudget, spans: list[SpanData]) -> None:
+        """Tell ``budget`` the steps each new capture took (from its ``traceml.capture`` span)."""
+        for span in spans:
+            steps = span.attributes.get(c.ATTR_CAPTURE_STEPS) if span.name == c.SPAN_CAPTURE else None
+            if isinstance(steps, list) and steps and all(type(step) is int for step in steps):
+                budget.capture_done(steps)
 
 
 def capture_route(run_dir: Path, rank: int) -> Callable[[str], tuple[str, str]]:

@@ -20,7 +20,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from traceml_otel import contract as c
 from traceml_otel._version import __version__
-from traceml_otel.emit.capture_events import start_capture_watch
+from traceml_otel.emit.capture_events import CaptureNotices, start_capture_watch
 from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
 from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
@@ -49,6 +49,7 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
 from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
+from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.control import DeviceInfo, LocalReport
@@ -76,8 +77,8 @@ def describe(error: BaseException) -> str:
     return REDACT(f"{type(error).__name__}: {error}")
 
 
-def _span_count(built: list[StepSpans]) -> int:
-    return sum(len(step.phases) + 1 for step in built)
+def _span_count(built: list[StepSpans | EncodedStep]) -> int:
+    return sum([step.count for step in built])
 
 
 class Emitter:
@@ -101,7 +102,7 @@ class Emitter:
         self.metrics: StepMetrics | None = None
         self.drain_s = float(hello.shutdown_timeout_s)
         """The trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``: all OTLP export at shutdown fits in it."""
-        self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans]]] = deque()
+        self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans | EncodedStep]]] = deque()
         self._export_backlog_spans = 0
         run_dir = Path(hello.run_dir) if hello.run_dir else None
         stats_path = None  # a link planted at the run folder: nothing written through it
@@ -138,6 +139,8 @@ class Emitter:
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
         self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
+        self.capture_notices = CaptureNotices(run_dir, rank.rank) if self.budget and stats_path else None
+        """The budget keeps every step around a capture (emit/capture_events.py)."""
         self.write_stats()
 
     @property
@@ -151,6 +154,7 @@ class Emitter:
         assert endpoint is not None and protocol is not None
         self.stats.otlp_endpoint = endpoint
         encoder = SpanEncoder(resource, scope)  # OTLP protobuf straight from our spans (the SDK sends it)
+        self.lines.otlp = encoder  # templated steps' spans come encoded (emit/step_protobuf.py)
         try:
             return OtlpSpanShipper(
                 make_span_exporter(protocol),
@@ -163,6 +167,7 @@ class Emitter:
                 convert_kept=KeptEncoder(encoder),
             )
         except Exception as error:
+            self.lines.otlp = None
             self.disable("OTLP span export", f"the exporter could not start ({describe(error)})")
             return None
 
@@ -202,6 +207,8 @@ class Emitter:
         spans = [span] if span is not None else []
         if self.capture_watch is not None:
             spans += self.capture_watch.poll(force)
+            if self.capture_notices is not None and self.budget is not None:
+                self.capture_notices.summaries(self.budget, spans)
         if not spans:
             return
         if self.local is not None:
@@ -324,10 +331,13 @@ class Emitter:
         sampled = [True] * len(built)  # exemplars point only at traces that are sent
         if self.shipper is not None:
             try:
-                steps = [spans.all() for spans in built]
+                steps = [spans if type(spans) is EncodedStep else spans.all() for spans in built]
                 decisions = None
                 if self.budget is not None:  # a decision per step, before any span is encoded
-                    decisions = self.budget.decide(records, [spans.step.trace_id for spans in built],
+                    if self.capture_notices is not None and records:  # steps around captures are kept
+                        self.capture_notices.before_decide(self.budget, self.capture_triggers,
+                                                           records[0].step)
+                    decisions = self.budget.decide(records, [spans.trace_id for spans in built],
                                                    [len(spans) for spans in steps])
                     if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
                         self.stats.otlp_sample_probability = self.budget.lowest_probability
@@ -340,7 +350,8 @@ class Emitter:
             self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
         self._record_metrics(records, built, sampled)
 
-    def _record_metrics(self, records: list[StepRecord], built: list[StepSpans], sampled: list[bool]) -> None:
+    def _record_metrics(self, records: list[StepRecord], built: list[StepSpans | EncodedStep],
+                        sampled: list[bool]) -> None:
         if self.metrics is not None:
             try:
                 self.metrics.record_batch(zip(records, built, sampled, strict=False))
@@ -351,7 +362,8 @@ class Emitter:
         else:
             self.stats.metrics_skipped_steps += len(records)
 
-    def _skip_export(self, reason: str, records: list[StepRecord], built: list[StepSpans]) -> None:
+    def _skip_export(self, reason: str, records: list[StepRecord],
+                     built: list[StepSpans | EncodedStep]) -> None:
         if self.stats.otlp_endpoint is not None:
             self.ledger.skip(reason, _span_count(built))
         self.stats.metrics_skipped_steps += len(records)
@@ -363,6 +375,7 @@ class Emitter:
 
     def _retire_shipper(self, shipper: OtlpSpanShipper, counts: ShipperCounts,
                         not_sent: str = NOT_SENT_AT_SHUTDOWN) -> None:
+        self.lines.otlp = None  # no more protobuf for templated steps
         with self.ledger.lock:
             self.shipper = None
             self.ledger.take_shipper(counts, not_sent)

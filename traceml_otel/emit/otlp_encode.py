@@ -31,6 +31,11 @@ _SPAN_KIND_INTERNAL = b"\x30\x01"  # Span.kind (6) = SPAN_KIND_INTERNAL
 _EMPTY_STATUS = b"\x7a\x00"  # Span.status (15), code UNSET: present, empty (as the SDK writes it)
 _FLAGS = b"\x85\x01" + struct.pack("<I", 0x100)  # Span.flags (16, fixed32): "is remote" known, false
 _CACHE_LIMIT = 4096
+TRACE_SLOT, ID_SLOT, TIME_SLOT, DOUBLE_SLOT = "trace", "id", "time", "double"
+"""The slots of :meth:`SpanEncoder.template` (any other slot is an int attribute's key)."""
+_IDS_END = 28
+"""Bytes of a span's message before its ``trace_state``: trace id and span id fields."""
+_STATUS_TAIL = _EMPTY_STATUS + _FLAGS
 
 
 def _varint(value: int) -> bytes:
@@ -48,6 +53,7 @@ def _varint(value: int) -> bytes:
 
 
 _SMALL = [bytes((n,)) for n in range(0x80)]
+varint = _varint
 
 
 def _field(tag: bytes, body: bytes) -> bytes:
@@ -173,11 +179,7 @@ class SpanEncoder:
         (:meth:`attribute_fields`) are the span budget's (:mod:`traceml_otel.emit.span_budget`): the
         bytes are the SDK's for that span with the tracestate on its context and those attributes
         appended."""
-        name = self._names.get(span.name)
-        if name is None:
-            name = _field(b"\x2a", span.name.encode("utf-8"))
-            if len(self._names) < _CACHE_LIMIT:
-                self._names[span.name] = name
+        name = self._names.get(span.name) or self._name(span.name)
         parent = b"" if span.parent_span_id is None else b"\x22\x08" + span.parent_span_id.to_bytes(8, "big")
         if span.error is None:
             status = _EMPTY_STATUS
@@ -190,6 +192,65 @@ class SpanEncoder:
             self._span_attributes.encode_all(span.attributes), extra, status, _FLAGS,
         ))
         return _field(b"\x12", body)
+
+    def template(self, span: SpanData, variable: Sequence[str]) -> list[bytes | str] | None:
+        """:meth:`encode`'s bytes for ``span`` as constant pieces and slot kinds, in order: the trace id
+        (:data:`TRACE_SLOT`), span id and parent id (:data:`ID_SLOT`), start and end (:data:`TIME_SLOT`),
+        then each attribute named in ``variable``, in the span's order (:data:`DOUBLE_SLOT`, or the key
+        itself for an int: its varint's length is in its ``KeyValue``'s lengths, :meth:`int_field`).
+        Pieces alternate, a constant first and last (possibly empty). ``None`` for a span with an error
+        status or a variable attribute of another kind (:mod:`traceml_otel.emit.step_protobuf`)."""
+        if span.error is not None:
+            return None
+        attributes = self._span_attributes
+        parent = [] if span.parent_span_id is None else [b"\x22\x08", ID_SLOT]
+        pieces: list[bytes | str] = [
+            b"\x0a\x10", TRACE_SLOT, b"\x12\x08", ID_SLOT, *parent,
+            self._name(span.name) + _SPAN_KIND_INTERNAL + b"\x39", TIME_SLOT, b"\x41", TIME_SLOT]
+        for key, value in span.attributes.items():
+            if key not in variable:
+                pieces.append(attributes.encode(key, value))
+            elif type(value) is float:
+                pieces += [attributes._double_prefix(key), DOUBLE_SLOT]
+            elif type(value) is int:
+                pieces += [b"", key]
+            else:
+                return None
+        pieces.append(_EMPTY_STATUS + _FLAGS)
+        merged: list[bytes | str] = [b""]
+        for piece in pieces:  # adjacent constants joined: constant, slot, constant, ..., constant
+            if type(piece) is bytes and type(merged[-1]) is bytes:
+                merged[-1] += piece
+            elif type(piece) is bytes or type(merged[-1]) is bytes:
+                merged.append(piece)
+            else:
+                merged += [b"", piece]
+        return merged
+
+    def int_prefix(self, key: str, length: int) -> bytes:
+        """An int attribute's ``KeyValue`` field before its value's varint (:func:`varint`) of ``length``
+        bytes."""
+        attributes = self._span_attributes
+        return attributes._int.get((key, length)) or attributes._int_prefix(key, length)
+
+    def _name(self, name: str) -> bytes:
+        encoded = self._names.get(name)
+        if encoded is None:
+            encoded = _field(b"\x2a", name.encode("utf-8"))
+            if len(self._names) < _CACHE_LIMIT:
+                self._names[name] = encoded
+        return encoded
+
+    def with_trace_state(self, encoded: bytes, trace_state: bytes, extra: bytes = b"") -> bytes:
+        """A span :meth:`encode` wrote without tracestate or extra attributes, and without an error
+        status, as :meth:`encode` writes it with them (the span budget's, for spans encoded ahead)."""
+        start = 2 if encoded[1] < 0x80 else 3 if encoded[2] < 0x80 else 4  # past the tag and length
+        body = encoded[start:]
+        if not body.endswith(_STATUS_TAIL) or len(encoded) > 1 << 21:
+            raise ValueError("not a span encoded without an error status")
+        tail = len(body) - len(_STATUS_TAIL)
+        return _field(b"\x12", b"".join((body[:_IDS_END], trace_state, body[_IDS_END:tail], extra,
+                                         body[tail:])))
 
     def trace_state_field(self, trace_state: str) -> bytes:
         """``Span.trace_state`` (3) of a W3C tracestate text, for :meth:`encode` (empty: none)."""

@@ -11,7 +11,12 @@ mode. A step is exported when either
   median of its recent steps, after a gap (a stall) that long, a step that raised, or the slowest
   step so far in its window of :data:`WINDOW_STEPS` step numbers when it is longer than
   :data:`WINDOW_FACTOR` times that median (so a window's slowest step is kept whenever it stands
-  out). These are kept with probability 1.
+  out). These are kept with probability 1; or
+- it is **around a deep capture** of this rank: every step from the one before a capture can start
+  (its trigger's step, for a capture this emitter's triggers asked for; the first step decided after
+  the rank's capture status shows a new capture started, for any other) to the step after its last
+  captured step (its summary's ``steps``), at most :data:`CAPTURE_KEEP_MAX_STEPS`; also kept with
+  probability 1 (:meth:`SpanBudget.capture_pending`, :meth:`SpanBudget.capture_done`).
 
 Every exported span of a sampled step carries the W3C ``tracestate`` entry ``ot=th:<T>;rv:<R>`` (the
 spec's form; ``th:0`` for a step kept with certainty) and the step span the attribute
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from traceml_otel import contract as c
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.settings import DEFAULT_OTLP_SPAN_BUDGET, OTLP_SPANS_MODES
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.sampling_threshold import LOW56, in_sample, threshold, threshold_hex
@@ -67,6 +73,10 @@ MAX_HALVINGS = 24
 """The lowest budget probability is ``2**-24``."""
 RAISE_BELOW = 0.5
 """The probability doubles again only when the doubled rate would use less than this share of the budget."""
+CAPTURE_AFTER_STEPS = 1
+"""Steps after a capture's last captured step that are kept with it."""
+CAPTURE_KEEP_MAX_STEPS = 4096
+"""Steps kept around one capture at most (a capture whose summary never comes, e.g. a crash)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +129,43 @@ class SpanBudget:
         self._epoch_last_ns = 0
         self.lowest_probability = self.probability
         """The lowest probability in force so far (for the account)."""
+        self._capture_from: int | None = None
+        """Steps from this one on are kept (a capture is pending or running; ``None``: none is)."""
+        self._capture_until: int | None = None
+        """...up to this one (its summary came; ``None``: not yet)."""
+
+    def capture_pending(self, from_step: int) -> None:
+        """A capture of this rank was asked for or has started: keep every step from ``from_step`` until
+        :meth:`capture_done` says which steps it took (at most :data:`CAPTURE_KEEP_MAX_STEPS`)."""
+        if self._capture_from is None or self._capture_until is not None:
+            self._capture_from = from_step
+        else:
+            self._capture_from = min(self._capture_from, from_step)
+        self._capture_until = None
+
+    def capture_done(self, steps: Sequence[int]) -> None:
+        """A capture's summary: its steps and the next :data:`CAPTURE_AFTER_STEPS` are kept, then the
+        steps after are sampled again (those decided meanwhile were kept)."""
+        if not steps:
+            return
+        if self._capture_from is None:  # a capture nothing announced: whatever is still to decide
+            self._capture_from = min(steps) - 1
+        self._capture_until = max(steps) + CAPTURE_AFTER_STEPS
+
+    def capture_refused(self) -> None:
+        """The pending capture was refused: no step is kept for it."""
+        if self._capture_until is None:
+            self._capture_from = None
+
+    def _around_capture(self, step: int) -> bool:
+        start = self._capture_from
+        if start is None or step < start:
+            return False
+        until = self._capture_until
+        if (until is not None and step > until) or step - start >= CAPTURE_KEEP_MAX_STEPS:
+            self._capture_from = self._capture_until = None
+            return False
+        return True
 
     def decide(self, records: Sequence[StepRecord], trace_ids: Sequence[int], span_counts: Sequence[int],
                ) -> list[Kept | None] | None:
@@ -139,7 +186,7 @@ class SpanBudget:
             duration += record.input_wait_ns or 0
             if step // WINDOW_STEPS != self._window:
                 self._window, self._window_max = step // WINDOW_STEPS, -1
-            anomalous = record.exception_type is not None
+            anomalous = record.exception_type is not None or self._around_capture(step)
             slowest = duration > self._window_max
             if slowest:
                 self._window_max = duration
@@ -206,7 +253,7 @@ class KeptEncoder:
         self._encoder = encoder
         self._extra: dict[str, bytes] = {}
 
-    def __call__(self, spans: Sequence[SpanData], kept: Kept) -> list[bytes]:
+    def __call__(self, spans: Sequence[SpanData] | EncodedStep, kept: Kept) -> list[bytes]:
         encoder = self._encoder
         state = encoder.trace_state_field(kept.trace_state)
         extra = self._extra.get(kept.th)
@@ -214,5 +261,8 @@ class KeptEncoder:
             extra = encoder.attribute_fields({c.ATTR_SAMPLING_THRESHOLD: kept.th})
             if len(self._extra) < 64:
                 self._extra[kept.th] = extra
+        if type(spans) is EncodedStep:  # encoded ahead (emit/step_protobuf.py): the same bytes, spliced
+            fields, splice = spans.encoded, encoder.with_trace_state
+            return [splice(fields[0], state, extra), *[splice(field, state) for field in fields[1:]]]
         encode = encoder.encode
         return [encode(spans[0], state, extra), *[encode(span, state) for span in spans[1:]]]

@@ -25,13 +25,20 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
+from traceml_otel.contract import SPAN_STEP
 from traceml_otel.emit.export_errors import failure_cause, install_log_recorder
 from traceml_otel.emit.otlp_encode import EncodedSpans
 from traceml_otel.emit.span_budget import Kept
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.emit.step_protobuf import EncodedStep
 
 MAX_QUEUED_SPANS = 200_000
-MAX_BATCH_SPANS = 512
+MAX_BATCH_SPANS = 2048
+"""Spans per export call at most (about 0.7 MB of our 4-span steps). A gRPC export call costs about
+0.2 ms of CPU besides its bytes: when steps come fast, calls of 512 spans cost the emitter process
+1-3.5 us a step more than calls of 2,048 (``benchmarks/emitter_cost.py --otlp``, 4,000 steps to rotel)."""
+MAX_BATCH_BYTES = 1 << 20
+"""Encoded bytes per export call at most (the OTLP receivers' gRPC default limit is 4 MiB)."""
 BATCH_DELAY_S = 1.0
 
 
@@ -174,7 +181,7 @@ class OtlpSpanShipper:
         on_first_failure: Callable[[str], None] | None = None,
         protocol: str = "",
         batch: Callable[[list[Any]], Sequence[Any]] = list,
-        convert_kept: Callable[[Sequence[SpanData], Kept], list[Any]] | None = None,
+        convert_kept: Callable[[Sequence[SpanData] | EncodedStep, Kept], list[Any]] | None = None,
     ) -> None:
         """``convert`` turns one span into what ``exporter`` takes (a ``ReadableSpan``, or encoded bytes);
         ``batch`` wraps a list of converted spans into one ``export()`` argument; ``convert_kept`` converts
@@ -207,10 +214,12 @@ class OtlpSpanShipper:
         """
         return self.offer_steps([step_spans])[0]
 
-    def offer_steps(self, steps: Sequence[Sequence[SpanData]],
+    def offer_steps(self, steps: Sequence[Sequence[SpanData] | EncodedStep],
                     decisions: Sequence[Kept | None] | None = None) -> list[bool]:
         """Queue several steps' spans (each root first) at once: one queue hand-off, not one per step.
 
+        A step is its span objects, or an :class:`EncodedStep` (its spans encoded already, by the
+        encoder ``convert`` and ``convert_kept`` use).
         ``decisions`` (the span budget's, one per step): ``None`` drops the step (counted as
         ``budget_dropped``), a :class:`Kept` with a tracestate has its spans converted with it.
         Returns, per step, whether it is sent (the budget and the sampler kept it). Steps that do not
@@ -218,7 +227,7 @@ class OtlpSpanShipper:
         batch was counted or queued.
         """
         kept: list[bool] = []
-        accepted: list[tuple[Sequence[SpanData], Kept | None]] = []
+        accepted: list[tuple[Sequence[SpanData] | EncodedStep, Kept | None]] = []
         sampled_out = queue_full = budget_dropped = 0
         with self._lock:
             room = MAX_QUEUED_SPANS - self._queued
@@ -233,9 +242,7 @@ class OtlpSpanShipper:
                     budget_dropped += len(step_spans)
                     kept.append(False)
                     continue
-            root = step_spans[0]
-            if not (self._always_on
-                    or self._sampler.should_sample(None, root.trace_id, root.name).decision.is_sampled()):
+            if not (self._always_on or self._sampled(step_spans)):
                 sampled_out += len(step_spans)
                 kept.append(False)
                 continue
@@ -246,15 +253,14 @@ class OtlpSpanShipper:
             room -= len(step_spans)
             accepted.append((step_spans, decision))
         convert, convert_kept = self._convert, self._convert_kept
-        if decisions is None or convert_kept is None:  # may raise
-            converted = [convert(span) for step_spans, _ in accepted for span in step_spans]
-        else:
-            converted = []
-            for step_spans, decision in accepted:
-                if decision is not None and decision.trace_state:
-                    converted.extend(convert_kept(step_spans, decision))
-                else:
-                    converted.extend([convert(span) for span in step_spans])
+        converted: list[Any] = []
+        for step_spans, decision in accepted:  # may raise
+            if decision is not None and decision.trace_state and convert_kept is not None:
+                converted.extend(convert_kept(step_spans, decision))
+            elif type(step_spans) is EncodedStep:
+                converted.extend(step_spans.encoded)
+            else:
+                converted.extend([convert(span) for span in step_spans])  # type: ignore[union-attr]
         with self._lock:
             self.counts.sampled_out += sampled_out
             self.counts.budget_dropped += budget_dropped
@@ -263,6 +269,14 @@ class OtlpSpanShipper:
         if converted:
             self._queue.put(converted)
         return kept
+
+    def _sampled(self, step: Sequence[SpanData] | EncodedStep) -> bool:
+        """Whether ``OTEL_TRACES_SAMPLER`` keeps the step's trace (its root span's)."""
+        if type(step) is EncodedStep:
+            trace_id, name = step.trace_id, SPAN_STEP
+        else:
+            trace_id, name = step[0].trace_id, step[0].name  # type: ignore[index]
+        return self._sampler.should_sample(None, trace_id, name).decision.is_sampled()
 
     @property
     def protocol(self) -> str:
@@ -305,6 +319,7 @@ class OtlpSpanShipper:
 
     def _run(self) -> None:
         batch: list[Any] = []
+        size = 0
         deadline = time.monotonic() + BATCH_DELAY_S
         while True:
             try:
@@ -315,9 +330,12 @@ class OtlpSpanShipper:
                 self._send(batch)
                 return
             batch.extend(item)
-            if len(batch) >= MAX_BATCH_SPANS or time.monotonic() >= deadline:
+            if item and type(item[0]) is bytes:  # encoded spans (the emitter's): their size counts too
+                size += sum(map(len, item))
+            if len(batch) >= MAX_BATCH_SPANS or size >= MAX_BATCH_BYTES or time.monotonic() >= deadline:
                 self._send(batch)
                 batch = []
+                size = 0
                 deadline = time.monotonic() + BATCH_DELAY_S
 
     def _send(self, batch: list[Any]) -> None:

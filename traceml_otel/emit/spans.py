@@ -70,6 +70,20 @@ class StepSpans:
     def all(self) -> list[SpanData]:
         return [self.step, *self.phases, *self.collectives]
 
+    @property
+    def trace_id(self) -> int:
+        return self.step.trace_id
+
+    @property
+    def span_id(self) -> int:
+        """The step span's id."""
+        return self.step.span_id
+
+    @property
+    def count(self) -> int:
+        """Spans of the step (the step span, its phases' and its collectives')."""
+        return 1 + len(self.phases) + len(self.collectives)
+
 
 def sampled_context(trace_id: int, span_id: int) -> SpanContext:
     """The SDK span context of one of our spans (local, always sampled)."""

@@ -121,6 +121,13 @@ class StepColumns:
         return cls(step, list(chain.from_iterable(step[ROW_PHASES])), calls)
 
 
+class SecondsTexts(list):  # type: ignore[type-arg]
+    """A column of durations' texts (:func:`seconds_text`), with the floats they spell (``seconds``):
+    OTLP protobuf (:mod:`traceml_otel.emit.step_protobuf`) packs those, not the text read back."""
+
+    __slots__ = ("seconds",)
+
+
 def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
     """Each duration in seconds as its ``repr`` text (the shortest round trip, as JSON writes it).
 
@@ -132,11 +139,14 @@ def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
     ``tests/emit/test_step_lines.py`` compares the result with ``repr`` on a third of a million values."""
     values = list(map(mul, nanoseconds, repeat(NS)))
     fast = orjson_module()
+    texts = None
     if fast is not None and values and min(map(abs, values)) >= 1e-4 and max(map(abs, values)) < 1e16:
         texts = fast.dumps(values)[1:-1].decode().split(",")
-        if texts[0] == repr(values[0]):  # one value checked per column, in case orjson ever differs
-            return texts
-    return list(map(repr, values))
+        if texts[0] != repr(values[0]):  # one value checked per column, in case orjson ever differs
+            texts = None
+    column = SecondsTexts(texts if texts is not None else map(repr, values))
+    column.seconds = values
+    return column
 
 
 _SIXTEEN_DIGITS = re.compile(".{16}", re.DOTALL)

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, groupby
+from itertools import chain, groupby, repeat
 from operator import itemgetter, not_
 from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
+from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_columns import (
     CPU_DURATION,
@@ -58,6 +59,7 @@ from traceml_otel.emit.step_columns import (
     span_id_texts,
     value_texts,
 )
+from traceml_otel.emit.step_protobuf import EncodedStep, StepProtobuf
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
@@ -114,8 +116,10 @@ class EncodedSteps:
     steps: int = 0
     """Steps in ``spans_json`` (and lines in ``rows``)."""
     records: list[StepRecord] = field(default_factory=list)
-    built: list[StepSpans] = field(default_factory=list)
-    """With ``keep_spans``: each step's record and its span objects, with the ids its text has."""
+    built: list[StepSpans | EncodedStep] = field(default_factory=list)
+    """With ``keep_spans``: each step's record and its span objects, with the ids its text has; a
+    templated shape's steps as :class:`EncodedStep` instead (their spans' OTLP protobuf, when
+    :attr:`StepLines.otlp` is set, and the ids)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,8 @@ class _Shape:
     table_slots: tuple[int | None, ...] | None
     """Per phase call, its slot in the table's per-phase columns (None: a phase without a column);
     None when no phase is called twice (each per-phase column is then one call's own value)."""
+    protobuf: StepProtobuf | None = None
+    """The spans' OTLP protobuf template (None: no OTLP export, or the shape's spans are built)."""
 
 
 _REFERENCE = None  # a shape whose templates did not reproduce the reference: always the reference path
@@ -145,6 +151,9 @@ class StepLines:
         self._shapes: dict[tuple[object, ...], _Shape | None] = {}
         self.reference_steps = 0
         """Steps that took the reference path (the benchmarks and tests read it)."""
+        self.otlp: SpanEncoder | None = None
+        """OTLP span export's encoder: set, templated steps come with their spans' protobuf
+        (:mod:`traceml_otel.emit.step_protobuf`); shapes are templated for it from then on."""
 
     def encode(self, rows: Sequence[Any], anchor_ns: int, keep_spans: bool = False) -> EncodedSteps:
         """The JSON of each row's spans and its CSV line, in order (``anchor_ns``: the trainer's
@@ -161,7 +170,7 @@ class StepLines:
             if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
                 built = self._reference(run[0], anchor_ns, out, keep_spans)
                 shape = self._shapes[key] = _make_shape(key, run[0], anchor_ns, built,
-                                                        out.spans_json[-1], out.rows[-1])
+                                                        out.spans_json[-1], out.rows[-1], self.otlp)
                 run, columns = run[1:], None
             if not shape:
                 for row in run:
@@ -186,12 +195,20 @@ class StepLines:
         out.rows.append(shape.row.fill(texts))
         out.spans += len(rows) * (1 + calls)
         out.steps += len(rows)
-        if keep_spans:
-            for k, row in enumerate(rows):
-                record = decode_step(row, anchor_ns)
-                out.records.append(record)
-                out.built.append(self._builder.build(
-                    record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids])))
+        if not keep_spans:
+            return
+        _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run
+        if self.otlp is None or shape.protobuf is not None:  # no span objects: ids, and the protobuf
+            out.records += [decode_step(row, anchor_ns) for row in rows]
+            encoded = shape.protobuf.fill(flat) if shape.protobuf is not None else repeat(())
+            out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
+                             repeat(1 + calls), encoded)
+            return
+        for k, row in enumerate(rows):
+            record = decode_step(row, anchor_ns)
+            out.records.append(record)
+            out.built.append(self._builder.build(
+                record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids])))
 
     def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> StepSpans:
         """One row by the reference path (decode, span objects, their JSON and CSV line)."""
@@ -207,6 +224,19 @@ class StepLines:
             out.built.append(built)
         self.reference_steps += 1
         return built
+
+
+def _number_calls(rows: list[Any], flat: list[Any], calls: int) -> None:
+    """Write each unnumbered phase call's number (the run's, from its flat layout) into the run's rows,
+    as :func:`~traceml_otel.wire.step_row.decode_step` would for each row (1.4 us a step less)."""
+    for i in range(calls):
+        if rows[0][ROW_PHASES][i][1] is None:  # a run's rows agree on which calls are unnumbered
+            number = flat[FIRST_PHASE + i * PHASE_WIDTH + _PHASE_VALUES[c.ATTR_PHASE_CALL]][0]
+            try:
+                for row in rows:
+                    row[ROW_PHASES][i][1] = number
+            except TypeError:  # a phase row that is not a list: the decoder numbers it
+                return
 
 
 def _shape_key(row: Any) -> tuple[object, ...] | None:
@@ -230,7 +260,7 @@ _INTEGER_OR_NONE = (int, type(None))
 
 
 def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: StepSpans,
-                reference_json: str, reference_line: str) -> _Shape | None:
+                reference_json: str, reference_line: str, otlp: SpanEncoder | None = None) -> _Shape | None:
     """Templates for the shape of ``row`` from its reference encoding; ``None`` (always the reference
     path) unless the filled templates give that encoding back byte for byte."""
     row_types, phase_lengths, phase_types = key[0], key[3], key[5]
@@ -244,14 +274,17 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
     if step is None:
         return _REFERENCE
     templates, picks = [step[0]], [TRACE, STEP_ID, START, END, *(_STEP_VALUES[k] for k in step[1])]
+    span_picks, span_keys = [list(picks)], [step[1]]  # per span, for the protobuf template
     for i, phase in enumerate(built.phases):
         made = span_template(phase, _PHASE_VARIABLE)
         if made is None:
             return _REFERENCE
         base = FIRST_PHASE + i * PHASE_WIDTH
         templates.append(made[0])
-        picks += [TRACE, base + _PHASE_ID, STEP_ID, base + _PHASE_START, base + _PHASE_END,
-                  *(_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1])]
+        values = [_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1]]
+        span_picks.append([TRACE, base + _PHASE_ID, STEP_ID, base + _PHASE_START, base + _PHASE_END, *values])
+        span_keys.append(made[1])
+        picks += span_picks[-1]
     table_row = step_row(built)
     table_slots = [PHASE_SLOT.get(phase.name) for phase in built.phases]
     repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
@@ -286,7 +319,8 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
                              [format(built.step.span_id, "016x")],
                              [[format(phase.span_id, "016x")] for phase in built.phases], sums)
         integers = tuple(sorted({i for i in (*spans_text.picks, *row_text.picks) if type(flat[i][0]) is int}))
-        shape = _Shape(spans_text, row_text, integers, sums)
+        protobuf = None if otlp is None else StepProtobuf.of(otlp, built, span_picks, span_keys, flat)
+        shape = _Shape(spans_text, row_text, integers, sums, protobuf)
         texts = value_texts(flat, integers)
         same = shape.spans.fill(texts) == reference_json and shape.row.fill(texts) == reference_line
     except (TypeError, ValueError, OverflowError, IndexError):

@@ -47,6 +47,7 @@ from traceml_otel.emit.metric_merge import add_to_collection, histogram_temporal
 from traceml_otel.emit.prometheus_scrape import PrometheusEndpoint, PrometheusStepMetrics, serve_registry
 from traceml_otel.emit.run_end import exit_of, linger_seconds
 from traceml_otel.emit.spans import StepSpans
+from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.step_records import StepRecord
 
 __all__ = [
@@ -226,7 +227,7 @@ class StepMetrics:
         """Whether steps recorded here are ever read (an OTLP metric reader or a scrape endpoint)."""
         return self._provider is not None or self._prometheus is not None
 
-    def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans, bool]]) -> None:
+    def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans | EncodedStep, bool]]) -> None:
         """Record a batch of (record, spans, exemplar) steps: the histograms per step, the counters
         (steps, samples, tokens, collective calls and bytes) once for the batch: the same totals, and
         each SDK ``add`` costs ~10 µs."""
@@ -236,12 +237,12 @@ class StepMetrics:
             records.append(record)
         self._add_counts(records)
 
-    def record(self, record: StepRecord, spans: StepSpans, exemplar: bool = True) -> None:
+    def record(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
         self._record_step(record, spans, exemplar)
         self._add_counts([record])
 
-    def _record_step(self, record: StepRecord, spans: StepSpans, exemplar: bool) -> None:
+    def _record_step(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool) -> None:
         """The live state, the scrape path and the histograms of one step (the counters wait for
         :meth:`_add_counts`)."""
         if not self.records_steps:
@@ -263,15 +264,14 @@ class StepMetrics:
                                                                   max(pending[1], memory[1]))
         phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
         collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
-        step = spans.step
         if self._prometheus is not None:
-            ids = (step.trace_id, step.span_id) if exemplar else None
+            ids = (spans.trace_id, spans.span_id) if exemplar else None
             self._prometheus.record(step_s, phases, wait_s, memory, ids)
             self._prometheus.record_work(record.samples, record.tokens)
             self._prometheus.record_collectives(collectives)
         if self._provider is None or self._histograms is None:
             return
-        trace_id, span_id = (step.trace_id, step.span_id) if exemplar else (None, None)
+        trace_id, span_id = (spans.trace_id, spans.span_id) if exemplar else (None, None)
         now_ns = time.time_ns()
         with self._histograms.lock:
             self._step.record(None, step_s, now_ns, trace_id, span_id)

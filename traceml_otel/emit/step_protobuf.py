@@ -1,0 +1,133 @@
+"""OTLP protobuf of a templated step shape's spans, a column at a time (OTLP export's fast path).
+
+With OTLP span export on, building span objects for each step (a ``SpanData`` and an attribute dict
+per span) and encoding them one by one (:class:`~traceml_otel.emit.otlp_encode.SpanEncoder`) was
+over half of the emitter's CPU per step. :mod:`traceml_otel.emit.step_lines` already has each step
+*shape*'s values as columns for the local copy's JSON; :class:`StepProtobuf` is the same shape's
+spans as protobuf pieces (:meth:`SpanEncoder.template`: constants, and slots for ids, times and the
+attributes that vary), filled for a whole run by ``map`` and ``join`` over those columns. A step
+becomes an :class:`EncodedStep`: its spans' bytes, its ids and span count, what export and the
+metrics read, and no span objects.
+
+Exactness. A shape's template is made from its first row's spans and kept only when, filled with
+that row's values, it gives :meth:`SpanEncoder.encode`'s bytes for them exactly; otherwise the
+shape's steps are built as span objects as before. ``tests/emit/test_step_protobuf.py`` compares
+both on thousands of random rows.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import add
+from typing import Any
+
+from traceml_otel.emit.otlp_encode import DOUBLE_SLOT, ID_SLOT, TIME_SLOT, TRACE_SLOT, SpanEncoder, varint
+from traceml_otel.emit.spans import SpanData, StepSpans
+
+_FIXED64 = struct.Struct("<Q").pack
+_DOUBLE = struct.Struct("<d").pack
+_HEADS = [b"\x12" + varint(n) for n in range(1 << 12)]
+"""``ScopeSpans.spans`` (2) tag and length of a span message under 4 KiB (ours are a few hundred)."""
+
+
+@dataclass(slots=True)
+class EncodedStep:
+    """One step's spans as OTLP export sends them (no span objects): each span's ``ScopeSpans.spans``
+    field, the step span first (empty without OTLP span export), with what the span budget and the
+    metrics' exemplars read. Steps with collectives are always :class:`StepSpans`."""
+
+    trace_id: int
+    span_id: int
+    count: int
+    encoded: Sequence[bytes] = ()
+    collectives: tuple[SpanData, ...] = ()
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True, slots=True)
+class _SpanPieces:
+    constants: tuple[bytes, ...]
+    """One more than ``slots``: before the first slot, between them, after the last."""
+    slots: tuple[tuple[str, int], ...]
+    """Each slot's kind (or an int attribute's key) and the flat layout's index it takes."""
+
+
+class StepProtobuf:
+    """One step shape's spans as protobuf pieces, filled a run at a time."""
+
+    def __init__(self, encoder: SpanEncoder, spans: tuple[_SpanPieces, ...]) -> None:
+        self._encoder = encoder
+        self._spans = spans
+
+    @classmethod
+    def of(cls, encoder: SpanEncoder, built: StepSpans, picks: Sequence[Sequence[int]],
+           variable: Sequence[Sequence[str]], flat: list[Any]) -> StepProtobuf | None:
+        """The template of ``built``'s shape: each span's slots take ``picks`` (the JSON template's, in
+        the same order: ids, times, then the attributes named in ``variable``) from the flat layout
+        (:func:`~traceml_otel.emit.step_columns.flat_columns`); ``flat`` is ``built``'s own row's.
+        ``None`` unless the filled template gives :meth:`SpanEncoder.encode`'s bytes."""
+        spans = built.all()
+        if built.collectives or len(spans) != len(picks):
+            return None
+        made = []
+        for span, span_picks, keys in zip(spans, picks, variable, strict=True):
+            pieces = encoder.template(span, keys)
+            if pieces is None or len(pieces) != 2 * len(span_picks) + 1:
+                return None
+            made.append(_SpanPieces(tuple(pieces[::2]), tuple(zip(pieces[1::2], span_picks, strict=True))))  # type: ignore[arg-type]
+        template = cls(encoder, tuple(made))
+        try:
+            same = list(template.fill(flat)[0]) == [encoder.encode(span) for span in spans]
+        except (TypeError, ValueError, OverflowError, IndexError, struct.error):
+            return None
+        return template if same else None
+
+    def fill(self, flat: list[Any]) -> list[tuple[bytes, ...]]:
+        """Each step's spans' fields, from a run's flat layout (ids as hex text, floats as their
+        ``repr`` text, as :func:`~traceml_otel.emit.step_columns.flat_columns` gives them)."""
+        values: dict[tuple[str, int], list[bytes]] = {}
+        varints: dict[int, list[bytes]] = {}
+        columns = []
+        for span in self._spans:
+            parts: list[Any] = []
+            for constant, slot in zip(span.constants, span.slots):  # noqa: B905 (one more constant)
+                column = values.get(slot)
+                if column is None:
+                    column = values[slot] = self._column(slot, flat, varints)
+                parts += [repeat(constant), column]
+            parts.append(repeat(span.constants[-1]))
+            bodies = list(map(b"".join, zip(*parts, strict=False)))  # the constants repeat
+            lengths = list(map(len, bodies))
+            if max(lengths) < len(_HEADS):
+                heads = list(map(_HEADS.__getitem__, lengths))
+            else:
+                heads = [b"\x12" + varint(n) for n in lengths]
+            columns.append(list(map(add, heads, bodies)))
+        return list(zip(*columns, strict=True))
+
+    def _column(self, slot: tuple[str, int], flat: list[Any], varints: dict[int, list[bytes]]) -> list[bytes]:
+        """One slot's bytes for each step of the run."""
+        kind, pick = slot
+        column = flat[pick]
+        if kind == TRACE_SLOT or kind == ID_SLOT:
+            return list(map(bytes.fromhex, column))
+        if kind == TIME_SLOT:
+            return list(map(_FIXED64, column))
+        if kind == DOUBLE_SLOT:
+            seconds = getattr(column, "seconds", None)  # the floats the texts spell (step_columns)
+            return list(map(_DOUBLE, seconds if seconds is not None else map(float, column)))
+        prefix = self._encoder.int_prefix
+        if column.count(column[0]) == len(column):  # one value in the whole run (often: calls, peaks)
+            one = varint(column[0])
+            return [prefix(kind, len(one)) + one] * len(column)
+        encoded = varints.get(pick)
+        if encoded is None:
+            encoded = varints[pick] = list(map(varint, column))
+        lengths = list(map(len, encoded))
+        prefixes = {length: prefix(kind, length) for length in set(lengths)}
+        return list(map(add, map(prefixes.__getitem__, lengths), encoded))
