@@ -4,7 +4,7 @@
 culprit and the pattern. A window small enough to read as records (at most ``detail_rows`` rows) takes
 the span reader's own pass, collective split included. A larger one reads each step's slowest rank
 (one row per step) to find the spikes in Python, then sums every rank's kept steps per window in one
-grouped query (:data:`~traceml_otel.analyze.columnar_sql.RANK_SUMS`, grouped by window too); the
+grouped query (:data:`~traceml_otel.analyze.columnar_sql.SUMS_BY`, by window and rank); the
 straggler rule then runs on each window's means, without the waiting/transfer split of collective time
 (as the columnar engine's whole-run means above that size).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from traceml_otel.analyze.columnar_sql import RANK_SUMS, measured_rows
+from traceml_otel.analyze.columnar_sql import SUMS_BY, measured_rows
 from traceml_otel.analyze.findings import Finding, RankMetrics
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.measures import RankTotals
@@ -33,9 +33,8 @@ SLOWEST_PER_STEP = """
     GROUP BY step ORDER BY step"""
 """``recurrence._without_spikes``' input: per step of the window, its slowest rank's fetch + block (CPU)."""
 
-WINDOW_RANK_SUMS = RANK_SUMS.replace("SELECT rank, count(*)", "SELECT bucket, rank, count(*)").replace(
-    "GROUP BY rank ORDER BY rank", "GROUP BY bucket, rank ORDER BY bucket, rank")
-"""``RANK_SUMS`` per window (``bucket``) and rank."""
+WINDOW_RANK_SUMS = SUMS_BY.format(keys="bucket, rank", rows="{rows}")
+"""The rank sums per window (``bucket``) and rank."""
 
 
 def kept_steps(numbers: Sequence[int], slowest: Sequence[float]) -> tuple[list[int], list[int], list[int]]:

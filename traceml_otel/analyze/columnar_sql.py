@@ -57,8 +57,8 @@ def measured_rows(clock: Clock, source: str) -> str:
         FROM (SELECT {clock_columns(clock)} FROM {source})"""
 
 
-RANK_SUMS = """
-    SELECT rank, count(*) AS steps,
+SUMS_BY = """
+    SELECT {keys}, count(*) AS steps,
         sum(whole), bool_or(whole IS NULL),
         sum(wait), bool_or(wait IS NULL), sum(traced), bool_or(traced IS NULL),
         sum(forward), bool_or(forward IS NULL), sum(backward), bool_or(backward IS NULL),
@@ -74,9 +74,12 @@ RANK_SUMS = """
         bool_or(comm_calls IS NOT NULL AND comm_exposed IS NULL),
         sum(comm_exposed) FILTER (WHERE comm_calls IS NOT NULL),
         sum(between_cpu), count(between_cpu), sum(skipped)
-    FROM ({rows}) GROUP BY rank ORDER BY rank"""
-"""One row per rank: the sums ``rank_metrics`` keeps, in :func:`~traceml_otel.analyze.columnar.
-rank_totals` order."""
+    FROM ({rows}) GROUP BY {keys} ORDER BY {keys}"""
+"""One row per value of ``keys`` (their columns first): the sums ``rank_metrics`` keeps, in
+:func:`~traceml_otel.analyze.columnar.rank_totals` order."""
+
+RANK_SUMS = SUMS_BY.format(keys="rank", rows="{rows}")
+""":data:`SUMS_BY` one row per rank."""
 
 HAS_GPU_TIMING = """
     traced_gpu IS NOT NULL AND input_wait_gpu IS NOT NULL
