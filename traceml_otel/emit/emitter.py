@@ -139,7 +139,8 @@ class Emitter:
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
         self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
-        self.capture_notices = CaptureNotices(run_dir, rank.rank) if self.budget and stats_path else None
+        self.capture_notices = (CaptureNotices(run_dir, rank.rank)
+                                if self.budget and stats_path and run_dir is not None else None)
         """The budget keeps every step around a capture (emit/capture_events.py)."""
         self.write_stats()
 
@@ -331,7 +332,7 @@ class Emitter:
         sampled = [True] * len(built)  # exemplars point only at traces that are sent
         if self.shipper is not None:
             try:
-                steps = [spans if type(spans) is EncodedStep else spans.all() for spans in built]
+                steps = [spans if isinstance(spans, EncodedStep) else spans.all() for spans in built]
                 decisions = None
                 if self.budget is not None:  # a decision per step, before any span is encoded
                     if self.capture_notices is not None and records:  # steps around captures are kept

@@ -203,7 +203,7 @@ class SpanEncoder:
         if span.error is not None:
             return None
         attributes = self._span_attributes
-        parent = [] if span.parent_span_id is None else [b"\x22\x08", ID_SLOT]
+        parent: list[bytes | str] = [] if span.parent_span_id is None else [b"\x22\x08", ID_SLOT]
         pieces: list[bytes | str] = [
             b"\x0a\x10", TRACE_SLOT, b"\x12\x08", ID_SLOT, *parent,
             self._name(span.name) + _SPAN_KIND_INTERNAL + b"\x39", TIME_SLOT, b"\x41", TIME_SLOT]

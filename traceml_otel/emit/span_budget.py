@@ -261,7 +261,7 @@ class KeptEncoder:
             extra = encoder.attribute_fields({c.ATTR_SAMPLING_THRESHOLD: kept.th})
             if len(self._extra) < 64:
                 self._extra[kept.th] = extra
-        if type(spans) is EncodedStep:  # encoded ahead (emit/step_protobuf.py): the same bytes, spliced
+        if isinstance(spans, EncodedStep):  # encoded ahead (emit/step_protobuf.py): the same bytes, spliced
             fields, splice = spans.encoded, encoder.with_trace_state
             return [splice(fields[0], state, extra), *[splice(field, state) for field in fields[1:]]]
         encode = encoder.encode

@@ -121,11 +121,12 @@ class StepColumns:
         return cls(step, list(chain.from_iterable(step[ROW_PHASES])), calls)
 
 
-class SecondsTexts(list):  # type: ignore[type-arg]
+class SecondsTexts(list[str]):
     """A column of durations' texts (:func:`seconds_text`), with the floats they spell (``seconds``):
     OTLP protobuf (:mod:`traceml_otel.emit.step_protobuf`) packs those, not the text read back."""
 
     __slots__ = ("seconds",)
+    seconds: list[float]
 
 
 def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
