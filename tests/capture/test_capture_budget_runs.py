@@ -1,6 +1,7 @@
 """The cost budget and the residual jump in real ``traceml run`` processes: a short healthy loop takes no
-capture, a planted problem on a short loop is refused for its cost (and counted in the report), and a
-residual jump still gets its capture where the budget allows (``TRACEML_CAPTURE_BUDGET``, documented)."""
+capture at the default settings, a planted problem on a short loop is refused for its cost with the
+anomaly's share off (and counted in the report), and a residual jump gets its capture where the budget
+allows (``TRACEML_CAPTURE_BUDGET``, ``TRACEML_CAPTURE_WASTE_SHARE``, documented)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,12 @@ def test_a_short_healthy_loop_takes_no_capture(tmp_path: Path) -> None:
     assert status is None or (status.started == 0 and all(w.startswith("budget") for w in status.refused))
 
 
-def test_a_planted_spike_on_a_short_loop_is_refused_for_its_cost_and_reported(tmp_path: Path) -> None:
+def test_with_the_anomaly_share_off_a_planted_spike_on_a_short_loop_is_refused_and_reported(
+        tmp_path: Path) -> None:
+    # TRACEML_CAPTURE_WASTE_SHARE=0: the training-time share alone (1 % of a second or two), as before the
+    # anomaly's share (tests/capture/test_capture_default_runs.py: the default takes this capture).
     run_dir, _ = _run(tmp_path, LOOPS, "--loop", "spike", "--steps", "200", "--every", "5",
-                      "--sleep", "0.002", TRACEML_CAPTURE_INTERVAL_S="0")
+                      "--sleep", "0.002", TRACEML_CAPTURE_INTERVAL_S="0", TRACEML_CAPTURE_WASTE_SHARE="0")
     assert not list(run_dir.glob("*.trace.json.gz"))
     status = read_status(run_dir / status_file_name(0))
     assert status is not None and status.started == 0, status

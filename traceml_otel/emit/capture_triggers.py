@@ -34,7 +34,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from traceml_otel.capture.capture_budget import affordable_after_s
+from traceml_otel.capture.capture_budget import affordable
 from traceml_otel.settings import CaptureSettings
 from traceml_otel.wire.capture_record import (
     CaptureRequest,
@@ -54,6 +54,13 @@ RETRY_S = 30.0
 """After a refused request, the emitter asks again at most this often (a file write each time)."""
 RESIDUAL_SHARE = 0.30
 RESIDUAL_JUMP = 0.15
+RESIDUAL_FLOOR_S = 0.001
+"""A step's residual counts as wasted only above 30 % of its busy time and this much: a loop of tiny
+steps spends half of each in its own Python (0.2 ms of 0.4), which no capture can improve."""
+WASTE_GROWTH = 1.5
+"""After a refusal for the cost budget, a trigger asks again once its anomaly's waste grew this much
+(its allowance grew with it), at most every :data:`STATUS_READ_S`."""
+STATUS_READ_S = 1.0
 SPIKE_FLOOR_S = 0.005
 LEVEL_SHIFT = 8
 _START = itemgetter(2)
@@ -142,6 +149,14 @@ class CaptureTriggers:
         self._last_request: float | None = None
         self._status_read: float | None = None
         self.fired: list[CaptureRequest] = []
+        self.wasted: dict[str, float] = {"spike": 0.0, "drift": 0.0, "residual": 0.0}
+        """Seconds each kind of anomaly has wasted on this rank (the cost budget's second allowance):
+        spikes' busy time over the baseline median, a slow level's over the level before (drift and
+        straggler), the residual over 30 % of the busy time and 1 ms a step."""
+        self._slow_level: float | None = None
+        """The busy level before a slow period, while its excess counts as wasted."""
+        self._refused_waste: float | None = None
+        """The waste carried by the last request the poller refused for its budget."""
 
     def observe(self, rows: Sequence[Sequence[Any]]) -> None:
         """Update the windows with a batch of steps; write a request when a trigger fires (rate-limited)."""
@@ -162,8 +177,13 @@ class CaptureTriggers:
         self._collectives = self._collectives or collectives
         if step < WARMUP_STEPS:
             return
+        excess = residual - max(RESIDUAL_SHARE * busy, RESIDUAL_FLOOR_S)
+        if excess > 0:
+            self.wasted["residual"] += excess
         if self._spike(step, busy):
             return
+        if self._slow_level is not None and busy > self._slow_level:
+            self.wasted["drift"] += busy - self._slow_level
         if len(self.recent) == RECENT_STEPS:
             self.older.append(self.recent[0])
         self.recent.append(busy)
@@ -206,6 +226,7 @@ class CaptureTriggers:
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
         """A spike alone: from the third, captured where the next is due (steady gaps), else at once."""
         self.spikes = [*self.spikes[-7:], step]
+        self.wasted["spike"] += max(0.0, busy - statistics.median(self.baseline))
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
         every = period(self.spikes)
@@ -221,6 +242,9 @@ class CaptureTriggers:
         now, before = statistics.median(self.recent), statistics.median(self.older)
         if before <= 0 or now <= self.settings.drift_factor * before or now - before < SPIKE_FLOOR_S:
             return
+        if self._slow_level is None:  # the slow steps so far count as wasted, and those after them
+            self._slow_level = before
+            self.wasted["drift"] += sum(b - before for b in self.recent if b > before)
         straggler = self.world_size > 1 and self._collectives
         reason = "straggler" if straggler else "drift"
         what = "this rank's own work" if straggler else "the rank's busy time"
@@ -228,6 +252,7 @@ class CaptureTriggers:
                                   f"{RECENT_STEPS}), {now / before:.1f} x the {before * 1e3:.1f} ms before",
                          step, before):
             self.older.clear()  # the new level is the next baseline
+            self._slow_level = None
 
     def training_s(self) -> float:
         """The rank's training time seen so far: from its first step's start to its last step's end."""
@@ -248,25 +273,43 @@ class CaptureTriggers:
                                              f"from {earlier:.0%} before", step, baseline):
                     self.older_shares.clear()  # the new level is the next baseline
                 return
-        if self._level_asked or self.training_s() < affordable_after_s(self.settings.budget_share):
+        settings = self.settings
+        if self._level_asked or not affordable(self.training_s(), self.wasted["residual"],
+                                               settings.budget_share, settings.waste_share):
             return
         if self._request("residual", f"step {step}: {what} is steadily {share:.0%} of the busy time",
                          step, baseline):
             self._level_asked = True
 
-    def _last_refused(self, now: float) -> bool:
+    def _last_refused(self, now: float, wasted_s: float) -> bool:
         """Whether the poller refused this emitter's last request (then it does not count against the
-        emitter's own limits), at most every :data:`RETRY_S`."""
-        if not self.fired or self._last_request is None or now - self._last_request < RETRY_S:
+        emitter's own limits): asked again after :data:`RETRY_S`, or sooner (the status read at most
+        every :data:`STATUS_READ_S`) when it was refused for its budget and the anomaly's waste, which
+        pays for it, has grown by :data:`WASTE_GROWTH` since."""
+        if not self.fired or self._last_request is None:
             return False
-        if self._status_read is not None and now - self._status_read < RETRY_S:
+        waited = now - self._last_request
+        refused_waste = self._refused_waste
+        grown = refused_waste is not None and wasted_s >= WASTE_GROWTH * refused_waste and wasted_s > 0
+        if waited < RETRY_S and not (grown or refused_waste is None):
+            return False
+        if self._status_read is not None and now - self._status_read < (
+                STATUS_READ_S if waited < RETRY_S else RETRY_S):
             return False
         self._status_read = now
         status = read_status(self.run_dir / status_file_name(self.rank))
         if status is None or status.last_request != self.fired[-1].id or not status.last_refusal:
             return False
+        budget = status.last_refusal.startswith("budget")
+        if refused_waste is None and budget and waited < RETRY_S:
+            self._refused_waste = self.fired[-1].wasted_s  # known refused now: wait for the waste to grow
+            if wasted_s < WASTE_GROWTH * self._refused_waste or wasted_s <= 0:
+                return False
+        elif waited < RETRY_S and not budget:
+            return False
         self.requested -= 1
         self._last_request = None
+        self._refused_waste = None
         return True
 
     def _request(self, reason: str, detail: str, step: int, baseline_s: float | None,
@@ -275,16 +318,18 @@ class CaptureTriggers:
         if not settings.auto:
             return False
         now = self.clock()
+        kind = "drift" if reason == "straggler" else reason
+        wasted = self.wasted.get(kind, 0.0)
         if self.requested >= settings.max_per_rank or (
                 self._last_request is not None and now - self._last_request < settings.interval_s):
-            if not self._last_refused(now):
+            if not self._last_refused(now, wasted):
                 return False
         request = CaptureRequest(
             id=f"{reason}-r{self.rank}-s{step}-{int(time.time() * 1000) % 10**9}", reason=reason,
             detail=detail, at_step=at_step if at_step is not None else step + 1,
             requested_unix=time.time(),
             baseline_ms=None if baseline_s is None else round(baseline_s * 1e3, 3),
-            every=every)
+            every=every, wasted_s=round(wasted, 4))
         try:
             write_request(self.run_dir / request_file_name(self.rank), request)
         except OSError as error:
