@@ -21,7 +21,7 @@ from traceml_otel.capture.capture_budget import (
 from traceml_otel.capture.capture_export import CaptureExporter
 from traceml_otel.capture.capture_poller import CapturePoller
 from traceml_otel.capture.profiler_capture import ProfilerCapture
-from traceml_otel.emit.capture_triggers import RETRY_S, CaptureTriggers
+from traceml_otel.emit.capture_triggers import CaptureTriggers
 from traceml_otel.settings import CaptureSettings, capture_settings
 from traceml_otel.wire.capture_record import (
     CaptureRequest,
@@ -44,9 +44,28 @@ def _triggers(run_dir: Path, steps: list[tuple[float, float]], **settings: objec
     return triggers
 
 
-def test_a_steadily_high_residual_on_a_short_run_asks_for_nothing(tmp_path: Path) -> None:
-    triggers = _triggers(tmp_path, [(1.0, 1.2)] * 600)  # 55 % residual from the first step, ~1.9 s
-    assert triggers.fired == [] and not (tmp_path / request_file_name(0)).exists()
+def test_a_residual_is_wasted_by_its_window_median_not_by_descheduled_steps(tmp_path: Path) -> None:
+    # benchmarks/compare_aa.py's loop: 0.53 ms steps, 48 % of them residual: 0.09 ms a step over 30 % of
+    # the busy time, counted from the first full window (step 41), pays for the expected 0.01 s after
+    # ~220 steps. One step in 20 descheduled 5 ms inside the residual (a loaded machine) changes nothing:
+    # the window's median does not see it.
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "noisy").mkdir()
+    quiet = _triggers(tmp_path / "quiet", [(0.28, 0.25)] * 1000)
+    noisy = _triggers(tmp_path / "noisy", [(0.28, 5.0 if n % 20 == 0 else 0.25) for n in range(1000)])
+    (asked,) = quiet.fired
+    (also,) = noisy.fired
+    assert 250 <= asked.at_step <= 270 and also.at_step == asked.at_step, (asked, also)
+    assert abs(noisy.wasted["residual"] - quiet.wasted["residual"]) < 1e-9
+
+
+def test_a_steadily_high_residual_on_a_short_run_is_asked_for_once_it_wasted_enough(tmp_path: Path) -> None:
+    # 1.2 ms of residual on 1 ms of work (55 %): 0.54 ms a step over 30 % of the busy time, counted from
+    # the first full window (step 41); half of it pays for the profiling's expected 0.01 s 32 steps later.
+    triggers = _triggers(tmp_path, [(1.0, 1.2)] * 600)
+    (request,) = triggers.fired
+    assert "steadily 55%" in request.detail and 70 <= request.at_step <= 80, request
+    assert WASTE_SHARE * request.wasted_s >= DEFAULT_RUN_COST_S
 
 
 def test_a_residual_jump_after_a_steady_period_is_asked_for_once(tmp_path: Path) -> None:
@@ -61,16 +80,16 @@ def test_a_steady_residual_is_asked_for_once_its_waste_pays_for_the_capture(tmp_
     triggers = _triggers(tmp_path, [(45.0, 55.0)] * 300)  # 55 % residual, 100 ms steps: 30 s
     (request,) = triggers.fired
     assert "steadily 55%" in request.detail
-    # 25 ms a step over 30 % of the busy time: from step 10 (the warm-up) the residual has wasted 0.8 s by
-    # step 41 (its window of 32 steps full), a quarter of which pays for the profiling's expected 0.05 s.
-    assert request.at_step == 42 and request.wasted_s == 0.8
+    # 25 ms a step over 30 % of the busy time: at step 41 (its window of 32 steps full) the residual has
+    # wasted 0.2 s in the last 8 steps, half of which pays for the profiling's expected 0.01 s.
+    assert request.at_step == 42 and request.wasted_s == 0.2
     assert WASTE_SHARE * request.wasted_s >= DEFAULT_RUN_COST_S
 
 
-def test_a_steady_residual_with_the_anomaly_share_off_waits_for_20_s_of_training(tmp_path: Path) -> None:
-    triggers = _triggers(tmp_path, [(45.0, 55.0)] * 300, waste_share=0.0)
+def test_a_steady_residual_with_the_anomaly_share_off_waits_for_1_s_of_training(tmp_path: Path) -> None:
+    triggers = _triggers(tmp_path, [(4.5, 5.5)] * 400, waste_share=0.0)  # 10 ms steps, 1 ms apart
     (request,) = triggers.fired
-    assert 5.0 <= request.at_step * 0.101 <= 8.0  # the profiling's 0.05 s within 1 % of the training
+    assert 1.0 <= request.at_step * 0.011 <= 1.2  # the profiling's 0.01 s within 1 % of the training
 
 
 def test_budget_arithmetic() -> None:
@@ -79,12 +98,12 @@ def test_budget_arithmetic() -> None:
     assert budget_refusal(19.0, 0.0, DEFAULT_COST_S, 0.01) is not None
     assert budget_refusal(21.0, 0.0, DEFAULT_COST_S, 0.01) is None
     assert budget_refusal(60.0, 0.5, 0.5, 0.01) is not None  # the last measured cost counts, spent too
-    # The anomaly's share: a capture may cost a quarter of what the anomaly wasted, or 1 % of training.
-    assert budget_refusal(2.0, 0.0, 0.05, 0.01, wasted_s=0.19, waste_share=0.25) is not None
-    assert budget_refusal(2.0, 0.0, 0.05, 0.01, wasted_s=0.2, waste_share=0.25) is None
-    assert budget_refusal(2.0, 0.0, 0.05, 0.01, wasted_s=0.2, waste_share=0.25) is None
-    assert budget_refusal(2.0, 0.1, 0.05, 0.01, wasted_s=0.2, waste_share=0.25) == \
-        "budget (0.01 of the training time, 0.25 of the anomaly's)"
+    # The anomaly's share: a capture may cost half of what the anomaly wasted, or 1 % of training.
+    assert budget_refusal(2.0, 0.0, 0.05, 0.01, wasted_s=0.09, waste_share=0.5) is not None
+    assert budget_refusal(2.0, 0.0, 0.05, 0.01, wasted_s=0.1, waste_share=0.5) is None
+    assert budget_refusal(8.0, 0.0, 0.05, 0.01, wasted_s=0.0, waste_share=0.5) is None
+    assert budget_refusal(2.0, 0.1, 0.05, 0.01, wasted_s=0.2, waste_share=0.5) == \
+        "budget (0.01 of the training time, 0.5 of the anomaly's)"
     # The export runs at once only when it fits too; else it waits (for the budget, or the training's end).
     use = BudgetUse(spent_s=0.0, run_expected_s=0.05, export_expected_s=DEFAULT_COST_S)
     assert not export_now(2.0, use, 0.01) and not export_now(24.0, use, 0.01)  # 0.25 s: 25 s of training
@@ -110,7 +129,7 @@ def _ask(run_dir: Path, poller: CapturePoller, ident: str, reason: str = "spike"
     poller.poll()
 
 
-BUDGET_WORDS = "budget (0.01 of the training time, 0.25 of the anomaly's)"
+BUDGET_WORDS = "budget (0.01 of the training time, 0.5 of the anomaly's)"
 
 
 def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_a_person_through(
@@ -127,7 +146,7 @@ def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_
         assert status.last_refusal.startswith("budget") and status.budget["expected_s"] == DEFAULT_RUN_COST_S
         raw = json.loads((tmp_path / status_file_name(0)).read_text())
         assert raw["limits"]["budget_share"] == 0.01
-        # An anomaly that wasted 0.4 s pays for 0.1 s: the profiling (0.05 s) fits, its export does not.
+        # An anomaly that wasted 0.4 s pays for 0.2 s: the profiling (0.02 s) fits, its export does not.
         _ask(tmp_path, poller, "a2", wasted_s=0.4)
         assert capture.pending is not None and capture.pending.id == "a2" and capture.defer_export
         status = read_status(tmp_path / status_file_name(0))
@@ -137,12 +156,12 @@ def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_
         _ask(tmp_path, poller, "b", reason="on_demand")  # a person's request: never refused for cost
         assert capture.pending is not None and capture.pending.id == "b" and not capture.defer_export
         capture.pending = None
-        capture.training_since = time.monotonic() - 30.0  # 30 s of training: 0.05 + 0.2 s fit within 1 %
+        capture.training_since = time.monotonic() - 30.0  # 30 s of training: 0.02 + 0.2 s fit within 1 %
         _ask(tmp_path, poller, "c")
         assert capture.pending is not None and capture.pending.id == "c" and not capture.defer_export
         capture.pending = None
         # "c" ran: its profiling measured 0.1 s and its export 0.5 s during training: the next one needs
-        # (0.6 + 0.1) / 1 % = 70 s, or an anomaly that wasted 2.8 s.
+        # (0.6 + 0.1) / 1 % = 70 s, or an anomaly that wasted 1.4 s.
         capture.auto_started = 1
         capture.run_costs.append((True, 0.1))
         exporter.export_costs.append((True, 0.5))
@@ -153,7 +172,7 @@ def test_the_poller_refuses_automatic_captures_over_budget_counts_them_and_lets_
         assert status is not None and status.refused[BUDGET_WORDS] == 2
         assert status.budget["spent_s"] == 0.6 and status.budget["expected_s"] == 0.1
         assert status.budget["export_expected_s"] == 0.5
-        _ask(tmp_path, poller, "e", wasted_s=2.8)
+        _ask(tmp_path, poller, "e", wasted_s=1.4)
         assert capture.pending is not None and capture.pending.id == "e" and capture.defer_export
     finally:
         exporter.close(1.0)
@@ -186,9 +205,32 @@ def test_a_request_the_poller_refused_does_not_hold_the_emitters_interval(tmp_pa
               "last_request": triggers.fired[0].id, "last_reason": "spike",
               "last_refusal": "budget (0.01 of the training time)"}
     (tmp_path / status_file_name(0)).write_text(json.dumps(status))
-    assert not triggers._request("spike", "c0", 65, None)  # the status is read at most every RETRY_S
-    now[0] += RETRY_S
+    now[0] += 0.5
+    assert not triggers._request("spike", "c0", 65, None)  # the status is read at most every second
+    now[0] += 1.0
     assert triggers._request("spike", "c", 70, None)  # refused: it did not count; asked again
     assert [r.detail for r in triggers.fired] == ["a", "c"] and triggers.requested == 1
     now[0] += 5.0
     assert not triggers._request("spike", "d", 80, None)  # not refused yet, and within the interval
+
+
+def test_a_request_refused_for_its_budget_is_asked_again_once_its_anomaly_wasted_half_as_much_more(
+        tmp_path: Path) -> None:
+    now = [1000.0]
+    triggers = CaptureTriggers(tmp_path, 0, 1, CaptureSettings(), print, clock=lambda: now[0])
+    triggers.wasted["spike"] = 0.1
+    assert triggers._request("spike", "a", 50, None) and triggers.fired[0].wasted_s == 0.1
+    words = "budget (0.01 of the training time, 0.25 of the anomaly's)"
+    status = {"version": 1, "rank": 0, "started": 0, "refused": {words: 1},
+              "last_request": triggers.fired[0].id, "last_reason": "spike", "last_refusal": words}
+    (tmp_path / status_file_name(0)).write_text(json.dumps(status))
+    now[0] += 0.2
+    triggers.wasted["spike"] = 0.14
+    assert not triggers._request("spike", "b", 90, None)  # refused, but its waste grew less than half
+    now[0] += 0.1  # the status is not read again: the refusal is known
+    triggers.wasted["spike"] = 0.16
+    assert triggers._request("spike", "c", 130, None)
+    assert [r.detail for r in triggers.fired] == ["a", "c"] and triggers.fired[1].wasted_s == 0.16
+    now[0] += 0.1
+    triggers.wasted["spike"] = 1.0
+    assert not triggers._request("spike", "d", 170, None)  # "c" not refused (no status for it yet)

@@ -24,9 +24,8 @@ many small operators on a loaded machine), and it explains nothing sooner for be
 - *training time*: wall time since the rank's first step (measured by the training process's poller).
 - *wasted*: what the emitter's trigger measured of its own anomaly (``wasted_s`` in the request): the
   spikes' busy time over the rank's median, a slow period's (or a straggler's) excess over its level
-  before, the residual above 30 % of the busy time (and 1 ms) a step. A capture may add at most
-  ``WASTE_SHARE`` to the harm the anomaly has already done; a healthy run wastes nothing and keeps the
-  plain 1 %.
+  before, the residual above 30 % of the busy time (and 0.1 ms) a step. A capture may add at most
+  ``WASTE_SHARE`` to the harm the anomaly has already done; a run without anomaly keeps the plain 1 %.
 - *a capture's cost* (``cost_s`` in its summary): its profiling cost + its export's wall time when the
   export ran during training (an upper bound: the training thread cannot lose more than that window).
 - *expected costs*: the rank's last measured ones, else :data:`DEFAULT_RUN_COST_S` for profiling and
@@ -45,12 +44,13 @@ from dataclasses import dataclass
 
 BUDGET_SHARE = 0.01
 """All automatic captures together may cost at most this share of the rank's training time so far..."""
-WASTE_SHARE = 0.25
+WASTE_SHARE = 0.5
 """... or this share of the time the triggering anomaly has wasted, whichever is larger."""
 DEFAULT_COST_S = 0.2
 """An export's expected cost to the training thread before this rank measured one (seconds)."""
-DEFAULT_RUN_COST_S = 0.05
-"""Profiling's expected cost (start, stop, captured steps' slowdown) before this rank measured one."""
+DEFAULT_RUN_COST_S = 0.01
+"""Profiling's expected cost (start, stop, captured steps' slowdown) before this rank measured one: 5-7 ms
+measured on loops of 0.4-1 ms steps; stops of 13-54 ms on a VM at load 11-23 (``docs/captures.md``)."""
 BUDGET = "budget"
 """The refusal reason's first word (``rank-R.capture-status.json``'s ``refused``)."""
 

@@ -15,8 +15,8 @@ captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``doc
   logging) of the last 32 steps' busy time >= 30 % and 15 points or more above the rank's own earlier
   level (the median share of the up to 128 steps before those 32, at least 64 of them, none in the
   warm-up): a jump, not a level. A residual that is steadily high is the analyzer's RESIDUAL_HEAVY; it
-  is asked for once only when the run's training time makes a capture cheap against it (the default
-  cost within the cost budget, ``capture/capture_budget.py``: 20 s of training at the default share).
+  is asked for once, when it has wasted time (the window's median residual over 30 % of its median busy
+  time and 0.1 ms) and the capture fits the cost budget (``capture/capture_budget.py``).
 
 A firing trigger writes ``rank-R.capture-request.json``; the trainer's poller applies the limits. The
 emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times, not
@@ -54,9 +54,9 @@ RETRY_S = 30.0
 """After a refused request, the emitter asks again at most this often (a file write each time)."""
 RESIDUAL_SHARE = 0.30
 RESIDUAL_JUMP = 0.15
-RESIDUAL_FLOOR_S = 0.001
-"""A step's residual counts as wasted only above 30 % of its busy time and this much: a loop of tiny
-steps spends half of each in its own Python (0.2 ms of 0.4), which no capture can improve."""
+RESIDUAL_FLOOR_S = 0.0001
+"""A step's residual counts as wasted only above 30 % of its busy time and this much (microseconds of
+bookkeeping are no anomaly)."""
 WASTE_GROWTH = 1.5
 """After a refusal for the cost budget, a trigger asks again once its anomaly's waste grew this much
 (its allowance grew with it), at most every :data:`STATUS_READ_S`."""
@@ -135,6 +135,7 @@ class CaptureTriggers:
         self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
         self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.older_shares: deque[float] = deque(maxlen=RESIDUAL_BASELINE_STEPS)
+        self.residuals: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.spikes: list[int] = []
         self._spikes_in_row = 0
         self._pending_spike: tuple[int, float, float] | None = None
@@ -152,11 +153,13 @@ class CaptureTriggers:
         self.wasted: dict[str, float] = {"spike": 0.0, "drift": 0.0, "residual": 0.0}
         """Seconds each kind of anomaly has wasted on this rank (the cost budget's second allowance):
         spikes' busy time over the baseline median, a slow level's over the level before (drift and
-        straggler), the residual over 30 % of the busy time and 1 ms a step."""
+        straggler), the residual's median over 30 % of the median busy time and 0.1 ms, a step."""
         self._slow_level: float | None = None
         """The busy level before a slow period, while its excess counts as wasted."""
-        self._refused_waste: float | None = None
-        """The waste carried by the last request the poller refused for its budget."""
+        self._refusal_of = ""
+        """The id of the last request the poller's status says it refused..."""
+        self._refused_for_budget = False
+        """...and whether for its cost budget (then a grown waste asks again sooner)."""
 
     def observe(self, rows: Sequence[Sequence[Any]]) -> None:
         """Update the windows with a batch of steps; write a request when a trigger fires (rate-limited)."""
@@ -177,9 +180,6 @@ class CaptureTriggers:
         self._collectives = self._collectives or collectives
         if step < WARMUP_STEPS:
             return
-        excess = residual - max(RESIDUAL_SHARE * busy, RESIDUAL_FLOOR_S)
-        if excess > 0:
-            self.wasted["residual"] += excess
         if self._spike(step, busy):
             return
         if self._slow_level is not None and busy > self._slow_level:
@@ -191,6 +191,7 @@ class CaptureTriggers:
             if len(self.shares) == RESIDUAL_STEPS:
                 self.older_shares.append(self.shares[0])
             self.shares.append(residual / busy)
+            self.residuals.append(residual)
         self._seen += 1
         if self._seen % EVERY == 0:
             self._drift(step)
@@ -261,6 +262,12 @@ class CaptureTriggers:
     def _residual(self, step: int) -> None:
         if len(self.shares) < RESIDUAL_STEPS:
             return
+        # The waste of the last EVERY steps, from the window's medians: a descheduled step on a loaded
+        # machine is no residual level (its time counts in no phase), a sync in every step is.
+        excess = statistics.median(self.residuals) - max(RESIDUAL_SHARE * statistics.median(self.recent),
+                                                         RESIDUAL_FLOOR_S)
+        if excess > 0:
+            self.wasted["residual"] += EVERY * excess
         share = statistics.median(self.shares)
         if share < RESIDUAL_SHARE:
             return
@@ -272,10 +279,12 @@ class CaptureTriggers:
                 if self._request("residual", f"step {step}: {what} jumped to {share:.0%} of the busy time "
                                              f"from {earlier:.0%} before", step, baseline):
                     self.older_shares.clear()  # the new level is the next baseline
+                    self._level_asked = True  # that capture explains the level too
                 return
         settings = self.settings
-        if self._level_asked or not affordable(self.training_s(), self.wasted["residual"],
-                                               settings.budget_share, settings.waste_share):
+        wasted = self.wasted["residual"]
+        if self._level_asked or wasted <= 0 or not affordable(self.training_s(), wasted,
+                                                              settings.budget_share, settings.waste_share):
             return
         if self._request("residual", f"step {step}: {what} is steadily {share:.0%} of the busy time",
                          step, baseline):
@@ -283,33 +292,28 @@ class CaptureTriggers:
 
     def _last_refused(self, now: float, wasted_s: float) -> bool:
         """Whether the poller refused this emitter's last request (then it does not count against the
-        emitter's own limits): asked again after :data:`RETRY_S`, or sooner (the status read at most
-        every :data:`STATUS_READ_S`) when it was refused for its budget and the anomaly's waste, which
-        pays for it, has grown by :data:`WASTE_GROWTH` since."""
+        emitter's own limits) and it may be asked again: after :data:`RETRY_S`, or sooner when it was
+        refused for its budget and the anomaly's waste, which pays for it, has grown by
+        :data:`WASTE_GROWTH` since. The status file is read at most every :data:`STATUS_READ_S` until
+        it answers for that request."""
         if not self.fired or self._last_request is None:
             return False
-        waited = now - self._last_request
-        refused_waste = self._refused_waste
-        grown = refused_waste is not None and wasted_s >= WASTE_GROWTH * refused_waste and wasted_s > 0
-        if waited < RETRY_S and not (grown or refused_waste is None):
-            return False
-        if self._status_read is not None and now - self._status_read < (
-                STATUS_READ_S if waited < RETRY_S else RETRY_S):
-            return False
-        self._status_read = now
-        status = read_status(self.run_dir / status_file_name(self.rank))
-        if status is None or status.last_request != self.fired[-1].id or not status.last_refusal:
-            return False
-        budget = status.last_refusal.startswith("budget")
-        if refused_waste is None and budget and waited < RETRY_S:
-            self._refused_waste = self.fired[-1].wasted_s  # known refused now: wait for the waste to grow
-            if wasted_s < WASTE_GROWTH * self._refused_waste or wasted_s <= 0:
+        last = self.fired[-1]
+        if self._refusal_of != last.id:
+            if self._status_read is not None and now - self._status_read < STATUS_READ_S:
                 return False
-        elif waited < RETRY_S and not budget:
+            self._status_read = now
+            status = read_status(self.run_dir / status_file_name(self.rank))
+            if status is None or status.last_request != last.id or not status.last_refusal:
+                return False
+            self._refusal_of = last.id
+            self._refused_for_budget = status.last_refusal.startswith("budget")
+        waited = now - self._last_request
+        grown = self._refused_for_budget and 0 < wasted_s and WASTE_GROWTH * last.wasted_s <= wasted_s
+        if waited < RETRY_S and not grown:
             return False
         self.requested -= 1
         self._last_request = None
-        self._refused_waste = None
         return True
 
     def _request(self, reason: str, detail: str, step: int, baseline_s: float | None,
