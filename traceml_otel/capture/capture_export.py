@@ -216,7 +216,8 @@ class CaptureExporter:
         summary = replace(summary, export_s=round(export_s, 3), finished_unix=time.time(),
                           started_unix=running.started_unix, stopped_unix=running.stopped_unix,
                           cost_s=round(cost, 4), train_s=round(running.train_s, 3),
-                          export_began_unix=began_unix, export_deferred=running.deferred)
+                          export_began_unix=began_unix, export_deferred=running.deferred,
+                          export_after_training=after_training)
         self.last_export_s = export_s
         self.export_costs = [*self.export_costs[-63:], (running.request.reason != "on_demand", charged)]
         write_summary(self.run_dir, summary)

@@ -176,6 +176,8 @@ class CaptureSummary:
     """Wall clock when its export began (0: not recorded; the export then ran from ``stopped_unix``)."""
     export_deferred: bool = False
     """The export waited for the budget (or the end of training) instead of running at once."""
+    export_after_training: bool = False
+    """The export ran at the rank's shutdown, after its training: ``cost_s`` holds none of it."""
     version: int = CAPTURE_VERSION
 
     def label(self) -> str:
@@ -237,6 +239,7 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
         cost_s=as_float(raw.get("cost_s")) or 0.0, train_s=as_float(raw.get("train_s")) or 0.0,
         export_began_unix=as_float(raw.get("export_began_unix")) or 0.0,
         export_deferred=raw.get("export_deferred") is True,
+        export_after_training=raw.get("export_after_training") is True,
     )
 
 
