@@ -56,3 +56,21 @@ def test_a_user_script_with_an_item_per_step_gets_the_sync_captured_and_cited(tm
     assert residual, [f.kind for f in (step.primary, *step.issues)]
     assert ("capture", capture.label(), "") in [(e.name, e.value, e.unit) for e in residual[0].evidence]
     assert f"Capture {capture.label()}" in residual[0].why and "aten::item x" in residual[0].why
+
+
+def test_a_user_ddp_job_whose_rank_1_turns_straggler_gets_rank_1_captured_not_rank_0(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", "--nproc-per-node", "2",
+         str(SCRIPTS / "user_ddp_straggler.py")], env=env, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summaries, problems = read_summaries(run_dir)
+    assert not problems
+    assert {s.rank for s in summaries} == {1}, ([(s.rank, s.reason, s.detail) for s in summaries],
+                                                read_status(run_dir / status_file_name(1)))
+    capture = summaries[0]
+    assert capture.reason == "straggler" and min(capture.steps) >= 120, (capture.reason, capture.steps)
+    assert {"aten::mm", "aten::tanh"} & {op.name for op in capture.top_cpu[:3]}, capture.top_cpu[:3]
+    assert not list(run_dir.glob("rank-0.capture-*"))  # rank 0 waited for rank 1: never asked

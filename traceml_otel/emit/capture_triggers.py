@@ -1,8 +1,9 @@
 """Deep captures' automatic triggers, in the emitter process, from the steps it already reads.
 
-Each step's *busy* time is its wall time less its blocking collectives' (the time a rank waits for
-slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not be
-captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
+Each step's *busy* time is its wall time less its blocking collectives' and its DDP buckets' exposed
+tail (the last completion after the last hand-over, ``emit/exposed_communication.py``): the time a rank
+waits for slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not
+be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
@@ -82,9 +83,17 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
     collectives = row[15] if len(row) > 15 else None
     waits = 0
     if collectives:
+        last_handed = last_done = None  # DDP's gradient buckets: backward waits for the last one's tail
         for call in collectives:
-            if call[5] and call[3] is not None:
+            if call[3] is None:
+                continue
+            if call[1] == "ddp":
+                last_handed = call[2] if last_handed is None or call[2] > last_handed else last_handed
+                last_done = call[3] if last_done is None or call[3] > last_done else last_done
+            elif call[5]:
                 waits += call[3] - call[2]
+        if last_done is not None and last_handed is not None and last_done > last_handed:
+            waits += last_done - last_handed  # as emit/exposed_communication.py measures it
         calls = sorted([*phases, *collectives], key=_START)
     else:
         calls = sorted(phases, key=_START)
