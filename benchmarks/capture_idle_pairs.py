@@ -9,7 +9,10 @@ rotates every round:
 
 - ``bare``: ``TRACEML_DISABLED=1``, the loop alone (the ratios' denominator);
 - ``armed``: telemetry with deep captures on (the default: the poller thread, the emitter's triggers),
-  none taken (the run is far too short for the cost budget; the script checks its folder for traces);
+  none taken: the cost budget is set to nothing (``TRACEML_CAPTURE_BUDGET=0``,
+  ``TRACEML_CAPTURE_WASTE_SHARE=0``: every automatic request refused, counted) since at the defaults a
+  loop of small steps with a high residual pays for one capture (``docs/captures.md``); the script
+  checks its folder for traces;
 - ``off`` and ``off2``: telemetry with ``TRACEML_CAPTURE=0``. ``off2 - off`` is the A/A control: what
   two identical launches differ by on this machine, which ``armed - off`` must be read against.
 
@@ -44,6 +47,8 @@ def _env(side: str, out: Path, runs: Path) -> dict[str, str]:
         env["TRACEML_DISABLED"] = "1"
     elif side != "armed":
         env["TRACEML_CAPTURE"] = "0"
+    else:  # armed, never firing: every request refused by the budget
+        env.update(TRACEML_CAPTURE_BUDGET="0", TRACEML_CAPTURE_WASTE_SHARE="0")
     return env
 
 

@@ -514,6 +514,9 @@ TRACEML_CAPTURE_POLL_S = "TRACEML_CAPTURE_POLL_S"
 TRACEML_CAPTURE_BUDGET = "TRACEML_CAPTURE_BUDGET"
 """Automatic captures together may cost at most this share of a rank's training time so far (default
 0.01; ``traceml_otel/capture/capture_budget.py``)."""
+TRACEML_CAPTURE_WASTE_SHARE = "TRACEML_CAPTURE_WASTE_SHARE"
+"""...or this share of the time the triggering anomaly already wasted, whichever is larger (default 0.5;
+``0``: the training-time share alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,6 +536,7 @@ class CaptureSettings:
     record_shapes: bool = False
     poll_s: float = 0.2
     budget_share: float = 0.01
+    waste_share: float = 0.5
 
 
 def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
@@ -552,4 +556,5 @@ def capture_settings(env: Mapping[str, str] | None = None) -> CaptureSettings:
         record_shapes=flag(env, TRACEML_CAPTURE_SHAPES),
         poll_s=decimal(env, TRACEML_CAPTURE_POLL_S, 0.2, minimum=0.01),
         budget_share=decimal(env, TRACEML_CAPTURE_BUDGET, 0.01),
+        waste_share=decimal(env, TRACEML_CAPTURE_WASTE_SHARE, 0.5),
     )

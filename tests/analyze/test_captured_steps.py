@@ -88,3 +88,19 @@ def test_the_columnar_engine_leaves_out_the_steps_run_while_a_trace_was_written(
                                           finished_unix=written + 0.001))
     assert not any("STRAGGLER" in str(kind) for kind in _columnar_kinds(run_dir)), _columnar_kinds(run_dir)
     assert _columnar_kinds(run_dir) == _kinds(run_dir)
+
+
+def test_a_deferred_export_leaves_out_its_profiled_steps_only(tmp_path: Path) -> None:
+    """The capture profiled steps 5-7; its export waited for the end of training (the cost budget): the
+    steps between the profiling and the export ran beside no export and stay in, in both engines."""
+    run_dir = write_run(tmp_path / "deferred", "run-deferred", _steps())
+    starts = {s.step: s.start_unix_nano / 1e9 for s in FileSpanSource([run_dir]).load().steps if s.rank == 0}
+    end = starts[79] + 1.0
+    write_summary(run_dir, CaptureSummary("run-deferred", 0, 1, "residual", steps=(5, 6, 7),
+                                          started_unix=starts[5] - 0.0001, stopped_unix=starts[7] + 0.001,
+                                          export_began_unix=end, finished_unix=end + 0.2,
+                                          export_deferred=True, export_after_training=True))
+    for engine in ("python", "columnar"):
+        analysis = analyze_path([run_dir], engine=engine)
+        assert analysis.window.left_out_steps == 5, (engine, analysis.window.left_out_steps)  # 4-8
+    assert any("STRAGGLER" in str(kind) for kind in _kinds(run_dir))  # steps 40-42 stay in

@@ -45,6 +45,19 @@ def test_busy_time_leaves_blocking_collectives_out_and_residual_is_the_uncovered
     assert timed and abs(busy - 0.012) < 1e-6 and abs(residual - 0.002) < 1e-6
 
 
+def test_busy_time_leaves_out_the_tail_backward_waits_for_ddp_buckets() -> None:
+    # Backward 0-40 ms hands two buckets over at 10 and 20 ms; the last completes at 38 ms (a slower
+    # peer): backward computed until 20 ms and waited 18 (the buckets' exposed tail), as
+    # emit/exposed_communication.py measures it. The step's busy time is its 40 ms less those 18.
+    phases = [["backward", None, 0, 40 * MS, None, None, None]]
+    buckets = [["all_reduce", "ddp", 10 * MS, 15 * MS, 4, False, None, None],
+               ["all_reduce", "ddp", 20 * MS, 38 * MS, 4, False, None, None]]
+    row = [0, 0, 40 * MS, None, None, None, 0, None, 1, "none", None, None, None, None, phases, buckets,
+           None, None, None, "trace_step", 0, 0, 0]
+    busy, residual, timed = busy_and_residual(row)
+    assert timed and abs(busy - 0.022) < 1e-6 and residual == 0.0
+
+
 def test_period_ignores_noise_spikes_between() -> None:
     assert period([39, 79, 87, 119]) == 40 and period([4, 9, 14]) == 5
     assert period([39, 79, 87]) is None and period([10, 50]) is None

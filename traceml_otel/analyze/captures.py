@@ -67,9 +67,18 @@ def profiled_steps(captures: Sequence[CaptureSummary]) -> frozenset[int]:
 
 def export_windows(captures: Sequence[CaptureSummary]) -> list[tuple[float, float]]:
     """Per capture with times, (profiler start, end of its trace's writing) in epoch seconds: every step
-    that ran within shared the CPUs with the export thread (up to seconds)."""
-    return [(c.started_unix, max(c.finished_unix, c.stopped_unix)) for c in captures
-            if c.steps and c.started_unix > 0]
+    that ran within shared the CPUs with the export thread (up to seconds). An export that waited (for
+    the budget, or the end of training) gives two windows: the profiling, then the export."""
+    out: list[tuple[float, float]] = []
+    for c in captures:
+        if not c.steps or c.started_unix <= 0:
+            continue
+        if c.export_began_unix > c.stopped_unix > 0:
+            out += [(c.started_unix, c.stopped_unix), (c.export_began_unix, max(c.finished_unix,
+                                                                                 c.export_began_unix))]
+        else:
+            out.append((c.started_unix, max(c.finished_unix, c.stopped_unix)))
+    return out
 
 
 def captured_steps(captures: Sequence[CaptureSummary], steps: Iterable[StepTiming] = ()) -> frozenset[int]:

@@ -5,6 +5,11 @@ thread hands a capture over and goes on (``capture/profiler_capture.py``). The t
 ``torch.profiler``'s own ``export_chrome_trace`` into a temporary file inside the run folder, then
 gzipped to ``rank-R.capture-N.trace.json.gz``; a trace over its cap (a quarter of
 ``TRACEML_CAPTURE_MAX_MB``, or what the run's cap has left) is deleted and the summary says so.
+
+An automatic capture whose export does not fit the cost budget (``capture/capture_budget.py``) is
+*deferred*: the stopped profiler is kept (its results, a few MiB at most) and exported when the poller
+finds the budget covers it (:meth:`CaptureExporter.release`) or when the rank shuts down
+(:meth:`CaptureExporter.close`, after the training: it costs the training nothing then).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 
 USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"
 
+MAX_DEFERRED = 8
+"""At most this many stopped captures wait for their export (each holds its profiler's results)."""
 RAW_FACTOR = 12
 """The uncompressed trace may be this many times the gzip cap (Chrome JSON compresses ~10x)."""
 
@@ -70,26 +77,76 @@ class CaptureExporter:
         self.dropped = 0
         """Captures handed over while one was still being written (the queue holds one): counted."""
         self.baseline_ms: float | None = None
+        self.deferred: list[Any] = []
+        """Stopped automatic captures whose export waits (the cost budget); at most :data:`MAX_DEFERRED`."""
+        self.auto_exporting = 0
+        """Automatic captures handed to the thread and not yet written (their export counts as expected)."""
+        self.export_costs: list[tuple[bool, float]] = []
+        """(automatic?, export seconds charged to the training: 0 for one written after it) per capture."""
+        self.last_export_s = 0.0
+        """The last export's measured wall time (the next one's expected cost)."""
+        self.lost_at_exit = 0
+        """Deferred captures still unwritten when the shutdown's wait ran out: counted and said."""
+        self._training_over = False
         self._thread = threading.Thread(target=self._run, name="traceml-capture-export", daemon=True)
         self._thread.start()
 
     def submit(self, running: RunningCapture) -> None:
-        """Hand a stopped capture over (never blocks; a full queue drops it, counted and said)."""
+        """Hand a stopped capture over (never blocks; a full queue drops it, counted and said). A deferred
+        one is kept for :meth:`release` or the shutdown."""
+        if running.deferred:
+            if len(self.deferred) >= MAX_DEFERRED:
+                self.dropped += 1
+                self.warn(f"capture {running.index} dropped: {MAX_DEFERRED} captures already wait for export")
+                return
+            self.deferred.append(running)
+            return
+        automatic = running.request.reason != "on_demand"
         try:
             self._queue.put_nowait(running)
         except queue.Full:
             self.dropped += 1
             self.warn(f"capture {running.index} dropped: the previous one is still being written")
+            return
+        self.auto_exporting += automatic
+
+    def release(self) -> bool:
+        """Hand the oldest deferred capture to the thread (the poller: the budget now covers its export);
+        whether one was handed over."""
+        if not self.deferred:
+            return False
+        running = self.deferred[0]
+        try:
+            self._queue.put_nowait(running)
+        except queue.Full:
+            return False
+        self.deferred.pop(0)
+        self.auto_exporting += 1
+        return True
 
     def note_user_profiler(self, request: CaptureRequest) -> None:
         """Record, once, that captures are refused because the user's profiler runs."""
         self._queue.put(("user", request)) if self._queue.empty() else None
 
     def close(self, wait_s: float) -> None:
-        """Let the thread finish what it holds (at most ``wait_s``), then stop it."""
+        """Let the thread finish what it holds and the deferred exports (after the training: they cost it
+        nothing), at most ``wait_s`` in all, then stop it. Captures left unwritten are counted and said."""
+        deadline = time.monotonic() + wait_s
+        self._training_over = True
+        while self.deferred:
+            with contextlib.suppress(queue.Full):
+                self._queue.put(self.deferred[0], timeout=max(0.0, deadline - time.monotonic()))
+                self.deferred.pop(0)
+                self.auto_exporting += 1
+                continue
+            break
         with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=wait_s)
-        self._thread.join(wait_s)
+            self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        left = len(self.deferred) + (self._queue.qsize() if self._thread.is_alive() else 0)
+        if left:
+            self.lost_at_exit += left
+            self.warn(f"{left} capture(s) not written: the shutdown's wait ({wait_s:g} s) ran out")
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # Linux: a thread's own niceness
@@ -113,9 +170,19 @@ class CaptureExporter:
             request_id=request.id, problem=USER_PROFILER, finished_unix=time.time()))
 
     def _export(self, running: RunningCapture) -> None:
+        automatic = running.request.reason != "on_demand"
+        try:
+            self._export_one(running)
+        finally:
+            if automatic:
+                self.auto_exporting = max(0, self.auto_exporting - 1)
+
+    def _export_one(self, running: RunningCapture) -> None:
         from traceml_otel.capture.capture_summary import summarize
 
+        after_training = self._training_over
         began = time.monotonic()
+        began_unix = time.time()
         name = trace_file_name(self.rank, running.index)
         note = ""
         try:  # before the export, which leaves the profiler's results unreadable to Python at times
@@ -143,16 +210,22 @@ class CaptureExporter:
             **tables,
         )
         export_s = time.monotonic() - began
+        charged = 0.0 if after_training else export_s  # written after the training: it lost nothing
         cost = capture_cost_s(running.start_overhead_s, running.stop_overhead_s, running.step_ms,
-                              running.request.baseline_ms, export_s)
+                              running.request.baseline_ms, charged)
         summary = replace(summary, export_s=round(export_s, 3), finished_unix=time.time(),
                           started_unix=running.started_unix, stopped_unix=running.stopped_unix,
-                          cost_s=round(cost, 4), train_s=round(running.train_s, 3))
+                          cost_s=round(cost, 4), train_s=round(running.train_s, 3),
+                          export_began_unix=began_unix, export_deferred=running.deferred,
+                          export_after_training=after_training)
+        self.last_export_s = export_s
+        self.export_costs = [*self.export_costs[-63:], (running.request.reason != "on_demand", charged)]
         write_summary(self.run_dir, summary)
         self.written.append(summary)
         written = self.run_dir / (name if trace_bytes else summary_file_name(self.rank, running.index))
         steps = f"{running.steps[0]}-{running.steps[-1]}" if running.steps else "none"
         share = f", {cost / running.train_s:.1%} of the training so far" if running.train_s > 0 else ""
+        share += "; written after the training" if after_training and running.deferred else ""
         self.warn(f"capture {running.index} ({running.request.reason}, steps {steps}) written: {written} "
                   f"(cost the training thread at most {cost:.2f} s{share})")
 

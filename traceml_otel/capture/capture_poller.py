@@ -11,7 +11,8 @@ starts and older than a minute belong to an earlier attempt: ignored.
 
 Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` and the cost budget
 (``capture/capture_budget.py``; automatic triggers only: an on-demand request is a person's, and skips
-both), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
+both; an automatic capture whose export would not fit the budget is taken with its export deferred,
+released here once the training-time share covers it), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
 the run folder. Each refusal is counted by reason in ``rank-R.capture-status.json``.
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traceml_otel.capture.capture_budget import budget_refusal
+from traceml_otel.capture.capture_budget import budget_refusal, export_now
 from traceml_otel.wire._json import RecordError, write_atomically
 from traceml_otel.wire.capture_record import (
     REQUEST_FILE,
@@ -62,6 +63,8 @@ class CapturePoller:
         self._handled: list[str] = []
         self.budget: dict[str, float] = {}
         """The cost budget's numbers at the last automatic request (``rank-R.capture-status.json``)."""
+        self._defer = False
+        """Whether the request being judged gets its export deferred (the cost budget)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-capture-poll", daemon=True)
         for path in self.paths:  # an earlier attempt's requests (not one made while this rank started)
@@ -92,6 +95,8 @@ class CapturePoller:
         capture = self.capture
         if capture.training_since is None and capture.session.recorder.step > 0:
             capture.training_since = time.monotonic()  # the budget's clock: from the first step seen
+        if capture.exporter.deferred and capture.running is None:
+            self._release_deferred()
         if capture.pending is not None:
             from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
@@ -110,7 +115,7 @@ class CapturePoller:
                 continue
             self._handled = [*self._handled[-MAX_HANDLED:], request.id]
             if why is None:
-                capture.arm(request)
+                capture.arm(request, defer_export=self._defer)
             else:
                 capture.refuse(why)
             self._write_status(request, why)
@@ -130,12 +135,18 @@ class CapturePoller:
         automatic = request.reason != "on_demand"
         if automatic and last is not None and time.monotonic() - last < settings.interval_s:
             return f"interval ({settings.interval_s:g} s per rank)"
+        self._defer = False
         if automatic:
-            spent, expected = capture.budget_use()
+            use = capture.budget_use()
             train_s = capture.training_s()
-            self.budget = {"share": settings.budget_share, "train_s": round(train_s, 3),
-                           "spent_s": round(spent, 4), "expected_s": round(expected, 4)}
-            over = budget_refusal(train_s, spent, expected, settings.budget_share)
+            share, waste_share, wasted = settings.budget_share, settings.waste_share, request.wasted_s
+            self._defer = not export_now(train_s, use, share)
+            self.budget = {"share": share, "waste_share": waste_share, "train_s": round(train_s, 3),
+                           "wasted_s": round(wasted, 4), "spent_s": round(use.spent_s, 4),
+                           "expected_s": round(use.run_expected_s, 4),
+                           "export_expected_s": round(use.export_expected_s, 4),
+                           "export_deferred": float(self._defer)}
+            over = budget_refusal(train_s, use.spent_s, use.run_expected_s, share, wasted, waste_share)
             if over is not None:
                 return over
         count, size = run_trace_usage(self.run_dir)
@@ -144,6 +155,14 @@ class CapturePoller:
         if size >= settings.max_run_bytes:
             return f"run cap ({settings.max_run_bytes >> 20} MiB)"
         return None
+
+    def _release_deferred(self) -> None:
+        """Export a deferred capture once the training-time share alone covers its export (the anomaly's
+        share paid for the profiling, not for holding the GIL later)."""
+        capture = self.capture
+        use = capture.budget_use()
+        if use.spent_s + use.export_expected_s <= self.settings.budget_share * capture.training_s():
+            capture.exporter.release()
 
     def _read_changed(self, path: Path) -> CaptureRequest | None:
         try:

@@ -25,6 +25,7 @@ from traceml_otel.capture.capture_export import USER_PROFILER
 from traceml_otel.wire.capture_record import CaptureRequest
 
 if TYPE_CHECKING:
+    from traceml_otel.capture.capture_budget import BudgetUse
     from traceml_otel.capture.capture_export import CaptureExporter
     from traceml_otel.capture.session import TrainingSession
     from traceml_otel.settings import CaptureSettings
@@ -69,6 +70,10 @@ class RunningCapture:
     stopped_unix: float = 0.0
     train_s: float = 0.0
     """The rank's training time when the capture started (the cost budget's measure)."""
+    deferred: bool = False
+    """Its export waits until the cost budget covers it, or the end of training (the poller said so)."""
+    run_cost_s: float = 0.0
+    """Profiling's measured cost: start, stop and the captured steps over the rank's median."""
 
 
 class ProfilerCapture:
@@ -93,16 +98,22 @@ class ProfilerCapture:
         """Monotonic time of the rank's first step, as the poller saw it (the cost budget's clock)."""
         self.auto_started = 0
         """Automatic captures started (their costs count against the budget)."""
+        self.defer_export = False
+        """Set by the poller with :meth:`arm`: the next capture's export waits (the cost budget)."""
+        self.run_costs: list[tuple[bool, float]] = []
+        """(automatic?, profiling cost in seconds) of each capture stopped, in order."""
 
     @property
     def busy(self) -> bool:
         """A capture is pending or running (``trace_step`` must take the session's full path)."""
         return self.pending is not None or self.running is not None
 
-    def arm(self, request: CaptureRequest) -> None:
-        """Ask for a capture at the next step's start (any thread; the poller calls it)."""
+    def arm(self, request: CaptureRequest, defer_export: bool = False) -> None:
+        """Ask for a capture at the next step's start (any thread; the poller calls it); ``defer_export``:
+        its export waits for the cost budget (or the end of training)."""
         from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
+        self.defer_export = defer_export
         self.pending = request
         self.session.block_model = _NO_BLOCK  # the next trace_step takes Session.begin_step
 
@@ -111,16 +122,21 @@ class ProfilerCapture:
         since = self.training_since
         return time.monotonic() - since if since is not None else 0.0
 
-    def budget_use(self) -> tuple[float, float]:
-        """(seconds spent by automatic captures so far, the next capture's expected cost): measured costs
-        from the written summaries; a capture started but not yet written counts as the expected cost."""
-        from traceml_otel.capture.capture_budget import DEFAULT_COST_S
+    def budget_use(self) -> BudgetUse:
+        """The automatic captures' measured costs so far and the next one's expected costs: profiling
+        from the captures stopped (a started one counts as expected), exports from the written
+        summaries of those run during training (one being written counts as expected)."""
+        from traceml_otel.capture.capture_budget import DEFAULT_COST_S, DEFAULT_RUN_COST_S, BudgetUse
 
-        written = list(self.exporter.written)
-        expected = written[-1].cost_s if written and written[-1].cost_s > 0 else DEFAULT_COST_S
-        automatic = [s.cost_s for s in written if s.reason != "on_demand"]
-        spent = sum(automatic) + expected * max(0, self.auto_started - len(automatic))
-        return spent, expected
+        runs = list(self.run_costs)
+        run_expected = runs[-1][1] if runs and runs[-1][1] > 0 else DEFAULT_RUN_COST_S
+        auto_runs = [cost for automatic, cost in runs if automatic]
+        spent = sum(auto_runs) + run_expected * max(0, self.auto_started - len(auto_runs))
+        exporter = self.exporter
+        export_expected = exporter.last_export_s or DEFAULT_COST_S
+        spent += sum(cost for automatic, cost in list(exporter.export_costs) if automatic)
+        spent += export_expected * exporter.auto_exporting
+        return BudgetUse(spent, run_expected, export_expected)
 
     def refuse(self, why: str) -> None:
         """Count a request not taken (the poller's limits, or here)."""
@@ -174,6 +190,7 @@ class ProfilerCapture:
             steps_wanted=request.steps or self.settings.steps, activities=activities,
             start_overhead_s=time.perf_counter() - began, started_unix=time.time(),
             train_s=now - since if since is not None else 0.0,
+            deferred=self.defer_export and request.reason != "on_demand",
         )
         self.session.end_step = self.end_step  # type: ignore[method-assign]
 
@@ -222,6 +239,11 @@ class ProfilerCapture:
             recorder.exit_outside()
         running.stop_overhead_s = time.perf_counter() - began
         running.stopped_unix = time.time()
+        from traceml_otel.capture.capture_budget import capture_cost_s
+
+        running.run_cost_s = capture_cost_s(running.start_overhead_s, running.stop_overhead_s,
+                                            running.step_ms, running.request.baseline_ms, 0.0)
+        self.run_costs = [*self.run_costs[-63:], (running.request.reason != "on_demand", running.run_cost_s)]
         self.exporter.submit(running)  # never blocks: the exporter's queue holds one capture at most
 
 

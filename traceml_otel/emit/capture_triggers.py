@@ -1,8 +1,9 @@
 """Deep captures' automatic triggers, in the emitter process, from the steps it already reads.
 
-Each step's *busy* time is its wall time less its blocking collectives' (the time a rank waits for
-slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not be
-captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
+Each step's *busy* time is its wall time less its blocking collectives' and its DDP buckets' exposed
+tail (the last completion after the last hand-over, ``emit/exposed_communication.py``): the time a rank
+waits for slower ranks is not its own slowness: a straggler's peers see longer steps too, and must not
+be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``docs/captures.md``):
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
@@ -15,8 +16,8 @@ captured for it). Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``doc
   logging) of the last 32 steps' busy time >= 30 % and 15 points or more above the rank's own earlier
   level (the median share of the up to 128 steps before those 32, at least 64 of them, none in the
   warm-up): a jump, not a level. A residual that is steadily high is the analyzer's RESIDUAL_HEAVY; it
-  is asked for once only when the run's training time makes a capture cheap against it (the default
-  cost within the cost budget, ``capture/capture_budget.py``: 20 s of training at the default share).
+  is asked for once, when it has wasted time (the window's median residual over 30 % of its median busy
+  time and 0.1 ms) and the capture fits the cost budget (``capture/capture_budget.py``).
 
 A firing trigger writes ``rank-R.capture-request.json``; the trainer's poller applies the limits. The
 emitter itself asks at most once per ``TRACEML_CAPTURE_INTERVAL_S`` and ``TRACEML_CAPTURE_MAX`` times, not
@@ -34,7 +35,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from traceml_otel.capture.capture_budget import affordable_after_s
+from traceml_otel.capture.capture_budget import affordable
 from traceml_otel.settings import CaptureSettings
 from traceml_otel.wire.capture_record import (
     CaptureRequest,
@@ -54,6 +55,13 @@ RETRY_S = 30.0
 """After a refused request, the emitter asks again at most this often (a file write each time)."""
 RESIDUAL_SHARE = 0.30
 RESIDUAL_JUMP = 0.15
+RESIDUAL_FLOOR_S = 0.0001
+"""A step's residual counts as wasted only above 30 % of its busy time and this much (microseconds of
+bookkeeping are no anomaly)."""
+WASTE_GROWTH = 1.5
+"""After a refusal for the cost budget, a trigger asks again once its anomaly's waste grew this much
+(its allowance grew with it), at most every :data:`STATUS_READ_S`."""
+STATUS_READ_S = 1.0
 SPIKE_FLOOR_S = 0.005
 LEVEL_SHIFT = 8
 _START = itemgetter(2)
@@ -75,9 +83,17 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
     collectives = row[15] if len(row) > 15 else None
     waits = 0
     if collectives:
+        last_handed = last_done = None  # DDP's gradient buckets: backward waits for the last one's tail
         for call in collectives:
-            if call[5] and call[3] is not None:
+            if call[3] is None:
+                continue
+            if call[1] == "ddp":
+                last_handed = call[2] if last_handed is None or call[2] > last_handed else last_handed
+                last_done = call[3] if last_done is None or call[3] > last_done else last_done
+            elif call[5]:
                 waits += call[3] - call[2]
+        if last_done is not None and last_handed is not None and last_done > last_handed:
+            waits += last_done - last_handed  # as emit/exposed_communication.py measures it
         calls = sorted([*phases, *collectives], key=_START)
     else:
         calls = sorted(phases, key=_START)
@@ -128,6 +144,7 @@ class CaptureTriggers:
         self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
         self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.older_shares: deque[float] = deque(maxlen=RESIDUAL_BASELINE_STEPS)
+        self.residuals: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.spikes: list[int] = []
         self._spikes_in_row = 0
         self._pending_spike: tuple[int, float, float] | None = None
@@ -142,6 +159,16 @@ class CaptureTriggers:
         self._last_request: float | None = None
         self._status_read: float | None = None
         self.fired: list[CaptureRequest] = []
+        self.wasted: dict[str, float] = {"spike": 0.0, "drift": 0.0, "residual": 0.0}
+        """Seconds each kind of anomaly has wasted on this rank (the cost budget's second allowance):
+        spikes' busy time over the baseline median, a slow level's over the level before (drift and
+        straggler), the residual's median over 30 % of the median busy time and 0.1 ms, a step."""
+        self._slow_level: float | None = None
+        """The busy level before a slow period, while its excess counts as wasted."""
+        self._refusal_of = ""
+        """The id of the last request the poller's status says it refused..."""
+        self._refused_for_budget = False
+        """...and whether for its cost budget (then a grown waste asks again sooner)."""
 
     def observe(self, rows: Sequence[Sequence[Any]]) -> None:
         """Update the windows with a batch of steps; write a request when a trigger fires (rate-limited)."""
@@ -164,6 +191,8 @@ class CaptureTriggers:
             return
         if self._spike(step, busy):
             return
+        if self._slow_level is not None and busy > self._slow_level:
+            self.wasted["drift"] += busy - self._slow_level
         if len(self.recent) == RECENT_STEPS:
             self.older.append(self.recent[0])
         self.recent.append(busy)
@@ -171,6 +200,7 @@ class CaptureTriggers:
             if len(self.shares) == RESIDUAL_STEPS:
                 self.older_shares.append(self.shares[0])
             self.shares.append(residual / busy)
+            self.residuals.append(residual)
         self._seen += 1
         if self._seen % EVERY == 0:
             self._drift(step)
@@ -206,6 +236,7 @@ class CaptureTriggers:
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
         """A spike alone: from the third, captured where the next is due (steady gaps), else at once."""
         self.spikes = [*self.spikes[-7:], step]
+        self.wasted["spike"] += max(0.0, busy - statistics.median(self.baseline))
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
         every = period(self.spikes)
@@ -221,6 +252,9 @@ class CaptureTriggers:
         now, before = statistics.median(self.recent), statistics.median(self.older)
         if before <= 0 or now <= self.settings.drift_factor * before or now - before < SPIKE_FLOOR_S:
             return
+        if self._slow_level is None:  # the slow steps so far count as wasted, and those after them
+            self._slow_level = before
+            self.wasted["drift"] += sum(b - before for b in self.recent if b > before)
         straggler = self.world_size > 1 and self._collectives
         reason = "straggler" if straggler else "drift"
         what = "this rank's own work" if straggler else "the rank's busy time"
@@ -228,6 +262,7 @@ class CaptureTriggers:
                                   f"{RECENT_STEPS}), {now / before:.1f} x the {before * 1e3:.1f} ms before",
                          step, before):
             self.older.clear()  # the new level is the next baseline
+            self._slow_level = None
 
     def training_s(self) -> float:
         """The rank's training time seen so far: from its first step's start to its last step's end."""
@@ -236,6 +271,12 @@ class CaptureTriggers:
     def _residual(self, step: int) -> None:
         if len(self.shares) < RESIDUAL_STEPS:
             return
+        # The waste of the last EVERY steps, from the window's medians: a descheduled step on a loaded
+        # machine is no residual level (its time counts in no phase), a sync in every step is.
+        excess = statistics.median(self.residuals) - max(RESIDUAL_SHARE * statistics.median(self.recent),
+                                                         RESIDUAL_FLOOR_S)
+        if excess > 0:
+            self.wasted["residual"] += EVERY * excess
         share = statistics.median(self.shares)
         if share < RESIDUAL_SHARE:
             return
@@ -247,23 +288,38 @@ class CaptureTriggers:
                 if self._request("residual", f"step {step}: {what} jumped to {share:.0%} of the busy time "
                                              f"from {earlier:.0%} before", step, baseline):
                     self.older_shares.clear()  # the new level is the next baseline
+                    self._level_asked = True  # that capture explains the level too
                 return
-        if self._level_asked or self.training_s() < affordable_after_s(self.settings.budget_share):
+        settings = self.settings
+        wasted = self.wasted["residual"]
+        if self._level_asked or wasted <= 0 or not affordable(self.training_s(), wasted,
+                                                              settings.budget_share, settings.waste_share):
             return
         if self._request("residual", f"step {step}: {what} is steadily {share:.0%} of the busy time",
                          step, baseline):
             self._level_asked = True
 
-    def _last_refused(self, now: float) -> bool:
+    def _last_refused(self, now: float, wasted_s: float) -> bool:
         """Whether the poller refused this emitter's last request (then it does not count against the
-        emitter's own limits), at most every :data:`RETRY_S`."""
-        if not self.fired or self._last_request is None or now - self._last_request < RETRY_S:
+        emitter's own limits) and it may be asked again: after :data:`RETRY_S`, or sooner when it was
+        refused for its budget and the anomaly's waste, which pays for it, has grown by
+        :data:`WASTE_GROWTH` since. The status file is read at most every :data:`STATUS_READ_S` until
+        it answers for that request."""
+        if not self.fired or self._last_request is None:
             return False
-        if self._status_read is not None and now - self._status_read < RETRY_S:
-            return False
-        self._status_read = now
-        status = read_status(self.run_dir / status_file_name(self.rank))
-        if status is None or status.last_request != self.fired[-1].id or not status.last_refusal:
+        last = self.fired[-1]
+        if self._refusal_of != last.id:
+            if self._status_read is not None and now - self._status_read < STATUS_READ_S:
+                return False
+            self._status_read = now
+            status = read_status(self.run_dir / status_file_name(self.rank))
+            if status is None or status.last_request != last.id or not status.last_refusal:
+                return False
+            self._refusal_of = last.id
+            self._refused_for_budget = status.last_refusal.startswith("budget")
+        waited = now - self._last_request
+        grown = self._refused_for_budget and 0 < wasted_s and WASTE_GROWTH * last.wasted_s <= wasted_s
+        if waited < RETRY_S and not grown:
             return False
         self.requested -= 1
         self._last_request = None
@@ -275,16 +331,18 @@ class CaptureTriggers:
         if not settings.auto:
             return False
         now = self.clock()
+        kind = "drift" if reason == "straggler" else reason
+        wasted = self.wasted.get(kind, 0.0)
         if self.requested >= settings.max_per_rank or (
                 self._last_request is not None and now - self._last_request < settings.interval_s):
-            if not self._last_refused(now):
+            if not self._last_refused(now, wasted):
                 return False
         request = CaptureRequest(
             id=f"{reason}-r{self.rank}-s{step}-{int(time.time() * 1000) % 10**9}", reason=reason,
             detail=detail, at_step=at_step if at_step is not None else step + 1,
             requested_unix=time.time(),
             baseline_ms=None if baseline_s is None else round(baseline_s * 1e3, 3),
-            every=every)
+            every=every, wasted_s=round(wasted, 4))
         try:
             write_request(self.run_dir / request_file_name(self.rank), request)
         except OSError as error:

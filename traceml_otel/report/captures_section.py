@@ -23,9 +23,10 @@ def _steps(capture: CaptureSummary) -> str:
 
 def capture_lines(capture: CaptureSummary) -> list[str]:
     """One capture in a few lines: why, which steps, its files, what it names."""
+    after = ", after the training" if capture.export_after_training else ""
     lines = [f"{capture.label()}  {capture.reason}: {capture.detail or '-'}",
              f"  {_steps(capture)}; trace {capture.trace_file or '(none)'}"
-             + (f" ({capture.trace_bytes / 1024:.0f} KiB, written in {capture.export_s:.1f} s)"
+             + (f" ({capture.trace_bytes / 1024:.0f} KiB, written in {capture.export_s:.1f} s{after})"
                 if capture.trace_file else "")]
     if capture.cost_s > 0:
         share = (f" ({capture.cost_s / capture.train_s:.1%} of the {capture.train_s:.1f} s of training "

@@ -69,6 +69,9 @@ class CaptureRequest:
     """The median busy step of the rank before the trigger fired (``None`` on demand)."""
     every: int | None = None
     """A periodic spike's period in steps: a rank past ``at_step`` moves it on by whole periods."""
+    wasted_s: float = 0.0
+    """The time the triggering anomaly has wasted on this rank so far, as its trigger measured it (the
+    cost budget's second allowance, ``capture/capture_budget.py``)."""
 
 
 def encode_request(request: CaptureRequest) -> str:
@@ -99,7 +102,8 @@ def read_request(path: Path) -> CaptureRequest:
                           detail=_clean(as_str(raw.get("detail"), MAX_TEXT) or ""),
                           at_step=as_int(raw.get("at_step")),
                           requested_unix=as_float(raw.get("requested_unix")) or 0.0,
-                          baseline_ms=as_float(raw.get("baseline_ms")), every=_period(raw.get("every")))
+                          baseline_ms=as_float(raw.get("baseline_ms")), every=_period(raw.get("every")),
+                          wasted_s=max(0.0, min(as_float(raw.get("wasted_s")) or 0.0, 1e9)))
 
 
 def _period(raw: object) -> int | None:
@@ -168,6 +172,12 @@ class CaptureSummary:
     (``traceml_otel/capture/capture_budget.py``)."""
     train_s: float = 0.0
     """The rank's training time (since its first step) when the capture started."""
+    export_began_unix: float = 0.0
+    """Wall clock when its export began (0: not recorded; the export then ran from ``stopped_unix``)."""
+    export_deferred: bool = False
+    """The export waited for the budget (or the end of training) instead of running at once."""
+    export_after_training: bool = False
+    """The export ran at the rank's shutdown, after its training: ``cost_s`` holds none of it."""
     version: int = CAPTURE_VERSION
 
     def label(self) -> str:
@@ -227,6 +237,9 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
         started_unix=as_float(raw.get("started_unix")) or 0.0,
         stopped_unix=as_float(raw.get("stopped_unix")) or 0.0,
         cost_s=as_float(raw.get("cost_s")) or 0.0, train_s=as_float(raw.get("train_s")) or 0.0,
+        export_began_unix=as_float(raw.get("export_began_unix")) or 0.0,
+        export_deferred=raw.get("export_deferred") is True,
+        export_after_training=raw.get("export_after_training") is True,
     )
 
 
@@ -271,8 +284,8 @@ class CaptureStatus:
     last_reason: str = ""
     last_refusal: str = ""
     budget: dict[str, float] = field(default_factory=dict)
-    """The cost budget's numbers at the last automatic request: ``share``, ``train_s``, ``spent_s``,
-    ``expected_s``."""
+    """The cost budget's numbers at the last automatic request: ``share``, ``waste_share``, ``train_s``,
+    ``wasted_s``, ``spent_s``, ``expected_s`` (profiling), ``export_expected_s``, ``export_deferred``."""
 
 
 def read_status(path: Path) -> CaptureStatus | None:

@@ -1,0 +1,76 @@
+"""Automatic captures at the default settings (no ``TRACEML_CAPTURE_*`` at all) on short user scripts
+with a real anomaly: the anomaly pays for its capture (the cost budget's anomaly share,
+``docs/captures.md``), and the export waits for the end of training."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.report.text import render_text
+from traceml_otel.wire.capture_record import CaptureSummary, read_status, read_summaries, status_file_name
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def _run(tmp_path: Path, script: str) -> tuple[Path, list[CaptureSummary], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", str(SCRIPTS / script)],
+        env=env, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summaries, problems = read_summaries(run_dir)
+    assert not problems
+    captures = [s for s in summaries if s.index > 0]
+    status = read_status(run_dir / status_file_name(0))
+    assert captures, (status, result.stderr[-2000:])
+    return run_dir, captures, result.stderr
+
+
+def test_a_user_script_with_an_svd_every_40th_step_gets_it_captured_and_named(tmp_path: Path) -> None:
+    run_dir, captures, _ = _run(tmp_path, "user_svd.py")
+    covering = [c for c in captures if any(step % 40 == 39 for step in c.steps)]
+    assert covering, [(c.reason, c.steps, c.detail) for c in captures]
+    capture = covering[0]
+    assert capture.reason == "spike" and "recurs every 40 steps" in capture.detail
+    top3 = [op.name for op in capture.top_cpu[:3]]
+    assert any("svd" in name for name in top3), top3
+    assert capture.limits["budget_share"] == 0.01  # the defaults
+    assert capture.export_deferred and capture.export_after_training  # 1 % of a few seconds: no export
+    assert "after the training" in render_text(analyze_path([run_dir]))
+
+
+def test_a_user_script_with_an_item_per_step_gets_the_sync_captured_and_cited(tmp_path: Path) -> None:
+    run_dir, captures, _ = _run(tmp_path, "user_item_metric.py")
+    capture = captures[0]
+    assert capture.reason == "residual", (capture.reason, capture.detail)
+    assert {"aten::item", "aten::_local_scalar_dense"} & {op.name for op in capture.syncs}, capture.syncs
+    step = analyze_path([run_dir]).step
+    residual = [f for f in (step.primary, *step.issues) if f.kind == StepKind.RESIDUAL_HEAVY]
+    assert residual, [f.kind for f in (step.primary, *step.issues)]
+    assert ("capture", capture.label(), "") in [(e.name, e.value, e.unit) for e in residual[0].evidence]
+    assert f"Capture {capture.label()}" in residual[0].why and "aten::item x" in residual[0].why
+
+
+def test_a_user_ddp_job_whose_rank_1_turns_straggler_gets_rank_1_captured_not_rank_0(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_"))}
+    env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "traceml_otel.cli", "run", "--no-report", "--nproc-per-node", "2",
+         str(SCRIPTS / "user_ddp_straggler.py")], env=env, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summaries, problems = read_summaries(run_dir)
+    assert not problems
+    assert {s.rank for s in summaries} == {1}, ([(s.rank, s.reason, s.detail) for s in summaries],
+                                                read_status(run_dir / status_file_name(1)))
+    capture = summaries[0]
+    assert capture.reason == "straggler" and min(capture.steps) >= 120, (capture.reason, capture.steps)
+    assert {"aten::mm", "aten::tanh"} & {op.name for op in capture.top_cpu[:3]}, capture.top_cpu[:3]
+    assert not list(run_dir.glob("rank-0.capture-*"))  # rank 0 waited for rank 1: never asked
