@@ -39,6 +39,8 @@ def _library(name: str) -> bool:
     """A Python frame of torch, traceml, an installed package or the standard library."""
     if name.startswith(("<", "torch/", "traceml_otel/")) or "-packages/" in name:  # site-, dist-
         return True
+    if "/traceml_otel/" in name or "/torch/" in name:  # an editable install's (or a checkout's) absolute path
+        return True
     stem = name.split("(", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
     return stem in sys.stdlib_module_names
 
