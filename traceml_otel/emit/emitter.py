@@ -56,7 +56,7 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
 from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
-from traceml_otel.emit.step_protobuf import EncodedStep
+from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.control import DeviceInfo, LocalReport
@@ -118,6 +118,7 @@ class Emitter(ExportShutdown):
                     hello.otlp_spans == SPANS_AUTO and rank.world_size < AUTO_MIN_RANKS):
                 self.budget = SpanBudget(BudgetSettings(hello.otlp_spans, hello.otlp_sample_rate,
                                                         hello.otlp_span_budget), rank.world_size)
+                self.lines.defer_protobuf = True  # the steps the budget drops are never encoded
         self.metrics = self._start_metrics(hello, resource, rank)
         self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
         if self.hang_watch is not None and self.metrics is not None:
@@ -330,6 +331,7 @@ class Emitter(ExportShutdown):
                                                    [len(spans) for spans in steps])
                     if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
                         self.stats.otlp_sample_probability = self.budget.lowest_probability
+                    fill_kept(steps, decisions)
                 sampled = self.shipper.offer_steps(steps, decisions)
             except Exception as error:  # nothing of the batch was counted: all of it is skipped
                 self.ledger.skip(EXPORT_TURNED_OFF, span_count(built))
