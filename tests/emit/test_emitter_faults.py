@@ -14,7 +14,7 @@ import pytest
 
 from tests.local_copy_reader import read_run
 from traceml_otel import contract as c
-from traceml_otel.emit import worker
+from traceml_otel.emit import pipe_session, worker
 from traceml_otel.emit.channel import EmitterChannel
 from traceml_otel.emit.worker import Emitter
 from traceml_otel.wire.hello import Hello
@@ -148,3 +148,23 @@ def test_the_export_statistics_file_holds_only_its_json(tmp_path: Path) -> None:
     text = path.read_text()
     assert text == text.strip() or text == text.strip() + "\n"
     assert json.loads(text)["final"] is True
+
+
+def test_the_emitter_keeps_its_long_lived_heap_out_of_garbage_collections(tmp_path: Path) -> None:
+    """The OTel SDK's, gRPC's and our own modules' objects are frozen (``gc.freeze``) once the emitter
+    has started, so the collections the steps' records trigger never scan them; young collections
+    run at the emitter's own threshold. The steps are all written as before."""
+    out = tmp_path / "gc.json"
+    script = ("import atexit, gc, json, runpy, sys; "
+              f"atexit.register(lambda: open({str(out)!r}, 'w').write(json.dumps("
+              "[gc.get_freeze_count(), gc.get_threshold()]))); "
+              "sys.argv = ['w'] + sys.argv[1:]; "
+              "runpy.run_module('traceml_otel.emit.worker', run_name='__main__')")
+    channel = EmitterChannel(_hello(tmp_path), command=[sys.executable, "-c", script])
+    for first in range(0, 2048, 64):
+        channel.send_steps(_rows(first, 64))
+    channel.close(timeout_s=30.0, traced=2048)
+    assert channel.local_report is not None and channel.local_report.steps == 2048
+    frozen, thresholds = json.loads(out.read_text())
+    assert frozen > 20_000  # the modules' objects, not a few
+    assert tuple(thresholds) == pipe_session.GC_THRESHOLDS

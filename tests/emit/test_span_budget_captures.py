@@ -12,7 +12,8 @@ import pytest
 
 from traceml_otel import contract as c
 from traceml_otel.emit.emitter import Emitter
-from traceml_otel.emit.span_budget import CAPTURE_KEEP_MAX_STEPS, BudgetSettings, SpanBudget
+from traceml_otel.emit.span_budget import CAPTURE_KEEP_MAX_STEPS, PLAIN, BudgetSettings, SpanBudget
+from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.wire.capture_record import CaptureSummary, status_file_name, write_summary
 from traceml_otel.wire.hello import Hello
 from traceml_otel.wire.sampling_threshold import in_sample, threshold
@@ -66,13 +67,27 @@ def emitter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[E
         return decisions
 
     emitter.budget.decide = watched  # type: ignore[method-assign]
+    assert emitter.shipper is not None
+    offer = emitter.shipper.offer_steps
+
+    def encoded_when_kept(steps, decisions=None):  # a step's protobuf is built only when it is kept
+        for step, decision in zip(steps, decisions or [PLAIN] * len(steps), strict=True):
+            if type(step) is EncodedStep:
+                assert step.pending is None
+                assert len(step.encoded) == (step.count if decision is not None else 0)
+                filled[decision is not None] += 1
+        return offer(steps, decisions)
+
+    filled = {True: 0, False: 0}
+    emitter.shipper.offer_steps = encoded_when_kept  # type: ignore[method-assign]
     yield emitter, kept
+    assert filled[True] > 0 and filled[False] > filled[True]  # templated steps, kept and dropped
     emitter.finish("ok", 0, True)
 
 
 def _feed(emitter: Emitter, first: int, last: int) -> None:
     for start in range(first, last, BATCH):
-        emitter.handle_steps(_rows(start, min(BATCH, last - start)))
+        emitter.handle_steps(json.loads(json.dumps(_rows(start, min(BATCH, last - start)))))  # as sent
         while emitter.has_export_work:
             emitter.export_next()
 

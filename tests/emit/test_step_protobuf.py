@@ -14,7 +14,7 @@ from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.span_budget import Kept, KeptEncoder
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_lines import StepLines
-from traceml_otel.emit.step_protobuf import EncodedStep
+from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 from traceml_otel.wire.step_row import decode_step
 
 ENCODER = SpanEncoder(Resource.create({"service.name": "t"}), InstrumentationScope("traceml_otel", "9"))
@@ -76,6 +76,41 @@ def test_without_otlp_export_templated_steps_carry_ids_only() -> None:
         assert (got.trace_id, got.span_id, got.count) == (want.trace_id, want.span_id, want.count)
         if type(got) is EncodedStep:
             assert got.encoded == ()
+
+
+def test_under_the_budget_only_kept_steps_are_filled_with_the_encoders_bytes() -> None:
+    """With the span budget on, a templated step's protobuf waits for the decision: the kept steps get
+    the encoder's bytes for their spans (any subset of a run, in any batch), the dropped ones none."""
+    values = random.Random(11)
+    rows = [_row(_record(step, random.Random(step // 40 % 6), values)) for step in range(800)]
+    builder = StepSpanBuilder(RANK)
+    builder._random.seed(12)
+    lines = StepLines(builder)
+    lines.otlp = ENCODER
+    lines.defer_protobuf = True
+    reference = _reference(rows, seed=12)
+    choose = random.Random(13)
+    kept_steps = dropped = 0
+    for first in range(0, len(rows), 64):
+        built = lines.encode(rows[first:first + 64], ANCHOR, keep_spans=True).built
+        deferred = [step for step in built if type(step) is EncodedStep]
+        assert deferred and all(step.pending is not None and step.encoded == () for step in deferred)
+        decisions = [Kept("", "") if choose.random() < 0.2 else None for _ in built]
+        fill_kept(built, decisions)
+        for got, want, decision in zip(built, reference[first:first + 64], decisions, strict=True):
+            if type(got) is not EncodedStep:
+                continue
+            assert got.pending is None
+            if decision is None:
+                assert got.encoded == ()
+                dropped += 1
+            else:
+                assert list(got.encoded) == [ENCODER.encode(span) for span in want.all()]
+                kept_steps += 1
+    assert kept_steps > 100 and dropped > 4 * kept_steps // 2
+    built = lines.encode(rows[:64], ANCHOR, keep_spans=True).built
+    fill_kept(built, None)  # no decisions: the budget kept every step
+    assert all(len(step.encoded) == step.count for step in built if type(step) is EncodedStep)
 
 
 def test_a_kept_steps_tracestate_spliced_into_encoded_spans_is_the_encoders() -> None:

@@ -23,12 +23,19 @@ from traceml_otel._version import __version__
 from traceml_otel.emit.capture_events import CaptureNotices, start_capture_watch
 from traceml_otel.emit.capture_triggers import start_capture_triggers
 from traceml_otel.emit.drop_ledger import NOT_SENT_AT_SHUTDOWN, DropLedger, ShipperCounts
-from traceml_otel.emit.export_errors import endpoint_level, probe_protocol
+from traceml_otel.emit.export_shutdown import (  # noqa: F401 (the shutdown's constants, re-exported)
+    DEAD_ENDPOINT_DRAIN_S,
+    PROBE_S,
+    REDACT,
+    SPAN_DRAIN_SHARE,
+    ExportShutdown,
+    describe,
+    span_count,
+)
 from traceml_otel.emit.hang_events import HangRecordWatch
 from traceml_otel.emit.live_summary import start_live_window
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.emit.otlp_encode import EncodedSpans, SpanEncoder
-from traceml_otel.emit.redact import Redactor, header_secrets
 from traceml_otel.emit.resource import build_resource
 from traceml_otel.emit.run_end import linger_line
 from traceml_otel.emit.span_budget import (
@@ -49,39 +56,21 @@ from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.stats_file import StatsFile
 from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
-from traceml_otel.emit.step_protobuf import EncodedStep
+from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.control import DeviceInfo, LocalReport
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hello import Hello
 
-SPAN_DRAIN_SHARE = 0.8
-"""Share of the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S`` that span export gets at shutdown; metrics'
-final export gets the rest."""
-PROBE_S = 0.5
-"""At shutdown, how long one endpoint gets to show it listens and speaks the protocol."""
-DEAD_ENDPOINT_DRAIN_S = 1.0
-"""Span drain at shutdown when the last export attempt failed (the endpoint is down), if shorter."""
 MAX_EXPORT_BACKLOG_SPANS = 100_000
 """Spans written locally but not yet offered to OTLP; beyond this, export is skipped (counted)."""
 EMITTER_BEHIND = "emitter behind (CPU busy); kept in the local copy"
 EXPORT_TURNED_OFF = "OTLP export turned off after an error"
 
-REDACT = Redactor(header_secrets())
-"""Header values (tokens) never reach stderr or the statistics."""
 
 
-def describe(error: BaseException) -> str:
-    """An error in one line, header values redacted."""
-    return REDACT(f"{type(error).__name__}: {error}")
-
-
-def _span_count(built: list[StepSpans | EncodedStep]) -> int:
-    return sum([step.count for step in built])
-
-
-class Emitter:
+class Emitter(ExportShutdown):
     """Spans, local copy, OTLP and metrics for one rank; each output can fail on its own."""
 
     def __init__(self, hello: Hello) -> None:
@@ -129,6 +118,7 @@ class Emitter:
                     hello.otlp_spans == SPANS_AUTO and rank.world_size < AUTO_MIN_RANKS):
                 self.budget = SpanBudget(BudgetSettings(hello.otlp_spans, hello.otlp_sample_rate,
                                                         hello.otlp_span_budget), rank.world_size)
+                self.lines.defer_protobuf = True  # the steps the budget drops are never encoded
         self.metrics = self._start_metrics(hello, resource, rank)
         self.hang_watch = HangRecordWatch(run_dir, rank.rank, rank.run_id) if run_dir is not None else None
         if self.hang_watch is not None and self.metrics is not None:
@@ -266,7 +256,7 @@ class Emitter:
         encoded = self.lines.encode(rows, self.anchor_ns, keep_spans=True)  # the spans export sends
         self._write_local(encoded)
         records, built = encoded.records, encoded.built
-        spans = _span_count(built)
+        spans = span_count(built)
         if self._export_backlog_spans + spans > MAX_EXPORT_BACKLOG_SPANS:
             self._skip_export(EMITTER_BEHIND, records, built)
             return
@@ -328,7 +318,7 @@ class Emitter:
     def export_next(self) -> None:
         """Offer the oldest written batch to OTLP export and metrics."""
         records, built = self._export_backlog.popleft()
-        self._export_backlog_spans -= _span_count(built)
+        self._export_backlog_spans -= span_count(built)
         sampled = [True] * len(built)  # exemplars point only at traces that are sent
         if self.shipper is not None:
             try:
@@ -342,13 +332,14 @@ class Emitter:
                                                    [len(spans) for spans in steps])
                     if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
                         self.stats.otlp_sample_probability = self.budget.lowest_probability
+                    fill_kept(steps, decisions)
                 sampled = self.shipper.offer_steps(steps, decisions)
             except Exception as error:  # nothing of the batch was counted: all of it is skipped
-                self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
+                self.ledger.skip(EXPORT_TURNED_OFF, span_count(built))
                 self.disable("OTLP span export", f"failed ({describe(error)})")
                 self._stop_shipper()
         elif self.stats.otlp_endpoint is not None:
-            self.ledger.skip(EXPORT_TURNED_OFF, _span_count(built))
+            self.ledger.skip(EXPORT_TURNED_OFF, span_count(built))
         self._record_metrics(records, built, sampled)
 
     def _record_metrics(self, records: list[StepRecord], built: list[StepSpans | EncodedStep],
@@ -366,7 +357,7 @@ class Emitter:
     def _skip_export(self, reason: str, records: list[StepRecord],
                      built: list[StepSpans | EncodedStep]) -> None:
         if self.stats.otlp_endpoint is not None:
-            self.ledger.skip(reason, _span_count(built))
+            self.ledger.skip(reason, span_count(built))
         self.stats.metrics_skipped_steps += len(records)
 
     def _stop_shipper(self) -> None:
@@ -409,99 +400,10 @@ class Emitter:
         return LocalReport(rank=stats.rank, enabled=local_on, steps=stats.steps_local, traced=steps_traced,
                            complete=stats.local_copy_complete, disabled=dict(stats.outputs_disabled))
 
-    def finish_export(self) -> None:
-        """Offer what is left to OTLP within the deadline, shut export down, write the final stats.
-
-        All of it fits in ``drain_s`` (the trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``): spans get the
-        first ``SPAN_DRAIN_SHARE`` of it, metrics' final export the rest. An endpoint that is down or
-        speaks the other protocol (:func:`probe_protocol`, at most ``PROBE_S`` per endpoint) gets no
-        wait at all: what is left is counted as not sent, with that cause.
-        """
-        started = time.monotonic()
-        span_down, metric_down = self._endpoints_down()
-        drain_s = self.drain_s * SPAN_DRAIN_SHARE
-        if span_down is not None:
-            drain_s = 0.0
-        elif self.shipper is not None and self.shipper.last_export_failed:
-            drain_s = min(drain_s, DEAD_ENDPOINT_DRAIN_S)  # no point waiting on an endpoint that is failing
-        deadline = started + drain_s
-        not_sent = NOT_SENT_AT_SHUTDOWN if span_down is None else f"not sent: {span_down}"
-        self._drain_backlog(deadline, started + self.drain_s * SPAN_DRAIN_SHARE, span_down, not_sent)
-        if self.shipper is not None:
-            shipper = self.shipper
-            # A batch in flight at the span deadline may still be accepted: it gets the rest of the budget,
-            # unless the endpoint is down (then nothing it holds can be delivered).
-            grace = 0.0 if span_down is not None else max(
-                0.0, started + self.drain_s - max(deadline, time.monotonic()))
-            counts = shipper.close(max(0.0, deadline - time.monotonic()), grace)
-            if span_down is not None:
-                counts.last_error = span_down
-            self._retire_shipper(shipper, counts, not_sent)
-        if metric_down is not None and self.metrics is not None:
-            self.metrics.give_up_export(metric_down)
-        self.ledger.settle()
-        self._finish_metrics(max(0.0, started + self.drain_s - time.monotonic()), metric_down)
-        stats = self.stats
-        if stats.otlp_dropped:
-            self.warn(f"{stats.otlp_dropped} span(s) were not delivered over OTLP to {stats.otlp_endpoint} "
-                      f"({stats.otlp_drop_reasons}); "
-                      + ("the local copy has them" if stats.local_copy_complete else "see the account"))
-        stats.final = True
-        self.write_stats()
-        if stats.clean_shutdown and self.metrics is not None:
-            # Every scraper sees the end marker, so the end is not mistaken for a dead rank.
-            self.metrics.linger(self.linger_s, self._announce_linger if self.local_rank == 0 else None)
-
-    def _drain_backlog(self, deadline: float, metrics_until: float, span_down: str | None,
-                       not_sent: str) -> None:
-        """Offer the export backlog until ``deadline``; count the rest as ``not_sent``."""
-        while self._export_backlog and time.monotonic() < deadline:
-            self.export_next()
-        # Recording a step in the metrics is in-memory work: with the span endpoint down, the spans' share
-        # of the budget goes to it, so a loaded machine does not lose the last steps from the metrics.
-        while self._export_backlog:
-            records, built = self._export_backlog.popleft()
-            if span_down is not None and time.monotonic() < metrics_until:
-                # The span endpoint is down, the metrics' may not be: the steps still count in the metrics.
-                self.ledger.skip(not_sent, _span_count(built))
-                self._record_metrics(records, built, [False] * len(built))
-            else:
-                self._skip_export(not_sent, records, built)
-        self._export_backlog_spans = 0
-
-    def _finish_metrics(self, left_s: float, metric_down: str | None) -> None:
-        if self.metrics is not None:
-            try:
-                # Down: the final export fails at once; only an export already hung in a read is waited for.
-                self.metrics.shutdown(timeout_s=min(left_s, DEAD_ENDPOINT_DRAIN_S) if metric_down else left_s)
-            except Exception as error:
-                self.stats.problems.append(f"metrics shutdown failed ({describe(error)})")
-            self.ledger.take_metric_counts(self.metrics)
-
     def finish(self, status: str, capture_dropped: int, clean: bool, steps_traced: int | None = None) -> None:
         """Both shutdown stages at once (tests and benchmarks)."""
         self.finish_local(status, capture_dropped, clean, steps_traced)
         self.finish_export()
-
-    def _endpoints_down(self) -> tuple[str | None, str | None]:
-        """Why OTLP span and metric export cannot work now (``None``: not known to fail)."""
-        probed: dict[tuple[str, str], str | None] = {}
-
-        def probe(endpoint: str | None, protocol: str | None) -> str | None:
-            if not endpoint or not protocol:
-                return None
-            if (endpoint, protocol) not in probed:
-                probed[endpoint, protocol] = probe_protocol(endpoint, protocol, PROBE_S)
-            return probed[endpoint, protocol]
-
-        spans = metrics = None
-        if self.shipper is not None:
-            spans = probe(self.stats.otlp_endpoint, self.shipper.protocol) or self.shipper.failing_cause()
-            if spans is not None and not endpoint_level(spans):
-                spans = None  # failing for another reason (an HTTP status): the short drain applies
-        if self.metrics is not None and self.metrics.export_counts is not None:
-            metrics = probe(self.stats.metrics_endpoint, self.metrics_protocol)
-        return spans, metrics
 
 
 def _prometheus_endpoint(hello: Hello) -> PrometheusEndpoint | None:

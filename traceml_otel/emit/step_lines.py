@@ -59,7 +59,7 @@ from traceml_otel.emit.step_columns import (
     span_id_texts,
     value_texts,
 )
-from traceml_otel.emit.step_protobuf import EncodedStep, StepProtobuf
+from traceml_otel.emit.step_protobuf import EncodedStep, PendingFill, StepProtobuf
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
@@ -154,6 +154,9 @@ class StepLines:
         self.otlp: SpanEncoder | None = None
         """OTLP span export's encoder: set, templated steps come with their spans' protobuf
         (:mod:`traceml_otel.emit.step_protobuf`); shapes are templated for it from then on."""
+        self.defer_protobuf = False
+        """Set (the span budget is on): a templated step's protobuf waits for the budget's decision
+        (:func:`~traceml_otel.emit.step_protobuf.fill_kept`), so the steps it drops are never filled."""
 
     def encode(self, rows: Sequence[Any], anchor_ns: int, keep_spans: bool = False) -> EncodedSteps:
         """The JSON of each row's spans and its CSV line, in order (``anchor_ns``: the trainer's
@@ -200,6 +203,11 @@ class StepLines:
         _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run
         if self.otlp is None or shape.protobuf is not None:  # no span objects: ids, and the protobuf
             out.records += [decode_step(row, anchor_ns) for row in rows]
+            if shape.protobuf is not None and self.defer_protobuf:  # filled once the budget keeps a step
+                out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
+                                 repeat(1 + calls), repeat(()), repeat(()),
+                                 repeat(PendingFill(shape.protobuf, flat)), range(len(rows)))
+                return
             encoded = shape.protobuf.fill(flat) if shape.protobuf is not None else repeat(())
             out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
                              repeat(1 + calls), encoded)

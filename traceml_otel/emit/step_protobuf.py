@@ -44,9 +44,39 @@ class EncodedStep:
     count: int
     encoded: Sequence[bytes] = ()
     collectives: tuple[SpanData, ...] = ()
+    pending: PendingFill | None = None
+    """Under the span budget, the run its protobuf is filled from once the budget keeps it
+    (:func:`fill_kept`); a step the budget drops is never filled."""
+    index: int = 0
+    """The step's row in ``pending``'s run."""
 
     def __len__(self) -> int:
         return self.count
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFill:
+    """A run's template and flat layout, kept until the span budget has decided its steps."""
+
+    protobuf: StepProtobuf
+    flat: list[Any]
+
+
+def fill_kept(steps: Sequence[object], decisions: Sequence[object | None] | None) -> None:
+    """Fill the protobuf of the steps whose fill waits for the span budget (``pending``): those kept
+    (a decision that is not ``None``; every step when ``decisions`` is ``None``), a run at a time; the
+    dropped ones only let go of their run."""
+    runs: dict[int, tuple[PendingFill, list[EncodedStep]]] = {}
+    for k, step in enumerate(steps):
+        if type(step) is not EncodedStep or step.pending is None:
+            continue
+        if decisions is None or decisions[k] is not None:
+            runs.setdefault(id(step.pending), (step.pending, []))[1].append(step)
+        step.pending = None
+    for pending, kept in runs.values():
+        for step, encoded in zip(kept, pending.protobuf.fill(pending.flat, [step.index for step in kept]),
+                                 strict=True):
+            step.encoded = encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +117,10 @@ class StepProtobuf:
             return None
         return template if same else None
 
-    def fill(self, flat: list[Any]) -> list[tuple[bytes, ...]]:
+    def fill(self, flat: list[Any], rows: Sequence[int] | None = None) -> list[tuple[bytes, ...]]:
         """Each step's spans' fields, from a run's flat layout (ids as hex text, floats as their
-        ``repr`` text, as :func:`~traceml_otel.emit.step_columns.flat_columns` gives them)."""
+        ``repr`` text, as :func:`~traceml_otel.emit.step_columns.flat_columns` gives them); only the
+        steps at ``rows`` of the run, in that order, when given."""
         values: dict[tuple[str, int], list[bytes]] = {}
         varints: dict[int, list[bytes]] = {}
         columns = []
@@ -98,7 +129,7 @@ class StepProtobuf:
             for constant, slot in zip(span.constants, span.slots):  # noqa: B905 (one more constant)
                 column = values.get(slot)
                 if column is None:
-                    column = values[slot] = self._column(slot, flat, varints)
+                    column = values[slot] = self._column(slot, flat, varints, rows)
                 parts += [repeat(constant), column]
             parts.append(repeat(span.constants[-1]))
             bodies = list(map(b"".join, zip(*parts, strict=False)))  # the constants repeat
@@ -110,17 +141,23 @@ class StepProtobuf:
             columns.append(list(map(add, heads, bodies)))
         return list(zip(*columns, strict=True))
 
-    def _column(self, slot: tuple[str, int], flat: list[Any], varints: dict[int, list[bytes]]) -> list[bytes]:
-        """One slot's bytes for each step of the run."""
+    def _column(self, slot: tuple[str, int], flat: list[Any], varints: dict[int, list[bytes]],
+                rows: Sequence[int] | None = None) -> list[bytes]:
+        """One slot's bytes for each step of the run (those at ``rows``, when given)."""
         kind, pick = slot
         column = flat[pick]
+        if kind == DOUBLE_SLOT:
+            seconds = getattr(column, "seconds", None)  # the floats the texts spell (step_columns)
+            floats = seconds if seconds is not None else list(map(float, column))
+            if rows is not None:
+                floats = [floats[row] for row in rows]
+            return list(map(_DOUBLE, floats))
+        if rows is not None:
+            column = [column[row] for row in rows]
         if kind == TRACE_SLOT or kind == ID_SLOT:
             return list(map(bytes.fromhex, column))
         if kind == TIME_SLOT:
             return list(map(_FIXED64, column))
-        if kind == DOUBLE_SLOT:
-            seconds = getattr(column, "seconds", None)  # the floats the texts spell (step_columns)
-            return list(map(_DOUBLE, seconds if seconds is not None else map(float, column)))
         prefix = self._encoder.int_prefix
         if column.count(column[0]) == len(column):  # one value in the whole run (often: calls, peaks)
             one = varint(column[0])

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if hello is None:
         print("traceml: emitter got no settings; exiting", file=sys.stderr)
         return 1
-    session = PipeSession(fd, buffer, hello)
+    session = PipeSession(fd, buffer, hello, own_process=True)
 
     def niced_work() -> None:
         nice_this_thread(EMITTER_NICENESS)  # threads it starts (OTLP, metrics) inherit it
