@@ -4,9 +4,13 @@
     .venv/bin/python benchmarks/emitter_cost.py --otlp     # also OTLP spans + metrics to a real rotel
     .venv/bin/python benchmarks/emitter_cost.py --otlp --otlp-spans sampled --sample-rate 0.1
                                                            # + the whole emitter under the span budget
+    .venv/bin/python benchmarks/emitter_cost.py --otlp --otlp-spans all --collectives 2
+                                                           # a DDP rank's steps: 2 gradient buckets each
 
 One synthetic stream of 1 ms steps (a step, forward, backward and optimizer span, an input wait,
-CUDA peaks, the phase calls unnumbered as the training thread sends them; in frames of 64 steps) goes
+CUDA peaks, the phase calls unnumbered as the training thread sends them; in frames of 64 steps; with
+``--collectives N``, N DDP gradient buckets' all_reduce calls inside backward, as a DDP rank's capture
+side sends them, which add one collective span per step) goes
 through each stage of
 the real emitter code in this process, and each stage's process CPU time (``time.process_time``:
 all threads, so an exporter's own thread counts) is divided by the steps:
@@ -49,12 +53,28 @@ from traceml_otel.emit.worker import Emitter
 from traceml_otel.wire import frames
 from traceml_otel.wire.frames import FrameBuffer, encode_frame
 from traceml_otel.wire.hello import Hello
-from traceml_otel.wire.step_row import PhaseRow, StepRow, decode_step
+from traceml_otel.wire.step_row import CollectiveRow, PhaseRow, StepRow, decode_step
 
 STEPS = 4000
 BATCH = 64
 MS = 1_000_000
 SPANS_PER_STEP = 4
+COLLECTIVES = 0
+"""DDP gradient buckets per step (``--collectives``): all_reduce calls handed over during backward."""
+
+
+def _collectives(start: int, step: int) -> list[CollectiveRow]:
+    """``COLLECTIVES`` DDP buckets as a CPU rank's capture side sends them: handed over in backward
+    (350-850 us into the step), spread evenly, each completing 60-80 us later (the time after the
+    last hand-over is exposed), 25 MB each (DDP's default bucket)."""
+    calls = []
+    for k in range(COLLECTIVES):
+        handed = start + 350_000 + (k + 1) * 500_000 // (COLLECTIVES + 1)
+        call = CollectiveRow.started(kind="all_reduce", source="ddp", start_ns=handed, nbytes=25 << 20,
+                                     blocking=False)
+        call.end_ns = handed + 60_000 + (step * 7919 + k * 104_729) % 20_000  # varying completions
+        calls.append(call)
+    return calls
 
 
 def _rows(first: int, count: int) -> list[StepRow]:
@@ -67,7 +87,7 @@ def _rows(first: int, count: int) -> list[StepRow]:
         rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + 990_000,
                                input_wait_ns=40_000, input_fetches=1, optimizer_steps=1,
                                peak_allocated_bytes=1 << 30, peak_reserved_bytes=2 << 30,
-                               phases=phases))
+                               phases=phases, collectives=_collectives(start, step)))
     return rows
 
 
@@ -133,7 +153,8 @@ def stage_table(endpoint: str | None) -> list[tuple[str, float]]:
 
             table.append(("local copy + table, one pass", _per_step(one_pass)))
             assert default.local.steps_written == STEPS
-            assert lines.reference_steps == 2  # the first step, then the first of its shape
+            if not COLLECTIVES:  # steps with collectives may take the reference path
+                assert lines.reference_steps == 2  # the first step, then the first of its shape
         default.finish("ok", 0, True)
     with tempfile.TemporaryDirectory() as run_dir:
         emitter = Emitter(_hello(run_dir, endpoint, metrics=endpoint is not None))
@@ -230,13 +251,19 @@ def main() -> None:
     parser.add_argument("--otlp-spans", default="auto", choices=("auto", "all", "sampled"),
                         help="the span budget's mode (TRACEML_OTLP_SPANS) for the whole-emitter rows")
     parser.add_argument("--sample-rate", type=float, default=None, help="TRACEML_OTLP_SAMPLE_RATE")
+    parser.add_argument("--collectives", type=int, default=0, metavar="N",
+                        help="DDP gradient buckets (all_reduce calls) per step: a DDP rank's steps")
     args = parser.parse_args()
+    global COLLECTIVES, SPANS_PER_STEP
+    COLLECTIVES = max(0, args.collectives)
+    SPANS_PER_STEP = 4 + (1 if COLLECTIVES else 0)  # the buckets' one collective span (per source, kind)
     rotel = endpoint = None
     if args.otlp:
         rotel, endpoint = _start_rotel()
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint  # the SDK exporters read it, as in the emitter
     try:
-        print(f"{STEPS} steps, {SPANS_PER_STEP} spans each, frames of {BATCH}; load average "
+        print(f"{STEPS} steps, {SPANS_PER_STEP} spans each ({COLLECTIVES} DDP buckets), frames of {BATCH}; "
+              f"load average "
               f"{os.getloadavg()[0]:.1f}")
         print(f"{'stage':<32} us CPU/step")
         table = stage_table(endpoint)
