@@ -87,6 +87,9 @@ class CaptureExporter:
         """The last export's measured wall time (the next one's expected cost)."""
         self.lost_at_exit = 0
         """Deferred captures still unwritten when the shutdown's wait ran out: counted and said."""
+        self.unwritten: list[tuple[Any, str]] = []
+        """(capture, why) of each capture dropped unwritten: each gets a summary saying so at :meth:`close`
+        (written then, off the training thread), so the report counts it."""
         self._training_over = False
         self._thread = threading.Thread(target=self._run, name="traceml-capture-export", daemon=True)
         self._thread.start()
@@ -97,7 +100,9 @@ class CaptureExporter:
         if running.deferred:
             if len(self.deferred) >= MAX_DEFERRED:
                 self.dropped += 1
-                self.warn(f"capture {running.index} dropped: {MAX_DEFERRED} captures already wait for export")
+                why = f"dropped: {MAX_DEFERRED} captures already waited for export"
+                self.unwritten.append((running, why))
+                self.warn(f"capture {running.index} {why}")
                 return
             self.deferred.append(running)
             return
@@ -106,7 +111,9 @@ class CaptureExporter:
             self._queue.put_nowait(running)
         except queue.Full:
             self.dropped += 1
-            self.warn(f"capture {running.index} dropped: the previous one is still being written")
+            why = "dropped: the previous capture was still being written"
+            self.unwritten.append((running, why))
+            self.warn(f"capture {running.index} {why}")
             return
         self.auto_exporting += automatic
 
@@ -147,6 +154,21 @@ class CaptureExporter:
         if left:
             self.lost_at_exit += left
             self.warn(f"{left} capture(s) not written: the shutdown's wait ({wait_s:g} s) ran out")
+        self.unwritten += [(running, f"not written: the shutdown's wait ({wait_s:g} s) ran out")
+                           for running in self.deferred]
+        self.deferred = []
+        for running, why in self.unwritten:
+            self._record_unwritten(running, why)
+
+    def _record_unwritten(self, running: Any, why: str) -> None:
+        """A summary that says why capture ``running`` has no trace (what it captured, no operators)."""
+        with contextlib.suppress(Exception):  # never into training or its shutdown
+            request = running.request
+            write_summary(self.run_dir, CaptureSummary(
+                run_id=self.run_id, rank=self.rank, index=running.index, reason=request.reason,
+                detail=request.detail, request_id=request.id, steps=tuple(running.steps),
+                step_ms=tuple(running.step_ms), problem=why, started_unix=running.started_unix,
+                stopped_unix=running.stopped_unix, finished_unix=time.time()))
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # Linux: a thread's own niceness
