@@ -26,7 +26,8 @@ def launch(tmp_path: Path, scenario: str, ranks: int, **env_extra: str) -> tuple
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEML_", "EVENTS_"))}
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(TRACEML_RUNS_DIR=str(tmp_path / "runs"), PYTHONUNBUFFERED="1", PYTHONPATH=path,
-               EVENTS_BASE_S="0.06", EVENTS_SLOW_S="0.06", EVENTS_STEPS="150", EVENTS_WINDOW="15")
+               EVENTS_BASE_S="0.06", EVENTS_SLOW_S="0.06", EVENTS_STEPS="150", EVENTS_WINDOW="15",
+               TRACEML_CAPTURE_AUTO="0")  # stalls, stragglers, segments: no deep captures (tests/capture)
     env.update(env_extra)
     result = subprocess.run(
         [sys.executable, "-m", "traceml_otel.cli", "run", str(SCRIPT), "--nproc-per-node", str(ranks), "--",

@@ -98,6 +98,9 @@ def _start(tmp: Path, scenario: Scenario, port: int) -> subprocess.Popen[str]:
         TRACEML_RUNS_DIR=str(tmp / scenario.name), PYTHONUNBUFFERED="1",
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
         TRACEML_PROMETHEUS_PORT=str(port), TRACEML_PROMETHEUS_LINGER_S="3",
+        # Automatic deep captures off: the span reader leaves captured steps out of its means and the
+        # metrics cannot, so a captured run is not the same data to both (parity is about the engines).
+        TRACEML_CAPTURE_AUTO="0",
     )
     launcher = ("--nproc-per-node", str(scenario.ranks)) if scenario.ranks > 1 else ()
     return subprocess.Popen(

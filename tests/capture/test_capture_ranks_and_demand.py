@@ -38,13 +38,16 @@ def test_rank_that_turns_straggler_is_captured_and_its_peer_is_not(tmp_path: Pat
     (run_dir,) = (tmp_path / "runs").iterdir()
     summaries, problems = read_summaries(run_dir)
     assert not problems
-    assert {s.rank for s in summaries} == {1}, [(s.rank, s.reason, s.detail) for s in summaries]
-    capture = summaries[0]
-    assert capture.reason == "straggler" and "this rank's own work rose" in capture.detail
+    seen = [(s.rank, s.reason, s.detail) for s in summaries]
+    # The straggler capture is rank 1's alone. On a loaded machine rank 0 once took a spike capture
+    # (a step 4.5 x its p95, recurring): a spike of its own, never the straggler's.
+    assert {s.rank for s in summaries if s.reason != "spike"} == {1}, seen
+    (capture,) = [s for s in summaries if s.rank == 1 and s.reason == "straggler"]
+    assert "this rank's own work rose" in capture.detail
     assert min(capture.steps) >= 120  # after rank 1 slowed down, half-way
     assert capture.top_cpu[0].name == "aten::mm"  # the extra work
     assert any("allreduce" in op.name for op in capture.collectives), capture.collectives
-    assert not list(run_dir.glob("rank-0.capture-*"))  # rank 0 waited for rank 1: never asked
+    assert all(s.reason == "spike" for s in summaries if s.rank == 0), seen  # never as the straggler
 
 
 def test_traceml_capture_against_a_running_job(tmp_path: Path) -> None:

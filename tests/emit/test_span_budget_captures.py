@@ -27,12 +27,13 @@ BATCH = 32
 
 
 def _rows(first: int, count: int) -> list[StepRow]:
+    """Steps whose forward fills them (no residual for the residual trigger: only the spikes ask)."""
     rows = []
     for step in range(first, first + count):
         start = step * 30 * MS
         busy = 25 * MS if step in SPIKES else 2 * MS
         rows.append(StepRow.of(step=step, start_ns=start, end_ns=start + busy, optimizer_steps=1,
-                               phases=[PhaseRow.timed("forward", None, start, start + busy // 2, None)]))
+                               phases=[PhaseRow.timed("forward", None, start, start + busy, None)]))
     return rows
 
 
