@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData
 from traceml_otel.wire._json import RecordError, read_json_object
+from traceml_otel.wire.bounded_file import FileChange
 from traceml_otel.wire.capture_record import (
     MAX_REQUEST_STEPS,
     MAX_SUMMARY_BYTES,
@@ -108,7 +109,7 @@ class CaptureNotices:
 
     def __init__(self, run_dir: Path, rank: int) -> None:
         self.status_path = run_dir / status_file_name(rank)
-        self._status_seen: tuple[int, int] | None = None
+        self._status = FileChange(self.status_path)
         self._started = 0
         self._fired = 0
 
@@ -119,14 +120,8 @@ class CaptureNotices:
             for request in triggers.fired[self._fired:]:
                 budget.capture_pending((request.at_step if request.at_step is not None else first_step) - 1)
             self._fired = len(triggers.fired)
-        try:
-            info = os.stat(self.status_path, follow_symlinks=False)
-        except OSError:
+        if not self._status.changed():
             return
-        key = (info.st_mtime_ns, info.st_size)
-        if key == self._status_seen:
-            return
-        self._status_seen = key
         status = read_status(self.status_path)
         if status is None:
             return

@@ -17,12 +17,12 @@ into the run folder. The emitter looks at that file at most once a second while 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from traceml_otel import contract as c
 from traceml_otel.emit.spans import SpanData
+from traceml_otel.wire.bounded_file import FileChange
 from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord, read_hang_record
 from traceml_otel.wire.hang_verdict import HangVerdict, combine, hang_file_names, read_hang_records
 
@@ -97,7 +97,7 @@ class HangRecordWatch:
         self.path = self.run_dir / c.hang_file_name(rank)
         self.run_id = run_id
         self.state = HangState()
-        self._seen: tuple[int, int] | None = None
+        self._own = FileChange(self.path)
         self._spanned: float | None = None
         self._pending: HangRecord | None = None
         self._pending_since = 0.0
@@ -122,14 +122,8 @@ class HangRecordWatch:
         return hang_span(record, self.run_id, self._verdict(record))
 
     def _read_own(self, now: float) -> None:
-        try:
-            stat = os.stat(self.path, follow_symlinks=False)
-        except OSError:
+        if not self._own.changed():
             return
-        key = (stat.st_mtime_ns, stat.st_size)
-        if key == self._seen:
-            return
-        self._seen = key
         try:
             record = read_hang_record(self.path)
         except ValueError:

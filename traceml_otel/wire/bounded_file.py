@@ -217,3 +217,24 @@ def bounded_lines(fd: int, max_line: int = MAX_LINE_BYTES, chunk: int = _CHUNK) 
                 number += 1
                 if line is not None:
                     yield line
+
+
+class FileChange:
+    """Whether a file changed since it was last looked at, by its modification time and size (one
+    ``stat``, links not followed): a watcher re-reads the file only then. A missing file is no change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int] | None = None
+
+    def changed(self) -> bool:
+        """True once per new (modification time, size) of :attr:`path`."""
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        key = (info.st_mtime_ns, info.st_size)
+        if key == self._seen:
+            return False
+        self._seen = key
+        return True
