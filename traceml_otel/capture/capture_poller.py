@@ -59,7 +59,7 @@ class CapturePoller:
         self.warn = warn
         self.paths = (run_dir / REQUEST_FILE, run_dir / demand_file_name(rank),
                       run_dir / request_file_name(rank))
-        self._seen: dict[Path, tuple[int, int]] = {}
+        self._seen: dict[Path, tuple[int, int, int]] = {}
         self._handled: list[str] = []
         self.budget: dict[str, float] = {}
         """The cost budget's numbers at the last automatic request (``rank-R.capture-status.json``)."""
@@ -169,7 +169,7 @@ class CapturePoller:
             info = os.stat(path, follow_symlinks=False)
         except OSError:
             return None
-        key = (info.st_mtime_ns, info.st_size)
+        key = (info.st_ino, info.st_mtime_ns, info.st_size)  # an atomic rewrite is a new inode
         if self._seen.get(path) == key:
             return None
         self._seen[path] = key

@@ -220,12 +220,14 @@ def bounded_lines(fd: int, max_line: int = MAX_LINE_BYTES, chunk: int = _CHUNK) 
 
 
 class FileChange:
-    """Whether a file changed since it was last looked at, by its modification time and size (one
-    ``stat``, links not followed): a watcher re-reads the file only then. A missing file is no change."""
+    """Whether a file changed since it was last looked at, by its inode, modification time and size (one
+    ``stat``, links not followed): a watcher re-reads the file only then. A missing file is no change.
+    The inode catches an atomic rewrite (a new file renamed over the old) of the same size within one
+    tick of the file system's clock, which time and size alone miss."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
 
     def changed(self) -> bool:
         """True once per new (modification time, size) of :attr:`path`."""
@@ -233,7 +235,7 @@ class FileChange:
             info = os.stat(self.path, follow_symlinks=False)
         except OSError:
             return False
-        key = (info.st_mtime_ns, info.st_size)
+        key = (info.st_ino, info.st_mtime_ns, info.st_size)
         if key == self._seen:
             return False
         self._seen = key
