@@ -48,33 +48,35 @@ class WatchedJob:
 
 
 def run_watching_first_failure(run_args: list[str], env: dict[str, str], cwd: Path, port: int,
-                               poll_s: float, timeout_s: float = 240, after_end_s: float = 10) -> WatchedJob:
+                               poll_s: float, timeout_s: float = 240) -> WatchedJob:
     """Run ``traceml run *run_args``, scraping ``port`` every ``poll_s`` until a page names the first
-    failure or the job ends, then for up to ``after_end_s`` more while the lingering endpoint still
-    answers (on a loaded machine the failure can reach it after the launcher has exited); the job is
-    killed if it outlives ``timeout_s`` after that."""
-    job = subprocess.Popen([sys.executable, "-m", "traceml_otel.cli", "run", *run_args],
-                           env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    failure, or the launcher has exited and nothing answers on the port any more; the job is killed if
+    it outlives ``timeout_s``.
+
+    The ranks' emitters are processes of their own: one lingering for the last scrape outlives the
+    launcher, and it reads the first failure from the manifest at most once a second. So the page is
+    watched past the launcher's exit, while the emitter still answers (on a loaded machine the
+    launcher once exited before the emitter had read the manifest, and a watch that stopped at the
+    launcher's exit saw no page with it). The output goes to a file: a pipe would tie its end to the
+    emitter's, which holds the same stdout."""
+    log_path = cwd / f"watched-{port}.log"
     seen = ""
-    try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and job.poll() is None:
-            page = scrape(port)
-            if FIRST_FAILURE in page:
-                seen = page
-                break
-            time.sleep(poll_s)
-        out, _ = job.communicate(timeout=timeout_s)
-        lingering_until = time.monotonic() + after_end_s
-        while not seen and time.monotonic() < lingering_until:
-            page = scrape(port)
-            if FIRST_FAILURE in page:
-                seen = page
-            elif not page:
-                break  # nothing lingers
-            time.sleep(poll_s)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate(timeout=60)
-    return WatchedJob(job.returncode, out, seen)
+    with log_path.open("w") as log:
+        job = subprocess.Popen([sys.executable, "-m", "traceml_otel.cli", "run", *run_args],
+                               env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                page = scrape(port)
+                if FIRST_FAILURE in page:
+                    seen = page
+                    break
+                if not page and job.poll() is not None:
+                    break  # the launcher is gone and nothing lingers
+                time.sleep(poll_s)
+            job.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait(timeout=60)
+    return WatchedJob(job.returncode, log_path.read_text(errors="replace"), seen)
