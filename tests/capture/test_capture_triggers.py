@@ -61,6 +61,9 @@ def test_busy_time_leaves_out_the_tail_backward_waits_for_ddp_buckets() -> None:
 def test_period_ignores_noise_spikes_between() -> None:
     assert period([39, 79, 87, 119]) == 40 and period([4, 9, 14]) == 5
     assert period([39, 79, 87]) is None and period([10, 50]) is None
+    # A noise spike on the lattice is not taken for the cause when its size differs (12 ms vs 40 ms).
+    assert period([39, 50, 60], [40.0, 12.0, 12.0]) is None
+    assert period([39, 79, 119], [40.0, 44.0, 38.0]) == 40
 
 
 def test_periodic_spike_is_captured_where_the_next_is_due(tmp_path: Path) -> None:
@@ -88,3 +91,24 @@ def test_emitter_asks_at_most_max_and_once_per_interval(tmp_path: Path) -> None:
     assert len(_run(tmp_path, durations, interval_s=0.0, max_per_rank=2).fired) == 2
     (other := tmp_path / "b").mkdir()
     assert len(_run(other, durations).fired) == 1  # the default interval: 600 s
+
+
+def test_rare_spikes_without_a_period_wait_for_it_and_dense_ones_are_captured_at_once(tmp_path: Path) -> None:
+    # A loaded machine's noise spikes (35, 50, 60) before the planted op's (every 40th step): four
+    # spikes by step 60, but a capture of the steps after step 60 holds no planted op. The capture
+    # waits for the period and lands on the op's step.
+    rng = random.Random(2)
+    durations = [(40.0 if step % 40 == 39 else 1.0 + rng.random() * 0.1, 0.0) for step in range(200)]
+    for noise in (35, 50, 60):
+        durations[noise] = (12.0, 0.0)
+    first = _run(tmp_path, durations).fired[0]
+    assert first.every == 40 and first.at_step == 119 + 39, first
+    # Spikes on about one step in four, at no planted period: the steps after one likely hold another,
+    # and they are captured soon (at once, or where a chance lattice of them points).
+    spiky = [(1.0 + rng.random() * 0.1, 0.0) for _ in range(200)]
+    for step in range(40, 200):
+        if rng.random() < 0.25 and not (spiky[step - 1][0] > 5):
+            spiky[step] = (20.0 + rng.random() * 20, 0.0)
+    (other := tmp_path / "dense").mkdir()
+    fired = _run(other, spiky).fired
+    assert fired and fired[0].at_step < 80, fired

@@ -62,6 +62,30 @@ def run_trace_usage(run_dir: Path) -> tuple[int, int]:
     return count, size
 
 
+SLOT_PREFIX = ".capture-slot-"
+"""``.capture-slot-N`` (N below ``TRACEML_CAPTURE_MAX_RUN``): one file per capture the run has started."""
+
+
+def claim_run_slot(run_dir: Path, rank: int, max_per_run: int) -> int | None:
+    """Claim one of the run's ``max_per_run`` capture slots for ``rank``: the first ``.capture-slot-N``
+    this process creates (``O_EXCL``, atomic on one file system), so ranks that start captures at the
+    same moment (a job-wide anomaly seen by all 1,024 at once) never take more than the cap; a count of
+    written traces would let them all through before the first is written. ``None``: every slot is
+    taken, or the folder cannot be written (then no trace could be either)."""
+    for number in range(max_per_run):
+        try:
+            handle = os.open(run_dir / f"{SLOT_PREFIX}{number}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        with contextlib.suppress(OSError):
+            os.write(handle, str(rank).encode())
+        os.close(handle)
+        return number
+    return None
+
+
 class CaptureExporter:
     """Writes captures handed over by the training thread, one at a time, on its own thread."""
 

@@ -12,8 +12,9 @@ starts and older than a minute belong to an earlier attempt: ignored.
 Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` and the cost budget
 (``capture/capture_budget.py``; automatic triggers only: an on-demand request is a person's, and skips
 both; an automatic capture whose export would not fit the budget is taken with its export deferred,
-released here once the training-time share covers it), ``MAX`` per rank, ``MAX_RUN`` traces and ``MAX_MB`` in
-the run folder. Each refusal is counted by reason in ``rank-R.capture-status.json``.
+released here once the training-time share covers it), ``MAX`` per rank, ``MAX_RUN`` captures started in
+the run folder (a slot file claimed atomically as a capture is taken, all ranks together) and ``MAX_MB``
+of traces in it. Each refusal is counted by reason in ``rank-R.capture-status.json``.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ class CapturePoller:
                 return
 
     def refusal(self, request: CaptureRequest) -> str | None:
-        """Why ``request`` is not taken now (``None``: it is)."""
-        from traceml_otel.capture.capture_export import run_trace_usage
+        """Why ``request`` is not taken now (``None``: it is, and one of the run's capture slots is
+        claimed for it, the last check)."""
+        from traceml_otel.capture.capture_export import claim_run_slot, run_trace_usage
 
         capture, settings = self.capture, self.settings
         if capture.busy:
@@ -149,11 +151,11 @@ class CapturePoller:
             over = budget_refusal(train_s, use.spent_s, use.run_expected_s, share, wasted, waste_share)
             if over is not None:
                 return over
-        count, size = run_trace_usage(self.run_dir)
-        if count >= settings.max_per_run:
-            return f"run cap ({settings.max_per_run} traces)"
+        _, size = run_trace_usage(self.run_dir)
         if size >= settings.max_run_bytes:
             return f"run cap ({settings.max_run_bytes >> 20} MiB)"
+        if claim_run_slot(self.run_dir, self.rank, settings.max_per_run) is None:
+            return f"run cap ({settings.max_per_run} captures)"
         return None
 
     def _release_deferred(self) -> None:

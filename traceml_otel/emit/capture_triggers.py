@@ -7,8 +7,10 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
-  A spike one and two periods after earlier ones (noise spikes in between do not matter) is captured
-  where the next one is due (``at_step``, ``every``); from the fourth spike without a period, at once.
+  A spike one and two periods after earlier ones of about its size (noise spikes in between do not
+  matter) is captured where the next one is due (``at_step``, ``every``). Spikes without a period are
+  captured at once, from the fourth, only while they are dense (:data:`DENSE_SPIKES`): the steps after
+  a lone spike are ordinary ones, and a capture spent on them would leave none for the period.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits.
@@ -64,11 +66,18 @@ WASTE_GROWTH = 1.5
 STATUS_READ_S = 1.0
 SPIKE_FLOOR_S = 0.005
 LEVEL_SHIFT = 8
+"""This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
+SPIKES_KEPT = 32
+ALIKE = 2.0
+"""Spikes one period apart are taken for one cause only when their busy times are within this factor."""
+"""The last spikes a period is looked for in (noise spikes on a loaded machine come between)."""
+DENSE_SPIKES = 2.0
+"""Spikes without a period are captured at once only when the last four came, on average, at least
+every this many capture lengths (``TRACEML_CAPTURE_STEPS``): then the captured steps likely hold one."""
 _START = itemgetter(2)
 EVERY = 8
 """The p95, drift and residual windows are summarised every this many steps (a step costs the emitter
 a few microseconds; sorting the windows every step cost it ~50 us)."""
-"""This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
 
 
 def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
@@ -117,15 +126,28 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
     return busy / 1e9, (residual if residual > 0 else 0) / 1e9, bool(collectives)
 
 
-def period(spikes: Sequence[int]) -> int | None:
+def period(spikes: Sequence[int], sizes: Sequence[float] | None = None) -> int | None:
     """The period of the last spike, when two earlier ones sit one and two periods before it (a step
-    off either way; spikes of noise in between do not matter), else ``None``."""
+    off either way; spikes of noise in between do not matter), else ``None``. With ``sizes`` (each
+    spike's busy time), the three must be alike (the largest at most :data:`ALIKE` x the smallest):
+    one cause recurring costs about the same each time, and noise spikes that happen to fall on a
+    lattice mostly do not."""
     last = spikes[-1]
-    for earlier in reversed(spikes[:-1]):
+    for i in range(len(spikes) - 2, -1, -1):
+        earlier = spikes[i]
         gap = last - earlier
-        if gap > 1 and any(abs(earlier - gap - other) <= 1 for other in spikes[:-1] if other < earlier):
-            return gap
+        if gap <= 1:
+            continue
+        for j in range(i):
+            if abs(earlier - gap - spikes[j]) > 1:
+                continue
+            if sizes is None or _alike(sizes[-1], sizes[i], sizes[j]):
+                return gap
     return None
+
+
+def _alike(*sizes: float) -> bool:
+    return max(sizes) <= ALIKE * min(sizes)
 
 
 class CaptureTriggers:
@@ -146,6 +168,7 @@ class CaptureTriggers:
         self.older_shares: deque[float] = deque(maxlen=RESIDUAL_BASELINE_STEPS)
         self.residuals: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.spikes: list[int] = []
+        self.spike_sizes: list[float] = []
         self._spikes_in_row = 0
         self._pending_spike: tuple[int, float, float] | None = None
         self._p95: float | None = None
@@ -234,17 +257,23 @@ class CaptureTriggers:
         return False
 
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
-        """A spike alone: from the third, captured where the next is due (steady gaps), else at once."""
-        self.spikes = [*self.spikes[-7:], step]
+        """A spike alone: from the third, captured where the next is due (steady gaps); without a
+        period, at once from the fourth if spikes are dense."""
+        self.spikes = [*self.spikes[-(SPIKES_KEPT - 1):], step]
+        self.spike_sizes = [*self.spike_sizes[-(SPIKES_KEPT - 1):], busy]
         self.wasted["spike"] += max(0.0, busy - statistics.median(self.baseline))
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
-        every = period(self.spikes)
+        every = period(self.spikes, self.spike_sizes)
         if every is not None:
             self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
                           step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
-        elif len(self.spikes) >= 4:
+        elif len(self.spikes) >= 4 and self._dense():
             self._request("spike", detail, step, statistics.median(self.baseline))
+
+    def _dense(self) -> bool:
+        """Whether the last four spikes came at least every :data:`DENSE_SPIKES` capture lengths."""
+        return self.spikes[-1] - self.spikes[-4] <= 3 * DENSE_SPIKES * self.settings.steps
 
     def _drift(self, step: int) -> None:
         if len(self.recent) < RECENT_STEPS or len(self.older) < 2 * RECENT_STEPS:
