@@ -44,6 +44,7 @@ def test_a_user_script_with_an_svd_every_40th_step_gets_it_captured_and_named(tm
     assert capture.limits["budget_share"] == 0.01  # the defaults
     assert capture.export_deferred and capture.export_after_training  # 1 % of a few seconds: no export
     assert "after the training" in render_text(analyze_path([run_dir]))
+    assert not list(run_dir.glob("*.capture-running.*"))  # captures that ended leave no in-flight marker
 
 
 def test_a_user_script_with_an_item_per_step_gets_the_sync_captured_and_cited(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from traceml_otel.analyze.findings import Evidence, Finding, RunAnalysis
-from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.analyze.kinds import RunKind, StepKind
 from traceml_otel.analyze.run_model import StepTiming
+from traceml_otel.wire.capture_in_flight import CaptureInFlight, read_in_flight
 from traceml_otel.wire.capture_record import CaptureSummary, OpTime, read_statuses, read_summaries
 
 STRAGGLER_KINDS = frozenset({StepKind.STRAGGLER, StepKind.COMPUTE_STRAGGLER, StepKind.INPUT_STRAGGLER,
@@ -38,6 +39,9 @@ class CaptureAnalysis:
     refused: tuple[tuple[str, int, int], ...] = ()
     """Requests the ranks did not take, by why (a limit, the cost budget, a capture running): (why, count,
     ranks), from the ranks' ``rank-R.capture-status.json``; most first."""
+    in_flight: tuple[CaptureInFlight, ...] = ()
+    """Captures armed or running when their rank ended without a clean shutdown (a marker left behind:
+    ``wire/capture_in_flight.py``)."""
 
 
 NO_CAPTURES = CaptureAnalysis()
@@ -56,7 +60,7 @@ def read_captures(run_dir: Path, run_id: str) -> CaptureAnalysis:
     refused = tuple(sorted(((why, n, ranks) for why, (n, ranks) in counts.items()), key=lambda t: -t[1]))
     return CaptureAnalysis(captures=tuple(s for s in mine if s.index > 0),
                            refusals=tuple(s for s in mine if s.index == 0), problems=tuple(problems[:5]),
-                           refused=refused)
+                           refused=refused, in_flight=tuple(read_in_flight(run_dir)))
 
 
 def profiled_steps(captures: Sequence[CaptureSummary]) -> frozenset[int]:
@@ -147,12 +151,39 @@ def cite(finding: Finding, captures: tuple[CaptureSummary, ...]) -> Finding:
                    evidence=(*finding.evidence, Evidence("capture", capture.label())))
 
 
+def in_flight_sentence(marker: CaptureInFlight) -> str:
+    """What a capture left in flight on a failed rank means, and what to do."""
+    stack = " with Python stacks on" if marker.with_stack else ""
+    state = ("was running" if marker.running else "was armed (its profiler about to start, or starting"
+             + (f" at step {marker.at_step})" if marker.at_step is not None else ")"))
+    return (f"A deep capture ({marker.reason}) {state} on rank {marker.rank} when it ended: "
+            f"torch.profiler{stack} may have crashed it (such crashes are reported under load, most with "
+            "stacks on), and telemetry cannot catch a crash inside it. A restart of this run takes no "
+            "automatic capture; for a new run, set TRACEML_CAPTURE_STACK=0 (no Python tracer) or "
+            "TRACEML_CAPTURE_AUTO=0 (captures only on demand), and tell us.")
+
+
+def blame_in_flight(finding: Finding, in_flight: Sequence[CaptureInFlight]) -> Finding:
+    """``finding`` (the run's failure) with a sentence when the rank it names failed with a capture in
+    flight (:func:`in_flight_sentence`)."""
+    ranks = {int(e.value) for e in finding.evidence if e.name in ("failed_rank", "crashed_rank")
+             and isinstance(e.value, int | float)}
+    marker = next((m for m in in_flight if m.rank in ranks), None)
+    if finding.kind != RunKind.RUN_FAILED or marker is None:
+        return finding
+    return replace(finding, why=f"{finding.why} {in_flight_sentence(marker)}",
+                   evidence=(*finding.evidence, Evidence("capture_in_flight", marker.rank, "rank")))
+
+
 def with_captures(analysis: RunAnalysis, view: CaptureAnalysis) -> RunAnalysis:
     """The analysis with the run folder's captures (:func:`read_captures`), its findings citing them."""
-    if not (view.captures or view.refusals or view.problems or view.refused):
+    if not (view.captures or view.refusals or view.problems or view.refused or view.in_flight):
         return analysis
     step = analysis.step
     if view.captures:
         step = replace(step, primary=cite(step.primary, view.captures),
                        issues=tuple(cite(f, view.captures) for f in step.issues))
-    return replace(analysis, step=step, captures=view)
+    run_findings = analysis.run_findings
+    if view.in_flight:
+        run_findings = tuple(blame_in_flight(f, view.in_flight) for f in run_findings)
+    return replace(analysis, step=step, captures=view, run_findings=run_findings)

@@ -7,7 +7,8 @@ A daemon thread looks every ``TRACEML_CAPTURE_POLL_S`` (0.2 s) at three small fi
 finds a capture running waits for its end. A file whose size and
 modification time did not change is not read again; a changed one is read bounded (16 KiB),
 checked field by field, and a request id already handled is ignored. Requests present when the rank
-starts and older than a minute belong to an earlier attempt: ignored.
+starts and older than a minute, or (in a restarted attempt) made before its process started, belong to
+an earlier attempt: ignored.
 
 Limits (``TRACEML_CAPTURE_*``): one capture per rank per ``INTERVAL_S`` and the cost budget
 (``capture/capture_budget.py``; automatic triggers only: an on-demand request is a person's, and skips
@@ -24,11 +25,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceml_otel.capture.capture_budget import budget_refusal, export_now
+from traceml_otel.capture.time_ledger import process_start_time
 from traceml_otel.wire._json import RecordError, write_atomically
+from traceml_otel.wire.capture_in_flight import CaptureInFlight, in_flight_file_name, write_in_flight
 from traceml_otel.wire.capture_record import (
     REQUEST_FILE,
     CaptureRequest,
@@ -44,6 +48,9 @@ if TYPE_CHECKING:
 
 MAX_HANDLED = 256
 BUSY = "a capture is running"
+AUTO_OFF = "automatic captures off"
+"""An automatic request on a rank whose automatic captures are off (this attempt, after an earlier one
+ended mid-capture: ``profiler_capture.earlier_crash``)."""
 STALE_S = 60.0
 """A request found at start-up older than this belongs to an earlier attempt: ignored."""
 
@@ -52,7 +59,7 @@ class CapturePoller:
     """Reads capture requests for one rank and arms its :class:`ProfilerCapture` within the limits."""
 
     def __init__(self, capture: ProfilerCapture, run_dir: Path, rank: int, settings: CaptureSettings,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], None], restart: int = 0) -> None:
         self.capture = capture
         self.run_dir = run_dir
         self.rank = rank
@@ -66,11 +73,20 @@ class CapturePoller:
         """The cost budget's numbers at the last automatic request (``rank-R.capture-status.json``)."""
         self._defer = False
         """Whether the request being judged gets its export deferred (the cost budget)."""
+        self.restart = restart
+        """This attempt's ``TORCHELASTIC_RESTART_COUNT`` (written into the in-flight marker)."""
+        self._marked: CaptureInFlight | None = None
+        """The in-flight marker this poller keeps, while it does."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-capture-poll", daemon=True)
-        for path in self.paths:  # an earlier attempt's requests (not one made while this rank started)
+        # An earlier attempt's requests: older than a minute, or, in a restarted attempt, made before this
+        # process started (a capture that one attempt ended in is not taken again); one made while this
+        # rank started is taken.
+        born = process_start_time() if restart > 0 else None
+        for path in self.paths:
             request = self._read_changed(path)
-            if request is not None and request.requested_unix < time.time() - STALE_S:
+            if request is not None and (request.requested_unix < time.time() - STALE_S
+                                        or (born is not None and request.requested_unix < born)):
                 self._handled.append(request.id)
             elif request is not None:
                 self._seen.pop(path, None)  # read again at the first poll
@@ -94,6 +110,10 @@ class CapturePoller:
     def poll(self) -> None:
         """One look at the request files (the thread's loop; tests call it directly)."""
         capture = self.capture
+        if self._marked is not None and not capture.in_flight:
+            self.clear_in_flight()
+        elif self._marked is not None and not self._marked.running and capture.running is not None:
+            self._write_marker(replace(self._marked, running=True))
         if capture.training_since is None and capture.session.recorder.step > 0:
             capture.training_since = time.monotonic()  # the budget's clock: from the first step seen
         if capture.exporter.deferred and capture.running is None:
@@ -116,6 +136,7 @@ class CapturePoller:
                 continue
             self._handled = [*self._handled[-MAX_HANDLED:], request.id]
             if why is None:
+                self._mark_in_flight(request)
                 capture.arm(request, defer_export=self._defer)
             else:
                 capture.refuse(why)
@@ -135,6 +156,8 @@ class CapturePoller:
             return f"rank cap ({settings.max_per_rank} per run)"
         last = capture.last_started_monotonic
         automatic = request.reason != "on_demand"
+        if automatic and not settings.auto:
+            return AUTO_OFF
         if automatic and last is not None and time.monotonic() - last < settings.interval_s:
             return f"interval ({settings.interval_s:g} s per rank)"
         self._defer = False
@@ -157,6 +180,29 @@ class CapturePoller:
         if claim_run_slot(self.run_dir, self.rank, settings.max_per_run) is None:
             return f"run cap ({settings.max_per_run} captures)"
         return None
+
+    def _mark_in_flight(self, request: CaptureRequest) -> None:
+        """Leave ``rank-R.capture-running.A.json`` until the profiler has stopped (a crash keeps it)."""
+        self._write_marker(CaptureInFlight(
+            rank=self.rank, request=request.id, reason=request.reason, with_stack=self.settings.with_stack,
+            armed_unix=time.time(), restart=self.restart, at_step=request.at_step))
+
+    def _write_marker(self, marker: CaptureInFlight) -> None:
+        try:
+            write_in_flight(self.run_dir, marker)
+            self._marked = marker
+        except OSError:
+            pass  # a folder that cannot be written takes no trace either; the capture still runs
+
+    def clear_in_flight(self) -> None:
+        """The capture's profiler stopped (or it never started, or the rank ends cleanly): no marker."""
+        if self._marked is None:
+            return  # only this attempt's own marker: an earlier attempt's stays the record of its end
+        self._marked = None
+        try:
+            (self.run_dir / in_flight_file_name(self.rank, self.restart)).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _release_deferred(self) -> None:
         """Export a deferred capture once the training-time share alone covers its export (the anomaly's

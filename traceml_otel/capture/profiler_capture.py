@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceml_otel.capture.capture_export import USER_PROFILER
@@ -102,6 +103,9 @@ class ProfilerCapture:
         """Set by the poller with :meth:`arm`: the next capture's export waits (the cost budget)."""
         self.run_costs: list[tuple[bool, float]] = []
         """(automatic?, profiling cost in seconds) of each capture stopped, in order."""
+        self.in_flight = False
+        """From :meth:`arm` until the profiler has stopped, or the capture did not start: while it is
+        true the poller keeps ``rank-R.capture-running.A.json`` (``wire/capture_in_flight.py``)."""
 
     @property
     def busy(self) -> bool:
@@ -114,6 +118,7 @@ class ProfilerCapture:
         from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 
         self.defer_export = defer_export
+        self.in_flight = True
         self.pending = request
         self.session.block_model = _NO_BLOCK  # the next trace_step takes Session.begin_step
 
@@ -165,6 +170,7 @@ class ProfilerCapture:
             self.pending = request  # a nested block: the outer step's end comes first
             return
         if user_profiler_running():
+            self.in_flight = False
             self.refuse("user profiler")
             if not self._said_user_profiler:
                 self._said_user_profiler = True
@@ -176,6 +182,7 @@ class ProfilerCapture:
         try:
             profiler, activities = self._start_profiler()
         except Exception as error:
+            self.in_flight = False
             self.refuse("profiler start failed")
             self.warn(f"a capture could not start: {type(error).__name__}: {str(error)[:200]}")
             return
@@ -237,6 +244,7 @@ class ProfilerCapture:
             return
         finally:
             recorder.exit_outside()
+            self.in_flight = False
         running.stop_overhead_s = time.perf_counter() - began
         running.stopped_unix = time.time()
         from traceml_otel.capture.capture_budget import capture_cost_s
@@ -265,10 +273,16 @@ def start_profiler_capture(session: TrainingSession, settings: Any, warn: Callab
     from traceml_otel.capture.capture_export import CaptureExporter
     from traceml_otel.capture.capture_poller import CapturePoller
 
+    restart = _restart_count()
+    crashed = earlier_crash(settings.run_dir, restart) if options.auto else None
+    if crashed is not None:
+        options = replace(options, auto=False)
+        warn(f"an earlier attempt of this run ended with a capture {crashed}: automatic captures are off "
+             "for this attempt (`traceml capture` still works)")
     try:
         exporter = CaptureExporter(settings.run_dir, settings.run_id, settings.identity.rank, options, warn)
         capture = ProfilerCapture(session, options, exporter, warn)
-        poller = CapturePoller(capture, settings.run_dir, settings.identity.rank, options, warn)
+        poller = CapturePoller(capture, settings.run_dir, settings.identity.rank, options, warn, restart)
         poller.start()
     except Exception as error:  # never a reason not to train
         warn(f"deep captures are off for this run: {type(error).__name__}: {error}")
@@ -287,4 +301,29 @@ def close_profiler_capture(capture: ProfilerCapture | None, wait_s: float = 10.0
     capture.pending = None
     if capture.running is not None:
         capture.stop()
+    if poller is not None:
+        poller.clear_in_flight()  # a clean end: no capture is left in flight
     capture.exporter.close(wait_s)
+
+
+def _restart_count() -> int:
+    import os
+
+    raw = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def earlier_crash(run_dir: Path, restart: int) -> str | None:
+    """How an earlier attempt's capture was left in flight (``"armed or running on rank R (...)"``) when
+    the run folder holds such a marker from an attempt before ``restart``, else ``None``."""
+    from traceml_otel.wire.capture_in_flight import read_in_flight
+
+    if restart <= 0:
+        return None
+    earlier = [m for m in read_in_flight(run_dir) if m.restart < restart]
+    if not earlier:
+        return None
+    first = earlier[0]
+    stack = ", stacks on" if first.with_stack else ""
+    more = f" and {len(earlier) - 1} more rank(s)" if len(earlier) > 1 else ""
+    return f"armed or running on rank {first.rank}{more} ({first.reason}{stack})"

@@ -62,6 +62,12 @@ def captures_text(analysis: RunAnalysis) -> list[str]:
         shown = "; ".join(f"{why} x{count} on {ranks} rank{'s' if ranks > 1 else ''}"
                           for why, count, ranks in view.refused[:6])
         lines.append(strip_control(f"requests not taken: {shown}"))
+    for marker in view.in_flight[:3]:
+        state = "running" if marker.running else "armed"
+        lines.append(strip_control(f"rank {marker.rank}: a capture ({marker.reason}) was {state} when the "
+                                   "rank ended without a clean shutdown (no summary)"))
+    if len(view.in_flight) > 3:
+        lines.append(f"  ... and {len(view.in_flight) - 3} more ranks ended with a capture in flight")
     lines += [f"  {strip_control(problem)}" for problem in view.problems]
     return lines
 
@@ -70,13 +76,15 @@ def captures_json(analysis: RunAnalysis) -> dict[str, object]:
     """``captures``: every capture summary as recorded, and the refusals."""
     view = analysis.captures
     if view is None:
-        return {"captures": [], "capture_refusals": [], "capture_problems": [], "capture_refused": []}
+        return {"captures": [], "capture_refusals": [], "capture_problems": [], "capture_refused": [],
+                "capture_in_flight": []}
     return {"captures": [asdict(c) for c in view.captures],
             "capture_refusals": [{"rank": r.rank, "reason": r.reason, "problem": r.problem}
                                  for r in view.refusals],
             "capture_problems": list(view.problems),
             "capture_refused": [{"why": why, "count": count, "ranks": ranks}
-                                for why, count, ranks in view.refused]}
+                                for why, count, ranks in view.refused],
+            "capture_in_flight": [asdict(marker) for marker in view.in_flight]}
 
 
 def captures_html(analysis: RunAnalysis) -> str:
