@@ -95,13 +95,13 @@ def _feed(emitter: Emitter, first: int, last: int) -> None:
 
 def test_steps_around_captures_are_kept_under_the_budget(emitter, tmp_path: Path) -> None:
     emitter, kept = emitter
-    _feed(emitter, 0, 224)  # the third spike (step 200) fires the trigger, judged at step 201
+    _feed(emitter, 0, 224)  # the second spike (step 150), alike the first, fires it (judged at step 151)
     (request,) = emitter.capture_triggers.fired
-    assert request.reason == "spike" and request.at_step == 249
+    assert request.reason == "spike" and request.at_step == 199
     _status(tmp_path, 1, request.id)  # the poller took it
     _feed(emitter, 224, 288)
     write_summary(tmp_path, CaptureSummary(run_id=RUN, rank=0, index=1, reason="spike", request_id=request.id,
-                                           steps=(249, 250, 251), finished_unix=time.time()))
+                                           steps=(199, 200, 201), finished_unix=time.time()))
     emitter.poll_hang(force=True)  # the summary's capture span: the steps it took
     _feed(emitter, 288, 416)
     _status(tmp_path, 2, "http-r0-1")  # an on-demand capture the emitter did not ask for
@@ -114,8 +114,8 @@ def test_steps_around_captures_are_kept_under_the_budget(emitter, tmp_path: Path
     assert len(kept) == 600
     # The trigger's capture: every step from the one before it may start to the one after the last
     # captured step, kept on this rank whatever the sample says.
-    assert all(kept[step] for step in range(248, 253))
-    assert not all(_in_sample(step) for step in range(248, 253))  # the sample alone would drop some
+    assert all(kept[step] for step in range(198, 203))
+    assert not all(_in_sample(step) for step in range(198, 203))  # the sample alone would drop some
     # The on-demand capture, known from the status: its batch on, to the step after its last one.
     assert all(kept[step] for step in range(416, 423))
     assert all(kept[step] for step in SPIKES)

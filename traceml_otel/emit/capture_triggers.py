@@ -8,9 +8,12 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
   A spike one and two periods after earlier ones of about its size (noise spikes in between do not
-  matter) is captured where the next one is due (``at_step``, ``every``). Spikes without a period are
-  captured at once, from the fourth, only while they are dense (:data:`DENSE_SPIKES`): the steps after
-  a lone spike are ordinary ones, and a capture spent on them would leave none for the period.
+  matter) is captured where the next one is due (``at_step``, ``every``); so is the second of the
+  rank's first two spikes when no other came and they are alike (:data:`ALIKE`): a run that repeats
+  its slow step only three times has no fourth to wait for. Spikes
+  without a period are captured at once, from the fourth, only while they are dense
+  (:data:`DENSE_SPIKES`): the steps after a lone spike are ordinary ones, and a capture spent on them
+  would leave none for the period.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits.
@@ -257,14 +260,18 @@ class CaptureTriggers:
         return False
 
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
-        """A spike alone: from the third, captured where the next is due (steady gaps); without a
-        period, at once from the fourth if spikes are dense."""
+        """A spike alone: captured where the next is due once a period shows (the third spike, or the
+        second when the first two are the only ones and alike); without a period, at once from the
+        fourth if spikes are dense."""
         self.spikes = [*self.spikes[-(SPIKES_KEPT - 1):], step]
         self.spike_sizes = [*self.spike_sizes[-(SPIKES_KEPT - 1):], busy]
         self.wasted["spike"] += max(0.0, busy - statistics.median(self.baseline))
         detail = (f"step {step}: {busy * 1e3:.1f} ms busy, {busy / p95:.1f} x the rank's p95 "
                   f"{p95 * 1e3:.1f} ms")
         every = period(self.spikes, self.spike_sizes)
+        if every is None and len(self.spikes) == 2 and self.spikes[1] - self.spikes[0] > 2 and (
+                _alike(*self.spike_sizes)):
+            every = self.spikes[1] - self.spikes[0]  # a run with few repeats is caught at its third
         if every is not None:
             self._request("spike", f"{detail}; recurs every {every} steps: capturing the next one",
                           step, statistics.median(self.baseline), at_step=step + every - 1, every=every)
