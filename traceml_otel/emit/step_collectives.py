@@ -1,0 +1,172 @@
+"""A DDP step's communication values as columns, for the templated paths (``emit/step_lines.py``).
+
+Every step of a DDP rank carries collective calls (its gradient buckets' ``all_reduce``), and those add
+to its spans what its phases alone do not say: the step span's communication totals and wait entries,
+the phases' exposed communication, one collective span per (source, kind). Those values depend on the
+calls' times (which phase each started in, which completed last, the previous step's last exit), so
+they are worked out per step here, by the span builder's own functions
+(:func:`~traceml_otel.emit.spans.step_communication`, :func:`~traceml_otel.emit.spans.phase_communication`,
+:func:`~traceml_otel.emit.spans.collective_groups`), and only what the builder would do with them after
+(span objects, their JSON, CSV and protobuf one by one) is left to the templates. A step's
+*signature* (:func:`signature`: which attributes each dict has, of which types, the groups' source and
+kind) is part of its shape; the values become extra columns of the flat layout
+(:class:`CollectiveLayout`), after the phase calls' slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from traceml_otel import contract as c
+from traceml_otel.emit.exposed_communication import step_exposures
+from traceml_otel.emit.local_copy import attribute_json
+from traceml_otel.emit.spans import StepSpans, collective_groups, phase_communication, step_communication
+from traceml_otel.emit.step_columns import SecondsTexts
+from traceml_otel.emit.step_table import PHASE_SLOT
+from traceml_otel.step_records import StepRecord
+
+STEP_KEYS = frozenset({c.ATTR_COMM_CALLS, c.ATTR_COMM_BYTES, c.ATTR_COMM_CPU, c.ATTR_COMM_GPU,
+                       c.ATTR_COMM_EXPOSED_CPU, c.ATTR_COMM_EXPOSED_GPU, c.ATTR_COMM_ENTRIES,
+                       c.ATTR_COMM_WORK})
+"""The step span's communication attributes (each a slot of a collective shape's templates)."""
+LIST_KEYS = frozenset({c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK})
+"""Those whose value is a list: a slot holds the whole attribute (its JSON, its protobuf field)."""
+PHASE_KEYS = frozenset({c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU})
+GROUP_CONSTANT = frozenset({c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_COLLECTIVE_SOURCE, c.ATTR_COLLECTIVE_KIND})
+"""A collective span's attributes that a shape writes in (the signature holds source and kind)."""
+_N = len(c.PHASES)
+_COMM_CELLS = 6 + 2 * _N + 2
+"""The step table's communication columns: six totals, per-phase exposed cpu and gpu, entries, work."""
+
+
+@dataclass(slots=True)
+class StepParts:
+    """One step's communication values, as the span builder writes them."""
+
+    record: StepRecord
+    step: dict[str, object]
+    """The step span's communication attributes."""
+    phases: list[dict[str, object]]
+    """Each phase call's exposed-communication attributes (empty: none started in it)."""
+    groups: list[tuple[dict[str, object], int, int]]
+    """Each collective span's attributes (from the step number on), start and end."""
+    previous_exit_ns: int | None
+    last_exit_ns: int | None
+
+
+def step_parts(record: StepRecord, previous_exit_ns: int | None) -> StepParts | None:
+    """``record``'s communication values (``None``: it has no collectives); ``previous_exit_ns``: when
+    the rank left its last collective before this step (the builder's ``last_exit_ns``)."""
+    exposures = step_exposures(record)
+    if not exposures:
+        return None
+    step, last_exit_ns = step_communication(record, exposures, previous_exit_ns)
+    return StepParts(record, step, [phase_communication(p, exposures) for p in record.phases],
+                     collective_groups(exposures, record, record.gpu_duration_ns is not None),
+                     previous_exit_ns, last_exit_ns)
+
+
+def parts_of(built: StepSpans) -> StepParts:
+    """The same values read back from a step's span objects (the reference path's first row)."""
+    step = {k: v for k, v in built.step.attributes.items() if k in STEP_KEYS}
+    phases = [{k: v for k, v in p.attributes.items() if k in PHASE_KEYS} for p in built.phases]
+    groups = [({k: v for k, v in s.attributes.items() if k not in (c.ATTR_RUN_ID, c.ATTR_RANK)},
+               s.start_ns, s.end_ns) for s in built.collectives]
+    return StepParts(None, step, phases, groups, None, None)  # type: ignore[arg-type]
+
+
+def _kinds(values: dict[str, object]) -> tuple[tuple[str, type], ...]:
+    return tuple(zip(values, map(type, values.values()), strict=True))
+
+
+def signature(parts: StepParts) -> tuple[object, ...]:
+    """What of a step's communication decides its templates: each dict's keys and value types, and
+    each collective span's source, kind and time types."""
+    return (_kinds(parts.step), tuple(map(_kinds, parts.phases)),
+            tuple((_kinds(a), a[c.ATTR_COLLECTIVE_SOURCE], a[c.ATTR_COLLECTIVE_KIND], type(start), type(end))
+                  for a, start, end in parts.groups))
+
+
+def table_cells(parts: StepParts, phase_names: Sequence[str]) -> list[object]:
+    """The step table's communication columns, as ``emit/step_table.py``'s ``step_row`` writes them
+    from the step's spans (a step with collectives always has the totals)."""
+    comm_cpu = [0.0] * _N
+    comm_gpu = [0.0] * _N
+    for name, p in zip(phase_names, parts.phases, strict=True):
+        slot = PHASE_SLOT.get(name)
+        if slot is None:
+            continue
+        if c.ATTR_PHASE_COMM_EXPOSED_CPU in p or c.ATTR_PHASE_COMM_EXPOSED_GPU in p:
+            comm_cpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_CPU) or 0.0  # type: ignore[operator]
+            comm_gpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_GPU) or 0.0  # type: ignore[operator]
+    get = parts.step.get
+    return [get(c.ATTR_COMM_CALLS), get(c.ATTR_COMM_BYTES), get(c.ATTR_COMM_CPU), get(c.ATTR_COMM_GPU),
+            get(c.ATTR_COMM_EXPOSED_CPU), get(c.ATTR_COMM_EXPOSED_GPU), *comm_cpu, *comm_gpu,
+            _ints(get(c.ATTR_COMM_ENTRIES)), _ints(get(c.ATTR_COMM_WORK))]
+
+
+def _ints(values: object) -> str | None:
+    if not isinstance(values, list | tuple):
+        return None
+    return " ".join(str(int(v)) for v in values[: c.MAX_COMM_ENTRIES])
+
+
+class CollectiveLayout:
+    """Where a collective shape's values lie in the flat layout, from index ``first`` on: the step
+    span's communication attributes (a list-valued one twice: its JSON, then its protobuf field),
+    each phase call's, each collective span's start, end and attributes, the step table's
+    communication cells, then each collective span's id."""
+
+    def __init__(self, first: int, parts: StepParts, phase_names: Sequence[str]) -> None:
+        index = first
+        self.step: dict[str, int] = {}
+        for key in parts.step:
+            self.step[key] = index
+            index += 2 if key in LIST_KEYS else 1
+        self.phases: list[dict[str, int]] = []
+        for values in parts.phases:
+            self.phases.append({key: index + k for k, key in enumerate(values)})
+            index += len(values)
+        self.groups: list[tuple[int, int, dict[str, int]]] = []
+        for attributes, _, _ in parts.groups:
+            keys = [key for key in attributes if key not in GROUP_CONSTANT]
+            self.groups.append((index, index + 1, {key: index + 2 + k for k, key in enumerate(keys)}))
+            index += 2 + len(keys)
+        self.cells = index
+        self.cells_count = _COMM_CELLS
+        index += _COMM_CELLS
+        self.ids = list(range(index, index + len(parts.groups)))
+        self._phase_names = tuple(phase_names)
+
+    def values(self, parts: StepParts, encode: Callable[[dict[str, object]], bytes] | None) -> list[object]:
+        """One step's values in the layout's order (the ids left out); ``encode``: OTLP's attribute
+        fields (:meth:`~traceml_otel.emit.otlp_encode.SpanEncoder.attribute_fields`), or ``None``."""
+        out: list[object] = []
+        for key, value in parts.step.items():
+            if key in LIST_KEYS:
+                out += [attribute_json(key, value), None if encode is None else encode({key: value})]
+            else:
+                out.append(value)
+        for values in parts.phases:
+            out += values.values()
+        for attributes, start, end in parts.groups:
+            out += [start, end]
+            out += [value for key, value in attributes.items() if key not in GROUP_CONSTANT]
+        out += table_cells(parts, self._phase_names)
+        return out
+
+    def columns(self, steps: Sequence[StepParts], group_ids: list[list[str]],
+                encode: Callable[[dict[str, object]], bytes] | None) -> list[Any]:
+        """The run's columns in the layout's order: floats as their ``repr`` text with the floats
+        (:class:`~traceml_otel.emit.step_columns.SecondsTexts`), ints, texts and bytes as they are."""
+        columns: list[Any] = []
+        for column in zip(*[self.values(parts, encode) for parts in steps], strict=True):
+            if type(column[0]) is float:
+                texts = SecondsTexts(map(repr, column))
+                texts.seconds = list(column)
+                columns.append(texts)
+            else:
+                columns.append(list(column))
+        return columns + group_ids
