@@ -4,13 +4,16 @@ table's CSV and OTLP protobuf are the reference path's bytes, on thousands of ra
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from tests.emit.test_step_lines import ANCHOR, _fast, _record, _reference, _row
+from tests.emit.test_step_lines import ANCHOR, _emitter, _fast, _record, _reference, _row
 from tests.emit.test_step_protobuf import ENCODER
 from tests.emit.test_step_protobuf import _fast as _fast_protobuf
 from tests.emit.test_step_protobuf import _reference as _reference_spans
+from traceml_otel.emit import step_lines
+from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 
 KINDS = (("all_reduce", "ddp", False), ("all_reduce", "ddp", False), ("broadcast", "api", True),
@@ -128,3 +131,51 @@ def test_ddp_steps_under_the_span_budget_fill_the_encoders_bytes() -> None:
             assert list(got.encoded) == [ENCODER.encode(span) for span in want.all()]
             checked += 1
     assert checked > 500
+
+
+def test_float_columns_written_by_orjson_are_the_repr_text() -> None:
+    """The communication sums' texts: ``repr``'s, digit for digit, zeros, tiny, huge and non-finite
+    values included (those send the column to ``repr``)."""
+    from traceml_otel.emit.step_columns import float_texts
+
+    draw = random.Random(23)
+    values = [draw.randint(0, 10**13) * 1e-9 for _ in range(100_000)]
+    values += [0.0, -0.0] * 5000 + [draw.randint(-10**6, 10**6) * 1e-9 for _ in range(20_000)]
+    values += [draw.randint(1, 2**70) * 1e-9 for _ in range(20_000)]
+    draw.shuffle(values)
+    for first in range(0, len(values), 500):
+        column = values[first:first + 500]
+        assert float_texts(column) == [repr(value) for value in column]
+        assert float_texts(column).seconds == column
+    for odd in ([0.0, 0.0], [float("nan"), 1.0], [1.0, float("inf")], [1e-5, 1.0], [1e16, 1.0]):
+        assert float_texts(odd) == [repr(value) for value in odd]
+
+
+def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DDP rank's emitter (local copy only, the default): the templates write the same local copy
+    and step table as every step forced onto span objects, and as the emitter keeping spans."""
+    rows = _rows(700, seed=31, profiles=6, run=90, plain=0.05)
+    outputs = {}
+    for name in ("fast", "reference", "export"):
+        emitter = _emitter(tmp_path / name)
+        with monkeypatch.context() as patch:
+            if name == "reference":  # no templates: every step through span objects
+                patch.setattr(step_lines, "SHAPE_LIMIT", 0)
+            if name == "export":  # as with an OTLP endpoint: span objects kept for export
+                patch.setattr(Emitter, "_local_outputs_only", property(lambda self: False))
+            for first in range(0, len(rows), 64):
+                emitter.handle_steps(rows[first:first + 64])
+                while emitter.has_export_work:
+                    emitter.export_next()
+            emitter.finish("ok", 0, True, steps_traced=len(rows))
+        stats = emitter.stats
+        assert stats.steps_local == len(rows) and stats.local_copy_complete
+        files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
+        outputs[name] = (files, stats.spans_local, emitter.table.rows if emitter.table else None)
+        if name == "reference":
+            assert emitter.lines.reference_steps == len(rows)
+        else:
+            assert emitter.lines.reference_steps < len(rows) // 4
+    assert outputs["fast"] == outputs["reference"] == outputs["export"]
+    assert b"traceml.collective" in outputs["fast"][0][0]

@@ -235,9 +235,8 @@ def span_template(span: SpanData, variable: frozenset[str], raw: frozenset[str] 
     return _span_template_text(span.name, "%s", "%s", parent_spec, "[" + ",".join(parts) + "]"), slots
 
 
-def attribute_json(key: str, value: object) -> str:
-    """One attribute's ``KeyValue`` JSON, as :func:`span_json` writes it in a span's attributes."""
-    return _attribute_json(key, value)
+attribute_json = _attribute_json
+"""One attribute's ``KeyValue`` JSON, as :func:`span_json` writes it in a span's attributes."""
 
 
 def span_json(span: SpanData) -> str:

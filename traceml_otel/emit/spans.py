@@ -355,14 +355,13 @@ def _totals(
     exposed_gpu: str,
 ) -> dict[str, object]:
     """Calls, bytes, total and exposed time of some collectives; unknown sums are left out."""
-    values: dict[str, object] = {calls: len(members), nbytes: sum(m.timing.nbytes for m in members)}
-    optional = {
-        cpu: _seconds(total([m.duration_ns for m in members])),
-        gpu: _seconds(total([m.timing.gpu_duration_ns for m in members])),
-        exposed_cpu: _seconds(total([m.exposed_ns for m in members])),
-        exposed_gpu: _seconds(total([m.exposed_gpu_ns for m in members])),
-    }
-    values.update((key, value) for key, value in optional.items() if value is not None)
+    timings = [m.timing for m in members]
+    values: dict[str, object] = {calls: len(members), nbytes: sum([t.nbytes for t in timings])}
+    for key, parts in ((cpu, [m.duration_ns for m in members]), (gpu, [t.gpu_duration_ns for t in timings]),
+                       (exposed_cpu, [m.exposed_ns for m in members]),
+                       (exposed_gpu, [m.exposed_gpu_ns for m in members])):
+        if None not in parts:  # an unknown sum is left out
+            values[key] = sum(parts) * _NS
     return values
 
 

@@ -23,7 +23,7 @@ from traceml_otel import contract as c
 from traceml_otel.emit.exposed_communication import step_exposures
 from traceml_otel.emit.local_copy import attribute_json
 from traceml_otel.emit.spans import StepSpans, collective_groups, phase_communication, step_communication
-from traceml_otel.emit.step_columns import SecondsTexts
+from traceml_otel.emit.step_columns import float_texts
 from traceml_otel.emit.step_table import PHASE_SLOT
 from traceml_otel.step_records import StepRecord
 
@@ -77,16 +77,15 @@ def parts_of(built: StepSpans) -> StepParts:
     return StepParts(None, step, phases, groups, None, None)  # type: ignore[arg-type]
 
 
-def _kinds(values: dict[str, object]) -> tuple[tuple[str, type], ...]:
-    return tuple(zip(values, map(type, values.values()), strict=True))
-
-
 def signature(parts: StepParts) -> tuple[object, ...]:
-    """What of a step's communication decides its templates: each dict's keys and value types, and
-    each collective span's source, kind and time types."""
-    return (_kinds(parts.step), tuple(map(_kinds, parts.phases)),
-            tuple((_kinds(a), a[c.ATTR_COLLECTIVE_SOURCE], a[c.ATTR_COLLECTIVE_KIND], type(start), type(end))
-                  for a, start, end in parts.groups))
+    """What of a step's communication decides its templates: each dict's keys, and each collective
+    span's source and kind. The values' types follow from the keys: the templated rows' calls have
+    text kinds and sources and int times and bytes (``step_lines._COLLECTIVE_TYPES``), and the step
+    number, its times and the clock anchor are ints (the row's shape), so counts, bytes, times and
+    steps are ints, durations floats (ns times 1e-9) and the entries and work lists."""
+    return (tuple(parts.step), tuple(map(tuple, parts.phases)),
+            tuple([(tuple(a), a[c.ATTR_COLLECTIVE_SOURCE], a[c.ATTR_COLLECTIVE_KIND])
+                   for a, _, _ in parts.groups]))
 
 
 def table_cells(parts: StepParts, phase_names: Sequence[str]) -> list[object]:
@@ -160,13 +159,11 @@ class CollectiveLayout:
     def columns(self, steps: Sequence[StepParts], group_ids: list[list[str]],
                 encode: Callable[[dict[str, object]], bytes] | None) -> list[Any]:
         """The run's columns in the layout's order: floats as their ``repr`` text with the floats
-        (:class:`~traceml_otel.emit.step_columns.SecondsTexts`), ints, texts and bytes as they are."""
+        (:func:`~traceml_otel.emit.step_columns.float_texts`), ints, texts and bytes as they are."""
         columns: list[Any] = []
         for column in zip(*[self.values(parts, encode) for parts in steps], strict=True):
             if type(column[0]) is float:
-                texts = SecondsTexts(map(repr, column))
-                texts.seconds = list(column)
-                columns.append(texts)
+                columns.append(float_texts(list(column)))
             else:
                 columns.append(list(column))
         return columns + group_ids
