@@ -179,3 +179,33 @@ def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
             assert emitter.lines.reference_steps < len(rows) // 4
     assert outputs["fast"] == outputs["reference"] == outputs["export"]
     assert b"traceml.collective" in outputs["fast"][0][0]
+
+
+def test_ddp_rows_the_templates_cannot_hold_take_the_reference_path() -> None:
+    """Odd calls inside runs of a steady DDP shape (another kind, a float time, float bytes, an int
+    ``blocking``, a call fewer or more, a device offset, an unknown end, none, a call as a tuple):
+    the text is still the reference's."""
+    rows = _rows(400, seed=41, profiles=1, plain=0.0)
+
+    def changed(index: int, change: object) -> None:
+        calls = [list(call) for call in rows[index][15]]  # type: ignore[attr-defined]
+        rows[index] = list(rows[index])
+        rows[index][15] = change(calls) if callable(change) else change
+
+    def set_slot(slot: int, value: object) -> object:
+        def change(calls: list[list[object]]) -> list[list[object]]:
+            calls[0][slot] = value
+            return calls
+        return change
+
+    for index, change in [
+        (70, set_slot(0, "reduce_scatter")), (71, set_slot(2, 1.5e9)), (72, set_slot(4, 2.5)),
+        (73, set_slot(5, 1)), (74, lambda calls: calls[:-1]), (75, lambda calls: [*calls, list(calls[0])]),
+        (76, set_slot(6, 5)), (77, set_slot(3, None)), (140, []),
+        (141, lambda calls: [tuple(calls[0]), *calls[1:]]),
+    ]:
+        changed(index, change)
+    for batch in (64, 5):
+        fast_spans, fast_lines, lines = _fast(rows, seed=7, batch=batch)
+        assert (fast_spans, fast_lines) == _reference(rows, seed=7)
+        assert lines.reference_steps < 60

@@ -498,6 +498,16 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
     return shape if same else _REFERENCE
 
 
+def _same_collectives(calls: tuple[Any, ...], kinds: tuple[tuple[type, ...], ...],
+                      named: tuple[tuple[str, str], ...], steps: int) -> bool:
+    """Whether every row's collective calls have :func:`_shape_key`'s types, kinds and sources."""
+    if list(map(len, calls)) != [len(kinds)] * steps:
+        return False
+    flat = list(chain.from_iterable(calls))
+    return ([tuple(map(type, call)) for call in flat] == list(kinds) * steps
+            and [(call[0], call[1]) for call in flat] == list(named) * steps)
+
+
 def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any], StepColumns | None]]:
     """``rows`` as runs of consecutive rows of one shape key (``None``: rows that always take the
     reference path), with the run's columns when they were made on the way. A batch is usually one
@@ -522,9 +532,9 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
     """The run's columns when every row's :func:`_shape_key` is ``key``, checked a column at a time
     (only for keys whose phase calls all have the full width: the others are never templated);
     ``None`` when some row's is not (or may not be)."""
-    if len(key) != len(_PLAIN_KEY):
-        return None  # rows with collectives: each row's own key, and its values, say its shape
-    row_types, keys, zeros, phase_lengths, names, phase_types = key
+    if len(key) != len(_PLAIN_KEY) + 2 * (len(key) > len(_PLAIN_KEY)):
+        return None
+    row_types, keys, zeros, phase_lengths, names, phase_types = key[:len(_PLAIN_KEY)]
     if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
         return None
     steps = len(rows)
@@ -541,7 +551,10 @@ def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
                 return None
         if any(map(any, [step[slot] for slot in _ROW_REFERENCE])):  # (the types are the key's: all unset)
             return None
-        if any(step[_COLLECTIVES]):
+        if len(key) == len(_PLAIN_KEY):
+            if any(step[_COLLECTIVES]):
+                return None
+        elif not _same_collectives(step[_COLLECTIVES], key[-2], key[-1], steps):
             return None
         if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
             return None
