@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from traceml_otel import contract as c
@@ -88,28 +90,16 @@ def signature(parts: StepParts) -> tuple[object, ...]:
                    for a, _, _ in parts.groups]))
 
 
-def table_cells(parts: StepParts, phase_names: Sequence[str]) -> list[object]:
-    """The step table's communication columns, as ``emit/step_table.py``'s ``step_row`` writes them
-    from the step's spans (a step with collectives always has the totals)."""
-    comm_cpu = [0.0] * _N
-    comm_gpu = [0.0] * _N
-    for name, p in zip(phase_names, parts.phases, strict=True):
-        slot = PHASE_SLOT.get(name)
-        if slot is None:
-            continue
-        if c.ATTR_PHASE_COMM_EXPOSED_CPU in p or c.ATTR_PHASE_COMM_EXPOSED_GPU in p:
-            comm_cpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_CPU) or 0.0  # type: ignore[operator]
-            comm_gpu[slot] += p.get(c.ATTR_PHASE_COMM_EXPOSED_GPU) or 0.0  # type: ignore[operator]
-    get = parts.step.get
-    return [get(c.ATTR_COMM_CALLS), get(c.ATTR_COMM_BYTES), get(c.ATTR_COMM_CPU), get(c.ATTR_COMM_GPU),
-            get(c.ATTR_COMM_EXPOSED_CPU), get(c.ATTR_COMM_EXPOSED_GPU), *comm_cpu, *comm_gpu,
-            _ints(get(c.ATTR_COMM_ENTRIES)), _ints(get(c.ATTR_COMM_WORK))]
-
-
 def _ints(values: object) -> str | None:
+    """A list attribute's step-table cell, as ``emit/step_table.py``'s ``step_row`` writes it."""
     if not isinstance(values, list | tuple):
         return None
     return " ".join(str(int(v)) for v in values[: c.MAX_COMM_ENTRIES])
+
+
+_TOTALS = (c.ATTR_COMM_CALLS, c.ATTR_COMM_BYTES, c.ATTR_COMM_CPU, c.ATTR_COMM_GPU, c.ATTR_COMM_EXPOSED_CPU,
+           c.ATTR_COMM_EXPOSED_GPU)
+"""The step table's first six communication columns, each the step span's attribute."""
 
 
 class CollectiveLayout:
@@ -137,33 +127,45 @@ class CollectiveLayout:
         self.cells_count = _COMM_CELLS
         index += _COMM_CELLS
         self.ids = list(range(index, index + len(parts.groups)))
-        self._phase_names = tuple(phase_names)
-
-    def values(self, parts: StepParts, encode: Callable[[dict[str, object]], bytes] | None) -> list[object]:
-        """One step's values in the layout's order (the ids left out); ``encode``: OTLP's attribute
-        fields (:meth:`~traceml_otel.emit.otlp_encode.SpanEncoder.attribute_fields`), or ``None``."""
-        out: list[object] = []
-        for key, value in parts.step.items():
-            if key in LIST_KEYS:
-                out += [attribute_json(key, value), None if encode is None else encode({key: value})]
-            else:
-                out.append(value)
-        for values in parts.phases:
-            out += values.values()
-        for attributes, start, end in parts.groups:
-            out += [start, end]
-            out += [value for key, value in attributes.items() if key not in GROUP_CONSTANT]
-        out += table_cells(parts, self._phase_names)
-        return out
+        self._sums: list[list[int]] = [[] for _ in range(_N)]
+        """Per phase of the table, the phase calls whose exposed communication its cells add, in order
+        (``step_row``: a call with either attribute adds both, a missing one as 0.0)."""
+        for i, (name, values) in enumerate(zip(phase_names, parts.phases, strict=True)):
+            slot = PHASE_SLOT.get(name)
+            if slot is not None and (c.ATTR_PHASE_COMM_EXPOSED_CPU in values
+                                     or c.ATTR_PHASE_COMM_EXPOSED_GPU in values):
+                self._sums[slot].append(i)
 
     def columns(self, steps: Sequence[StepParts], group_ids: list[list[str]],
                 encode: Callable[[dict[str, object]], bytes] | None) -> list[Any]:
-        """The run's columns in the layout's order: floats as their ``repr`` text with the floats
-        (:func:`~traceml_otel.emit.step_columns.float_texts`), ints, texts and bytes as they are."""
-        columns: list[Any] = []
-        for column in zip(*[self.values(parts, encode) for parts in steps], strict=True):
-            if type(column[0]) is float:
-                columns.append(float_texts(list(column)))
+        """The run's columns in the layout's order, each made by one comprehension over the run's
+        steps (a shape's steps have the same keys): floats as their ``repr`` text with the floats
+        (:func:`~traceml_otel.emit.step_columns.float_texts`), ints, texts and bytes as they are;
+        ``encode``: OTLP's attribute fields
+        (:meth:`~traceml_otel.emit.otlp_encode.SpanEncoder.attribute_fields`), or ``None``."""
+        columns: list[list[Any]] = []
+        step = [parts.step for parts in steps]
+        for key in self.step:
+            column = [values[key] for values in step]
+            if key in LIST_KEYS:
+                columns.append(list(map(attribute_json, repeat(key), column)))
+                columns.append([None] * len(column) if encode is None else [encode({key: v}) for v in column])
             else:
-                columns.append(list(column))
-        return columns + group_ids
+                columns.append(column)
+        for i, keys in enumerate(self.phases):
+            phase = [parts.phases[i] for parts in steps]
+            columns += [[values[key] for values in phase] for key in keys]
+        for g, (_, _, keys) in enumerate(self.groups):
+            groups = [parts.groups[g] for parts in steps]
+            columns += [[group[1] for group in groups], [group[2] for group in groups]]
+            columns += [[group[0][key] for group in groups] for key in keys]
+        columns += [[values.get(key) for values in step] for key in _TOTALS]
+        for key in (c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU):
+            for calls in self._sums:
+                sums = [0.0] * len(steps)
+                for i in calls:  # added from 0.0 in call order, as step_row adds them
+                    sums = list(map(add, sums, [parts.phases[i].get(key) or 0.0 for parts in steps]))
+                columns.append(sums)
+        columns += [[_ints(values.get(key)) for values in step]
+                    for key in (c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK)]
+        return [float_texts(column) if type(column[0]) is float else column for column in columns] + group_ids

@@ -82,7 +82,7 @@ from traceml_otel.wire.step_schema import KEY, PHASE_WIDTH, REFERENCE, SLOT, STE
 from traceml_otel.wire.step_table import COLUMNS
 
 _COMM_COLUMN = COLUMNS.index("comm_calls")
-"""The step table's first communication column (emit/step_collectives.py's ``table_cells`` fill them)."""
+"""The step table's first communication column (emit/step_collectives.py's layout fills them)."""
 _COLLECTIVES = SLOT["collectives"]
 _COLLECTIVE_TYPES = frozenset((str, str, int, end, int, bool, offset, duration)
                                for end, offset, duration in product(*[(int, type(None))] * 3))
