@@ -14,6 +14,7 @@ from tests.emit.test_step_protobuf import _fast as _fast_protobuf
 from tests.emit.test_step_protobuf import _reference as _reference_spans
 from traceml_otel.emit import step_lines
 from traceml_otel.emit.emitter import Emitter
+from traceml_otel.emit.span_budget import Kept, KeptEncoder
 from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 
 KINDS = (("all_reduce", "ddp", False), ("all_reduce", "ddp", False), ("broadcast", "api", True),
@@ -104,6 +105,11 @@ def test_ddp_steps_protobuf_is_the_encoders_bytes(batch: int) -> None:
             assert got.all() == want.all()
     assert templated > 2000 and with_collectives > 1500
     assert lines.reference_steps < 1000
+    kept_encoder = KeptEncoder(ENCODER)  # the span budget's tracestate spliced into the encoded bytes
+    kept = Kept("ot=th:e666;rv:" + "f" * 14, "e666")
+    for got, want in list(zip(fast, reference, strict=True))[:400]:
+        if type(got) is EncodedStep:
+            assert kept_encoder(got, kept) == kept_encoder(want.all(), kept)
 
 
 def test_ddp_steps_under_the_span_budget_fill_the_encoders_bytes() -> None:
