@@ -17,15 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, product, repeat
 from operator import add
 from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.exposed_communication import step_exposures
-from traceml_otel.emit.local_copy import attribute_json
-from traceml_otel.emit.spans import StepSpans, collective_groups, phase_communication, step_communication
-from traceml_otel.emit.step_columns import float_texts
+from traceml_otel.emit.local_copy import attribute_json, span_template
+from traceml_otel.emit.spans import (
+    RankInfo,
+    SpanData,
+    StepSpans,
+    collective_groups,
+    phase_communication,
+    step_communication,
+)
+from traceml_otel.emit.step_columns import STEP_ID, TRACE, float_texts
 from traceml_otel.emit.step_table import PHASE_SLOT
 from traceml_otel.step_records import StepRecord
 
@@ -38,6 +45,9 @@ LIST_KEYS = frozenset({c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK})
 PHASE_KEYS = frozenset({c.ATTR_PHASE_COMM_EXPOSED_CPU, c.ATTR_PHASE_COMM_EXPOSED_GPU})
 GROUP_CONSTANT = frozenset({c.ATTR_RUN_ID, c.ATTR_RANK, c.ATTR_COLLECTIVE_SOURCE, c.ATTR_COLLECTIVE_KIND})
 """A collective span's attributes that a shape writes in (the signature holds source and kind)."""
+CALL_TYPES = frozenset((str, str, int, end, int, bool, offset, duration)
+                        for end, offset, duration in product(*[(int, type(None))] * 3))
+"""A collective call's slot types the templates take (wire/step_row.py's ``CollectiveRow``)."""
 _N = len(c.PHASES)
 _COMM_CELLS = 6 + 2 * _N + 2
 """The step table's communication columns: six totals, per-phase exposed cpu and gpu, entries, work."""
@@ -82,7 +92,7 @@ def parts_of(built: StepSpans) -> StepParts:
 def signature(parts: StepParts) -> tuple[object, ...]:
     """What of a step's communication decides its templates: each dict's keys, and each collective
     span's source and kind. The values' types follow from the keys: the templated rows' calls have
-    text kinds and sources and int times and bytes (``step_lines._COLLECTIVE_TYPES``), and the step
+    text kinds and sources and int times and bytes (:data:`CALL_TYPES`), and the step
     number, its times and the clock anchor are ints (the row's shape), so counts, bytes, times and
     steps are ints, durations floats (ns times 1e-9) and the entries and work lists."""
     return (tuple(parts.step), tuple(map(tuple, parts.phases)),
@@ -169,3 +179,59 @@ class CollectiveLayout:
         columns += [[_ints(values.get(key)) for values in step]
                     for key in (c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK)]
         return [float_texts(column) if type(column[0]) is float else column for column in columns] + group_ids
+
+
+Kinds = tuple[tuple[type, ...], ...]
+"""Each call's slot types."""
+Named = tuple[tuple[str, str], ...]
+"""Each call's kind and source."""
+
+
+def calls_key(calls: Sequence[Any]) -> tuple[Kinds, Named] | None:
+    """What a row's collective calls add to its shape key: their slot types, kinds and sources, in
+    order (``None``: calls of another layout, which take the reference path)."""
+    kinds = tuple([tuple(map(type, call)) for call in calls])
+    if not CALL_TYPES.issuperset(kinds):  # only the capture side's own layout is templated
+        return None
+    return kinds, tuple([(call[0], call[1]) for call in calls])
+
+
+def same_calls(calls: tuple[Any, ...], kinds: Kinds, named: Named, steps: int) -> bool:
+    """Whether every row's calls (a run's column of them) have :func:`calls_key`'s types, kinds and
+    sources, checked a column at a time."""
+    if list(map(len, calls)) != [len(kinds)] * steps:
+        return False
+    flat = list(chain.from_iterable(calls))
+    return ([tuple(map(type, call)) for call in flat] == list(kinds) * steps
+            and [(call[0], call[1]) for call in flat] == list(named) * steps)
+
+
+def collective_templates(built: StepSpans, layout: CollectiveLayout,
+                         ) -> list[tuple[str, list[int], list[str]]] | None:
+    """Each collective span's JSON template (:func:`~traceml_otel.emit.local_copy.span_template`), the
+    flat layout's indices its slots take and its variable attributes' keys; ``None`` when one cannot
+    be templated."""
+    made = []
+    for collective, (start, end, attributes), span_id in zip(built.collectives, layout.groups, layout.ids,
+                                                             strict=True):
+        template = span_template(collective, frozenset(attributes))
+        if template is None or any(k not in attributes for k in template[1]):
+            return None
+        picks = [TRACE, span_id, STEP_ID, start, end, *(attributes[k] for k in template[1])]
+        made.append((template[0], picks, template[1]))
+    return made
+
+
+def collective_spans(steps: Sequence[StepParts], rank: RankInfo, trace_ids: list[str], step_ids: list[str],
+                     group_ids: list[list[str]]) -> list[tuple[SpanData, ...]]:
+    """Each step's collective spans as the builder makes them (the metrics read them), with the ids
+    its text and protobuf have."""
+    common = {c.ATTR_RUN_ID: rank.run_id, c.ATTR_RANK: rank.rank}
+    made = []
+    for k, parts in enumerate(steps):
+        trace_id, step_id = int(trace_ids[k], 16), int(step_ids[k], 16)
+        made.append(tuple([
+            SpanData(c.SPAN_COLLECTIVE, trace_id, int(ids[k], 16), step_id, start, end,
+                     {**common, **attributes})
+            for (attributes, start, end), ids in zip(parts.groups, group_ids, strict=True)]))
+    return made

@@ -12,9 +12,9 @@ of the shape only fill in their ids and numbers, read from the rows' slots
 (:class:`~traceml_otel.wire.step_row.StepRow`).
 
 A run of rows of one shape (a trainer's batch usually is one) is encoded a column at a time: the
-shape is confirmed by comparing lists over all the rows at once (:func:`_one_shape`), then
-:mod:`traceml_otel.emit.step_columns` makes each value's text by ``map`` over its column and fills
-the run's text by one ``join``.
+shape is confirmed by comparing lists over all the rows at once
+(:func:`~traceml_otel.emit.step_shapes.one_shape`), then :mod:`traceml_otel.emit.step_columns`
+makes each value's text by ``map`` over its column and fills the run's text by one ``join``.
 
 Exactness. A shape's templates are made from the reference path's output for its first row
 (:func:`~traceml_otel.wire.step_row.decode_step`, :class:`~traceml_otel.emit.spans.StepSpanBuilder`,
@@ -37,20 +37,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, groupby, product, repeat
-from operator import itemgetter, not_
+from itertools import repeat
 from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.otlp_encode import SpanEncoder
-from traceml_otel.emit.spans import SpanData, StepSpanBuilder, StepSpans
+from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_collectives import (
     LIST_KEYS,
     PHASE_KEYS,
     STEP_KEYS,
     CollectiveLayout,
     StepParts,
+    collective_spans,
+    collective_templates,
     parts_of,
     signature,
     step_parts,
@@ -75,18 +76,15 @@ from traceml_otel.emit.step_columns import (
     value_texts,
 )
 from traceml_otel.emit.step_protobuf import EncodedStep, PendingFill, StepProtobuf
+from traceml_otel.emit.step_shapes import PLAIN_KEY, runs
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
-from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
-from traceml_otel.wire.step_schema import KEY, PHASE_WIDTH, REFERENCE, SLOT, STEP_FIELDS
+from traceml_otel.wire.step_row import decode_step
+from traceml_otel.wire.step_schema import PHASE_WIDTH, STEP_FIELDS
 from traceml_otel.wire.step_table import COLUMNS
 
 _COMM_COLUMN = COLUMNS.index("comm_calls")
 """The step table's first communication column (emit/step_collectives.py's layout fills them)."""
-_COLLECTIVES = SLOT["collectives"]
-_COLLECTIVE_TYPES = frozenset((str, str, int, end, int, bool, offset, duration)
-                               for end, offset, duration in product(*[(int, type(None))] * 3))
-"""A collective call's slot types the templates take (wire/step_row.py's CollectiveRow)."""
 
 SHAPE_LIMIT = 256
 """Shapes templated per rank; steps of further shapes take the reference path."""
@@ -111,17 +109,6 @@ _TABLE_VALUES = {
 }
 _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.items()]
 
-# Slots of a step row (wire/step_schema.py) the fast path reads or checks.
-_ROW_KEYS = tuple(f.slot for f in STEP_FIELDS if f.encoder == KEY)
-"""Slots every row of a shape has the same value in (parallelism, source)."""
-_ROW_ZERO_ABSENT = tuple(f.slot for f in NUMBERS if f.absent_when_zero)
-"""Numbers whose attribute is left out when 0: whether each is 0 is part of the shape."""
-_ROW_REFERENCE = tuple(f.slot for f in STEP_FIELDS if f.encoder == REFERENCE and f.name != "collectives")
-"""Slots whose value, when set, sends a row to the reference path (collectives, an exception, a new
-DataLoader, fetches inside the step, skipped updates: rare shapes; the decoder folds the in-step wait
-into the step's input wait)."""
-_UNSET = (None, 0, (), [])
-_ROW_BETWEEN = SLOT["between_ns"]
 _ROW_NOT_NUMBERS = frozenset(f.slot for f in STEP_FIELDS if f.kind is not int)
 
 @dataclass(slots=True)
@@ -192,8 +179,8 @@ class StepLines:
         if rows and self._builder.first:  # the first step span carries the host's CPU count
             self._reference(rows[0], anchor_ns, out, keep_spans)
             rows = rows[1:]
-        for key, run, columns in _runs(rows):
-            if key is not None and len(key) > len(_PLAIN_KEY):
+        for key, run, columns in runs(rows):
+            if key is not None and len(key) > len(PLAIN_KEY):
                 self._collective_rows(key, run, anchor_ns, out, keep_spans)
                 continue
             shape = False if key is None else self._shapes.get(key, False)
@@ -286,7 +273,7 @@ class StepLines:
                 collectives: Any = repeat(())
             else:
                 out.records += [one.record for one in parts]
-                collectives = self._collective_spans(parts, trace_ids, step_ids, group_ids)
+                collectives = collective_spans(parts, self._builder.rank, trace_ids, step_ids, group_ids)
             if shape.protobuf is not None and self.defer_protobuf:  # filled once the budget keeps a step
                 out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
                                  repeat(stride), repeat(()), collectives,
@@ -309,19 +296,6 @@ class StepLines:
             out.built.append(self._builder.build(
                 record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids]), collective_ids))
         self._builder.last_exit_ns = last_exit
-
-    def _collective_spans(self, parts: list[StepParts], trace_ids: list[str], step_ids: list[str],
-                          group_ids: list[list[str]]) -> list[tuple[SpanData, ...]]:
-        """Each step's collective spans as the builder makes them (the metrics read them)."""
-        common = {c.ATTR_RUN_ID: self._run_id, c.ATTR_RANK: self._builder.rank.rank}
-        made = []
-        for k, one in enumerate(parts):
-            trace_id, step_id = int(trace_ids[k], 16), int(step_ids[k], 16)
-            made.append(tuple([
-                SpanData(c.SPAN_COLLECTIVE, trace_id, int(ids[k], 16), step_id, start, end,
-                         {**common, **attributes})
-                for (attributes, start, end), ids in zip(one.groups, group_ids, strict=True)]))
-        return made
 
     def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> StepSpans:
         """One row by the reference path (decode, span objects, their JSON and CSV line)."""
@@ -352,37 +326,7 @@ def _number_calls(rows: list[Any], flat: list[Any], calls: int) -> None:
                 return
 
 
-def _shape_key(row: Any) -> tuple[object, ...] | None:
-    """What decides a row's templates; ``None`` for a row that always takes the reference path."""
-    if type(row) is not list or len(row) != ROW_FIELDS:
-        return None
-    for slot in _ROW_REFERENCE:
-        if row[slot] not in _UNSET:
-            return None
-    between = row[_ROW_BETWEEN]
-    if between is not None and between < 0:
-        return None
-    phase_rows = row[ROW_PHASES]
-    flat = tuple(chain.from_iterable(phase_rows))
-    key = (tuple(map(type, row)), tuple([row[slot] for slot in _ROW_KEYS]),
-           tuple([not row[slot] for slot in _ROW_ZERO_ABSENT]),
-           tuple(map(len, phase_rows)), flat[::PHASE_WIDTH], tuple(map(type, flat)))
-    collectives = row[_COLLECTIVES]
-    if collectives in _UNSET:
-        return key
-    if type(collectives) is not list:
-        return None
-    kinds = tuple([tuple(map(type, call)) for call in collectives])
-    if not _COLLECTIVE_TYPES.issuperset(kinds):  # only the capture side's own layout is templated
-        return None
-    # The calls' kinds and sources, in order; the rest of the shape is in each step's values
-    # (emit/step_collectives.py's signature, added by StepLines._collective_rows).
-    return (*key, kinds, tuple([(call[0], call[1]) for call in collectives]))
-
-
 _INTEGER_OR_NONE = (int, type(None))
-_PLAIN_KEY = range(6)
-"""A key without collectives has six parts (one with collectives has more)."""
 
 
 def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: StepSpans,
@@ -400,7 +344,7 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
     if built.collectives:  # a DDP step: its communication values lie after the phase calls' slots
         layout = CollectiveLayout(FIRST_PHASE + len(built.phases) * PHASE_WIDTH, parts_of(built),
                                   [phase.name for phase in built.phases])
-        if len(key) <= len(_PLAIN_KEY) or key[-1] != signature(parts_of(built)):
+        if len(key) <= len(PLAIN_KEY) or key[-1] != signature(parts_of(built)):
             return _REFERENCE  # (the row's values and its spans must agree on the shape)
     step = span_template(built.step, _STEP_VARIABLE | STEP_KEYS, LIST_KEYS)
     if step is None:
@@ -430,17 +374,16 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         protobuf_picks.append(span_picks[-1])
         span_keys.append(made[1])
         picks += span_picks[-1]
-    for g, collective in enumerate(built.collectives):
-        assert layout is not None
-        start, end, attributes = layout.groups[g]
-        made = span_template(collective, frozenset(attributes))
-        if made is None or any(k not in attributes for k in made[1]):
+    if layout is not None:
+        collectives = collective_templates(built, layout)
+        if collectives is None:
             return _REFERENCE
-        templates.append(made[0])
-        span_picks.append([TRACE, layout.ids[g], STEP_ID, start, end, *(attributes[k] for k in made[1])])
-        protobuf_picks.append(span_picks[-1])
-        span_keys.append(made[1])
-        picks += span_picks[-1]
+        for text, collective_picks, keys in collectives:
+            templates.append(text)
+            span_picks.append(collective_picks)
+            protobuf_picks.append(collective_picks)
+            span_keys.append(keys)
+            picks += collective_picks
     table_row = step_row(built)
     table_slots = [PHASE_SLOT.get(phase.name) for phase in built.phases]
     repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
@@ -496,78 +439,3 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
     except (TypeError, ValueError, OverflowError, IndexError):
         return _REFERENCE
     return shape if same else _REFERENCE
-
-
-def _same_collectives(calls: tuple[Any, ...], kinds: tuple[tuple[type, ...], ...],
-                      named: tuple[tuple[str, str], ...], steps: int) -> bool:
-    """Whether every row's collective calls have :func:`_shape_key`'s types, kinds and sources."""
-    if list(map(len, calls)) != [len(kinds)] * steps:
-        return False
-    flat = list(chain.from_iterable(calls))
-    return ([tuple(map(type, call)) for call in flat] == list(kinds) * steps
-            and [(call[0], call[1]) for call in flat] == list(named) * steps)
-
-
-def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any], StepColumns | None]]:
-    """``rows`` as runs of consecutive rows of one shape key (``None``: rows that always take the
-    reference path), with the run's columns when they were made on the way. A batch is usually one
-    shape, which a check a column at a time confirms; otherwise each row's key is computed."""
-    if not rows:
-        return []
-    key = _key(rows[0])
-    columns = None if key is None else _one_shape(rows, key)
-    if columns is not None:
-        return [(key, rows, columns)]
-    return [(key, list(run), None) for key, run in groupby(rows, _key)]
-
-
-def _key(row: Any) -> tuple[object, ...] | None:
-    try:
-        return _shape_key(row)
-    except (TypeError, ValueError, IndexError):
-        return None  # not a row the fast path reads: the decoder says what is wrong with it
-
-
-def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
-    """The run's columns when every row's :func:`_shape_key` is ``key``, checked a column at a time
-    (only for keys whose phase calls all have the full width: the others are never templated);
-    ``None`` when some row's is not (or may not be)."""
-    if len(key) != len(_PLAIN_KEY) + 2 * (len(key) > len(_PLAIN_KEY)):
-        return None
-    row_types, keys, zeros, phase_lengths, names, phase_types = key[:len(_PLAIN_KEY)]
-    if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
-        return None
-    steps = len(rows)
-    try:
-        if (list(map(type, rows)) != [list] * steps or list(map(len, rows)) != [ROW_FIELDS] * steps
-                or list(map(type, chain.from_iterable(rows))) != list(row_types) * steps):  # type: ignore[call-overload]
-            return None
-        step = list(zip(*rows, strict=True))
-        for slot, value in zip(_ROW_KEYS, keys, strict=True):  # type: ignore[call-overload]
-            if step[slot].count(value) != steps:
-                return None
-        for slot, zero in zip(_ROW_ZERO_ABSENT, zeros, strict=True):  # type: ignore[call-overload]
-            if list(map(not_, step[slot])) != [zero] * steps:
-                return None
-        if any(map(any, [step[slot] for slot in _ROW_REFERENCE])):  # (the types are the key's: all unset)
-            return None
-        if len(key) == len(_PLAIN_KEY):
-            if any(step[_COLLECTIVES]):
-                return None
-        elif not _same_collectives(step[_COLLECTIVES], key[-2], key[-1], steps):
-            return None
-        if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
-            return None
-        calls = len(phase_lengths)
-        if list(map(len, step[ROW_PHASES])) != [calls] * steps:
-            return None
-        phase_rows = list(chain.from_iterable(step[ROW_PHASES]))  # step by step, call by call
-        if (list(map(len, phase_rows)) != [PHASE_WIDTH] * len(phase_rows)
-                or list(map(type, chain.from_iterable(phase_rows))) != list(phase_types) * steps  # type: ignore[call-overload]
-                or list(map(itemgetter(0), phase_rows)) != list(names) * steps):  # type: ignore[call-overload]
-            return None
-    except (TypeError, ValueError):
-        return None  # incomparable values: each row's own key says what it is
-    return StepColumns(step, phase_rows, calls)
-
-
