@@ -158,6 +158,6 @@ def wait_entries(
 
 def total(values: Sequence[int | None]) -> int | None:
     """Sum, or ``None`` if any value is unknown (missing is not zero)."""
-    if any(v is None for v in values):
+    if None in values:  # (ints and None: no value equals None but None)
         return None
     return sum(values)  # type: ignore[arg-type]

@@ -198,14 +198,16 @@ def _span_template_text(name: str, trace_spec: str, span_spec: str, parent_spec:
     )
 
 
-def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[str]] | None:
+def span_template(span: SpanData, variable: frozenset[str], raw: frozenset[str] = frozenset(),
+                  ) -> tuple[str, list[str]] | None:
     """``span``'s JSON as a ``%`` template in which only its ids, times and the attributes named in
     ``variable`` are slots; every other attribute is written in as it is now (a value that repeats).
 
     The slots, in order: trace id, span id and parent id (when it has one) as hex text (``%s``), start
     and end (``%d``), then the variable attributes, an int as ``%d`` and a float as its ``repr`` text
     (``%s``: the shortest round trip, as ``json.dumps`` writes it). Returns the template and the
-    variable attributes' keys in slot order, or ``None`` for a span this cannot template (an error
+    variable attributes' keys in slot order (an attribute named in ``raw`` is a slot as a whole: its
+    :func:`attribute_json` text), or ``None`` for a span this cannot template (an error
     status, a value of another kind, a non-finite float). Used by :mod:`traceml_otel.emit.step_lines`,
     which checks the filled template against :func:`span_json`.
     """
@@ -214,6 +216,10 @@ def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[s
     parts, slots = [], []
     for key, value in span.attributes.items():
         kind = type(value)
+        if key in raw:  # the whole attribute is a slot (%s: its attribute_json text)
+            parts.append("%s")
+            slots.append(key)
+            continue
         if key not in variable:
             parts.append(_attribute_json(key, value).replace("%", "%%"))
             continue
@@ -227,6 +233,10 @@ def span_template(span: SpanData, variable: frozenset[str]) -> tuple[str, list[s
         slots.append(key)
     parent_spec = "%s" if span.parent_span_id is not None else None
     return _span_template_text(span.name, "%s", "%s", parent_spec, "[" + ",".join(parts) + "]"), slots
+
+
+attribute_json = _attribute_json
+"""One attribute's ``KeyValue`` JSON, as :func:`span_json` writes it in a span's attributes."""
 
 
 def span_json(span: SpanData) -> str:

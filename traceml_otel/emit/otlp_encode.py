@@ -31,7 +31,7 @@ _SPAN_KIND_INTERNAL = b"\x30\x01"  # Span.kind (6) = SPAN_KIND_INTERNAL
 _EMPTY_STATUS = b"\x7a\x00"  # Span.status (15), code UNSET: present, empty (as the SDK writes it)
 _FLAGS = b"\x85\x01" + struct.pack("<I", 0x100)  # Span.flags (16, fixed32): "is remote" known, false
 _CACHE_LIMIT = 4096
-TRACE_SLOT, ID_SLOT, TIME_SLOT, DOUBLE_SLOT = "trace", "id", "time", "double"
+TRACE_SLOT, ID_SLOT, TIME_SLOT, DOUBLE_SLOT, RAW_SLOT = "trace", "id", "time", "double", "raw"
 """The slots of :meth:`SpanEncoder.template` (any other slot is an int attribute's key)."""
 _IDS_END = 28
 """Bytes of a span's message before its ``trace_state``: trace id and span id fields."""
@@ -193,11 +193,13 @@ class SpanEncoder:
         ))
         return _field(b"\x12", body)
 
-    def template(self, span: SpanData, variable: Sequence[str]) -> list[bytes | str] | None:
+    def template(self, span: SpanData, variable: Sequence[str], raw: Sequence[str] = (),
+                 ) -> list[bytes | str] | None:
         """:meth:`encode`'s bytes for ``span`` as constant pieces and slot kinds, in order: the trace id
         (:data:`TRACE_SLOT`), span id and parent id (:data:`ID_SLOT`), start and end (:data:`TIME_SLOT`),
         then each attribute named in ``variable``, in the span's order (:data:`DOUBLE_SLOT`, or the key
-        itself for an int: its varint's length is in its ``KeyValue``'s lengths, :meth:`int_field`).
+        itself for an int: its varint's length is in its ``KeyValue``'s lengths, :meth:`int_field`); an
+        attribute named in ``raw`` is a slot as a whole (:data:`RAW_SLOT`: its :meth:`attribute_fields`).
         Pieces alternate, a constant first and last (possibly empty). ``None`` for a span with an error
         status or a variable attribute of another kind (:mod:`traceml_otel.emit.step_protobuf`)."""
         if span.error is not None:
@@ -208,7 +210,9 @@ class SpanEncoder:
             b"\x0a\x10", TRACE_SLOT, b"\x12\x08", ID_SLOT, *parent,
             self._name(span.name) + _SPAN_KIND_INTERNAL + b"\x39", TIME_SLOT, b"\x41", TIME_SLOT]
         for key, value in span.attributes.items():
-            if key not in variable:
+            if key in raw:
+                pieces += [b"", RAW_SLOT]
+            elif key not in variable:
                 pieces.append(attributes.encode(key, value))
             elif type(value) is float:
                 pieces += [attributes._double_prefix(key), DOUBLE_SLOT]

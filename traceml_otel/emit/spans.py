@@ -145,9 +145,21 @@ class StepSpanBuilder:
         a step draws them from here, in the order :meth:`build` would (the step's, then each phase's)."""
         return self._random.getrandbits
 
-    def build(self, record: StepRecord, ids: tuple[int, list[int]] | None = None) -> StepSpans:
-        """The spans of one step; ``ids`` (the step span's id and each phase span's, in order) when
-        they were drawn already (:mod:`traceml_otel.emit.step_lines`), else drawn here, in that order."""
+    @property
+    def last_exit_ns(self) -> int | None:
+        """When this rank left its last collective (the next step's first wait entry counts from
+        here); :mod:`traceml_otel.emit.step_lines` sets it when it works out a step's parts itself."""
+        return self._last_exit_ns
+
+    @last_exit_ns.setter
+    def last_exit_ns(self, value: int | None) -> None:
+        self._last_exit_ns = value
+
+    def build(self, record: StepRecord, ids: tuple[int, ...] | tuple[int, list[int]] | None = None,
+              collective_ids: list[int] | None = None) -> StepSpans:
+        """The spans of one step; ``ids`` (the step span's id and each phase span's, in order) and
+        ``collective_ids`` (each collective span's) when they were drawn already
+        (:mod:`traceml_otel.emit.step_lines`), else drawn here, in that order."""
         trace_id = c.step_trace_id(self._rank.run_id, record.step)
         step_id = self._span_id() if ids is None else ids[0]
         on_gpu = record.gpu_duration_ns is not None
@@ -157,59 +169,28 @@ class StepSpanBuilder:
             self._phase_span(p, record, trace_id, step_id, on_gpu, exposures, phase_id)
             for p, phase_id in zip(record.phases, phase_ids, strict=True)
         ])
-        collectives = (self._collective_spans(exposures, record, trace_id, step_id, on_gpu)
-                       if exposures else ())
+        collectives: tuple[SpanData, ...] = ()
+        if exposures:
+            groups = collective_groups(exposures, record, on_gpu)
+            if collective_ids is None:
+                collective_ids = [self._span_id() for _ in groups]
+            collectives = tuple([
+                SpanData(c.SPAN_COLLECTIVE, trace_id, span_id, step_id, start, end,
+                         {**self._common, **attributes})
+                for (attributes, start, end), span_id in zip(groups, collective_ids, strict=True)])
         end_ns = record.end_ns
         if on_gpu:
             end_ns = max(end_ns, record.start_ns + record.gpu_duration_ns, *(p.end_ns for p in phases))
         attributes = type(self)._step_attributes(self, record)
         if exposures:
-            attributes.update(_communication_attributes(exposures))
-            waits = wait_entries(record, exposures, c.MAX_COMM_ENTRIES, self._last_exit_ns)
-            self._last_exit_ns = None if waits is None else waits.last_exit_ns
-            if waits is not None:
-                attributes[c.ATTR_COMM_ENTRIES] = waits.entries
-                attributes[c.ATTR_COMM_WORK] = waits.work
+            communication, self._last_exit_ns = step_communication(record, exposures, self._last_exit_ns)
+            attributes.update(communication)
         step = SpanData(
             name=c.SPAN_STEP, trace_id=trace_id, span_id=step_id, parent_span_id=None,
             start_ns=record.start_ns, end_ns=end_ns, attributes=attributes,
             error=record.exception_type,
         )
         return StepSpans(step=step, phases=phases, collectives=collectives)
-
-    def _collective_spans(
-        self, exposures: list[CollectiveExposure], record: StepRecord, trace_id: int, parent_id: int,
-        on_gpu: bool,
-    ) -> tuple[SpanData, ...]:
-        """One span per (source, kind): at most a dozen per step, however many buckets or calls."""
-        groups: dict[tuple[str, str], list[CollectiveExposure]] = {}
-        for exposure in exposures:
-            groups.setdefault((exposure.timing.source, exposure.timing.kind), []).append(exposure)
-        spans = []
-        for (source, kind), members in groups.items():
-            attributes: dict[str, object] = {
-                **self._common,
-                c.ATTR_STEP: record.step,
-                c.ATTR_COLLECTIVE_SOURCE: source,
-                c.ATTR_COLLECTIVE_KIND: kind,
-                **_totals(
-                    members, c.ATTR_COLLECTIVE_CALLS, c.ATTR_COLLECTIVE_BYTES, c.ATTR_COLLECTIVE_CPU,
-                    c.ATTR_COLLECTIVE_GPU, c.ATTR_COLLECTIVE_EXPOSED_CPU, c.ATTR_COLLECTIVE_EXPOSED_GPU,
-                ),
-            }
-            timings = [m.timing for m in members]
-            start = min(t.start_ns for t in timings)
-            end = max(t.end_ns if t.end_ns is not None else t.start_ns for t in timings)
-            offsets = [t.gpu_offset_ns for t in timings]
-            durations = [t.gpu_duration_ns for t in timings]
-            if on_gpu and None not in offsets and None not in durations:
-                start = record.start_ns + min(offsets)  # type: ignore[type-var]
-                end = record.start_ns + max(o + d for o, d in zip(offsets, durations, strict=True))
-            spans.append(SpanData(
-                name=c.SPAN_COLLECTIVE, trace_id=trace_id, span_id=self._span_id(), parent_span_id=parent_id,
-                start_ns=start, end_ns=max(start, end), attributes=attributes,
-            ))
-        return tuple(spans)
 
     _step_attributes: ClassVar[Callable[[StepSpanBuilder, StepRecord], dict[str, object]]]
     """The step span's attributes: made from the step schema at import time
@@ -239,13 +220,7 @@ class StepSpanBuilder:
         if phase.module is not None:
             attributes[c.ATTR_MODULE_CLASS] = phase.module[:128]
         if exposures:
-            inside = [e for e in exposures if e.phase is phase]
-            if inside:
-                optional = {
-                    c.ATTR_PHASE_COMM_EXPOSED_CPU: _seconds(total([e.exposed_ns for e in inside])),
-                    c.ATTR_PHASE_COMM_EXPOSED_GPU: _seconds(total([e.exposed_gpu_ns for e in inside])),
-                }
-                attributes.update((key, value) for key, value in optional.items() if value is not None)
+            attributes.update(phase_communication(phase, exposures))
         name = _PHASE_SPAN_NAMES.get(phase.phase) or f"traceml.{phase.phase}"
         if span_id is None:
             span_id = self._random.getrandbits(64) or 1
@@ -320,19 +295,73 @@ def _make_step_attributes() -> Callable[[StepSpanBuilder, StepRecord], dict[str,
 StepSpanBuilder._step_attributes = _make_step_attributes()
 
 
+def collective_groups(exposures: list[CollectiveExposure], record: StepRecord, on_gpu: bool,
+                      ) -> list[tuple[dict[str, object], int, int]]:
+    """One collective span per (source, kind), at most a dozen per step however many buckets or calls:
+    each one's attributes after the run id and rank (step, source, kind, totals), its start and end."""
+    groups: dict[tuple[str, str], list[CollectiveExposure]] = {}
+    for exposure in exposures:
+        groups.setdefault((exposure.timing.source, exposure.timing.kind), []).append(exposure)
+    spans = []
+    for (source, kind), members in groups.items():
+        attributes: dict[str, object] = {
+            c.ATTR_STEP: record.step,
+            c.ATTR_COLLECTIVE_SOURCE: source,
+            c.ATTR_COLLECTIVE_KIND: kind,
+            **_totals(
+                members, c.ATTR_COLLECTIVE_CALLS, c.ATTR_COLLECTIVE_BYTES, c.ATTR_COLLECTIVE_CPU,
+                c.ATTR_COLLECTIVE_GPU, c.ATTR_COLLECTIVE_EXPOSED_CPU, c.ATTR_COLLECTIVE_EXPOSED_GPU,
+            ),
+        }
+        timings = [m.timing for m in members]
+        start = min(t.start_ns for t in timings)
+        end = max(t.end_ns if t.end_ns is not None else t.start_ns for t in timings)
+        offsets = [t.gpu_offset_ns for t in timings]
+        durations = [t.gpu_duration_ns for t in timings]
+        if on_gpu and None not in offsets and None not in durations:
+            start = record.start_ns + min(offsets)  # type: ignore[type-var]
+            end = record.start_ns + max(o + d for o, d in zip(offsets, durations, strict=True))
+        spans.append((attributes, start, max(start, end)))
+    return spans
+
+
+def step_communication(record: StepRecord, exposures: list[CollectiveExposure], previous_exit_ns: int | None,
+                       ) -> tuple[dict[str, object], int | None]:
+    """The step span's communication attributes (totals, then the wait entries and the work before
+    each when they are known), and when the rank left the step's last collective (``None``: unknown)."""
+    attributes = _communication_attributes(exposures)
+    waits = wait_entries(record, exposures, c.MAX_COMM_ENTRIES, previous_exit_ns)
+    if waits is None:
+        return attributes, None
+    attributes[c.ATTR_COMM_ENTRIES] = waits.entries
+    attributes[c.ATTR_COMM_WORK] = waits.work
+    return attributes, waits.last_exit_ns
+
+
+def phase_communication(phase: PhaseTiming, exposures: list[CollectiveExposure]) -> dict[str, object]:
+    """A phase call's exposed-communication attributes (empty: no collective started in it)."""
+    inside = [e for e in exposures if e.phase is phase]
+    if not inside:
+        return {}
+    optional = {
+        c.ATTR_PHASE_COMM_EXPOSED_CPU: _seconds(total([e.exposed_ns for e in inside])),
+        c.ATTR_PHASE_COMM_EXPOSED_GPU: _seconds(total([e.exposed_gpu_ns for e in inside])),
+    }
+    return {key: value for key, value in optional.items() if value is not None}
+
+
 def _totals(
     members: list[CollectiveExposure], calls: str, nbytes: str, cpu: str, gpu: str, exposed_cpu: str,
     exposed_gpu: str,
 ) -> dict[str, object]:
     """Calls, bytes, total and exposed time of some collectives; unknown sums are left out."""
-    values: dict[str, object] = {calls: len(members), nbytes: sum(m.timing.nbytes for m in members)}
-    optional = {
-        cpu: _seconds(total([m.duration_ns for m in members])),
-        gpu: _seconds(total([m.timing.gpu_duration_ns for m in members])),
-        exposed_cpu: _seconds(total([m.exposed_ns for m in members])),
-        exposed_gpu: _seconds(total([m.exposed_gpu_ns for m in members])),
-    }
-    values.update((key, value) for key, value in optional.items() if value is not None)
+    timings = [m.timing for m in members]
+    values: dict[str, object] = {calls: len(members), nbytes: sum([t.nbytes for t in timings])}
+    for key, parts in ((cpu, [m.duration_ns for m in members]), (gpu, [t.gpu_duration_ns for t in timings]),
+                       (exposed_cpu, [m.exposed_ns for m in members]),
+                       (exposed_gpu, [m.exposed_gpu_ns for m in members])):
+        if None not in parts:  # an unknown sum is left out
+            values[key] = sum(parts) * _NS
     return values
 
 

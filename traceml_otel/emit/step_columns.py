@@ -150,6 +150,27 @@ def seconds_text(nanoseconds: Iterable[int]) -> list[str]:
     return column
 
 
+def float_texts(values: list[float]) -> SecondsTexts:
+    """Each float as its ``repr`` text, with the floats (``seconds``): :func:`seconds_text`'s way for
+    floats already made (the communication sums of ``emit/step_collectives.py``), where zeros (often:
+    a bucket's exposed share, a phase without communication) do not send the column to ``repr``:
+    ``orjson`` writes ``0.0`` and ``-0.0`` as ``repr`` does. A column with a NaN or an infinity (which
+    ``orjson`` writes as ``null``) takes ``repr``."""
+    fast = orjson_module()
+    texts = None
+    if fast is not None and values:
+        magnitudes = [value for value in map(abs, values) if value]
+        if not magnitudes or (min(magnitudes) >= 1e-4 and max(magnitudes) < 1e16):
+            dumped = fast.dumps(values)
+            if b"n" not in dumped:  # null: a NaN or an infinity
+                texts = dumped[1:-1].decode().split(",")
+                if texts[0] != repr(values[0]):
+                    texts = None
+    column = SecondsTexts(texts if texts is not None else map(repr, values))
+    column.seconds = values
+    return column
+
+
 _SIXTEEN_DIGITS = re.compile(".{16}", re.DOTALL)
 _ZERO_SPAN_HEX, _ONE_SPAN_HEX = "0" * 16, "0" * 15 + "1"
 

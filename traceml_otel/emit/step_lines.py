@@ -12,19 +12,24 @@ of the shape only fill in their ids and numbers, read from the rows' slots
 (:class:`~traceml_otel.wire.step_row.StepRow`).
 
 A run of rows of one shape (a trainer's batch usually is one) is encoded a column at a time: the
-shape is confirmed by comparing lists over all the rows at once (:func:`_one_shape`), then
-:mod:`traceml_otel.emit.step_columns` makes each value's text by ``map`` over its column and fills
-the run's text by one ``join``.
+shape is confirmed by comparing lists over all the rows at once
+(:func:`~traceml_otel.emit.step_shapes.one_shape`), then :mod:`traceml_otel.emit.step_columns`
+makes each value's text by ``map`` over its column and fills the run's text by one ``join``.
 
 Exactness. A shape's templates are made from the reference path's output for its first row
 (:func:`~traceml_otel.wire.step_row.decode_step`, :class:`~traceml_otel.emit.spans.StepSpanBuilder`,
 :func:`~traceml_otel.emit.local_copy.span_json`, :func:`~traceml_otel.emit.step_table.step_row`),
 then filled with that row's values; unless both give the reference text byte for byte, the shape
 always takes the reference path. Rows whose output depends on more than their shape take the
-reference path every time: collectives (their spans group by kind), an exception (a span status), a
-newly seen DataLoader, the rank's first step (the host's CPU count), a negative time between steps
-(decoded as unknown), and a row of another layout (a shorter or longer row or phase row, which the
-decoder pads or cuts). Span ids come from the builder's generator in the builder's order.
+reference path every time: an exception (a span status), a newly seen DataLoader, the rank's first
+step (the host's CPU count), a negative time between steps (decoded as unknown), and a row of
+another layout (a shorter or longer row or phase row, which the decoder pads or cuts). Span ids come
+from the builder's generator in the builder's order.
+
+Steps with collectives (DDP's) are taken a row at a time (:meth:`StepLines._collective_rows`): their
+communication values are worked out per step by the span builder's functions
+(:mod:`traceml_otel.emit.step_collectives`), their signature completes the shape's key, and their
+values fill extra columns; ``tests/emit/test_step_collectives.py`` compares all three outputs.
 ``tests/emit/test_step_lines.py`` compares both paths on thousands of random rows, odd ones included.
 """
 
@@ -32,14 +37,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, groupby, repeat
-from operator import itemgetter, not_
+from itertools import repeat
 from typing import Any
 
 from traceml_otel import contract as c
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
+from traceml_otel.emit.step_collectives import (
+    LIST_KEYS,
+    PHASE_KEYS,
+    STEP_KEYS,
+    CollectiveLayout,
+    StepParts,
+    collective_spans,
+    collective_templates,
+    parts_of,
+    signature,
+    step_parts,
+)
 from traceml_otel.emit.step_columns import (
     CPU_DURATION,
     CPU_SUMS,
@@ -60,11 +76,15 @@ from traceml_otel.emit.step_columns import (
     value_texts,
 )
 from traceml_otel.emit.step_protobuf import EncodedStep, PendingFill, StepProtobuf
+from traceml_otel.emit.step_shapes import PLAIN_KEY, runs
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
-from traceml_otel.wire.step_row import ROW_FIELDS, decode_step
-from traceml_otel.wire.step_schema import KEY, PHASE_WIDTH, REFERENCE, SLOT, STEP_FIELDS
+from traceml_otel.wire.step_row import decode_step
+from traceml_otel.wire.step_schema import PHASE_WIDTH, STEP_FIELDS
 from traceml_otel.wire.step_table import COLUMNS
+
+_COMM_COLUMN = COLUMNS.index("comm_calls")
+"""The step table's first communication column (emit/step_collectives.py's layout fills them)."""
 
 SHAPE_LIMIT = 256
 """Shapes templated per rank; steps of further shapes take the reference path."""
@@ -89,17 +109,6 @@ _TABLE_VALUES = {
 }
 _TABLE_SLOTS = [(COLUMNS.index(name), value) for name, value in _TABLE_VALUES.items()]
 
-# Slots of a step row (wire/step_schema.py) the fast path reads or checks.
-_ROW_KEYS = tuple(f.slot for f in STEP_FIELDS if f.encoder == KEY)
-"""Slots every row of a shape has the same value in (parallelism, source)."""
-_ROW_ZERO_ABSENT = tuple(f.slot for f in NUMBERS if f.absent_when_zero)
-"""Numbers whose attribute is left out when 0: whether each is 0 is part of the shape."""
-_ROW_REFERENCE = tuple(f.slot for f in STEP_FIELDS if f.encoder == REFERENCE)
-"""Slots whose value, when set, sends a row to the reference path (collectives, an exception, a new
-DataLoader, fetches inside the step, skipped updates: rare shapes; the decoder folds the in-step wait
-into the step's input wait)."""
-_UNSET = (None, 0, (), [])
-_ROW_BETWEEN = SLOT["between_ns"]
 _ROW_NOT_NUMBERS = frozenset(f.slot for f in STEP_FIELDS if f.kind is not int)
 
 @dataclass(slots=True)
@@ -136,6 +145,8 @@ class _Shape:
     None when no phase is called twice (each per-phase column is then one call's own value)."""
     protobuf: StepProtobuf | None = None
     """The spans' OTLP protobuf template (None: no OTLP export, or the shape's spans are built)."""
+    layout: CollectiveLayout | None = None
+    """A shape with collectives: where its communication values lie in the flat layout."""
 
 
 _REFERENCE = None  # a shape whose templates did not reproduce the reference: always the reference path
@@ -168,7 +179,10 @@ class StepLines:
         if rows and self._builder.first:  # the first step span carries the host's CPU count
             self._reference(rows[0], anchor_ns, out, keep_spans)
             rows = rows[1:]
-        for key, run, columns in _runs(rows):
+        for key, run, columns in runs(rows):
+            if key is not None and len(key) > len(PLAIN_KEY):
+                self._collective_rows(key, run, anchor_ns, out, keep_spans)
+                continue
             shape = False if key is None else self._shapes.get(key, False)
             if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
                 built = self._reference(run[0], anchor_ns, out, keep_spans)
@@ -183,40 +197,105 @@ class StepLines:
                 self._encode_run(shape, run, columns or StepColumns.of(run), anchor_ns, out, keep_spans)
         return out
 
+    def _collective_rows(self, key: tuple[object, ...], rows: list[Any], anchor_ns: int, out: EncodedSteps,
+                         keep_spans: bool) -> None:
+        """Rows with collectives, one at a time in order: each one's communication values
+        (:mod:`traceml_otel.emit.step_collectives`) complete its shape; consecutive rows of one
+        templated shape are encoded as a run, the others by the reference path."""
+        run: list[Any] = []
+        run_parts: list[StepParts] = []
+        run_shape: _Shape | None = None
+
+        def flush() -> None:
+            if run_shape is not None and run:
+                self._encode_run(run_shape, run, StepColumns.of(run), anchor_ns, out, keep_spans, run_parts)
+            run.clear()
+            run_parts.clear()
+
+        for row in rows:
+            previous = self._builder.last_exit_ns
+            try:
+                parts = step_parts(decode_step(row, anchor_ns), previous)
+                full = None if parts is None else (*key, signature(parts))
+                shape = False if full is None else self._shapes.get(full, False)
+            except (TypeError, ValueError, OverflowError, AttributeError, KeyError, IndexError):
+                full, shape = None, False  # the reference path says what is wrong with it
+            if shape is False and full is not None and len(self._shapes) < SHAPE_LIMIT:
+                flush()
+                built = self._reference(row, anchor_ns, out, keep_spans)
+                self._shapes[full] = _make_shape(full, row, anchor_ns, built, out.spans_json[-1],
+                                                 out.rows[-1], self.otlp)
+                continue
+            if not isinstance(shape, _Shape) or parts is None:
+                flush()
+                self._reference(row, anchor_ns, out, keep_spans)
+                continue
+            if shape is not run_shape:
+                flush()
+                run_shape = shape
+            run.append(row)
+            run_parts.append(parts)
+            self._builder.last_exit_ns = parts.last_exit_ns
+        flush()
+
     def _encode_run(self, shape: _Shape, rows: list[Any], columns: StepColumns, anchor_ns: int,
-                    out: EncodedSteps, keep_spans: bool) -> None:
+                    out: EncodedSteps, keep_spans: bool, parts: list[StepParts] | None = None) -> None:
         """Rows of one templated shape, a column at a time: each value is computed by ``map`` over
-        the run (C loops), then the run's text is one ``join`` of constants and value texts."""
+        the run (C loops), then the run's text is one ``join`` of constants and value texts. A shape
+        with collectives takes their values from ``parts`` (each row's, worked out already)."""
         calls = len(columns.phases)
-        ids = span_id_texts(self._random_bits, len(rows) * (1 + calls))  # the builder's order, per step
-        step_ids = ids[::1 + calls]
-        phase_ids = [ids[1 + i::1 + calls] for i in range(calls)]
+        layout = shape.layout
+        groups = 0 if layout is None else len(layout.ids)
+        stride = 1 + calls + groups
+        ids = span_id_texts(self._random_bits, len(rows) * stride)  # the builder's order, per step
+        step_ids = ids[::stride]
+        phase_ids = [ids[1 + i::stride] for i in range(calls)]
         trace_ids = c.step_trace_ids_hex(self._run_id, columns.step[0])
         flat = flat_columns(columns, anchor_ns, trace_ids, step_ids, phase_ids, shape.table_slots)
+        group_ids: list[list[str]] = []
+        if layout is not None:
+            assert parts is not None
+            group_ids = [ids[1 + calls + g::stride] for g in range(groups)]
+            encode = None if self.otlp is None else self.otlp.attribute_fields
+            flat += layout.columns(parts, group_ids, encode)
         texts = value_texts(flat, shape.integers)
         out.spans_json.append(shape.spans.fill(texts))
         out.rows.append(shape.row.fill(texts))
-        out.spans += len(rows) * (1 + calls)
+        out.spans += len(rows) * stride
         out.steps += len(rows)
         if not keep_spans:
             return
-        _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run
+        if parts is None:
+            _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run
         if self.otlp is None or shape.protobuf is not None:  # no span objects: ids, and the protobuf
-            out.records += [decode_step(row, anchor_ns) for row in rows]
+            if parts is None:
+                out.records += [decode_step(row, anchor_ns) for row in rows]
+                collectives: Any = repeat(())
+            else:
+                out.records += [one.record for one in parts]
+                collectives = collective_spans(parts, self._builder.rank, trace_ids, step_ids, group_ids)
             if shape.protobuf is not None and self.defer_protobuf:  # filled once the budget keeps a step
                 out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
-                                 repeat(1 + calls), repeat(()), repeat(()),
+                                 repeat(stride), repeat(()), collectives,
                                  repeat(PendingFill(shape.protobuf, flat)), range(len(rows)))
                 return
             encoded = shape.protobuf.fill(flat) if shape.protobuf is not None else repeat(())
             out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
-                             repeat(1 + calls), encoded)
+                             repeat(stride), encoded, collectives)
             return
+        last_exit = self._builder.last_exit_ns
         for k, row in enumerate(rows):
-            record = decode_step(row, anchor_ns)
+            if parts is None:
+                record = decode_step(row, anchor_ns)
+                collective_ids = None
+            else:  # the builder works the wait entries out again, from the same previous exit
+                record = parts[k].record
+                self._builder.last_exit_ns = parts[k].previous_exit_ns
+                collective_ids = [int(column[k], 16) for column in group_ids]
             out.records.append(record)
             out.built.append(self._builder.build(
-                record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids])))
+                record, (int(step_ids[k], 16), [int(ids[k], 16) for ids in phase_ids]), collective_ids))
+        self._builder.last_exit_ns = last_exit
 
     def _reference(self, row: Any, anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> StepSpans:
         """One row by the reference path (decode, span objects, their JSON and CSV line)."""
@@ -247,23 +326,6 @@ def _number_calls(rows: list[Any], flat: list[Any], calls: int) -> None:
                 return
 
 
-def _shape_key(row: Any) -> tuple[object, ...] | None:
-    """What decides a row's templates; ``None`` for a row that always takes the reference path."""
-    if type(row) is not list or len(row) != ROW_FIELDS:
-        return None
-    for slot in _ROW_REFERENCE:
-        if row[slot] not in _UNSET:
-            return None
-    between = row[_ROW_BETWEEN]
-    if between is not None and between < 0:
-        return None
-    phase_rows = row[ROW_PHASES]
-    flat = tuple(chain.from_iterable(phase_rows))
-    return (tuple(map(type, row)), tuple([row[slot] for slot in _ROW_KEYS]),
-            tuple([not row[slot] for slot in _ROW_ZERO_ABSENT]),
-            tuple(map(len, phase_rows)), flat[::PHASE_WIDTH], tuple(map(type, flat)))
-
-
 _INTEGER_OR_NONE = (int, type(None))
 
 
@@ -278,21 +340,50 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         return _REFERENCE
     if any(kind not in _INTEGER_OR_NONE for i, kind in enumerate(phase_types) if i % PHASE_WIDTH):
         return _REFERENCE
-    step = span_template(built.step, _STEP_VARIABLE)
+    layout = None
+    if built.collectives:  # a DDP step: its communication values lie after the phase calls' slots
+        layout = CollectiveLayout(FIRST_PHASE + len(built.phases) * PHASE_WIDTH, parts_of(built),
+                                  [phase.name for phase in built.phases])
+        if len(key) <= len(PLAIN_KEY) or key[-1] != signature(parts_of(built)):
+            return _REFERENCE  # (the row's values and its spans must agree on the shape)
+    step = span_template(built.step, _STEP_VARIABLE | STEP_KEYS, LIST_KEYS)
     if step is None:
         return _REFERENCE
-    templates, picks = [step[0]], [TRACE, STEP_ID, START, END, *(_STEP_VALUES[k] for k in step[1])]
+    step_layout = {} if layout is None else layout.step
+    if any(k not in _STEP_VALUES and k not in step_layout for k in step[1]):
+        return _REFERENCE
+    picks = [TRACE, STEP_ID, START, END, *(_STEP_VALUES[k] if k in _STEP_VALUES else step_layout[k]
+                                            for k in step[1])]
+    templates = [step[0]]
     span_picks, span_keys = [list(picks)], [step[1]]  # per span, for the protobuf template
+    protobuf_picks = [[*picks[:4], *(_STEP_VALUES[k] if k in _STEP_VALUES  # a list attribute's protobuf
+                                     else step_layout[k] + (k in LIST_KEYS)  # field: the next column
+                                     for k in step[1])]]
     for i, phase in enumerate(built.phases):
-        made = span_template(phase, _PHASE_VARIABLE)
+        made = span_template(phase, _PHASE_VARIABLE | PHASE_KEYS)
         if made is None:
             return _REFERENCE
         base = FIRST_PHASE + i * PHASE_WIDTH
         templates.append(made[0])
-        values = [_STEP_VALUES[k] if k == c.ATTR_STEP else base + _PHASE_VALUES[k] for k in made[1]]
+        phase_layout = {} if layout is None else layout.phases[i]
+        if any(k in PHASE_KEYS and k not in phase_layout for k in made[1]):
+            return _REFERENCE
+        values = [_STEP_VALUES[k] if k == c.ATTR_STEP else phase_layout[k] if k in PHASE_KEYS
+                  else base + _PHASE_VALUES[k] for k in made[1]]
         span_picks.append([TRACE, base + _PHASE_ID, STEP_ID, base + _PHASE_START, base + _PHASE_END, *values])
+        protobuf_picks.append(span_picks[-1])
         span_keys.append(made[1])
         picks += span_picks[-1]
+    if layout is not None:
+        collectives = collective_templates(built, layout)
+        if collectives is None:
+            return _REFERENCE
+        for text, collective_picks, keys in collectives:
+            templates.append(text)
+            span_picks.append(collective_picks)
+            protobuf_picks.append(collective_picks)
+            span_keys.append(keys)
+            picks += collective_picks
     table_row = step_row(built)
     table_slots = [PHASE_SLOT.get(phase.name) for phase in built.phases]
     repeated = any(table_slots.count(slot) > 1 for slot in table_slots if slot is not None)
@@ -314,6 +405,15 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         if spec is None:
             return _REFERENCE
         slots.append((column, spec, value_index))
+    if layout is not None:  # the communication columns: the layout's cells
+        for j in range(layout.cells_count):
+            value = table_row[_COMM_COLUMN + j]
+            if value is None:
+                continue
+            if type(value) not in (int, float, str):
+                return _REFERENCE
+            slots.append((_COMM_COLUMN + j, "%s", layout.cells + j))
+        slots.sort()
     line = row_template(table_row, [(column, spec) for column, spec, _ in slots])
     if line is None:
         return _REFERENCE
@@ -326,69 +426,16 @@ def _make_shape(key: tuple[object, ...], row: list[Any], anchor_ns: int, built: 
         flat = flat_columns(StepColumns.of([row]), anchor_ns, [format(built.step.trace_id, "032x")],
                              [format(built.step.span_id, "016x")],
                              [[format(phase.span_id, "016x")] for phase in built.phases], sums)
+        if layout is not None:
+            group_ids = [[format(span.span_id, "016x")] for span in built.collectives]
+            encode = None if otlp is None else otlp.attribute_fields
+            flat += layout.columns([parts_of(built)], group_ids, encode)
         integers = tuple(sorted({i for i in (*spans_text.picks, *row_text.picks) if type(flat[i][0]) is int}))
-        protobuf = None if otlp is None else StepProtobuf.of(otlp, built, span_picks, span_keys, flat)
-        shape = _Shape(spans_text, row_text, integers, sums, protobuf)
+        protobuf = None if otlp is None else StepProtobuf.of(otlp, built, protobuf_picks, span_keys, flat,
+                                                             LIST_KEYS)
+        shape = _Shape(spans_text, row_text, integers, sums, protobuf, layout)
         texts = value_texts(flat, integers)
         same = shape.spans.fill(texts) == reference_json and shape.row.fill(texts) == reference_line
     except (TypeError, ValueError, OverflowError, IndexError):
         return _REFERENCE
     return shape if same else _REFERENCE
-
-
-def _runs(rows: list[Any]) -> list[tuple[tuple[object, ...] | None, list[Any], StepColumns | None]]:
-    """``rows`` as runs of consecutive rows of one shape key (``None``: rows that always take the
-    reference path), with the run's columns when they were made on the way. A batch is usually one
-    shape, which a check a column at a time confirms; otherwise each row's key is computed."""
-    if not rows:
-        return []
-    key = _key(rows[0])
-    columns = None if key is None else _one_shape(rows, key)
-    if columns is not None:
-        return [(key, rows, columns)]
-    return [(key, list(run), None) for key, run in groupby(rows, _key)]
-
-
-def _key(row: Any) -> tuple[object, ...] | None:
-    try:
-        return _shape_key(row)
-    except (TypeError, ValueError, IndexError):
-        return None  # not a row the fast path reads: the decoder says what is wrong with it
-
-
-def _one_shape(rows: list[Any], key: tuple[object, ...]) -> StepColumns | None:
-    """The run's columns when every row's :func:`_shape_key` is ``key``, checked a column at a time
-    (only for keys whose phase calls all have the full width: the others are never templated);
-    ``None`` when some row's is not (or may not be)."""
-    row_types, keys, zeros, phase_lengths, names, phase_types = key
-    if any(length != PHASE_WIDTH for length in phase_lengths):  # type: ignore[attr-defined]
-        return None
-    steps = len(rows)
-    try:
-        if (list(map(type, rows)) != [list] * steps or list(map(len, rows)) != [ROW_FIELDS] * steps
-                or list(map(type, chain.from_iterable(rows))) != list(row_types) * steps):  # type: ignore[call-overload]
-            return None
-        step = list(zip(*rows, strict=True))
-        for slot, value in zip(_ROW_KEYS, keys, strict=True):  # type: ignore[call-overload]
-            if step[slot].count(value) != steps:
-                return None
-        for slot, zero in zip(_ROW_ZERO_ABSENT, zeros, strict=True):  # type: ignore[call-overload]
-            if list(map(not_, step[slot])) != [zero] * steps:
-                return None
-        if any(map(any, [step[slot] for slot in _ROW_REFERENCE])):  # (the types are the key's: all unset)
-            return None
-        if step[_ROW_BETWEEN][0] is not None and min(step[_ROW_BETWEEN]) < 0:
-            return None
-        calls = len(phase_lengths)
-        if list(map(len, step[ROW_PHASES])) != [calls] * steps:
-            return None
-        phase_rows = list(chain.from_iterable(step[ROW_PHASES]))  # step by step, call by call
-        if (list(map(len, phase_rows)) != [PHASE_WIDTH] * len(phase_rows)
-                or list(map(type, chain.from_iterable(phase_rows))) != list(phase_types) * steps  # type: ignore[call-overload]
-                or list(map(itemgetter(0), phase_rows)) != list(names) * steps):  # type: ignore[call-overload]
-            return None
-    except (TypeError, ValueError):
-        return None  # incomparable values: each row's own key says what it is
-    return StepColumns(step, phase_rows, calls)
-
-

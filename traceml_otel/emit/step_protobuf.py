@@ -24,7 +24,15 @@ from itertools import repeat
 from operator import add
 from typing import Any
 
-from traceml_otel.emit.otlp_encode import DOUBLE_SLOT, ID_SLOT, TIME_SLOT, TRACE_SLOT, SpanEncoder, varint
+from traceml_otel.emit.otlp_encode import (
+    DOUBLE_SLOT,
+    ID_SLOT,
+    RAW_SLOT,
+    TIME_SLOT,
+    TRACE_SLOT,
+    SpanEncoder,
+    varint,
+)
 from traceml_otel.emit.spans import SpanData, StepSpans
 
 _FIXED64 = struct.Struct("<Q").pack
@@ -37,7 +45,8 @@ _HEADS = [b"\x12" + varint(n) for n in range(1 << 12)]
 class EncodedStep:
     """One step's spans as OTLP export sends them (no span objects): each span's ``ScopeSpans.spans``
     field, the step span first (empty without OTLP span export), with what the span budget and the
-    metrics' exemplars read. Steps with collectives are always :class:`StepSpans`."""
+    metrics' exemplars read; a step with collectives has its collective spans too (the metrics read
+    them)."""
 
     trace_id: int
     span_id: int
@@ -96,17 +105,19 @@ class StepProtobuf:
 
     @classmethod
     def of(cls, encoder: SpanEncoder, built: StepSpans, picks: Sequence[Sequence[int]],
-           variable: Sequence[Sequence[str]], flat: list[Any]) -> StepProtobuf | None:
+           variable: Sequence[Sequence[str]], flat: list[Any], raw: Sequence[str] = (),
+           ) -> StepProtobuf | None:
         """The template of ``built``'s shape: each span's slots take ``picks`` (the JSON template's, in
         the same order: ids, times, then the attributes named in ``variable``) from the flat layout
-        (:func:`~traceml_otel.emit.step_columns.flat_columns`); ``flat`` is ``built``'s own row's.
-        ``None`` unless the filled template gives :meth:`SpanEncoder.encode`'s bytes."""
+        (:func:`~traceml_otel.emit.step_columns.flat_columns`); ``flat`` is ``built``'s own row's. An
+        attribute named in ``raw`` takes a column of its whole encoded field. ``None`` unless the
+        filled template gives :meth:`SpanEncoder.encode`'s bytes."""
         spans = built.all()
-        if built.collectives or len(spans) != len(picks):
+        if len(spans) != len(picks):
             return None
         made = []
         for span, span_picks, keys in zip(spans, picks, variable, strict=True):
-            pieces = encoder.template(span, keys)
+            pieces = encoder.template(span, keys, raw)
             if pieces is None or len(pieces) != 2 * len(span_picks) + 1:
                 return None
             made.append(_SpanPieces(tuple(pieces[::2]), tuple(zip(pieces[1::2], span_picks, strict=True))))  # type: ignore[arg-type]
@@ -154,6 +165,8 @@ class StepProtobuf:
             return list(map(_DOUBLE, floats))
         if rows is not None:
             column = [column[row] for row in rows]
+        if kind == RAW_SLOT:  # a whole attribute field, encoded per step (emit/step_collectives.py)
+            return column
         if kind == TRACE_SLOT or kind == ID_SLOT:
             return list(map(bytes.fromhex, column))
         if kind == TIME_SLOT:
