@@ -58,9 +58,10 @@ def read_captures(run_dir: Path, run_id: str) -> CaptureAnalysis:
             total[0] += count
             total[1] += 1
     refused = tuple(sorted(((why, n, ranks) for why, (n, ranks) in counts.items()), key=lambda t: -t[1]))
+    in_flight = tuple(m for m in read_in_flight(run_dir) if not (m.run_id and run_id) or m.run_id == run_id)
     return CaptureAnalysis(captures=tuple(s for s in mine if s.index > 0),
                            refusals=tuple(s for s in mine if s.index == 0), problems=tuple(problems[:5]),
-                           refused=refused, in_flight=tuple(read_in_flight(run_dir)))
+                           refused=refused, in_flight=in_flight)
 
 
 def profiled_steps(captures: Sequence[CaptureSummary]) -> frozenset[int]:

@@ -185,7 +185,8 @@ class CapturePoller:
         """Leave ``rank-R.capture-running.A.json`` until the profiler has stopped (a crash keeps it)."""
         self._write_marker(CaptureInFlight(
             rank=self.rank, request=request.id, reason=request.reason, with_stack=self.settings.with_stack,
-            armed_unix=time.time(), restart=self.restart, at_step=request.at_step))
+            armed_unix=time.time(), restart=self.restart, run_id=self.capture.exporter.run_id,
+            at_step=request.at_step))
 
     def _write_marker(self, marker: CaptureInFlight) -> None:
         try:

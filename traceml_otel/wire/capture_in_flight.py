@@ -44,6 +44,7 @@ class CaptureInFlight:
     armed_unix: float
     restart: int = 0
     """The attempt (``TORCHELASTIC_RESTART_COUNT``) that armed it."""
+    run_id: str = ""
     at_step: int | None = None
     """The step the capture was armed to start at (a periodic spike's predicted one), when known."""
     running: bool = False
@@ -78,5 +79,6 @@ def read_in_flight(run_dir: Path, limit: int = 4096) -> list[CaptureInFlight]:
             rank=rank, request=as_str(raw.get("request"), 96) or "",
             reason=as_str(raw.get("reason"), 32) or "", with_stack=raw.get("with_stack") is True,
             armed_unix=as_float(raw.get("armed_unix")) or 0.0, restart=restart,
+            run_id=as_str(raw.get("run_id"), 256) or "",
             at_step=as_int(raw.get("at_step")), running=raw.get("running") is True))
     return markers
