@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from traceml_otel.wire._json import RecordError, as_float, as_int, as_str, read_json_object, write_atomically
+from traceml_otel.wire.capture_record import numbered_files
 
 MAX_BYTES = 4 << 10
 _NAME = re.compile(r"^rank-(\d{1,7})\.capture-running\.(\d{1,5})\.json$")
@@ -61,16 +62,12 @@ def write_in_flight(run_dir: Path, marker: CaptureInFlight) -> None:
 def read_in_flight(run_dir: Path, limit: int = 4096) -> list[CaptureInFlight]:
     """The markers left in ``run_dir`` (by rank, then attempt; at most ``limit``; unreadable ones left
     out)."""
-    found: list[tuple[int, int, Path]] = []
     try:
-        for path in run_dir.iterdir():
-            match = _NAME.match(path.name)
-            if match:
-                found.append((int(match.group(1)), int(match.group(2)), path))
+        found = numbered_files(run_dir, _NAME, limit)
     except OSError:
         return []
     markers = []
-    for rank, restart, path in sorted(found)[:limit]:
+    for (rank, restart), path in found:
         try:
             raw = read_json_object(path, MAX_BYTES)
         except RecordError:

@@ -243,18 +243,22 @@ def decode_summary(raw: dict[str, Any]) -> CaptureSummary:
     )
 
 
+def numbered_files(run_dir: Path, name: re.Pattern[str], limit: int) -> list[tuple[tuple[int, ...], Path]]:
+    """The files of ``run_dir`` whose names match ``name``, by the numbers its groups capture (rank,
+    then index or attempt), at most ``limit``; raises ``OSError`` when the folder cannot be listed."""
+    found = [(tuple(int(g) for g in match.groups()), path) for path in run_dir.iterdir()
+             if (match := name.match(path.name))]
+    return sorted(found)[:limit]
+
+
 def read_summaries(run_dir: Path, limit: int = 4096) -> tuple[list[CaptureSummary], list[str]]:
     """Every capture summary in ``run_dir`` (by rank, then index), and one line per unreadable one."""
-    found: list[tuple[int, int, Path]] = []
     try:
-        for path in run_dir.iterdir():
-            match = _SUMMARY_NAME.match(path.name)
-            if match:
-                found.append((int(match.group(1)), int(match.group(2)), path))
+        found = numbered_files(run_dir, _SUMMARY_NAME, limit)
     except OSError as error:
         return [], [f"captures: cannot list {run_dir} ({type(error).__name__})"]
     summaries, problems = [], []
-    for _, _, path in sorted(found)[:limit]:
+    for _, path in found:
         try:
             summaries.append(decode_summary(read_json_object(path, MAX_SUMMARY_BYTES)))
         except RecordError as error:
@@ -312,12 +316,8 @@ def read_status(path: Path) -> CaptureStatus | None:
 
 def read_statuses(run_dir: Path, limit: int = 4096) -> list[CaptureStatus]:
     """Every rank's status record in ``run_dir`` (by rank; unreadable ones left out)."""
-    found: list[tuple[int, Path]] = []
     try:
-        for path in run_dir.iterdir():
-            match = _STATUS_NAME.match(path.name)
-            if match:
-                found.append((int(match.group(1)), path))
+        found = numbered_files(run_dir, _STATUS_NAME, limit)
     except OSError:
         return []
-    return [s for s in (read_status(path) for _, path in sorted(found)[:limit]) if s is not None]
+    return [s for s in (read_status(path) for _, path in found) if s is not None]
