@@ -298,9 +298,11 @@ def test_steady_ddp_runs_a_column_at_a_time_protobuf_is_the_encoders_bytes(batch
     assert lines.bucket_steps > 1000 and checked > 2000
 
 
-def test_bucket_parts_are_step_parts_value_for_value() -> None:
+@pytest.mark.parametrize("decoded", [True, False])
+def test_bucket_parts_are_step_parts_value_for_value(decoded: bool) -> None:
     """emit/bucket_runs.py's parts are the per-step functions' (values, key order and types) on every
-    segment it takes, with the previous exit carried across segments and runs."""
+    segment it takes, with the previous exit carried across segments and runs; from the decoded
+    records (OTLP, span objects) and straight from the rows (the local outputs alone)."""
     from traceml_otel.emit.bucket_runs import bucket_segments
     from traceml_otel.emit.step_collectives import step_parts
     from traceml_otel.emit.step_shapes import runs
@@ -319,7 +321,8 @@ def test_bucket_parts_are_step_parts_value_for_value() -> None:
     for first in range(0, len(rows), 40):
         for key, run, _ in runs(rows[first:first + 40]):
             assert key is not None
-            for segment, _, got in bucket_segments(key, run, ANCHOR, decode_step, lambda: previous[0]):
+            decode = decode_step if decoded else None
+            for segment, _, got in bucket_segments(key, run, ANCHOR, decode, lambda: previous[0]):
                 for k, row in enumerate(segment):
                     record = decode_step(row, ANCHOR)
                     want = step_parts(record, previous[0])
@@ -332,5 +335,5 @@ def test_bucket_parts_are_step_parts_value_for_value() -> None:
                     assert typed([one.step, one.phases, one.groups]) == typed(
                         [want.step, want.phases, want.groups])
                     assert (one.record, one.previous_exit_ns, one.last_exit_ns) == (
-                        record, want.previous_exit_ns, want.last_exit_ns)
+                        record if decoded else None, want.previous_exit_ns, want.last_exit_ns)
     assert taken > 1500
