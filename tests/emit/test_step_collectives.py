@@ -158,11 +158,14 @@ def test_float_columns_written_by_orjson_are_the_repr_text() -> None:
         assert float_texts(odd) == [repr(value) for value in odd]
 
 
+@pytest.mark.parametrize("buckets", [False, True])
 def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buckets: bool) -> None:
     """A DDP rank's emitter (local copy only, the default): the templates write the same local copy
-    and step table as every step forced onto span objects, and as the emitter keeping spans."""
-    rows = _rows(700, seed=31, profiles=6, run=90, plain=0.05)
+    and step table as every step forced onto span objects, and as the emitter keeping spans; with
+    ``buckets``, a steady DDP rank's rows (most steps a column at a time: emit/bucket_runs.py)."""
+    rows = (_bucket_rows(700, seed=31, run=90) if buckets
+            else _rows(700, seed=31, profiles=6, run=90, plain=0.05))
     outputs = {}
     for name in ("fast", "reference", "export"):
         emitter = _emitter(tmp_path / name)
@@ -184,6 +187,7 @@ def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
             assert emitter.lines.reference_steps == len(rows)
         else:
             assert emitter.lines.reference_steps < len(rows) // 4
+            assert emitter.lines.bucket_steps > (300 if buckets else -1)
     assert outputs["fast"] == outputs["reference"] == outputs["export"]
     assert b"traceml.collective" in outputs["fast"][0][0]
 
