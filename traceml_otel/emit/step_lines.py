@@ -199,10 +199,10 @@ class StepLines:
     def _collective_rows(self, key: tuple[object, ...], rows: list[Any], anchor_ns: int, out: EncodedSteps,
                          keep_spans: bool, columns: StepColumns | None = None) -> None:
         """Rows with collectives: a steady DDP segment's values a column at a time
-        (:mod:`traceml_otel.emit.bucket_runs`) when its shape is templated, else :meth:`_step_rows`."""
-        decode = decode_step if keep_spans else None  # the local outputs alone need no records
-        last_exit = lambda: self._builder.last_exit_ns  # noqa: E731 (read as each segment comes)
-        for run, records, parts in bucket_segments(key, rows, anchor_ns, decode, last_exit):
+        (:mod:`traceml_otel.emit.bucket_runs`; decoded only for span objects or OTLP) when its shape
+        is templated, else :meth:`_step_rows`."""
+        for run, records, parts in bucket_segments(key, rows, anchor_ns, decode_step if keep_spans else None,
+                                                   lambda: self._builder.last_exit_ns):
             known = None if parts is None else self._shapes.get((*key, signature(parts[0])))
             if isinstance(known, _Shape) and parts is not None:
                 self._builder.last_exit_ns = parts[-1].last_exit_ns
