@@ -3,12 +3,13 @@ table's CSV and OTLP protobuf are the reference path's bytes, on thousands of ra
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 
-from tests.emit.test_step_lines import ANCHOR, _emitter, _fast, _record, _reference, _row
+from tests.emit.test_step_lines import ANCHOR, MS, _emitter, _fast, _record, _reference, _row
 from tests.emit.test_step_protobuf import ENCODER
 from tests.emit.test_step_protobuf import _fast as _fast_protobuf
 from tests.emit.test_step_protobuf import _reference as _reference_spans
@@ -157,11 +158,14 @@ def test_float_columns_written_by_orjson_are_the_repr_text() -> None:
         assert float_texts(odd) == [repr(value) for value in odd]
 
 
+@pytest.mark.parametrize("buckets", [False, True])
 def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buckets: bool) -> None:
     """A DDP rank's emitter (local copy only, the default): the templates write the same local copy
-    and step table as every step forced onto span objects, and as the emitter keeping spans."""
-    rows = _rows(700, seed=31, profiles=6, run=90, plain=0.05)
+    and step table as every step forced onto span objects, and as the emitter keeping spans; with
+    ``buckets``, a steady DDP rank's rows (most steps a column at a time: emit/bucket_runs.py)."""
+    rows = (_bucket_rows(700, seed=31, run=90) if buckets
+            else _rows(700, seed=31, profiles=6, run=90, plain=0.05))
     outputs = {}
     for name in ("fast", "reference", "export"):
         emitter = _emitter(tmp_path / name)
@@ -183,6 +187,7 @@ def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
             assert emitter.lines.reference_steps == len(rows)
         else:
             assert emitter.lines.reference_steps < len(rows) // 4
+            assert emitter.lines.bucket_steps > (300 if buckets else -1)
     assert outputs["fast"] == outputs["reference"] == outputs["export"]
     assert b"traceml.collective" in outputs["fast"][0][0]
 
@@ -215,3 +220,124 @@ def test_ddp_rows_the_templates_cannot_hold_take_the_reference_path() -> None:
         fast_spans, fast_lines, lines = _fast(rows, seed=7, batch=batch)
         assert (fast_spans, fast_lines) == _reference(rows, seed=7)
         assert lines.reference_steps < 60
+
+
+BUCKET_KINDS = ("all_reduce", "all_reduce", "reduce_scatter", 'odd "k",%')
+
+
+def _bucket_row(step: int, profile: random.Random, values: random.Random) -> list[object]:
+    """A random step whose calls are mostly a steady DDP rank's (``ddp`` buckets of one kind handed
+    over in one phase call: emit/bucket_runs.py's case), with the profile's phase call, bucket count,
+    kind and device times; sometimes a bucket elsewhere (another phase call, before or after the
+    step), an unknown end or device time, a late completion past the next step's start or ties."""
+    record = _record(step, profile, values)
+    if record.phases and profile.random() < 0.2:  # a first call overlapping the later ones (or not)
+        first = record.phases[0]
+        end = first.end_ns + values.choice([0, values.randint(0, 4 * MS)])
+        phases = (dataclasses.replace(first, end_ns=end), *record.phases[1:])
+        record = dataclasses.replace(record, phases=phases)
+    row = _row(record)
+    calls = profile.choice([1, 2, 2, 3, 4])
+    kind = profile.choice(BUCKET_KINDS)
+    device = profile.random() < 0.5  # every call's device times known (else none)
+    phases = [p for p in record.phases if p.phase in ("forward", "backward", "optimizer")]
+    home = profile.choice(phases) if phases and profile.random() < 0.3 else None
+    home = home or next((p for p in phases if p.phase == "backward"), phases[0] if phases else None)
+    ties = profile.random() < 0.2
+    collectives = []
+    for _ in range(calls):
+        odd = values.random()
+        if home is not None and odd > 0.04:
+            start = values.randint(home.start_ns, max(home.start_ns, home.end_ns - 1))
+        elif phases and odd > 0.02:
+            other = values.choice(phases)
+            start = values.randint(other.start_ns, max(other.start_ns, other.end_ns - 1))
+        else:
+            start = record.start_ns - values.randint(1, 10**6)  # before the step
+            if odd < 0.01:
+                start = record.end_ns + values.randint(0, 10**6)  # after it
+        end = start + (values.randint(0, 3) if ties else values.randint(0, 300_000))
+        if values.random() < 0.03:
+            end += 30 * 10**6  # past the next steps' starts: their work counts from this exit
+        offset = start - record.start_ns + values.randint(0, 5000) if device else None
+        gpu = values.randint(0, 300_000) if device else None
+        if values.random() < 0.02:
+            end, offset, gpu = values.choice([(None, offset, gpu), (end, None, gpu), (end, offset, None)])
+        collectives.append([kind, "ddp", start - ANCHOR, None if end is None else end - ANCHOR,
+                            values.choice([25 << 20, values.randint(0, 1 << 40)]), False, offset, gpu])
+    row[15] = collectives
+    return row
+
+
+def _bucket_rows(count: int, seed: int, run: int) -> list[list[object]]:
+    values = random.Random(seed)
+    return [_bucket_row(step, random.Random(step // run % 25), values) for step in range(count)]
+
+
+@pytest.mark.parametrize(("batch", "run"), [(64, 64), (64, 200), (7, 30)])
+def test_steady_ddp_runs_a_column_at_a_time_encode_as_the_reference(batch: int, run: int) -> None:
+    """A steady DDP rank's runs (emit/bucket_runs.py: the values a column at a time): JSON and CSV are
+    the reference path's, and most steps took the columnar path."""
+    rows = _bucket_rows(3000, seed=run + batch, run=run)
+    fast_spans, fast_lines, lines = _fast(rows, seed=8, batch=batch)
+    assert (fast_spans, fast_lines) == _reference(rows, seed=8)
+    assert lines.bucket_steps > 1000
+
+
+@pytest.mark.parametrize("batch", [64, 9])
+def test_steady_ddp_runs_a_column_at_a_time_protobuf_is_the_encoders_bytes(batch: int) -> None:
+    """OTLP: the columnar path's steps carry the reference's collective spans (the metrics read them)
+    and their protobuf is the encoder's bytes for the reference spans."""
+    rows = _bucket_rows(3000, seed=50 + batch, run=100)
+    fast, lines = _fast_protobuf(rows, seed=9, batch=batch)
+    checked = 0
+    for got, want in zip(fast, _reference_spans(rows, seed=9), strict=True):
+        assert (got.trace_id, got.span_id, got.count, got.collectives) == (
+            want.trace_id, want.span_id, want.count, want.collectives)
+        if type(got) is EncodedStep:
+            assert list(got.encoded) == [ENCODER.encode(span) for span in want.all()]
+            checked += 1
+        else:
+            assert got.all() == want.all()
+    assert lines.bucket_steps > 1000 and checked > 2000
+
+
+@pytest.mark.parametrize("decoded", [True, False])
+def test_bucket_parts_are_step_parts_value_for_value(decoded: bool) -> None:
+    """emit/bucket_runs.py's parts are the per-step functions' (values, key order and types) on every
+    segment it takes, with the previous exit carried across segments and runs; from the decoded
+    records (OTLP, span objects) and straight from the rows (the local outputs alone)."""
+    from traceml_otel.emit.bucket_runs import bucket_segments
+    from traceml_otel.emit.step_collectives import step_parts
+    from traceml_otel.emit.step_shapes import runs
+    from traceml_otel.wire.step_row import decode_step
+
+    def typed(values: object) -> object:
+        if isinstance(values, dict):
+            return [(key, typed(value)) for key, value in values.items()]
+        if isinstance(values, list | tuple):
+            return [typed(value) for value in values]
+        return (type(values), values)
+
+    rows = _bucket_rows(4000, seed=77, run=40)
+    previous: list[int | None] = [None]
+    taken = 0
+    for first in range(0, len(rows), 40):
+        for key, run, _ in runs(rows[first:first + 40]):
+            assert key is not None
+            decode = decode_step if decoded else None
+            for segment, _, got in bucket_segments(key, run, ANCHOR, decode, lambda: previous[0]):
+                for k, row in enumerate(segment):
+                    record = decode_step(row, ANCHOR)
+                    want = step_parts(record, previous[0])
+                    assert want is not None
+                    previous[0] = want.last_exit_ns
+                    if got is None:
+                        continue
+                    one = got[k]
+                    taken += 1
+                    assert typed([one.step, one.phases, one.groups]) == typed(
+                        [want.step, want.phases, want.groups])
+                    assert (one.record, one.previous_exit_ns, one.last_exit_ns) == (
+                        record if decoded else None, want.previous_exit_ns, want.last_exit_ns)
+    assert taken > 1500

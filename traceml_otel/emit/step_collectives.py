@@ -24,6 +24,7 @@ from typing import Any
 from traceml_otel import contract as c
 from traceml_otel.emit.exposed_communication import step_exposures
 from traceml_otel.emit.local_copy import attribute_json, span_template
+from traceml_otel.emit.otlp_encode import varint
 from traceml_otel.emit.spans import (
     RankInfo,
     SpanData,
@@ -137,6 +138,8 @@ class CollectiveLayout:
         self.cells_count = _COMM_CELLS
         index += _COMM_CELLS
         self.ids = list(range(index, index + len(parts.groups)))
+        self._json: dict[str, tuple[str, str]] = {}
+        self._fields: dict[tuple[str, int], bytes] = {}
         self._sums: list[list[int]] = [[] for _ in range(_N)]
         """Per phase of the table, the phase calls whose exposed communication its cells add, in order
         (``step_row``: a call with either attribute adds both, a missing one as 0.0)."""
@@ -158,8 +161,12 @@ class CollectiveLayout:
         for key in self.step:
             column = [values[key] for values in step]
             if key in LIST_KEYS:
-                columns.append(list(map(attribute_json, repeat(key), column)))
-                columns.append([None] * len(column) if encode is None else [encode({key: v}) for v in column])
+                single = _single_ints(column)
+                columns.append(list(map(attribute_json, repeat(key), column)) if single is None
+                               else self._list_json(key, single))
+                columns.append([None] * len(column) if encode is None
+                               else [encode({key: v}) for v in column] if single is None
+                               else self._list_fields(encode, key, single))
             else:
                 columns.append(column)
         for i, keys in enumerate(self.phases):
@@ -176,9 +183,52 @@ class CollectiveLayout:
                 for i in calls:  # added from 0.0 in call order, as step_row adds them
                     sums = list(map(add, sums, [parts.phases[i].get(key) or 0.0 for parts in steps]))
                 columns.append(sums)
-        columns += [[_ints(values.get(key)) for values in step]
-                    for key in (c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK)]
+        for key in (c.ATTR_COMM_ENTRIES, c.ATTR_COMM_WORK):
+            single = _single_ints([values.get(key) for values in step])
+            columns.append([_ints(values.get(key)) for values in step] if single is None
+                           else list(map(str, single)))
         return [float_texts(column) if type(column[0]) is float else column for column in columns] + group_ids
+
+
+    def _list_json(self, key: str, values: list[int]) -> list[str]:
+        """``attribute_json(key, [v])`` for each ``v``: the text around the one int is the same for a key."""
+        made = self._json.get(key)
+        if made is None:
+            text = attribute_json(key, [_MARK])
+            head, mark, tail = text.partition(str(_MARK))
+            if not mark or tail.count(str(_MARK)):
+                return [attribute_json(key, [v]) for v in values]
+            made = self._json[key] = (head, tail)
+        head, tail = made
+        return [head + v + tail for v in map(str, values)]
+
+    def _list_fields(self, encode: Callable[[dict[str, object]], bytes], key: str, values: list[int],
+                     ) -> list[bytes]:
+        """``encode({key: [v]})`` for each ``v``: the bytes before ``v``'s varint (the field ends with it)
+        are the same for a key and a varint length, taken from the first value of that length."""
+        fields = self._fields
+        made = []
+        for v in values:
+            tail = varint(v)
+            head = fields.get((key, len(tail)))
+            if head is None:
+                whole = encode({key: [v]})
+                if not whole.endswith(tail):
+                    return [encode({key: [one]}) for one in values]
+                head = fields[key, len(tail)] = whole[:-len(tail)]
+            made.append(head + tail)
+        return made
+
+
+_MARK = 987654321987654321
+
+
+def _single_ints(column: list[Any]) -> list[int] | None:
+    """The ints of a column of one-int lists (a steady DDP step's one wait entry), else ``None``."""
+    if {type(v) for v in column} != {list} or list(map(len, column)) != [1] * len(column):
+        return None
+    ints = [v[0] for v in column]
+    return ints if {type(v) for v in ints} == {int} else None
 
 
 Kinds = tuple[tuple[type, ...], ...]

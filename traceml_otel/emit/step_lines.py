@@ -1,15 +1,12 @@
 """A step's local-copy spans and step-table row straight from its step row.
 
-Neither the local copy nor the step table needs span objects, and with no OTLP endpoint and no
-metrics (the default) they are the emitter's only outputs. Decoding each step row into a
-:class:`~traceml_otel.step_records.StepRecord`, building spans from it (an attribute dict and a
-``SpanData`` each) and walking them twice (JSON, CSV) was most of the emitter's CPU; now the record
-and spans are built only for OTLP export and metrics (``keep_spans``), with the ids the text already
-has. Each step *shape* (which optional values the row has and of which types, its parallelism,
-source and phase sequence) gets two ``%`` templates: the JSON of all its spans, with every value that
-repeats within the shape (run id, rank, host, names, clock) written in, and its CSV line. Later rows
-of the shape only fill in their ids and numbers, read from the rows' slots
-(:class:`~traceml_otel.wire.step_row.StepRow`).
+Neither the local copy nor the step table needs span objects (with no OTLP endpoint and no metrics, the
+default, they are the emitter's only outputs): records and spans are built only for OTLP export and
+metrics (``keep_spans``), with the ids the text already has. Each step *shape* (which optional values
+the row has and of which types, its parallelism, source and phase sequence) gets two ``%`` templates:
+the JSON of all its spans, with every value that repeats within the shape (run id, rank, host, names,
+clock) written in, and its CSV line. Later rows of the shape only fill in their ids and numbers, read
+from the rows' slots (:class:`~traceml_otel.wire.step_row.StepRow`).
 
 A run of rows of one shape (a trainer's batch usually is one) is encoded a column at a time: the
 shape is confirmed by comparing lists over all the rows at once
@@ -26,11 +23,10 @@ step (the host's CPU count), a negative time between steps (decoded as unknown),
 another layout (a shorter or longer row or phase row, which the decoder pads or cuts). Span ids come
 from the builder's generator in the builder's order.
 
-Steps with collectives (DDP's) are taken a row at a time (:meth:`StepLines._collective_rows`): their
-communication values are worked out per step by the span builder's functions
-(:mod:`traceml_otel.emit.step_collectives`), their signature completes the shape's key, and their
-values fill extra columns; ``tests/emit/test_step_collectives.py`` compares all three outputs.
-``tests/emit/test_step_lines.py`` compares both paths on thousands of random rows, odd ones included.
+Steps with collectives (DDP's): their communication values fill extra columns, worked out a column at
+a time for a steady DDP segment (:mod:`traceml_otel.emit.bucket_runs`), else per step by the span
+builder's functions (:mod:`traceml_otel.emit.step_collectives`); their signature completes the key.
+``tests/emit/test_step_lines.py`` and ``test_step_collectives.py`` compare the paths on random rows.
 """
 
 from __future__ import annotations
@@ -41,6 +37,7 @@ from itertools import repeat
 from typing import Any
 
 from traceml_otel import contract as c
+from traceml_otel.emit.bucket_runs import bucket_segments
 from traceml_otel.emit.local_copy import span_json, span_template
 from traceml_otel.emit.otlp_encode import SpanEncoder
 from traceml_otel.emit.spans import StepSpanBuilder, StepSpans
@@ -162,6 +159,8 @@ class StepLines:
         self._shapes: dict[tuple[object, ...], _Shape | None] = {}
         self.reference_steps = 0
         """Steps that took the reference path (the benchmarks and tests read it)."""
+        self.bucket_steps = 0
+        """DDP steps whose values were worked out a column at a time (:mod:`.bucket_runs`; tests)."""
         self.otlp: SpanEncoder | None = None
         """OTLP span export's encoder: set, templated steps come with their spans' protobuf
         (:mod:`traceml_otel.emit.step_protobuf`); shapes are templated for it from then on."""
@@ -181,7 +180,7 @@ class StepLines:
             rows = rows[1:]
         for key, run, columns in runs(rows):
             if key is not None and len(key) > len(PLAIN_KEY):
-                self._collective_rows(key, run, anchor_ns, out, keep_spans)
+                self._collective_rows(key, run, anchor_ns, out, keep_spans, columns)
                 continue
             shape = False if key is None else self._shapes.get(key, False)
             if shape is False and key is not None and len(self._shapes) < SHAPE_LIMIT:
@@ -198,10 +197,26 @@ class StepLines:
         return out
 
     def _collective_rows(self, key: tuple[object, ...], rows: list[Any], anchor_ns: int, out: EncodedSteps,
-                         keep_spans: bool) -> None:
-        """Rows with collectives, one at a time in order: each one's communication values
-        (:mod:`traceml_otel.emit.step_collectives`) complete its shape; consecutive rows of one
-        templated shape are encoded as a run, the others by the reference path."""
+                         keep_spans: bool, columns: StepColumns | None = None) -> None:
+        """Rows with collectives: a steady DDP segment's values a column at a time
+        (:mod:`traceml_otel.emit.bucket_runs`; decoded only for span objects or OTLP) when its shape
+        is templated, else :meth:`_step_rows`."""
+        for run, records, parts in bucket_segments(key, rows, anchor_ns, decode_step if keep_spans else None,
+                                                   lambda: self._builder.last_exit_ns):
+            known = None if parts is None else self._shapes.get((*key, signature(parts[0])))
+            if isinstance(known, _Shape) and parts is not None:
+                self._builder.last_exit_ns = parts[-1].last_exit_ns
+                whole = columns if len(run) == len(rows) else None
+                self._encode_run(known, run, whole or StepColumns.of(run), anchor_ns, out, keep_spans, parts)
+                self.bucket_steps += len(run)
+            else:
+                self._step_rows(key, run, records, anchor_ns, out, keep_spans)
+
+    def _step_rows(self, key: tuple[object, ...], rows: list[Any], records: list[StepRecord] | None,
+                   anchor_ns: int, out: EncodedSteps, keep_spans: bool) -> None:
+        """One at a time in order: each one's values (:mod:`traceml_otel.emit.step_collectives`) complete
+        its shape; consecutive rows of one templated shape are encoded as a run, the others by the
+        reference path (``records``: the rows decoded already, or ``None``)."""
         run: list[Any] = []
         run_parts: list[StepParts] = []
         run_shape: _Shape | None = None
@@ -212,10 +227,10 @@ class StepLines:
             run.clear()
             run_parts.clear()
 
-        for row in rows:
+        for i, row in enumerate(rows):
             previous = self._builder.last_exit_ns
             try:
-                parts = step_parts(decode_step(row, anchor_ns), previous)
+                parts = step_parts(decode_step(row, anchor_ns) if records is None else records[i], previous)
                 full = None if parts is None else (*key, signature(parts))
                 shape = False if full is None else self._shapes.get(full, False)
             except (TypeError, ValueError, OverflowError, AttributeError, KeyError, IndexError):
