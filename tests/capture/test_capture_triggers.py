@@ -112,3 +112,10 @@ def test_rare_spikes_without_a_period_wait_for_it_and_dense_ones_are_captured_at
     (other := tmp_path / "dense").mkdir()
     fired = _run(other, spiky).fired
     assert fired and fired[0].at_step < 80, fired
+
+
+def test_a_period_survives_a_slow_first_run_and_a_spike_the_load_hid() -> None:
+    # The first svd of a run is slower (warm-up: 94 ms against 45-67 ms later, measured under load),
+    # and a loaded machine's inflated p95 can hide one occurrence: the period still shows.
+    assert period([39, 79, 119], [94.0, 67.0, 45.0]) == 40
+    assert period([39, 119, 159], [94.0, 45.0, 46.0]) == 40  # the spike at 79 was hidden

@@ -40,3 +40,17 @@ def test_captures_dropped_or_left_at_shutdown_leave_summaries_that_say_why(tmp_p
     one = next(s for s in summaries if s.index == left[0])
     assert one.steps == (100 + one.index,) and one.reason == "spike" and one.request_id == f"r{one.index}"
     assert any("not written" in w for w in warnings) and any("dropped" in w for w in warnings)
+
+
+def test_a_capture_taken_for_a_step_the_training_never_reached_says_so(tmp_path: Path) -> None:
+    from traceml_otel.capture.profiler_capture import ProfilerCapture, close_profiler_capture
+
+    settings = CaptureSettings()
+    session = SimpleNamespace(recorder=SimpleNamespace(step=400), block_model=None)
+    exporter = CaptureExporter(tmp_path, "run", 0, settings, print)
+    capture = ProfilerCapture(session, settings, exporter, print)  # type: ignore[arg-type]
+    capture.arm(CaptureRequest(id="late", reason="spike", detail="every 40 steps", at_step=438, every=40))
+    close_profiler_capture(capture, wait_s=1.0)
+    (summary,), _ = read_summaries(tmp_path)
+    assert (summary.index, summary.request_id, summary.steps) == (1, "late", ())
+    assert summary.problem == "not started: armed for step 438, and the training ended at step 399 before it"

@@ -298,7 +298,14 @@ def close_profiler_capture(capture: ProfilerCapture | None, wait_s: float = 10.0
     poller = getattr(capture, "poller", None)
     if poller is not None:
         poller.stop()
-    capture.pending = None
+    pending, capture.pending = capture.pending, None
+    if pending is not None:  # taken, but the training ended before the step it was armed for
+        last = capture.session.recorder.step - 1
+        at = pending.at_step if pending.at_step is not None else last + 1
+        capture.exporter.unwritten.append((
+            RunningCapture(index=capture.started + 1, request=pending, profiler=None, steps_wanted=0,
+                           activities=()),
+            f"not started: armed for step {at}, and the training ended at step {last} before it"))
     if capture.running is not None:
         capture.stop()
     if poller is not None:

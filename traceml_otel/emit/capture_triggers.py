@@ -7,11 +7,11 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
 
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
-  A spike one and two periods after earlier ones of about its size (noise spikes in between do not
-  matter) is captured where the next one is due (``at_step``, ``every``); so is the second of the
-  rank's first two spikes when no other came and they are alike (:data:`ALIKE`): a run that repeats
-  its slow step only three times has no fourth to wait for. Spikes
-  without a period are captured at once, from the fourth, only while they are dense
+  A spike one period after an earlier one and one or two after another, the three of about one size
+  (:data:`ALIKE`; noise spikes in between do not matter), is captured where the next one is due
+  (``at_step``, ``every``); so is the second of the rank's first two spikes when no other came and
+  they are alike: a run that repeats its slow step only three times has no fourth to wait for.
+  Spikes without a period are captured at once, from the fourth, only while they are dense
   (:data:`DENSE_SPIKES`): the steps after a lone spike are ordinary ones, and a capture spent on them
   would leave none for the period.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
@@ -71,8 +71,9 @@ SPIKE_FLOOR_S = 0.005
 LEVEL_SHIFT = 8
 """This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
 SPIKES_KEPT = 32
-ALIKE = 2.0
-"""Spikes one period apart are taken for one cause only when their busy times are within this factor."""
+ALIKE = 3.0
+"""Spikes one period apart are taken for one cause only when their busy times are within this factor
+(a loaded machine's svd every 40th step: its first run 94 ms, the later ones 45-67 ms)."""
 """The last spikes a period is looked for in (noise spikes on a loaded machine come between)."""
 DENSE_SPIKES = 2.0
 """Spikes without a period are captured at once only when the last four came, on average, at least
@@ -130,19 +131,20 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
 
 
 def period(spikes: Sequence[int], sizes: Sequence[float] | None = None) -> int | None:
-    """The period of the last spike, when two earlier ones sit one and two periods before it (a step
-    off either way; spikes of noise in between do not matter), else ``None``. With ``sizes`` (each
-    spike's busy time), the three must be alike (the largest at most :data:`ALIKE` x the smallest):
-    one cause recurring costs about the same each time, and noise spikes that happen to fall on a
-    lattice mostly do not."""
+    """The period of the last spike, when an earlier one sits one period before it and another one or
+    two periods before that (a step off either way; a spike the load hid may leave that hole; spikes
+    of noise in between do not matter), else ``None``. With ``sizes`` (each spike's busy time), the
+    three must be alike (the largest at most :data:`ALIKE` x the smallest): one cause recurring costs
+    about the same each time (its first run slower, from warm-up), and noise spikes that happen to
+    fall on a lattice mostly do not."""
     last = spikes[-1]
     for i in range(len(spikes) - 2, -1, -1):
         earlier = spikes[i]
         gap = last - earlier
         if gap <= 1:
             continue
-        for j in range(i):
-            if abs(earlier - gap - spikes[j]) > 1:
+        for j in range(i - 1, -1, -1):
+            if not any(abs(earlier - k * gap - spikes[j]) <= 1 for k in (1, 2)):
                 continue
             if sizes is None or _alike(sizes[-1], sizes[i], sizes[j]):
                 return gap
