@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.emit.test_step_lines import ANCHOR, MS, _emitter, _fast, _record, _reference, _row
+from tests.emit.test_step_lines import ANCHOR, MS, _fast, _record, _reference, _row, emit_three_ways
 from tests.emit.test_step_protobuf import ENCODER
 from tests.emit.test_step_protobuf import _fast as _fast_protobuf
 from tests.emit.test_step_protobuf import _reference as _reference_spans
-from traceml_otel.emit import step_lines
-from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.span_budget import Kept, KeptEncoder
 from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 
@@ -167,22 +165,8 @@ def test_the_default_emitter_writes_a_ddp_ranks_files_as_the_reference_path(
     rows = (_bucket_rows(700, seed=31, run=90) if buckets
             else _rows(700, seed=31, profiles=6, run=90, plain=0.05))
     outputs = {}
-    for name in ("fast", "reference", "export"):
-        emitter = _emitter(tmp_path / name)
-        with monkeypatch.context() as patch:
-            if name == "reference":  # no templates: every step through span objects
-                patch.setattr(step_lines, "SHAPE_LIMIT", 0)
-            if name == "export":  # as with an OTLP endpoint: span objects kept for export
-                patch.setattr(Emitter, "_local_outputs_only", property(lambda self: False))
-            for first in range(0, len(rows), 64):
-                emitter.handle_steps(rows[first:first + 64])
-                while emitter.has_export_work:
-                    emitter.export_next()
-            emitter.finish("ok", 0, True, steps_traced=len(rows))
-        stats = emitter.stats
-        assert stats.steps_local == len(rows) and stats.local_copy_complete
-        files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
-        outputs[name] = (files, stats.spans_local, emitter.table.rows if emitter.table else None)
+    for name, (emitter, files) in emit_three_ways(tmp_path, rows, monkeypatch).items():
+        outputs[name] = (files, emitter.stats.spans_local, emitter.table.rows if emitter.table else None)
         if name == "reference":
             assert emitter.lines.reference_steps == len(rows)
         else:

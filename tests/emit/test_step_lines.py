@@ -201,29 +201,41 @@ def _emitter(run_dir: Path) -> Emitter:
     return emitter
 
 
-def test_the_default_emitter_writes_the_files_the_reference_path_writes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Local copy only (the default): the fast path; forced onto span objects, the same bytes."""
-    values = random.Random(13)
-    rows = [_row(_record(step, random.Random(step % 6 if step < 350 else step // 90), values))
-            for step in range(700)]  # a shape per step, then runs of one shape
-    outputs = {}
+def emit_three_ways(tmp_path: Path, rows: list, monkeypatch: pytest.MonkeyPatch
+                    ) -> dict[str, tuple[Emitter, list[bytes]]]:
+    """``rows`` through a whole emitter three ways, each in its own folder: ``fast`` (the default,
+    local copy only), ``reference`` (no templates: every step through span objects) and ``export``
+    (span objects kept, as with an OTLP endpoint); each way's finished emitter and its local copy's
+    and step table's bytes."""
+    done = {}
     for name in ("fast", "reference", "export"):
         emitter = _emitter(tmp_path / name)
-        assert emitter._local_outputs_only
         with monkeypatch.context() as patch:
-            if name == "reference":  # no templates: every step through span objects
+            if name == "reference":
                 patch.setattr(step_lines, "SHAPE_LIMIT", 0)
-            if name == "export":  # as with an OTLP endpoint: span objects kept for export
+            if name == "export":
                 patch.setattr(Emitter, "_local_outputs_only", property(lambda self: False))
             for first in range(0, len(rows), 64):
                 emitter.handle_steps(rows[first:first + 64])
                 while emitter.has_export_work:
                     emitter.export_next()
             emitter.finish("ok", 0, True, steps_traced=len(rows))
+        assert emitter.stats.steps_local == len(rows) and emitter.stats.local_copy_complete
+        done[name] = (emitter, [(tmp_path / name / f"rank-3.{kind}").read_bytes()
+                                for kind in ("traces.jsonl", "steps.csv")])
+    return done
+
+
+def test_the_default_emitter_writes_the_files_the_reference_path_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local copy only (the default): the fast path; forced onto span objects, the same bytes."""
+    values = random.Random(13)
+    rows = [_row(_record(step, random.Random(step % 6 if step < 350 else step // 90), values))
+            for step in range(700)]  # a shape per step, then runs of one shape
+    assert _emitter(tmp_path / "check")._local_outputs_only
+    outputs = {}
+    for name, (emitter, files) in emit_three_ways(tmp_path, rows, monkeypatch).items():
         stats = emitter.stats
-        assert stats.steps_local == len(rows) and stats.local_copy_complete
-        files = [(tmp_path / name / f"rank-3.{kind}").read_bytes() for kind in ("traces.jsonl", "steps.csv")]
         table_rows = emitter.table.rows if emitter.table else None
         assert table_rows == len(rows)
         outputs[name] = (files, stats.spans_local, stats.metrics_skipped_steps, table_rows)
