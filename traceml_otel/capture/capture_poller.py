@@ -4,8 +4,8 @@ A daemon thread looks every ``TRACEML_CAPTURE_POLL_S`` (0.2 s) at three small fi
 ``capture-request.json`` (``traceml capture``, for every rank or the ranks it names),
 ``rank-R.capture-demand.json`` (``POST /capture`` on this rank's metrics port) and
 ``rank-R.capture-request.json`` (this rank's emitter, when a trigger fired). An on-demand request that
-finds a capture running waits for its end. A file whose size and
-modification time did not change is not read again; a changed one is read bounded (16 KiB),
+finds a capture running waits for its end. A file whose inode, size and
+modification time did not change (``FileChange``) is not read again; a changed one is read bounded (16 KiB),
 checked field by field, and a request id already handled is ignored. Requests present when the rank
 starts and older than a minute, or (in a restarted attempt) made before its process started, belong to
 an earlier attempt: ignored.
@@ -21,7 +21,6 @@ of traces in it. Each refusal is counted by reason in ``rank-R.capture-status.js
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 from traceml_otel.capture.capture_budget import budget_refusal, export_now
 from traceml_otel.capture.time_ledger import process_start_time
 from traceml_otel.wire._json import RecordError, write_atomically
+from traceml_otel.wire.bounded_file import FileChange
 from traceml_otel.wire.capture_in_flight import CaptureInFlight, in_flight_file_name, write_in_flight
 from traceml_otel.wire.capture_record import (
     REQUEST_FILE,
@@ -67,7 +67,7 @@ class CapturePoller:
         self.warn = warn
         self.paths = (run_dir / REQUEST_FILE, run_dir / demand_file_name(rank),
                       run_dir / request_file_name(rank))
-        self._seen: dict[Path, tuple[int, int, int]] = {}
+        self._changes = {path: FileChange(path) for path in self.paths}
         self._handled: list[str] = []
         self.budget: dict[str, float] = {}
         """The cost budget's numbers at the last automatic request (``rank-R.capture-status.json``)."""
@@ -89,7 +89,7 @@ class CapturePoller:
                                         or (born is not None and request.requested_unix < born)):
                 self._handled.append(request.id)
             elif request is not None:
-                self._seen.pop(path, None)  # read again at the first poll
+                self._changes[path].forget()  # read again at the first poll
 
     def start(self) -> None:
         self._thread.start()
@@ -132,7 +132,7 @@ class CapturePoller:
                 continue
             why = self.refusal(request)
             if why == BUSY and request.reason == "on_demand":
-                self._seen.pop(path, None)  # a person asked: taken once the running capture ends
+                self._changes[path].forget()  # a person asked: taken once the running capture ends
                 continue
             self._handled = [*self._handled[-MAX_HANDLED:], request.id]
             if why is None:
@@ -214,14 +214,8 @@ class CapturePoller:
             capture.exporter.release()
 
     def _read_changed(self, path: Path) -> CaptureRequest | None:
-        try:
-            info = os.stat(path, follow_symlinks=False)
-        except OSError:
+        if not self._changes[path].changed():
             return None
-        key = (info.st_ino, info.st_mtime_ns, info.st_size)  # an atomic rewrite is a new inode
-        if self._seen.get(path) == key:
-            return None
-        self._seen[path] = key
         try:
             return read_request(path)
         except RecordError as error:

@@ -272,8 +272,9 @@ def start_profiler_capture(session: TrainingSession, settings: Any, warn: Callab
         return None
     from traceml_otel.capture.capture_export import CaptureExporter
     from traceml_otel.capture.capture_poller import CapturePoller
+    from traceml_otel.capture.time_ledger import restart_count
 
-    restart = _restart_count()
+    restart = restart_count()
     crashed = earlier_crash(settings.run_dir, restart) if options.auto else None
     if crashed is not None:
         options = replace(options, auto=False)
@@ -311,13 +312,6 @@ def close_profiler_capture(capture: ProfilerCapture | None, wait_s: float = 10.0
     if poller is not None:
         poller.clear_in_flight()  # a clean end: no capture is left in flight
     capture.exporter.close(wait_s)
-
-
-def _restart_count() -> int:
-    import os
-
-    raw = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return int(raw) if raw.isdigit() else 0
 
 
 def earlier_crash(run_dir: Path, restart: int) -> str | None:

@@ -17,14 +17,13 @@ if TYPE_CHECKING:
 
 def start_time_ledger(recorder: StepRecorder, settings: Settings, warn: Callable[[str], None]) -> TimeLedger:
     """This rank's time record (``rank-R.time.json``), written now with the process start."""
-    from traceml_otel.capture.time_ledger import TimeLedger, own_start_time, process_start_time
+    from traceml_otel.capture.time_ledger import TimeLedger, own_start_time, process_start_time, restart_count
 
     ledger = TimeLedger(
         settings.run_dir, settings.identity.rank, settings.run_id, lambda: recorder.step,
         peak_flops=settings.peak_flops, dtype=settings.mfu_dtype, warn=warn,
     )
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    ledger.restart = int(restart) if restart.isdigit() else 0
+    ledger.restart = restart_count()
     if settings.launcher in ("torchrun", "accelerate launch"):  # start-up counts from the agent's start
         # Its own start, not a parent shell's; after a restart the agent has waited for the failed
         # ranks and runs since the first attempt: its /proc start then.

@@ -45,6 +45,13 @@ from traceml_otel.wire.time_record import (
 )
 
 
+def restart_count() -> int:
+    """This attempt's number under torchrun's restarts (``TORCHELASTIC_RESTART_COUNT``): 0 for the first
+    attempt, and outside torchrun."""
+    raw = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return int(raw) if raw.isdigit() else 0
+
+
 def process_start_time(pid: int | str = "self") -> float | None:
     """Unix time at which process ``pid`` (default: this one) started, from ``/proc`` (about 10 ms
     precision); ``None`` where ``/proc`` is not available."""

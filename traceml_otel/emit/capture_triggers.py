@@ -71,10 +71,10 @@ SPIKE_FLOOR_S = 0.005
 LEVEL_SHIFT = 8
 """This many spikes in a row are a new level, not spikes: they enter the baseline (drift's business)."""
 SPIKES_KEPT = 32
+"""The last spikes a period is looked for in (noise spikes on a loaded machine come between)."""
 ALIKE = 3.0
 """Spikes one period apart are taken for one cause only when their busy times are within this factor
 (a loaded machine's svd every 40th step: its first run 94 ms, the later ones 45-67 ms)."""
-"""The last spikes a period is looked for in (noise spikes on a loaded machine come between)."""
 DENSE_SPIKES = 2.0
 """Spikes without a period are captured at once only when the last four came, on average, at least
 every this many capture lengths (``TRACEML_CAPTURE_STEPS``): then the captured steps likely hold one."""

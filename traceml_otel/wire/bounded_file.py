@@ -230,7 +230,7 @@ class FileChange:
         self._seen: tuple[int, int, int] | None = None
 
     def changed(self) -> bool:
-        """True once per new (modification time, size) of :attr:`path`."""
+        """True once per new (inode, modification time, size) of :attr:`path`."""
         try:
             info = os.stat(self.path, follow_symlinks=False)
         except OSError:
@@ -240,3 +240,7 @@ class FileChange:
             return False
         self._seen = key
         return True
+
+    def forget(self) -> None:
+        """The next :meth:`changed` is true while the file exists (read it again, unchanged or not)."""
+        self._seen = None
