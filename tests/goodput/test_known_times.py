@@ -129,6 +129,21 @@ def _near(measured: float, truth: float, tolerance: float = 0.05) -> bool:
     return abs(measured - truth) <= tolerance * truth
 
 
+HANG_FLOOR_S = {"one": 1.0, "two": 2.0}  # each run's TRACEML_HANG_TIMEOUT_S (see runs())
+STALL_STEP = 12  # the script's stalled step
+
+
+def _stall_bounds(run: dict, name: str, rank: int) -> tuple[float, float]:
+    """The stalled time the truth allows: the script's stall, up to every other step or gap between
+    steps that itself ran past the hang floor, each with 5 %. A loaded machine starving step 0 or the
+    FlopCounterMode step 1 for 1.2 s is, to the watchdog, no progress for longer than its timeout (CI
+    once read "rank 0 stalled: 7.239 s vs 6.000 s")."""
+    truth = run["truth"][rank]
+    quiet = [s for index, s in enumerate(truth["step_seconds"]) if index != STALL_STEP] + truth["gap_seconds"]
+    starved = sum(seconds for seconds in quiet if seconds > HANG_FLOOR_S[name])
+    return 0.95 * truth["stall"], 1.05 * (truth["stall"] + starved)
+
+
 @pytest.mark.parametrize("name, ranks", [("one", 1), ("two", 2)])
 def test_each_category_within_5_percent_and_sum_is_wall(runs: dict[str, dict], name: str, ranks: int) -> None:
     run = runs[name]
@@ -141,12 +156,15 @@ def test_each_category_within_5_percent_and_sum_is_wall(runs: dict[str, dict], n
             "startup": (got["startup"], truth["first_fetch"] - run["launched"]),
             "evaluation": (got["outside.evaluation"], truth["evaluation"]),
             "checkpoint": (got["outside.checkpoint"], truth["checkpoint"]),
-            "stalled": (got["stalled"], truth["stall"]),
             "between steps": (got["between_steps"], truth["between"]),
         }
         for label, (measured, expected) in checks.items():
             where = f"rank {rank_time.rank} {label}: {measured:.3f} s vs {expected:.3f} s"
             assert _near(measured, expected), where
+        low, high = _stall_bounds(run, name, rank_time.rank)
+        assert low <= got["stalled"] <= high, (
+            f"rank {rank_time.rank} stalled: {got['stalled']:.3f} s vs {truth['stall']:.3f} s "
+            f"(allowed {low:.3f}-{high:.3f} s; steps {[round(s, 2) for s in truth['step_seconds']]})")
         assert got["shutdown"] >= 0.95 * float(KNOWN["KNOWN_SHUTDOWN"])
         assert got["startup"] >= float(KNOWN["KNOWN_STARTUP"])
         total = sum(got.values())
@@ -180,24 +198,27 @@ def test_the_live_time_counters_match_the_known_times(runs: dict[str, dict]) -> 
     got = dict(rank.categories)
     # The live stall comes from the watchdog's record (1 s timeout, 0.2 s tick). With the suite's other
     # worker on the 2 cores its record was once written 4.9 s into the 5 s stall (CI: live stalled
-    # 0.116 s, the rest still in the step block): then the stall is seen, and no time is lost or counted
-    # twice, but it is billed late; the analyzer's account above bills it exactly either way.
+    # 0.116 s, the rest still in the step block): then the stall is billed late. A short stall whose
+    # record the emitter read only after its step's row (a starved step 0 past the 1 s floor) stays
+    # step time live: counters only grow, so time already billed is never moved. No time is lost or
+    # counted twice either way: the live stall and step time add up to the analyzer's, which bills
+    # each stall exactly.
     stalled, block = live.get("stalled", 0.0), live["step.block"]
-    productive_truth = sum(v for k, v in got.items() if k in PRODUCTIVE)
-    late = not _near(stalled, truth["stall"])
-    assert stalled > 0 and (not late or _near(stalled + block, truth["stall"] + productive_truth, 0.05)), (
-        f"live stalled: {stalled:.3f} s vs {truth['stall']:.3f} s ({live})")
+    productive = sum(v for k, v in got.items() if k in PRODUCTIVE)
+    low, high = _stall_bounds(run, "one", 0)
+    assert stalled > 0 and (stalled < low or stalled <= high), (
+        f"live stalled: {stalled:.3f} s vs {truth['stall']:.3f} s (allowed {low:.3f}-{high:.3f} s; {live})")
+    assert _near(stalled + block, got["stalled"] + productive, 0.05), (stalled, block, got)
     assert live["shutdown"] >= 0.95 * float(KNOWN["KNOWN_SHUTDOWN"])
     # telemetry's own time at the end (the final export, the endpoint's 2-s linger) is the analyzer's
     # only: it comes after the emitter's final counts
     assert _near(sum(live.values()) - live["shutdown"],
                  rank.wall_s - got["shutdown"] - got.get("telemetry", 0.0), 0.02)
-    productive = sum(v for k, v in got.items() if k in PRODUCTIVE)
-    # goodput's numerator, the same both ways: ~0.1 s of tiny steps here, so 5 % is 5 ms, and a loaded
-    # machine moved it 7 ms once (91 vs 98 ms at load 12; it passed at load 3): 20 ms absolute is the floor
-    # the live counters are sampled as the run goes: a loaded machine shifts them by a step or two
-    if not late:
-        assert abs(live["step.block"] - productive) <= max(0.1 * productive, 0.15)
+    # goodput's numerator, the same both ways when both billed the same stall: ~0.1 s of tiny steps
+    # here, so 5 % is 5 ms, and a loaded machine moved it 7 ms once (91 vs 98 ms at load 12; it passed
+    # at load 3); the live counters are sampled as the run goes, so a step or two may shift: 0.15 s floor
+    if _near(stalled, got["stalled"]):
+        assert abs(block - productive) <= max(0.1 * productive, 0.15)
 
 
 def test_findings_name_the_dominant_categories(runs: dict[str, dict]) -> None:

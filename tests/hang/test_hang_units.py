@@ -190,6 +190,34 @@ def test_the_watchdog_keeps_every_earlier_stall_in_the_next_record(tmp_path: Pat
     assert watchdog.episodes_left_out_s == 70.0 and watchdog.episodes[-1].stalled_s == 70.0
 
 
+def test_a_stall_ends_when_its_step_ended_not_at_the_tick_that_saw_it(tmp_path: Path, monkeypatch) -> None:
+    """The episode ends at the first progress (the stalled step's end), so its seconds never take the
+    next step's or gap's: a 1 s tick used to add up to a second to every stall (the live time counters
+    billed it out of between-steps time)."""
+    import traceml_otel.capture.watchdog as watchdog_module
+
+    clock = [5000.0]
+    monkeypatch.setattr(watchdog_module, "time", SimpleNamespace(time=lambda: clock[0],
+                                                                 monotonic=time.monotonic))
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path)
+    recorder.begin_step()
+    since_ns = time.perf_counter_ns()
+    watchdog._report(10.0, 2.0)
+    recorder.end_step()  # progress: the stalled step ends ...
+    ended_ns = recorder.last_step_end_ns
+    recorder.begin_step()  # ... and the next one opens, both before the watchdog's tick
+    time.sleep(0.3)
+    now_ns = time.perf_counter_ns()
+    assert watchdog._first_progress_ns(since_ns, now_ns) == ended_ns
+    assert watchdog._first_progress_ns(now_ns, now_ns) == now_ns  # nothing since: now
+    watchdog._resolve(ended_ns)
+    saved = decode_hang_record(json.loads((tmp_path / "rank-0.hang.json").read_text()))
+    # resolved at the step's end, 0.3 s before the (frozen) clock, not at the clock
+    assert saved.state == "resolved" and 0.25 <= clock[0] - saved.resolved_at <= 1.0
+    assert abs(saved.stalled_s - (saved.written_at - (5000.0 - 10.0))) < 0.01  # from the same last progress
+
+
 def test_a_hang_still_open_at_a_clean_exit_is_resolved_but_not_after_a_signal(tmp_path: Path) -> None:
     for clean, state in ((True, "resolved"), (False, "hung")):
         recorder = StepRecorder(ListSink())

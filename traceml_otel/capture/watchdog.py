@@ -235,12 +235,12 @@ class HangWatchdog:
                         steps = max(1, current[0] - beat[0])
                         self.intervals.append((now_ns - last_ns) / 1e9 / steps)
                     armed = armed or current[1] or current[0] > 0
+                    if self.hang is not None:
+                        self._resolve(self._first_progress_ns(last_ns, now_ns) if current != beat else now_ns)
                     beat, last_ns = current, now_ns
                     started = recorder.step_started_ns()
                     if current[1] and now_ns - int(self.tick_s * 2e9) <= started <= now_ns:
                         last_ns = started  # a step opened since the last tick: progress was its start
-                    if self.hang is not None:
-                        self._resolve()
                     self._clear_fallback_dump()
                     self._arm_fallback()
                     continue
@@ -389,13 +389,25 @@ class HangWatchdog:
             self._warn(f"rank {self.rank}: no progress for {stalled_s:.0f} s in step {record.step} "
                        f"({record.phase}) at {where}; stacks in {self._record_path()}")
 
-    def _resolve(self) -> None:
+    def _first_progress_ns(self, since_ns: int, now_ns: int) -> int:
+        """When progress came back: the first step end or start after ``since_ns`` the recorder still
+        shows (``now_ns`` when neither; a step that opened and closed within one tick shows only its end)."""
+        recorder = self.recorder
+        seen = [t for t in (recorder.last_step_end_ns, recorder.step_started_ns())
+                if t is not None and since_ns < t <= now_ns]
+        return min(seen, default=now_ns)
+
+    def _resolve(self, progressed_ns: int | None = None) -> None:
+        """The stall ended: at ``progressed_ns`` (``perf_counter_ns``; ``None``: now), not at the tick
+        that noticed it, so the episode never takes the next step's time (up to a tick, 1 s by default)."""
         hang, self.hang = self.hang, None
         if hang is None:
             return
         now = time.time()
+        if progressed_ns is not None:
+            now -= max(0, perf_counter_ns() - progressed_ns) / 1e9
         # written_at - stalled_s stays the last progress (the time accounting and the hang span read it)
-        stalled = hang.stalled_s + max(0.0, now - hang.written_at)
+        stalled = max(0.0, now - (hang.written_at - hang.stalled_s))
         self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now, stalled_s=stalled))
         episode = StallEpisode(now - stalled, stalled, hang.step, hang.in_step, hang.phase)
         self.episodes, self.episodes_left_out, self.episodes_left_out_s = bounded_episodes(

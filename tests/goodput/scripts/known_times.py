@@ -34,7 +34,8 @@ loader = torch.utils.data.DataLoader(data, batch_size=MICRO * ACCUMULATION)
 # Analytic FLOPs of one step: per micro-batch, forward 2*B*d*d per layer; backward 4*B*d*d per layer
 # less the first layer's input gradient (its input needs none): 2*B*d*d.
 FLOPS_PER_STEP = ACCUMULATION * (6 * MICRO * WIDTH * WIDTH * LAYERS - 2 * MICRO * WIDTH * WIDTH)
-truth = {"evaluation": 0.0, "checkpoint": 0.0, "stall": 0.0, "flops_per_step": FLOPS_PER_STEP}
+truth = {"evaluation": 0.0, "checkpoint": 0.0, "stall": 0.0, "flops_per_step": FLOPS_PER_STEP,
+         "step_seconds": [], "gap_seconds": []}
 def timed(kind: str, seconds: float) -> None:
     began = time.time()
     with traceml.outside_step(kind):
@@ -55,6 +56,9 @@ for index in range(STEPS):
     if step_ended is not None:
         outside_since = truth["evaluation"] + truth["checkpoint"] - outside_before
         truth["between"] += fetch_began - step_ended - outside_since
+    step_began = time.time()
+    if step_ended is not None:  # the quiet time between two steps, less the outside_step blocks
+        truth["gap_seconds"].append(step_began - step_ended - outside_since)
     with traceml.trace_step(model, flops=FLOPS_PER_STEP, measure_flops=index == 1):
         optimizer.zero_grad()
         for micro in x.chunk(ACCUMULATION):  # gradient accumulation: 4 micro-batches, one update
@@ -65,6 +69,7 @@ for index in range(STEPS):
             time.sleep(STALL)
             truth["stall"] = time.time() - began
     step_ended, outside_before = time.time(), truth["evaluation"] + truth["checkpoint"]
+    truth["step_seconds"].append(step_ended - step_began)  # a starved step past the hang timeout stalls
     if index in (4, 14):
         timed("evaluation", EVALUATION / 2)
     if index in (6, 16):
