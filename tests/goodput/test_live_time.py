@@ -160,3 +160,38 @@ def test_both_paths_carry_the_time_counter_and_the_mfu_inputs(tmp_path: Path) ->
     flops = 'traceml_model_flops_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1"}'
     assert f"{flops} 0.0" in later  # the scrape's first look at the FLOPs counter
     assert f"{flops} 3e+09" in exposition()
+
+
+@pytest.mark.parametrize("stall", [False, True])
+def test_a_batch_counts_what_its_steps_count_one_at_a_time(tmp_path: Path, stall: bool) -> None:
+    """``add_steps`` (the emitter's batch path) gives the per-step totals: input fetched inside the
+    block, waits longer than the gap, zero-length and negative blocks, unknown gaps, declared FLOPs;
+    with a stall known it carves it as each step would."""
+    import random
+
+    rng = random.Random(7)
+    _record(tmp_path, flops=FlopsRecord(declared_sum=6e9, declared_steps=3))
+    steps, t = [], T0 + 2.0
+    for number in range(300):
+        wait, inside = rng.choice([0.0, 0.01, 0.2]), rng.choice([0, 0, 0.005])
+        start = t + wait + rng.random() * 0.05
+        end = start + rng.choice([0.0, 0.03, 0.4]) + inside
+        between = None if number in (0, 150) else start - t - rng.choice([0.0, 0.3])
+        steps.append(StepRecord(step=number, start_ns=int(start * 1e9), end_ns=int(end * 1e9),
+                                input_wait_ns=int((wait + inside) * 1e9), samples=8,
+                                between_steps_ns=None if between is None else int(between * 1e9),
+                                input_wait_in_step_ns=int(inside * 1e9) if inside else None))
+        t = end
+    hang = _hang(T0 + 20.0, T0 + 24.0) if stall else None
+    one, batched = LiveTimeAccount(tmp_path, 0, hang=hang), LiveTimeAccount(tmp_path, 0, hang=hang)
+    for record in steps:
+        one.add_step(record)
+    for first in range(0, len(steps), 64):
+        batched.add_steps(steps[first:first + 64])
+    for account in (one, batched):
+        account.end(at=t + 1.0)
+    # rel 1e-6: one step at a time subtracts Unix seconds as floats (~0.2 us of rounding a step); the
+    # batch sums integer nanoseconds
+    assert dict(batched.totals()) == pytest.approx(dict(one.totals()), rel=1e-6, abs=1e-6)
+    assert (batched.flops, batched.flops_steps) == pytest.approx((one.flops, one.flops_steps))
+    assert one.flops_steps == 300 and (dict(one.totals())["stalled"] > 0) == stall

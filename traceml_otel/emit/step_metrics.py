@@ -231,23 +231,26 @@ class StepMetrics:
         """Record a batch of (record, spans, exemplar) steps: the histograms per step, the counters
         (steps, samples, tokens, collective calls and bytes) once for the batch: the same totals, and
         each SDK ``add`` costs ~10 µs."""
-        records = []
+        steps = list(steps)
+        records = [record for record, _, _ in steps]
+        if self.records_steps:
+            self.state.time.account.add_steps(records)
         for record, spans, exemplar in steps:
             self._record_step(record, spans, exemplar)
-            records.append(record)
         self._add_counts(records)
 
     def record(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
+        if self.records_steps:
+            self.state.time.account.add_step(record)
         self._record_step(record, spans, exemplar)
         self._add_counts([record])
 
     def _record_step(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool) -> None:
-        """The live state, the scrape path and the histograms of one step (the counters wait for
-        :meth:`_add_counts`)."""
+        """The live state, the scrape path and the histograms of one step (the time account is fed
+        by the caller; the counters wait for :meth:`_add_counts`)."""
         if not self.records_steps:
             return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
-        self.state.time.account.add_step(record)
         on_gpu = record.gpu_duration_ns is not None
         step_s = (record.gpu_duration_ns if on_gpu else record.traced_cpu_ns) * NS
         wait_s: float | None = None
