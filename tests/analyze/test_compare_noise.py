@@ -175,7 +175,7 @@ def test_blocks_are_bounded_and_round_trip_through_the_report() -> None:
 def _run_with_cpu(rng: np.random.Generator, cpu: float, load_level: float, label: str) -> object:
     """A run summary whose on-CPU time per step grows 20 % per busy CPU beside it (a loaded machine)."""
     from traceml_otel.analyze.compare_noise import RunNoise
-    from traceml_otel.analyze.compare_policy import RunSummary
+    from traceml_otel.analyze.compare_summary import RunSummary
 
     load = np.clip(load_level + rng.normal(0, 0.3, 30), 0, 2)
     on_cpu = cpu * (1 + 0.2 * load) * np.exp(rng.normal(0, 0.01, 30))
@@ -211,7 +211,7 @@ def _interfered_run(rng: np.random.Generator, step: float, label: str) -> object
     """A run of 3,000 steps of ``step`` seconds of its own work; a machine mood of the run's own (0-120 %
     more time on a random 10-90 % of its steps, as other tenants' interference adds) moves its mean by up
     to ~60 % between runs, never below its own work."""
-    from traceml_otel.analyze.compare_policy import RunSummary
+    from traceml_otel.analyze.compare_summary import RunSummary
 
     share, extra = rng.uniform(0.1, 0.9), rng.uniform(0.0, 1.2)
     series = step * (1 + rng.normal(0, 0.005, 3000).clip(-0.01, 0.01))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from traceml_otel.analyze.compare_policy import RunSummary, compare_runs
+from traceml_otel.analyze.compare_policy import compare_runs
+from traceml_otel.analyze.compare_summary import RunSummary
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "same_samples.py"

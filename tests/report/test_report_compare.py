@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
-from traceml_otel.analyze.compare_policy import RunSummary, compare_runs
+from traceml_otel.analyze.compare_policy import compare_runs
+from traceml_otel.analyze.compare_summary import RunSummary
 from traceml_otel.cli.compare import add_compare_arguments, run_compare
 from traceml_otel.report.run_summary import ReportFormatError, summary_from_report
 
@@ -127,7 +128,7 @@ def test_compare_command_on_a_run_and_a_report(tmp_path: Path, capsys: pytest.Ca
 def test_a_fresh_analysis_and_its_stored_report_give_the_same_summary(tmp_path: Path) -> None:
     """``compare`` reads a fresh run from its analysis and an old one from its ``report.json``: both
     readings of the same run agree field by field, so neither can drift from the other."""
-    from traceml_otel.analyze.compare_policy import summary_of
+    from traceml_otel.analyze.compare_summary import summary_of
     from traceml_otel.analyze.pipeline import analyze_path
     from traceml_otel.report import render
 

@@ -25,7 +25,7 @@ from traceml_otel.analyze.compare_noise import FAST_QUANTILE
 from traceml_otel.analyze.compare_sides import fast_interval, intervals, side_runs, wait_share
 
 if TYPE_CHECKING:
-    from traceml_otel.analyze.compare_policy import RunSummary
+    from traceml_otel.analyze.compare_summary import RunSummary
 
 
 @dataclass(frozen=True, slots=True)

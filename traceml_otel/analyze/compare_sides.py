@@ -19,7 +19,7 @@ from traceml_otel.analyze.compare_interval import Interval, RunMean, change_inte
 
 if TYPE_CHECKING:
     from traceml_otel.analyze.compare_noise import RunNoise
-    from traceml_otel.analyze.compare_policy import RunSummary
+    from traceml_otel.analyze.compare_summary import RunSummary
 
 
 def pool_side(runs: Sequence[RunSummary], label: str) -> RunSummary:

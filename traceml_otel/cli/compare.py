@@ -14,8 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from traceml_otel.analyze.compare_policy import RunSummary, compare_runs, summary_of, unusable_summary
+from traceml_otel.analyze.compare_policy import compare_runs
 from traceml_otel.analyze.compare_sides import pool_side
+from traceml_otel.analyze.compare_summary import RunSummary, summary_of, unusable_summary
 from traceml_otel.analyze.pipeline import analyze_path
 from traceml_otel.analyze.run_model import WindowSpec
 from traceml_otel.cli.common import (

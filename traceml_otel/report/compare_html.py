@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from traceml_otel.analyze.compare_interval import Interval
 from traceml_otel.analyze.compare_judged import interval_text
-from traceml_otel.analyze.compare_policy import Change, Comparison, RunSummary
+from traceml_otel.analyze.compare_policy import Change, Comparison
+from traceml_otel.analyze.compare_summary import RunSummary
 from traceml_otel.report.html import _CSS, _card, _e, _html_table
 from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
 

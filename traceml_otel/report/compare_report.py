@@ -7,7 +7,8 @@ import math
 
 from traceml_otel.analyze.compare_interval import Interval
 from traceml_otel.analyze.compare_judged import interval_text
-from traceml_otel.analyze.compare_policy import Change, Comparison, RunSummary
+from traceml_otel.analyze.compare_policy import Change, Comparison
+from traceml_otel.analyze.compare_summary import RunSummary
 from traceml_otel.report.units import PHASE_LABELS, kind_label, seconds, size
 
 COMPARE_SCHEMA = "traceml-otel/compare"

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from traceml_otel.analyze.compare_noise import NoiseFormatError, noise_from_json
-from traceml_otel.analyze.compare_policy import PHASES, RunSummary, filled, peak_memory, unusable_summary
+from traceml_otel.analyze.compare_summary import PHASES, RunSummary, filled, peak_memory, unusable_summary
 from traceml_otel.errors import TracemlError
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION
 

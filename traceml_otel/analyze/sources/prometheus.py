@@ -203,7 +203,7 @@ class PrometheusReader:
         at, since = extent.end, extent.since_offset_s
 
         def vector(metric: str) -> dict[int, float]:
-            return self._vector(self.total(metric, since_offset_s=since), at)
+            return self.vector_query(self.total(metric, since_offset_s=since), at)
 
         def by_source(metric: str) -> dict[tuple[int, str], float]:
             """Per rank and source, summed over kinds (``max by`` inside merges copies of one series)."""
@@ -212,7 +212,7 @@ class PrometheusReader:
 
         def summed(metric: str) -> dict[int, float]:
             per_kind = self.total(metric, (SOURCE_LABEL, KIND_LABEL), since)
-            return self._vector(f"sum by ({RANK_LABEL}) ({per_kind})", at)
+            return self.vector_query(f"sum by ({RANK_LABEL}) ({per_kind})", at)
 
         def by_label(metric: str, label: str) -> dict[tuple[int, str], float]:
             return self._by_label(self.total(metric, (label,), since), label, at)
@@ -232,7 +232,7 @@ class PrometheusReader:
         samples, tokens = vector(SAMPLES), vector(TOKENS)
         span = _duration(extent.end - extent.start)
         peaks = [
-            self._vector(f"max by ({RANK_LABEL}) (max_over_time({self.selector(name)}[{span}]))", at)
+            self.vector_query(f"max by ({RANK_LABEL}) (max_over_time({self.selector(name)}[{span}]))", at)
             for name in (PEAK_ALLOCATED, PEAK_RESERVED)
         ]
         ranks = tuple(
@@ -280,8 +280,8 @@ class PrometheusReader:
         steps ended in between, is the time between those steps (input wait, loading, logging, and
         ``outside_step`` blocks, which the span attribute leaves out). Its clock is wall time.
         """
-        counted = {r: n for r, n in self._vector(self._grown(STEP_COUNT, span), at).items() if n >= 1}
-        wall = self._vector(f"{self._grown(LAST_STEP, span)} - {self._grown(STEP_SUM, span)}", at)
+        counted = {r: n for r, n in self.vector_query(self._grown(STEP_COUNT, span), at).items() if n >= 1}
+        wall = self.vector_query(f"{self._grown(LAST_STEP, span)} - {self._grown(STEP_SUM, span)}", at)
         return {r: max(0.0, v) for r, v in wall.items() if r in counted}, counted
 
     def _grown(self, metric: str, span: str, *by: str) -> str:
@@ -299,7 +299,7 @@ class PrometheusReader:
         last = self.selector(LAST_STEP)
         spacing = (f"max((max_over_time({last}[{LOOKBACK}]) - min_over_time({last}[{LOOKBACK}])) "
                    f"/ (count_over_time({last}[{LOOKBACK}]) - 1 > 0))")
-        interval = self._scalar(spacing, extent.end)
+        interval = self.scalar_query(spacing, extent.end)
         if not interval or interval <= 0:
             return (), (), (), (), 0.0
         start, end = extent.start, extent.end
@@ -323,7 +323,7 @@ class PrometheusReader:
         params = {"query": self.selector(STEP_BUCKET), "start": f"{extent.start:.3f}",
                   "end": f"{extent.end:.3f}"}
         try:
-            data = self._data("/api/v1/query_exemplars", params)
+            data = self.api_data("/api/v1/query_exemplars", params)
         except SourceError as error:
             self.log.warn(f"exemplars not read ({error}); the slowest steps' trace ids are not available")
             return (), False
@@ -344,7 +344,7 @@ class PrometheusReader:
         return tuple(found[:5]), True
 
     # --- the HTTP API ----------------------------------------------------------------------
-    def _data(self, path: str, params: Mapping[str, object]) -> object:
+    def api_data(self, path: str, params: Mapping[str, object]) -> object:
         self.queries += 1
         documents = get_documents(self.url, path, params, what="Prometheus", timeout=self.timeout,
                                   limits=self.limits)
@@ -360,7 +360,7 @@ class PrometheusReader:
         return answer.get("data")
 
     def _result(self, path: str, params: Mapping[str, object], kind: str) -> list[dict]:
-        data = self._data(path, params)
+        data = self.api_data(path, params)
         shape_ok = isinstance(data, dict) and data.get("resultType") == kind
         if not shape_ok or not isinstance(data.get("result"), list):
             raise SourceError(f"Prometheus at {self.url} answered a query with no {kind} result")
@@ -370,13 +370,13 @@ class PrometheusReader:
                               f"{MAX_RANKS:,}); is --run-id right?")
         return [item for item in result if isinstance(item, dict) and isinstance(item.get("metric"), dict)]
 
-    def _instant(self, query: str, at: float) -> list[dict]:
+    def instant_query(self, query: str, at: float) -> list[dict]:
         return self._result("/api/v1/query", {"query": query, "time": f"{at:.3f}"}, "vector")
 
-    def _vector(self, query: str, at: float) -> dict[int, float]:
+    def vector_query(self, query: str, at: float) -> dict[int, float]:
         """``{rank: value}`` of a per-rank instant query (non-finite and unlabelled values dropped)."""
         values: dict[int, float] = {}
-        for item in self._instant(query, at):
+        for item in self.instant_query(query, at):
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             if rank is not None and value is not None:
                 values[rank] = value
@@ -394,7 +394,7 @@ class PrometheusReader:
 
     def _by_label(self, query: str, label: str, at: float) -> dict[tuple[int, str], float]:
         values: dict[tuple[int, str], float] = {}
-        for item in self._instant(query, at):
+        for item in self.instant_query(query, at):
             rank, value = _rank(item["metric"].get(RANK_LABEL)), _sample(item.get("value"))
             name = item["metric"].get(label)
             if rank is not None and value is not None and isinstance(name, str):
@@ -403,8 +403,8 @@ class PrometheusReader:
                 self._drop(item["metric"].get(RANK_LABEL), item.get("value"))
         return values
 
-    def _scalar(self, query: str, at: float) -> float | None:
-        found = [_sample(item.get("value")) for item in self._instant(query, at)]
+    def scalar_query(self, query: str, at: float) -> float | None:
+        found = [_sample(item.get("value")) for item in self.instant_query(query, at)]
         return next((v for v in found if v is not None), None)
 
     def _range(self, query: str, start: float, end: float, step: float) -> tuple[list[float], list[float]]:

@@ -10,10 +10,12 @@ ids the engine knows that are closest to a mistyped one (bounded).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from traceml_otel.analyze.sources.base import SourceError
+from traceml_otel.analyze.timerange import TimeRange
 from traceml_otel.sanitize import strip_control
 from traceml_otel.wire.metric_labels import (
     EXIT_REASON_LABEL,
@@ -23,12 +25,23 @@ from traceml_otel.wire.metric_labels import (
     RUN_LABEL,
 )
 
-if TYPE_CHECKING:
-    from traceml_otel.analyze.sources.prometheus import PrometheusReader
-
 MAX_RUN_IDS = 10_000
 """Run ids read from the engine when looking for the nearest ones (the answer is refused above)."""
 NEAREST = 5
+
+
+class EngineQueries(Protocol):
+    """What the end queries ask of a Prometheus reader (``sources.prometheus.PrometheusReader`` is one):
+    its run, its time range, and its bounded, checked HTTP API calls."""
+
+    run_id: str
+    when: TimeRange
+
+    def selector(self, metric: str) -> str: ...
+    def instant_query(self, query: str, at: float) -> list[dict[str, Any]]: ...
+    def vector_query(self, query: str, at: float) -> dict[int, float]: ...
+    def scalar_query(self, query: str, at: float) -> float | None: ...
+    def api_data(self, path: str, params: Mapping[str, object]) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +75,12 @@ class RunEnds:
     """(rank, how) of the rank ``traceml run`` saw fail first (``traceml_run_first_failure``)."""
 
 
-def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> RunEnds:
+def read_ends(reader: EngineQueries, span: str, lookback: str, at: float) -> RunEnds:
     """The end of the run over ``span`` before ``at``; the hang report only if it is in the last
     ``lookback`` (a hang that resolved earlier is not how the run ended)."""
     sel = reader.selector
     exits = []
-    for item in reader._instant(
+    for item in reader.instant_query(
         f"max by ({RANK_LABEL}, {EXIT_STATUS_LABEL}, {EXIT_REASON_LABEL}) "
         f"(last_over_time({sel('traceml_run_exit')}[{span}]))", at,
     ):
@@ -77,18 +90,19 @@ def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> 
                                   _text(item["metric"].get(EXIT_REASON_LABEL))))
     stalled = sel("traceml_progress_stalled_seconds").replace("}", f',{PHASE_LABEL}!="none"}}')
     stalls = []
-    for item in reader._instant(
+    for item in reader.instant_query(
         f"max by ({RANK_LABEL}, {PHASE_LABEL}) (last_over_time({stalled}[{lookback}])) > 0", at,
     ):
         rank, value = _rank(item["metric"].get(RANK_LABEL)), _value(item.get("value"))
         if rank is not None and value is not None:
             stalls.append(RankStall(rank, _text(item["metric"].get(PHASE_LABEL)), value))
-    ended = reader._vector(f"max by ({RANK_LABEL}) (last_over_time({sel('traceml_run_ended')}[{span}]))", at)
+    ended = reader.vector_query(
+        f"max by ({RANK_LABEL}) (last_over_time({sel('traceml_run_ended')}[{span}]))", at)
     exited = {e.rank for e in exits}
     vanished = tuple(sorted(r for r, v in ended.items() if v == 0 and r not in exited))
-    world = reader._scalar(f"max(last_over_time({sel('traceml_world_size')}[{span}]))", at)
+    world = reader.scalar_query(f"max(last_over_time({sel('traceml_world_size')}[{span}]))", at)
     firsts = []
-    for item in reader._instant(
+    for item in reader.instant_query(
         "max by (traceml_first_failure_rank, traceml_first_failure_reason) "
         f"(last_over_time({sel('traceml_run_first_failure')}[{span}]))", at,
     ):
@@ -100,10 +114,10 @@ def read_ends(reader: PrometheusReader, span: str, lookback: str, at: float) -> 
                    min(firsts) if firsts else None)
 
 
-def nearest_run_ids(reader: PrometheusReader, start: float, end: float) -> tuple[str, ...]:
+def nearest_run_ids(reader: EngineQueries, start: float, end: float) -> tuple[str, ...]:
     """The run ids with traceml metrics in [start, end] closest to ``reader.run_id`` (at most
     :data:`NEAREST`; none when the engine lists more than :data:`MAX_RUN_IDS`)."""
-    data = reader._data(f"/api/v1/label/{RUN_LABEL}/values",
+    data = reader.api_data(f"/api/v1/label/{RUN_LABEL}/values",
                         {"match[]": "traceml_run_ended", "start": f"{start:.3f}", "end": f"{end:.3f}"})
     if not isinstance(data, list) or len(data) > MAX_RUN_IDS:
         return ()
@@ -115,7 +129,7 @@ def nearest_run_ids(reader: PrometheusReader, start: float, end: float) -> tuple
     return tuple(close[:NEAREST])
 
 
-def no_such_run(reader: PrometheusReader) -> tuple[str, ...]:
+def no_such_run(reader: EngineQueries) -> tuple[str, ...]:
     """A line naming the nearest run ids the engine knows in the range (the listing refused: none)."""
     try:
         near = nearest_run_ids(reader, reader.when.start, reader.when.end)
