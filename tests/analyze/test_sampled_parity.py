@@ -21,8 +21,8 @@ from tests.analyze.test_analyze_backends import RUN, Trace, tempo_handler
 from tests.sampled_spans import attributes, read_local_spans, sample_run_spans
 from traceml_otel import contract as c
 from traceml_otel.analyze.diagnose import analyze_run
-from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.measures import share
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.sources.base import ReadLog
 from traceml_otel.analyze.sources.tempo import TempoSpanSource
 from traceml_otel.analyze.timerange import TimeRange

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
-from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import analyze_path
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.report import SCHEMA, SCHEMA_VERSION, render, report_json
 
 

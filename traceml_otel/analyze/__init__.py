@@ -21,9 +21,10 @@ The commands are in :mod:`traceml_otel.cli`.
 from __future__ import annotations
 
 from traceml_otel.analyze.diagnose import analyze_run
-from traceml_otel.analyze.findings import Finding, RunAnalysis
+from traceml_otel.analyze.findings import Finding
 from traceml_otel.analyze.kinds import Clock, MemoryKind, Severity, StepKind
 from traceml_otel.analyze.pipeline import analyze_path, analyze_source
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import SourceError
 

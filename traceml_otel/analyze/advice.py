@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_otel.analyze.findings import Finding, RunAnalysis
+from traceml_otel.analyze.findings import Finding
 from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import RankHost
 
 COMPUTE_ADVICE = (

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from traceml_otel.analyze.findings import Evidence, Finding, RunAnalysis
+from traceml_otel.analyze.findings import Evidence, Finding
 from traceml_otel.analyze.kinds import RunKind, StepKind
 from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.wire.capture_in_flight import CaptureInFlight, read_in_flight
@@ -174,17 +174,3 @@ def blame_in_flight(finding: Finding, in_flight: Sequence[CaptureInFlight]) -> F
         return finding
     return replace(finding, why=f"{finding.why} {in_flight_sentence(marker)}",
                    evidence=(*finding.evidence, Evidence("capture_in_flight", marker.rank, "rank")))
-
-
-def with_captures(analysis: RunAnalysis, view: CaptureAnalysis) -> RunAnalysis:
-    """The analysis with the run folder's captures (:func:`read_captures`), its findings citing them."""
-    if not (view.captures or view.refusals or view.problems or view.refused or view.in_flight):
-        return analysis
-    step = analysis.step
-    if view.captures:
-        step = replace(step, primary=cite(step.primary, view.captures),
-                       issues=tuple(cite(f, view.captures) for f in step.issues))
-    run_findings = analysis.run_findings
-    if view.in_flight:
-        run_findings = tuple(blame_in_flight(f, view.in_flight) for f in run_findings)
-    return replace(analysis, step=step, captures=view, run_findings=run_findings)

@@ -39,7 +39,6 @@ from traceml_otel.analyze.findings import (
     RankMemory,
     RankMetrics,
     RankSeries,
-    RunAnalysis,
     RunInfo,
     StepDiagnosis,
     WindowInfo,
@@ -49,6 +48,7 @@ from traceml_otel.analyze.measures import COMPONENTS, RankTotals, rank_metrics, 
 from traceml_otel.analyze.memory import memory_analysis
 from traceml_otel.analyze.recurrence import StragglerRecurrence, recurrence
 from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import RankHost, StepTiming, WindowSpec
 from traceml_otel.analyze.sources.step_table import step_timing
 from traceml_otel.analyze.stalls import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from traceml_otel.analyze.compare_noise import RunNoise
-from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.kinds import StepKind
+from traceml_otel.analyze.run_analysis import RunAnalysis
 
 PHASES = ("input_wait", "h2d", "forward", "backward", "optimizer", "communication", "residual")
 

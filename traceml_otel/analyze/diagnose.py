@@ -16,11 +16,12 @@ from traceml_otel.analyze.evidence import (
     run_findings,
     step_failures,
 )
-from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunAnalysis, RunInfo, StepDiagnosis
+from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunInfo, StepDiagnosis
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.recurrence import recurrence
 from traceml_otel.analyze.rules import diagnose_step_time, straggler_of
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.analyze.segments import reference_window, segment_window
 from traceml_otel.analyze.stalls import find_stalls
@@ -32,7 +33,6 @@ from traceml_otel.analyze.window import (
     select_clock,
     select_window,
     window_parallelism,
-    without_stalls,
     without_steps,
 )
 from traceml_otel.sanitize import redact_argv
@@ -63,7 +63,7 @@ def analyze_run(
     window, window_info = select_window(run, spec)
     stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
     selected = window.steps
-    window = without_stalls(window, stalls)  # stalls are events, never part of a per-step mean
+    window = without_steps(window, stalls.stalled_steps())  # stalls are events, never in a per-step mean
     kept = without_steps(window, captured)  # our own profiler slowed these, never the user's code
     if kept.steps * 2 >= window.steps:  # a run made mostly of captured steps keeps them
         window = kept

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from traceml_otel import contract as c
-from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import SourceError
 from traceml_otel.analyze.sources.step_table import (

@@ -1,4 +1,5 @@
-"""The analysis output records: findings, per-rank metrics, memory, drift and the whole run.
+"""The analysis output records: findings, per-rank metrics, memory and drift (the whole run's record,
+which holds them and every other analysis, is :class:`~traceml_otel.analyze.run_analysis.RunAnalysis`).
 
 Reporters read only these. Times are seconds, memory bytes, shares and scores ratios in [0, 1+].
 """
@@ -6,19 +7,8 @@ Reporters read only these. Times are seconds, memory bytes, shares and scores ra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from traceml_otel.analyze.kinds import Clock, DriftKind, MemoryKind, Severity
-from traceml_otel.analyze.mfu import MfuAnalysis
-from traceml_otel.analyze.run_model import RankHost
-from traceml_otel.analyze.stalls import NO_STALLS, StallAnalysis
-from traceml_otel.analyze.time_accounting import TimeAccount
-
-if TYPE_CHECKING:
-    from traceml_otel.analyze.captures import CaptureAnalysis
-    from traceml_otel.analyze.compare_noise import RunNoise
-    from traceml_otel.analyze.recurrence import StragglerRecurrence
-    from traceml_otel.analyze.segments import SegmentAnalysis
+from traceml_otel.analyze.kinds import DriftKind, MemoryKind, Severity
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +143,10 @@ class Throughput:
     """Steps, over all ranks, that recorded a sample count."""
     steps: int = 0
     """Steps over all ranks: more than ``counted_steps`` when some carried no count."""
+
+
+NO_THROUGHPUT = Throughput()
+"""A run without samples or tokens recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,43 +299,3 @@ class WindowInfo:
     left_out_steps: int = 0
     """Aligned steps left out of the per-step means: those a stall interrupted and those a deep
     capture slowed (the ranks' step counts are of the steps kept)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunAnalysis:
-    """Everything the reporters show about one run."""
-
-    run: RunInfo
-    window: WindowInfo
-    clock: Clock
-    ranks: tuple[RankMetrics, ...]
-    summaries: tuple[MetricSummary, ...]
-    step: StepDiagnosis
-    memory: MemoryAnalysis
-    drift: DriftAnalysis
-    worst_steps: tuple[WorstStep, ...]
-    series: tuple[RankSeries, ...]
-    accumulation: Accumulation
-    run_findings: tuple[Finding, ...] = ()
-    """Findings about the data itself (missing or partial ranks, a failed run), most serious first."""
-    throughput: Throughput = Throughput()
-    hosts: tuple[RankHost, ...] = ()
-    """Per rank: usable CPUs and DataLoader settings, as recorded."""
-    time_account: TimeAccount | None = None
-    """Where the job's time went, from launch to exit (run folders with time records; see goodput.md)."""
-    mfu: MfuAnalysis | None = None
-    """Model FLOPs utilisation, when the program declared or measured its FLOPs."""
-    noise: RunNoise | None = None
-    """The run's own variability (block means of its steady steps) and CPU wait, for ``compare``."""
-    segments: SegmentAnalysis | None = None
-    """Where the step time or the phase mix changed, each part with its own verdict (``segments.py``)."""
-    stalls: StallAnalysis = NO_STALLS
-    """Stall and hang events (``stalls.py``); their steps are left out of the per-step means."""
-    straggler_recurrence: StragglerRecurrence | None = None
-    """Each window's straggler and the pattern they make (``recurrence.py``)."""
-    captures: CaptureAnalysis | None = None
-    """The run folder's deep captures (``captures.py``, ``docs/captures.md``); ``None``: none."""
-
-    def summary(self, name: str) -> MetricSummary | None:
-        """The cross-rank summary of one component (``step_time``, ``forward``, ...)."""
-        return next((s for s in self.summaries if s.name == name), None)

@@ -35,7 +35,6 @@ from traceml_otel.analyze.findings import (
     DriftAnalysis,
     RankCount,
     RankMemory,
-    RunAnalysis,
     RunInfo,
     WindowInfo,
 )
@@ -51,6 +50,7 @@ from traceml_otel.analyze.measures import (
 from traceml_otel.analyze.memory import memory_analysis
 from traceml_otel.analyze.metric_ends import end_findings
 from traceml_otel.analyze.rules import diagnose_step_time
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.sources.prometheus import MetricRun, RankCounters
 
 FORWARD, BACKWARD, OPTIMIZER, H2D = (c.PHASES.index(p) for p in ("forward", "backward", "optimizer", "h2d"))

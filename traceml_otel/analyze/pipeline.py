@@ -8,9 +8,16 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from traceml_otel.analyze.captures import NO_CAPTURES, captured_steps, read_captures, with_captures
+from traceml_otel.analyze.captures import (
+    NO_CAPTURES,
+    CaptureAnalysis,
+    blame_in_flight,
+    captured_steps,
+    cite,
+    read_captures,
+)
 from traceml_otel.analyze.diagnose import analyze_run
-from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
@@ -190,3 +197,17 @@ def _with_hang_records(analysis: RunAnalysis, run_dir: Path | None, manifest: Ma
     if verdict is None:
         return analysis
     return replace(analysis, run_findings=with_hang(analysis.run_findings, verdict, records))
+
+
+def with_captures(analysis: RunAnalysis, view: CaptureAnalysis) -> RunAnalysis:
+    """The analysis with the run folder's captures (:func:`read_captures`), its findings citing them."""
+    if not (view.captures or view.refusals or view.problems or view.refused or view.in_flight):
+        return analysis
+    step = analysis.step
+    if view.captures:
+        step = replace(step, primary=cite(step.primary, view.captures),
+                       issues=tuple(cite(f, view.captures) for f in step.issues))
+    run_findings = analysis.run_findings
+    if view.in_flight:
+        run_findings = tuple(blame_in_flight(f, view.in_flight) for f in run_findings)
+    return replace(analysis, step=step, captures=view, run_findings=run_findings)

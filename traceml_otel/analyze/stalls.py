@@ -24,15 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.run_model import BACKWARD, StepTiming
+from traceml_otel.analyze.window import StepWindow
 from traceml_otel.wire.hang_record import STATE_HUNG, HangRecord
 from traceml_otel.wire.hang_verdict import combine
-
-if TYPE_CHECKING:  # a type only: window.py imports findings.py, which holds a StallAnalysis
-    from traceml_otel.analyze.window import StepWindow
 
 STALL_FACTOR = 5.0
 """A span longer than the typical step by this many times the rank's 95th-percentile step ... (the hang

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from traceml_otel.analyze.findings import WindowInfo
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.run_model import StepTiming, WindowSpec
-from traceml_otel.analyze.stalls import StallAnalysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +100,6 @@ def window_parallelism(window: StepWindow) -> str:
     if "fsdp" in seen:
         return "fsdp"
     return max(set(seen), key=seen.count) if seen else "none"
-
-
-def without_stalls(window: StepWindow, stalls: StallAnalysis) -> StepWindow:
-    """``window`` less the aligned steps a stall interrupted (on any rank)."""
-    return without_steps(window, stalls.stalled_steps())
 
 
 def without_steps(window: StepWindow, drop: Collection[int]) -> StepWindow:

@@ -12,10 +12,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.from_metrics import analyze_metrics
 from traceml_otel.analyze.kinds import StepKind
 from traceml_otel.analyze.pipeline import ENGINES, analyze_path, analyze_source
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.sources.base import SourceError, SpanSource
 from traceml_otel.analyze.sources.http import DEFAULT_MAX_BYTES, DEFAULT_TOTAL_S, ReadLimits
 from traceml_otel.analyze.sources.jaeger import JaegerSpanSource

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.errors import UsageError
 from traceml_otel.report.html import HtmlReporter
 from traceml_otel.report.json_report import SCHEMA, SCHEMA_VERSION, JsonReporter, report_json

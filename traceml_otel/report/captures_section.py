@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from html import escape
 
-from traceml_otel.analyze.findings import RunAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.sanitize import strip_control
 from traceml_otel.wire.capture_record import CaptureSummary
 

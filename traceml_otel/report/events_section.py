@@ -6,7 +6,8 @@ import textwrap
 import time
 from html import escape
 
-from traceml_otel.analyze.findings import DriftAnalysis, RunAnalysis
+from traceml_otel.analyze.findings import DriftAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.report.units import seconds, signed_percent
 
 MAX_ROWS = 12

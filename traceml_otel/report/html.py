@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from html import escape
 
-from traceml_otel.analyze.findings import Finding, RunAnalysis
+from traceml_otel.analyze.findings import Finding
 from traceml_otel.analyze.kinds import DriftKind, MemoryKind
 from traceml_otel.analyze.rules import missing_signals
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.report.captures_section import captures_html
 from traceml_otel.report.events_section import events_html
 from traceml_otel.report.palette import PHASE_COLORS, RANK_COLORS

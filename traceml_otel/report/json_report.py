@@ -8,7 +8,8 @@ import time
 from dataclasses import asdict
 
 from traceml_otel.analyze.compare_noise import noise_json
-from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics, RunAnalysis
+from traceml_otel.analyze.findings import Abstention, Finding, MetricSummary, RankMetrics
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.contract import CONTRACT_VERSION
 from traceml_otel.report.captures_section import captures_json
 from traceml_otel.report.events_section import events_json

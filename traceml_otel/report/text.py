@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
-from traceml_otel.analyze.findings import MemoryAnalysis, RunAnalysis
+from traceml_otel.analyze.findings import MemoryAnalysis
 from traceml_otel.analyze.kinds import MemoryKind
 from traceml_otel.analyze.rules import missing_signals
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.report.captures_section import captures_text
 from traceml_otel.report.events_section import drift_segment, events_text, verdict_scope
 from traceml_otel.report.time_section import time_text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
-from traceml_otel.analyze.findings import RunAnalysis
 from traceml_otel.analyze.mfu import MfuAnalysis
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.time_accounting import PRODUCTIVE, TimeAccount
 from traceml_otel.report.palette import category_colors
 from traceml_otel.report.svg import BarRow, stacked_bars

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traceml_otel.analyze.communication_rules import byte_size
-from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, RunAnalysis, Throughput
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, Throughput
 from traceml_otel.analyze.kinds import DriftKind
+from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
 from traceml_otel.sanitize import strip_control
 
