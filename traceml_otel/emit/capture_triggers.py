@@ -287,7 +287,10 @@ class CaptureTriggers:
     def _drift(self, step: int) -> None:
         if len(self.recent) < RECENT_STEPS or len(self.older) < 2 * RECENT_STEPS:
             return
-        now, before = statistics.median(self.recent), statistics.median(self.older)
+        now = statistics.median(self.recent)
+        if now <= self.settings.drift_factor * min(self.older):
+            return  # the older median is no lower than their least: no drift, and no sort of 200 steps
+        before = statistics.median(self.older)
         if before <= 0 or now <= self.settings.drift_factor * before or now - before < SPIKE_FLOOR_S:
             return
         if self._slow_level is None:  # the slow steps so far count as wasted, and those after them
