@@ -9,7 +9,7 @@ error of the run's mean. While the block means still correlate at lag 1 by more 
 :data:`MAX_LAG1`, the blocks are doubled.
 
 When the run folder holds the training thread's CPU samples (``rank-R.cpu.json``,
-:mod:`traceml_otel.capture.cpu_sampler`), the run also gets batch means of its on-CPU time per step
+:mod:`traceml_otel.emit.trainer_cpu`), the run also gets batch means of its on-CPU time per step
 and the share of wall time it waited, runnable, for a CPU: compare uses them to tell a busier machine
 from slower code. The record is bounded (at most 64 numbers per list): a run of any length costs its
 report a few KB.

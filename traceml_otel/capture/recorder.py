@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from threading import get_ident
+from threading import get_ident, get_native_id
 from time import perf_counter_ns
 from typing import Any
 
@@ -93,6 +93,8 @@ class StepRecorder(StepCalls):
         self._nested_blocks = 0
         """Blocks entered (as a context manager) inside an open step and not yet exited."""
         self.on_refused: Callable[[str], None] | None = None
+        self.on_owner: Callable[[int], None] | None = None
+        """Called once, with the kernel thread id, when the first step names the training thread."""
         """Called with ``"thread"`` or ``"nested"`` when a block opens no step (the session warns)."""
         self.on_internal_error: Callable[[], None] | None = None
         """Called when a block's own code raised (the session counts it and warns once)."""
@@ -109,6 +111,8 @@ class StepRecorder(StepCalls):
             owner = self.owner
             if owner is None:
                 self.owner = thread
+                if self.on_owner is not None:
+                    self.on_owner(get_native_id())
             elif thread != owner:
                 self.other_thread_steps += 1
                 if self.on_refused is not None:
@@ -317,6 +321,12 @@ class StepRecorder(StepCalls):
         thread = get_ident()
         if self.owner is None:
             self.owner = thread
+            if self.on_owner is not None:
+                try:
+                    self.on_owner(get_native_id())
+                except Exception:
+                    if self.on_internal_error is not None:
+                        self.on_internal_error()
         elif thread != self.owner:
             self.other_thread_steps += 1
             return False

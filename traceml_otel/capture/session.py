@@ -146,7 +146,6 @@ class TrainingSession(Session):
                  manifest: Finishable | None = None) -> None:
         from traceml_otel.capture.device_clock import default_clock
         from traceml_otel.capture.session_services import (
-            start_cpu_sampler,
             start_time_ledger,
             start_watchdog,
             watch_autocast,
@@ -174,7 +173,7 @@ class TrainingSession(Session):
         self.watchdog = start_watchdog(self.recorder, self.collectives, settings, warn)
         self.time_ledger = start_time_ledger(self.recorder, settings, warn)
         self.installed.append(watch_autocast(self.time_ledger))
-        self.cpu_sampler = start_cpu_sampler(self.recorder, settings, warn)
+        self.recorder.on_owner = self.time_ledger.training_thread  # the emitter samples that thread's CPU
         from traceml_otel.capture.profiler_capture import start_profiler_capture
 
         self.profiler_capture = start_profiler_capture(self, settings, warn)

@@ -34,8 +34,6 @@ def close_session(session: TrainingSession, status: str) -> None:
 
         close_profiler_capture(getattr(session, "profiler_capture", None), settings.shutdown_timeout_s)
         recorder.flush(wait_s=2.0)
-        if getattr(session, "cpu_sampler", None) is not None:
-            session.cpu_sampler.stop()
         link.dropped_steps += recorder.unresolved_steps
         session.time_ledger.write()  # the emitter's live time counters read the last blocks at its end
         # The scrape endpoint stays up after the end until every scraper saw the end marker.

@@ -1,4 +1,4 @@
-"""A training session's background services: the hang watchdog, the time ledger and the CPU sampler."""
+"""A training session's background services: the hang watchdog and the time ledger."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from traceml_otel.capture.cpu_sampler import CpuSampler
     from traceml_otel.capture.precision import AutocastWatch
     from traceml_otel.capture.recorder import StepRecorder
     from traceml_otel.capture.time_ledger import TimeLedger
@@ -70,17 +69,3 @@ def start_watchdog(
     return watchdog
 
 
-def start_cpu_sampler(
-    recorder: StepRecorder, settings: Settings, warn: Callable[[str], None]
-) -> CpuSampler | None:
-    """This rank's CPU sampler (``rank-R.cpu.json``, :mod:`traceml_otel.capture.cpu_sampler`), on its own
-    thread; ``None`` when it could not start (said once)."""
-    from traceml_otel.capture.cpu_sampler import CpuSampler
-
-    try:
-        sampler = CpuSampler(recorder, settings.run_dir, settings.identity.rank, settings.run_id, warn)
-        sampler.start()
-    except Exception as error:  # never a reason not to train
-        warn(f"CPU sampling is off for this run: {type(error).__name__}: {error}")
-        return None
-    return sampler

@@ -3,10 +3,11 @@
 ``outside_step`` blocks, a FLOPs declaration or measurement, ``init()`` and shutdown update a
 :class:`TimeLedger`; it writes ``rank-R.time.json`` (:mod:`traceml_otel.wire.time_record`) at
 ``init()``, after an ``outside_step`` block (at once when it lasted ``min_interval_s`` or more, else
-at most once per ``min_interval_s``), after the first FLOPs declaration and a FLOPs measurement, at
+at most once per ``min_interval_s``), after the first FLOPs declaration and a FLOPs measurement, once
+the first step named the training thread (``training_tid``, for the emitter's CPU samples), at
 ``resume_from()`` and at shutdown.
 
-The writes during training (after a block, after a FLOPs declaration or measurement) are made by the
+The writes during training (after a block, a FLOPs declaration or measurement, the first step) are made by the
 ledger's writer thread: the training thread only signals it. A file write there would be telemetry's
 time between two steps (milliseconds on a loaded host: a test once counted 20-50 ms of the ledger's
 own writes and thread starts as ``between_steps``). The final record at shutdown is written on the
@@ -189,6 +190,8 @@ class TimeLedger:
         """A restarted attempt's first step number (the earlier attempts' steps)."""
         self.earlier_after_s = 0.0
         self.earlier_restart_starts: tuple[float, ...] = ()
+        self.training_tid: int | None = None
+        """The training thread's kernel id (:meth:`training_thread`), for the emitter's CPU samples."""
 
     def now(self) -> float:
         """Unix time on the monotonic clock (the anchor plus ``perf_counter``)."""
@@ -225,6 +228,15 @@ class TimeLedger:
             total.count += outside.count
             total.before_first_step_s += outside.before_first_step_s
             self.earlier_after_s += outside.after_last_step_s
+
+    def training_thread(self, tid: int) -> None:
+        """The first step ran on kernel thread ``tid``: written soon (by the writer thread), so the
+        emitter can sample that thread's CPU counters from its own process."""
+        self.training_tid = tid
+        try:
+            self.write_soon()
+        except Exception as error:  # on the training thread's first step: never a reason to fail it
+            self._count_failure(f"{type(error).__name__}: {error}")
 
     def resume_from(self, step: int) -> None:
         """This attempt resumed from a checkpoint taken after ``step`` completed steps; written at once."""
@@ -304,7 +316,8 @@ class TimeLedger:
                           launcher_start=self.launcher_start, resumed_from=self.resumed_from,
                           earlier_progress=self.earlier_progress, first_step=self.first_step,
                           earlier_after_last_step_s=self.earlier_after_s, telemetry_s=self.telemetry_s,
-                          earlier_restart_starts=self.earlier_restart_starts, precision=self.precision)
+                          earlier_restart_starts=self.earlier_restart_starts, precision=self.precision,
+                          training_tid=self.training_tid)
 
     def start_writer(self) -> None:
         """Start the writer thread now (``init()``), so the first write during training only signals it."""

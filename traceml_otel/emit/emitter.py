@@ -58,6 +58,7 @@ from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
 from traceml_otel.emit.step_table import StepTable
+from traceml_otel.emit.trainer_cpu import TrainerCpuSampler
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.control import DeviceInfo, LocalReport
 from traceml_otel.wire.export_stats import ExportStats
@@ -129,6 +130,9 @@ class Emitter(ExportShutdown):
         self.live = start_live_window(self, run_dir, hello) if stats_path is not None else None
         self.capture_triggers = start_capture_triggers(run_dir if stats_path else None, hello, self.warn)
         self.capture_watch = start_capture_watch(run_dir if stats_path else None, rank.rank)
+        self.cpu = (TrainerCpuSampler(run_dir, rank.rank, rank.run_id, hello.pid, self.warn)
+                    if stats_path is not None and hello.pid > 0 else None)
+        """The training thread's CPU samples for ``compare`` (``rank-R.cpu.json``), read from here."""
         self.capture_notices = (CaptureNotices(run_dir, rank.rank)
                                 if self.budget and stats_path and run_dir is not None else None)
         """The budget keeps every step around a capture (emit/capture_events.py)."""
@@ -243,6 +247,8 @@ class Emitter(ExportShutdown):
     def handle_steps(self, rows: list[Any]) -> None:
         """Write one batch of steps to the local copy and the step table; export waits its turn."""
         self.stats.steps_received += len(rows)
+        if self.cpu is not None:
+            self.cpu.steps(rows)
         if self.capture_triggers is not None:  # deep captures' triggers (docs/captures.md)
             self.capture_triggers.observe(rows)
         if self._local_outputs_only:

@@ -89,6 +89,8 @@ class PipeSession:
             except (WireError, ValueError) as error:
                 self._broken(str(error))
                 return
+            if emitter.cpu is not None:
+                emitter.cpu.tick()
             if frame is not None:
                 self._handle(frame)
                 continue
@@ -103,7 +105,8 @@ class PipeSession:
             if idle and emitter.has_export_work and (stop is None or not stop.is_set()):
                 emitter.export_next()
                 continue
-            if idle and not select.select([self.fd], [], [], 0.25)[0]:
+            wait = 0.25 if emitter.cpu is None else min(0.25, emitter.cpu.due_in())
+            if idle and not select.select([self.fd], [], [], wait)[0]:
                 emitter.refresh_stats()
                 continue
             data = os.read(self.fd, READ_CHUNK)
@@ -143,6 +146,8 @@ class PipeSession:
         assert self.emitter is not None
         self.emitter.poll_hang(force=True)  # a hang recorded since the last idle poll still gets its span
         report(self.emitter.finish_local(status, dropped, clean, traced))
+        if self.emitter.cpu is not None:
+            self.emitter.cpu.close()  # after the trainer's answer: its last sample costs it no wait
         self.emitter.finish_export()
         self.done = True
 

@@ -1,6 +1,6 @@
 """``rank-R.cpu.json``: the training thread's CPU counters against its step count.
 
-Written by :mod:`traceml_otel.capture.cpu_sampler` (its own thread, every 10 s and at shutdown,
+Written by :mod:`traceml_otel.emit.trainer_cpu` (the rank's emitter, every 10 s and at the end,
 atomically); read by ``traceml compare`` through :mod:`traceml_otel.analyze.compare_noise` to tell a
 busier machine from slower code. Each sample is cumulative: ``[steps_closed, monotonic_ns,
 thread_on_cpu_ns, thread_cpu_wait_ns, process_cpu_ns, machine_busy_ns]``; ``thread_cpu_wait_ns`` is

@@ -108,6 +108,9 @@ class TimeRecord:
     precision: str = ""
     """Reduced precision the program was seen training in: ``autocast cuda bf16`` (an enabled
     ``torch.autocast`` region) or ``bf16 weights`` (a traced model's parameters); empty: none seen."""
+    training_tid: int | None = None
+    """The training thread's kernel thread id (the thread of the first ``trace_step``), once it ran: the
+    emitter reads that thread's CPU counters from ``/proc`` (``rank-R.cpu.json``)."""
     version: int = TIME_RECORD_VERSION
 
 
@@ -122,6 +125,7 @@ def encode_time_record(record: TimeRecord) -> str:
         "earlier_progress": record.earlier_progress, "first_step": record.first_step,
         "earlier_after_last_step_s": record.earlier_after_last_step_s, "telemetry_s": record.telemetry_s,
         "earlier_restart_starts": list(record.earlier_restart_starts), "precision": record.precision,
+        "training_tid": record.training_tid,
         "outside": [{"kind": o.kind, "seconds": o.seconds, "count": o.count,
                      "before_first_step_s": o.before_first_step_s, "after_last_step_s": o.after_last_step_s}
                     for o in record.outside],
@@ -165,6 +169,10 @@ def _starts(raw: object) -> tuple[float, ...]:
     return tuple(t for t in (as_float(item) for item in items) if t is not None and t > 0)
 
 
+def _positive(value: int | None) -> int | None:
+    return value if value is not None and 0 < value < 1 << 31 else None
+
+
 def _non_negative(value: int | None) -> int | None:
     return None if value is None or value < 0 else value
 
@@ -194,6 +202,7 @@ def decode_time_record(data: dict[str, Any]) -> TimeRecord:
         telemetry_s=max(0.0, as_float(data.get("telemetry_s")) or 0.0),
         earlier_restart_starts=_starts(data.get("earlier_restart_starts")),
         precision=as_str(data.get("precision"), 40) or "",
+        training_tid=_positive(as_int(data.get("training_tid"))),
         version=as_version(data.get("time_record_version")) or 1,
     )
 
