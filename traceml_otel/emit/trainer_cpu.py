@@ -141,9 +141,10 @@ class TrainerCpuSampler:
         now = self._clock()
         if self.off or now < self._next_ns:
             return
-        self._next_ns = now + int(self.interval_s * 1e9)
         try:
             self.sample(now)
+            # until the time record names the thread, the emitter need not wake for it more than THREAD_POLL_S
+            self._next_ns = now + int((self.interval_s if self.tid is not None else THREAD_POLL_S) * 1e9)
             if now - self._last_write_ns >= WRITE_EVERY_S * 1e9:
                 self._last_write_ns = now
                 self.write()
