@@ -131,3 +131,17 @@ def test_a_write_failure_turns_the_sampling_off_and_says_so(tmp_path: Path, monk
     sampler.write()
     sampler.tick()
     assert len(said) == 1 and "CPU samples not written" in said[0] and sampler.off
+
+
+def test_a_thread_the_trainer_does_not_have_is_dropped_and_the_record_read_again(tmp_path: Path) -> None:
+    """A restarted attempt's emitter may read the earlier attempt's record before the new one names its
+    thread: that id is no thread of this trainer, so it samples nothing and asks the record again."""
+    _name_thread(tmp_path, 0, 2**22 + 12345)  # no such thread here
+    sampler = TrainerCpuSampler(tmp_path, 0, "r", os.getpid(), print)
+    sampler.sample()
+    assert sampler.samples == [] and sampler.tid is None
+    _name_thread(tmp_path, 0, threading.get_native_id())
+    sampler._next_thread_poll_ns = 0
+    sampler.sample()
+    sampler.close()
+    assert sampler.tid == threading.get_native_id() and sampler.samples

@@ -159,7 +159,8 @@ class TrainerCpuSampler:
         if tid is None:
             return
         reading = read_thread_cpu(self.pid, tid)
-        if reading is None:
+        if reading is None:  # not a thread of the trainer (an earlier attempt's record), or it ended
+            self.tid, self._time_seen = None, None  # the record is read again, at most every second
             return
         self.source = reading[0]
         self._pending.append((now, reading[1], reading[2], read_process_cpu(self.pid), read_machine_busy()))
