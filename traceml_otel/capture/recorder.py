@@ -93,9 +93,9 @@ class StepRecorder(StepCalls):
         self._nested_blocks = 0
         """Blocks entered (as a context manager) inside an open step and not yet exited."""
         self.on_refused: Callable[[str], None] | None = None
+        """Called with ``"thread"`` or ``"nested"`` when a block opens no step (the session warns)."""
         self.on_owner: Callable[[int], None] | None = None
         """Called once, with the kernel thread id, when the first step names the training thread."""
-        """Called with ``"thread"`` or ``"nested"`` when a block opens no step (the session warns)."""
         self.on_internal_error: Callable[[], None] | None = None
         """Called when a block's own code raised (the session counts it and warns once)."""
 
