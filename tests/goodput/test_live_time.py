@@ -190,8 +190,8 @@ def test_a_batch_counts_what_its_steps_count_one_at_a_time(tmp_path: Path, stall
         batched.add_steps(steps[first:first + 64])
     for account in (one, batched):
         account.end(at=t + 1.0)
-    # rel 1e-6: one step at a time subtracts Unix seconds as floats (~0.2 us of rounding a step); the
-    # batch sums integer nanoseconds
+    # rel 1e-6: one step at a time adds each step's seconds as a float; the batch sums integer
+    # nanoseconds and converts once
     assert dict(batched.totals()) == pytest.approx(dict(one.totals()), rel=1e-6, abs=1e-6)
     assert (batched.flops, batched.flops_steps) == pytest.approx((one.flops, one.flops_steps))
     assert one.flops_steps == 300 and (dict(one.totals())["stalled"] > 0) == stall

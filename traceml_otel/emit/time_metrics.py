@@ -94,10 +94,9 @@ class LiveTimeAccount:
     def add_step(self, record: StepRecord) -> None:
         """Count one step: its input wait, block and the gap before it (less ``outside_step`` time)."""
         self.poll(force=self._first_begin is None)
-        inside = (record.input_wait_in_step_ns or 0) * _NS  # fetches inside the block: input wait
-        wait = record.waited_ns * _NS - inside
+        inside_ns, wait_ns, between_ns, block_ns = _parts_ns(record)
+        inside, wait, block = inside_ns * _NS, wait_ns * _NS, block_ns * _NS
         start, end = record.start_ns * _NS, record.end_ns * _NS
-        block = max(0.0, end - start - inside)
         with self._lock:
             self._close_stall(end)
             gap_from = self._last_end
@@ -106,8 +105,7 @@ class LiveTimeAccount:
                 gap = [self._startup(start - wait), wait, 0.0]
                 gap_from = None
             else:
-                between = 0.0 if record.between_steps_ns is None else record.between_steps_ns * _NS - wait
-                gap = [0.0, wait, max(0.0, between)]
+                gap = [0.0, wait, between_ns * _NS]
             if self._stall_known():  # else nothing to carve (the common case: 2-3 µs a step saved)
                 gap = _carve(gap, self._stall_in(gap_from, start))
                 block = max(0.0, block - self._stall_in(start, end))
@@ -141,15 +139,10 @@ class LiveTimeAccount:
         wait = between = block = 0.0
         last_end = 0
         for record in records:
-            inside = record.input_wait_in_step_ns or 0
-            waited = record.waited_ns
-            step_wait = waited - inside  # the wait before the block, as add_step splits it
-            wait += waited
-            if record.between_steps_ns is not None and record.between_steps_ns > step_wait:
-                between += record.between_steps_ns - step_wait
-            duration = record.end_ns - record.start_ns - inside
-            if duration > 0:
-                block += duration
+            inside, step_wait, step_between, step_block = _parts_ns(record)
+            wait += step_wait + inside
+            between += step_between
+            block += step_block
             if record.end_ns > last_end:
                 last_end = record.end_ns
         with self._lock:
@@ -296,6 +289,15 @@ class LiveTimeAccount:
         if per_step is not None:
             self.flops += per_step
             self.flops_steps += 1
+
+
+def _parts_ns(record: StepRecord) -> tuple[int, int, int, int]:
+    """One step's parts in ns: (input wait inside the block, the wait before it, the gap between steps
+    less that wait, the block less its inside wait); the gap is 0 on a rank's first step."""
+    inside = record.input_wait_in_step_ns or 0  # fetches inside the block: input wait
+    wait = record.waited_ns - inside
+    between = 0 if record.between_steps_ns is None else max(0, record.between_steps_ns - wait)
+    return inside, wait, between, max(0, record.end_ns - record.start_ns - inside)
 
 
 def _carve(parts: list[float], seconds: float) -> list[float]:
