@@ -18,10 +18,12 @@ the other processes ran beside the training thread, which slows even its on-CPU 
 
 A sample's step count is the steps that had ended by its time, worked out from the step rows as they
 arrive (both sides read ``CLOCK_MONOTONIC``); a sample waits for the rows that cover it, at most
-:data:`RESOLVE_AFTER_S`. The samples are cumulative counters, so thinning them loses resolution, never
-time: at :data:`MAX_SAMPLES` every other one is dropped and the interval doubles (bounded for a run
-of any length). ``rank-R.cpu.json`` (:mod:`traceml_otel.wire.cpu_record`) is written atomically every
-:data:`WRITE_EVERY_S` and at the end. A failure turns the sampling off for the run, said once.
+:data:`RESOLVE_AFTER_S`. At the end, the samples after the last step's end are dropped: they measure the
+trainer's shutdown, which would read as the last steps' CPU time. The samples are cumulative counters,
+so thinning them loses resolution, never time: at :data:`MAX_SAMPLES` every other one is dropped and the
+interval doubles (bounded for a run of any length). ``rank-R.cpu.json``
+(:mod:`traceml_otel.wire.cpu_record`) is written atomically every :data:`WRITE_EVERY_S` and at the end.
+A failure turns the sampling off for the run, said once.
 """
 
 from __future__ import annotations
@@ -46,8 +48,6 @@ WRITE_EVERY_S = 10.0
 RESOLVE_AFTER_S = 2.0
 """A sample no step row has covered for this long takes the steps seen so far (the trainer flushes
 its rows at least every 250 ms while steps end: a longer silence is a pause, not a late row)."""
-THREAD_POLL_S = 1.0
-"""How often the time record is read until it names the training thread."""
 _END = 2  # a step row's end (perf_counter ns), :class:`~traceml_otel.wire.step_row.StepRow`'s layout
 
 
@@ -111,7 +111,6 @@ class TrainerCpuSampler:
         self.steps_closed = 0
         self._last_end_ns = 0
         self._next_ns = 0
-        self._next_thread_poll_ns = 0
         self._time_seen: tuple[int, int] | None = None
         self._last_write_ns = clock()
         self.off = False
@@ -141,10 +140,9 @@ class TrainerCpuSampler:
         now = self._clock()
         if self.off or now < self._next_ns:
             return
+        self._next_ns = now + int(self.interval_s * 1e9)
         try:
             self.sample(now)
-            # until the time record names the thread, the emitter need not wake for it more than THREAD_POLL_S
-            self._next_ns = now + int((self.interval_s if self.tid is not None else THREAD_POLL_S) * 1e9)
             if now - self._last_write_ns >= WRITE_EVERY_S * 1e9:
                 self._last_write_ns = now
                 self.write()
@@ -155,12 +153,12 @@ class TrainerCpuSampler:
     def sample(self, now: int | None = None) -> None:
         """Read the counters once (nothing before the training thread is known)."""
         now = self._clock() if now is None else now
-        tid = self._thread(now)
+        tid = self._thread()
         if tid is None:
             return
         reading = read_thread_cpu(self.pid, tid)
         if reading is None:  # not a thread of the trainer (an earlier attempt's record), or it ended
-            self.tid, self._time_seen = None, None  # the record is read again, at most every second
+            self.tid = None  # the record is read again once it changes
             return
         self.source = reading[0]
         self._pending.append((now, reading[1], reading[2], read_process_cpu(self.pid), read_machine_busy()))
@@ -170,15 +168,13 @@ class TrainerCpuSampler:
             self._keep(self.steps_closed, sample)
 
     def close(self) -> None:
-        """The end of the stream: every sample takes the steps seen; the record is written."""
+        """The end of the stream: the samples up to the last step's end take the steps seen, the later
+        ones are dropped (they measure the trainer's shutdown, no step); the record is written."""
         if self.off:
             return
-        try:
-            self.sample()
-        except Exception:
-            pass
-        while self._pending:
+        while self._pending and self._pending[0][0] <= self._last_end_ns:
             self._keep(self.steps_closed, self._pending.popleft())
+        self._pending.clear()
         self.write()
 
     # --- outputs ----------------------------------------------------------------------------------
@@ -210,11 +206,10 @@ class TrainerCpuSampler:
             self.interval_s *= 2
             self.thinned += 1
 
-    def _thread(self, now: int) -> int | None:
-        """The training thread's id, from the time record (read at most every :data:`THREAD_POLL_S`)."""
-        if self.tid is not None or self._time_path is None or now < self._next_thread_poll_ns:
+    def _thread(self) -> int | None:
+        """The training thread's id, from the time record (read again only when it changed)."""
+        if self.tid is not None or self._time_path is None:
             return self.tid
-        self._next_thread_poll_ns = now + int(THREAD_POLL_S * 1e9)
         try:
             stat = os.stat(self._time_path, follow_symlinks=False)
             key = (stat.st_mtime_ns, stat.st_size)
