@@ -47,7 +47,10 @@ def test_each_run_records_the_training_threads_cpu_samples(runs: Path) -> None:
     record = read_cpu_record(runs / "runs" / "a1" / "rank-0.cpu.json")
     assert record.rank == 0 and record.run_id == "a1" and record.source in ("schedstat", "stat")
     assert len(record.samples) >= 3
-    assert record.samples[-1][0] == STEPS  # the last sample, at shutdown, saw every step closed
+    # The emitter keeps no sample after the last step's end (one taken at shutdown read the trainer's
+    # teardown as the last steps' CPU: a false REGRESSION in benchmarks/compare_aa.py's A/A pairs); the
+    # last one comes from the run's second half (the samples are 0.1 s apart, the run ~1 s or longer).
+    assert STEPS // 2 < record.samples[-1][0] <= STEPS
     steps, clock, on_cpu = zip(*[(s[0], s[1], s[2]) for s in record.samples], strict=True)
     assert list(steps) == sorted(steps) and list(clock) == sorted(clock) and list(on_cpu) == sorted(on_cpu)
 
