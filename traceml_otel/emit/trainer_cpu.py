@@ -111,7 +111,6 @@ class TrainerCpuSampler:
         self.steps_closed = 0
         self._last_end_ns = 0
         self._next_ns = 0
-        self._time_seen: tuple[int, int] | None = None
         self._last_write_ns = clock()
         self.off = False
 
@@ -158,7 +157,7 @@ class TrainerCpuSampler:
             return
         reading = read_thread_cpu(self.pid, tid)
         if reading is None:  # not a thread of the trainer (an earlier attempt's record), or it ended
-            self.tid = None  # the record is read again once it changes
+            self.tid = None  # the record is read again
             return
         self.source = reading[0]
         self._pending.append((now, reading[1], reading[2], read_process_cpu(self.pid), read_machine_busy()))
@@ -207,15 +206,12 @@ class TrainerCpuSampler:
             self.thinned += 1
 
     def _thread(self) -> int | None:
-        """The training thread's id, from the time record (read again only when it changed)."""
+        """The training thread's id, from the time record, read at each sample until it names one (a
+        rewrite within one file-time tick, of the same size, would hide a change from ``stat``)."""
         if self.tid is not None or self._time_path is None:
             return self.tid
         try:
-            stat = os.stat(self._time_path, follow_symlinks=False)
-            key = (stat.st_mtime_ns, stat.st_size)
-            if key != self._time_seen:
-                self._time_seen = key
-                self.tid = read_time_record(self._time_path).training_tid
+            self.tid = read_time_record(self._time_path).training_tid
         except (OSError, RecordError, ValueError):
             pass
         return self.tid
