@@ -86,6 +86,16 @@ def test_the_rank_that_slows_is_a_straggler_and_its_waiting_peer_fires_nothing(t
     assert _run(peer, waiting, world=2).fired == []
 
 
+def test_a_peer_slowed_by_the_straggler_sharing_its_cpu_asks_nothing(tmp_path: Path) -> None:
+    # The clean-clone CI's shape: on a loaded 2-core machine, rank 0's own work rose 3 x (2.7 -> 8.1
+    # ms) while it waited ~24 ms a step for rank 1, whose work rose 11.8 x.
+    contended = [(2.7, 1.0)] * 150 + [(8.1, 24.0)] * 150
+    assert _run(tmp_path, contended, world=2).fired == []
+    (alone := tmp_path / "alone").mkdir()  # the same rise with short waits is its own
+    assert [r.reason for r in _run(alone, [(2.7, 1.0)] * 150 + [(8.1, 1.0)] * 150, world=2).fired] == [
+        "straggler"]
+
+
 def test_emitter_asks_at_most_max_and_once_per_interval(tmp_path: Path) -> None:
     durations = [(30.0 if step % 5 == 4 else 1.0, 0.0) for step in range(400)]
     assert len(_run(tmp_path, durations, interval_s=0.0, max_per_rank=2).fired) == 2

@@ -16,7 +16,9 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
   would leave none for the period.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
-  **straggler**: its own work grew, not its waits.
+  **straggler**: its own work grew, not its waits. A rank whose median wait in those 16 steps is at
+  least its own rise waits for a slower peer: its slower work is that peer's shadow (a shared CPU or
+  memory bus), so it asks nothing.
 - **residual**: the residual's share (time in no phase, fetch or collective: host syncs, metrics,
   logging) of the last 32 steps' busy time >= 30 % and 15 points or more above the rank's own earlier
   level (the median share of the up to 128 steps before those 32, at least 64 of them, none in the
@@ -168,6 +170,8 @@ class CaptureTriggers:
         self.clock = clock
         self.baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        self.recent_waits: deque[float] = deque(maxlen=RECENT_STEPS)
+        """The waits (wall less busy time) of the steps in :attr:`recent`."""
         self.older: deque[float] = deque(maxlen=DRIFT_BASELINE_STEPS)
         self.shares: deque[float] = deque(maxlen=RESIDUAL_STEPS)
         self.older_shares: deque[float] = deque(maxlen=RESIDUAL_BASELINE_STEPS)
@@ -224,6 +228,7 @@ class CaptureTriggers:
         if len(self.recent) == RECENT_STEPS:
             self.older.append(self.recent[0])
         self.recent.append(busy)
+        self.recent_waits.append((row[2] - row[1]) / 1e9 - busy)
         if busy > 0:
             if len(self.shares) == RESIDUAL_STEPS:
                 self.older_shares.append(self.shares[0])
@@ -297,6 +302,8 @@ class CaptureTriggers:
             self._slow_level = before
             self.wasted["drift"] += sum(b - before for b in self.recent if b > before)
         straggler = self.world_size > 1 and self._collectives
+        if straggler and statistics.median(self.recent_waits) >= now - before:
+            return  # it waits for a slower peer longer than its own work grew: that peer's shadow
         reason = "straggler" if straggler else "drift"
         what = "this rank's own work" if straggler else "the rank's busy time"
         if self._request(reason, f"step {step}: {what} rose to {now * 1e3:.1f} ms a step (median of "
