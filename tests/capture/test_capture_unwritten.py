@@ -43,7 +43,8 @@ def test_captures_dropped_or_left_at_shutdown_leave_summaries_that_say_why(tmp_p
 
 
 def test_a_capture_taken_for_a_step_the_training_never_reached_says_so(tmp_path: Path) -> None:
-    from traceml_otel.capture.profiler_capture import ProfilerCapture, close_profiler_capture
+    from traceml_otel.capture.capture_start import close_profiler_capture
+    from traceml_otel.capture.profiler_capture import ProfilerCapture
 
     settings = CaptureSettings()
     session = SimpleNamespace(recorder=SimpleNamespace(step=400), block_model=None)

@@ -37,7 +37,7 @@ from traceml_otel.wire.capture_record import (
 )
 
 if TYPE_CHECKING:
-    from traceml_otel.capture.profiler_capture import RunningCapture
+    from traceml_otel.capture.running_capture import RunningCapture
     from traceml_otel.settings import CaptureSettings
 
 USER_PROFILER = "a profiler is already running in this process (the user's): no capture is taken"

@@ -50,7 +50,7 @@ MAX_HANDLED = 256
 BUSY = "a capture is running"
 AUTO_OFF = "automatic captures off"
 """An automatic request on a rank whose automatic captures are off (this attempt, after an earlier one
-ended mid-capture: ``profiler_capture.earlier_crash``)."""
+ended mid-capture: ``capture_start.earlier_crash``)."""
 STALE_S = 60.0
 """A request found at start-up older than this belongs to an earlier attempt: ignored."""
 

@@ -37,7 +37,7 @@ import functools
 import sys
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch.compiler import is_compiling
@@ -48,10 +48,30 @@ from traceml_otel.capture.forward_hooks import in_backward
 from traceml_otel.capture.optimizer_registry import OPTIMIZERS
 
 if TYPE_CHECKING:
-    from traceml_otel.capture.session import TrainingSession
+    from traceml_otel.capture.capture_config import CaptureConfig
+    from traceml_otel.capture.forward_hooks import ForwardHooks
+    from traceml_otel.capture.optimizer_hooks import OptimizerHooks
+    from traceml_otel.capture.recorder import StepRecorder
 
 WARM_UP_STEPS = 3
 """Steps timed with global module hooks before only the modules found then are hooked."""
+
+
+class InferenceHost(Protocol):
+    """What step inference needs of the training session (``capture/session.py``'s ``TrainingSession``)."""
+
+    config: CaptureConfig | None
+    recorder: StepRecorder
+    forward: ForwardHooks | None
+    optimizer_hooks: OptimizerHooks
+    inferred: InferredSteps | None
+    internal_errors: int
+
+    def model_seen(self, model: Any) -> None:
+        """``model`` is the one traced now: its forward hooks, parallelism and collectives."""
+
+    def count_internal_error(self) -> None:
+        """An error of our own was caught on the training thread."""
 
 
 def _warn(message: str) -> None:
@@ -71,7 +91,7 @@ def optimizer_of(optimizer: Any, args: Any) -> Any:
 class InferredSteps:
     """Opens and closes the recorder's steps from a plain loop's fetches, forwards and updates."""
 
-    def __init__(self, session: TrainingSession) -> None:
+    def __init__(self, session: InferenceHost) -> None:
         self._session = session
         self._recorder = session.recorder
         self._pending_start: int | None = None

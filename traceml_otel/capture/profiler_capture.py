@@ -18,23 +18,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from traceml_otel.capture.capture_export import USER_PROFILER
+from traceml_otel.capture.running_capture import RunningCapture
 from traceml_otel.wire.capture_record import CaptureRequest
 
 if TYPE_CHECKING:
     from traceml_otel.capture.capture_budget import BudgetUse
     from traceml_otel.capture.capture_export import CaptureExporter
-    from traceml_otel.capture.session import TrainingSession
+    from traceml_otel.capture.recorder import StepRecorder
     from traceml_otel.settings import CaptureSettings
 
 FIRST_STEP = 5
 """No capture covers a rank's first steps: ``torch.profiler``'s Python tracer at times garbles the names
 of what runs for the first time in a process (its events then cannot be read back), and first steps
 are warm-up anyway."""
+
+
+class CaptureHost(Protocol):
+    """What a capture needs of the training session (``capture/session.py``'s ``TrainingSession``)."""
+
+    recorder: StepRecorder
+    block_model: Any
+    """Set to the sentinel that sends ``trace_step`` through the session's full path while armed."""
+
+    def end_step(self, exception_type: str | None) -> None:
+        """Close the open step (a capture puts its own in place while it runs)."""
 
 
 def user_profiler_running() -> bool:
@@ -54,33 +65,10 @@ def user_profiler_running() -> bool:
         return False
 
 
-@dataclass
-class RunningCapture:
-    """A capture in progress: its profiler and the steps it has seen."""
-
-    index: int
-    request: CaptureRequest
-    profiler: Any
-    steps_wanted: int
-    activities: tuple[str, ...]
-    steps: list[int] = field(default_factory=list)
-    step_ms: list[float] = field(default_factory=list)
-    start_overhead_s: float = 0.0
-    stop_overhead_s: float = 0.0
-    started_unix: float = 0.0
-    stopped_unix: float = 0.0
-    train_s: float = 0.0
-    """The rank's training time when the capture started (the cost budget's measure)."""
-    deferred: bool = False
-    """Its export waits until the cost budget covers it, or the end of training (the poller said so)."""
-    run_cost_s: float = 0.0
-    """Profiling's measured cost: start, stop and the captured steps over the rank's median."""
-
-
 class ProfilerCapture:
     """One rank's deep captures: armed by the poller, run on the training thread, exported off it."""
 
-    def __init__(self, session: TrainingSession, settings: CaptureSettings, exporter: CaptureExporter,
+    def __init__(self, session: CaptureHost, settings: CaptureSettings, exporter: CaptureExporter,
                  warn: Callable[[str], None]) -> None:
         self.session = session
         self.settings = settings
@@ -253,78 +241,3 @@ class ProfilerCapture:
                                             running.step_ms, running.request.baseline_ms, 0.0)
         self.run_costs = [*self.run_costs[-63:], (running.request.reason != "on_demand", running.run_cost_s)]
         self.exporter.submit(running)  # never blocks: the exporter's queue holds one capture at most
-
-
-def start_profiler_capture(session: TrainingSession, settings: Any, warn: Callable[[str], None]) -> Any:
-    """This rank's deep captures and their poller, or ``None`` (off, no run folder, no torch)."""
-    from traceml_otel.settings import capture_settings
-
-    try:
-        options = capture_settings()
-    except Exception as error:
-        warn(f"deep captures are off for this run: {error}")
-        return None
-    if not options.enabled or settings.run_dir is None:
-        return None
-    try:
-        import torch.profiler  # noqa: F401
-    except Exception:
-        return None
-    from traceml_otel.capture.capture_export import CaptureExporter
-    from traceml_otel.capture.capture_poller import CapturePoller
-    from traceml_otel.capture.time_ledger import restart_count
-
-    restart = restart_count()
-    crashed = earlier_crash(settings.run_dir, restart) if options.auto else None
-    if crashed is not None:
-        options = replace(options, auto=False)
-        warn(f"an earlier attempt of this run ended with a capture {crashed}: automatic captures are off "
-             "for this attempt (`traceml capture` still works)")
-    try:
-        exporter = CaptureExporter(settings.run_dir, settings.run_id, settings.identity.rank, options, warn)
-        capture = ProfilerCapture(session, options, exporter, warn)
-        poller = CapturePoller(capture, settings.run_dir, settings.identity.rank, options, warn, restart)
-        poller.start()
-    except Exception as error:  # never a reason not to train
-        warn(f"deep captures are off for this run: {type(error).__name__}: {error}")
-        return None
-    capture.poller = poller  # type: ignore[attr-defined]
-    return capture
-
-
-def close_profiler_capture(capture: ProfilerCapture | None, wait_s: float = 10.0) -> None:
-    """At shutdown: stop the poller, end a running capture, let the exporter finish (bounded)."""
-    if capture is None:
-        return
-    poller = getattr(capture, "poller", None)
-    if poller is not None:
-        poller.stop()
-    pending, capture.pending = capture.pending, None
-    if pending is not None:  # taken, but the training ended before the step it was armed for
-        last = capture.session.recorder.step - 1
-        at = pending.at_step if pending.at_step is not None else last + 1
-        capture.exporter.unwritten.append((
-            RunningCapture(index=capture.started + 1, request=pending, profiler=None, steps_wanted=0,
-                           activities=()),
-            f"not started: armed for step {at}, and the training ended at step {last} before it"))
-    if capture.running is not None:
-        capture.stop()
-    if poller is not None:
-        poller.clear_in_flight()  # a clean end: no capture is left in flight
-    capture.exporter.close(wait_s)
-
-
-def earlier_crash(run_dir: Path, restart: int) -> str | None:
-    """How an earlier attempt's capture was left in flight (``"armed or running on rank R (...)"``) when
-    the run folder holds such a marker from an attempt before ``restart``, else ``None``."""
-    from traceml_otel.wire.capture_in_flight import read_in_flight
-
-    if restart <= 0:
-        return None
-    earlier = [m for m in read_in_flight(run_dir) if m.restart < restart]
-    if not earlier:
-        return None
-    first = earlier[0]
-    stack = ", stacks on" if first.with_stack else ""
-    more = f" and {len(earlier) - 1} more rank(s)" if len(earlier) > 1 else ""
-    return f"armed or running on rank {first.rank}{more} ({first.reason}{stack})"

@@ -20,9 +20,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from traceml_otel.capture.capture_config import CaptureConfig
+from traceml_otel.capture.emitter_link import EmitterLink, Finishable
 from traceml_otel.capture.recorder import StepRecorder
 from traceml_otel.capture.step_state import NO_BLOCK as _NO_BLOCK
 from traceml_otel.warn_line import warn
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from traceml_otel.capture.model_discovery import ModelDiscovery
     from traceml_otel.capture.time_ledger import TimeLedger
     from traceml_otel.settings import Settings
-    from traceml_otel.wire.control import LocalReport
 
 _UNSEEN = object()
 """What :attr:`Session.block_model` holds while ``trace_step`` must take the session's full path."""
@@ -43,31 +43,6 @@ def _forward_not_timed(model: Any) -> None:
     warn(f"the forward of {type(model).__name__} is not timed: torch takes no forward hooks on it (a "
          "scripted TorchScript module: torch.jit.script); its time counts in the step's residual. To time "
          "it, pass trace_step() a plain nn.Module whose forward calls it")
-
-
-class EmitterLink(Protocol):
-    """What the session needs of the channel to its emitter (``emit/channel.py``'s ``EmitterChannel``)."""
-
-    steps_offered: int
-    steps_handed: int
-    dropped_steps: int
-    broken: str | None
-    local_report: LocalReport | None
-
-    def send_steps(self, rows: list[Any]) -> None: ...
-
-    def close(self, timeout_s: float, status: str = "ok", traced: int | None = None,
-              stall_s: float = ...) -> bool: ...
-
-    def emitter_fate(self) -> str: ...
-
-    def detach(self) -> None: ...
-
-
-class Finishable(Protocol):
-    """The run manifest a direct launch's rank 0 writes (``launch/direct.py``)."""
-
-    def finish(self, status: str) -> None: ...
 
 
 class Session:
@@ -174,7 +149,7 @@ class TrainingSession(Session):
         self.time_ledger = start_time_ledger(self.recorder, settings, warn)
         self.installed.append(watch_autocast(self.time_ledger))
         self.recorder.on_owner = self.time_ledger.training_thread  # the emitter samples that thread's CPU
-        from traceml_otel.capture.profiler_capture import start_profiler_capture
+        from traceml_otel.capture.capture_start import start_profiler_capture
 
         self.profiler_capture = start_profiler_capture(self, settings, warn)
 

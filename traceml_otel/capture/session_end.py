@@ -7,17 +7,39 @@ alone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from traceml_otel.settings import linger_budget_s
 from traceml_otel.warn_line import warn
 from traceml_otel.wire.control import LocalReport
 
 if TYPE_CHECKING:
-    from traceml_otel.capture.session import TrainingSession
+    from traceml_otel.capture.emitter_link import EmitterLink, Finishable
+    from traceml_otel.capture.inferred_steps import InferredSteps
+    from traceml_otel.capture.recorder import StepRecorder
+    from traceml_otel.capture.time_ledger import TimeLedger
+    from traceml_otel.settings import Settings
 
 
-def close_session(session: TrainingSession, status: str) -> None:
+class ClosingSession(Protocol):
+    """What closing needs of the training session (``capture/session.py``'s ``TrainingSession``)."""
+
+    settings: Settings
+    link: EmitterLink
+    manifest: Finishable | None
+    recorder: StepRecorder
+    time_ledger: TimeLedger
+    watchdog: Any
+    inferred: InferredSteps | None
+    installed: list[Any]
+    internal_errors: int
+    profiler_capture: Any
+
+    def end_step(self, exception_type: str | None) -> None:
+        """Close the open step."""
+
+
+def close_session(session: ClosingSession, status: str) -> None:
     """Close the open step, hand everything over, say goodbye to the emitter (bounded by
     ``TRACEML_SHUTDOWN_TIMEOUT_S``), undo the hooks and say at exit what was lost."""
     settings, link, recorder = session.settings, session.link, session.recorder
@@ -30,7 +52,7 @@ def close_session(session: TrainingSession, status: str) -> None:
             session.inferred.stop()
         if recorder.in_step:
             session.end_step("Interrupted")  # a running deep capture's end_step, if one runs
-        from traceml_otel.capture.profiler_capture import close_profiler_capture
+        from traceml_otel.capture.capture_start import close_profiler_capture
 
         close_profiler_capture(getattr(session, "profiler_capture", None), settings.shutdown_timeout_s)
         recorder.flush(wait_s=2.0)
@@ -54,7 +76,7 @@ def close_session(session: TrainingSession, status: str) -> None:
     _say_what_was_lost(session, finished)
 
 
-def _say_what_was_lost(session: TrainingSession, finished: bool) -> None:
+def _say_what_was_lost(session: ClosingSession, finished: bool) -> None:
     link, recorder = session.link, session.recorder
     if link.dropped_steps:
         reason = link.broken or "backlog full or device work unfinished"
@@ -76,7 +98,7 @@ def _say_what_was_lost(session: TrainingSession, finished: bool) -> None:
              "background")
 
 
-def record_handoff(session: TrainingSession, status: str) -> None:
+def record_handoff(session: ClosingSession, status: str) -> None:
     """The emitter did not report back: write what was handed to it, for the account and diagnosis."""
     settings, link = session.settings, session.link
     run_dir = settings.run_dir
