@@ -168,3 +168,21 @@ def test_the_emitter_keeps_its_long_lived_heap_out_of_garbage_collections(tmp_pa
     frozen, thresholds = json.loads(out.read_text())
     assert frozen > 20_000  # the modules' objects, not a few
     assert tuple(thresholds) == pipe_session.GC_THRESHOLDS
+
+
+def test_a_capture_span_written_after_the_last_step_is_in_the_count(tmp_path: Path) -> None:
+    """A deep capture's summary is often written after the last step's batch (its export runs at the end):
+    its ``traceml.capture`` span in the local copy is counted in ``spans_local`` (the account's total)."""
+    from traceml_otel.wire.capture_record import CaptureSummary, write_summary
+    from traceml_otel.wire.export_stats import read_export_stats
+
+    emitter = Emitter(_hello(tmp_path))
+    emitter.handle_steps(_rows(0, 20))
+    write_summary(tmp_path, CaptureSummary(run_id="r", rank=0, index=1, reason="on_demand", request_id="x",
+                                           steps=(5, 6), finished_unix=time.time()))
+    emitter.poll_hang(force=True)
+    emitter.finish("ok", 0, True, steps_traced=20)
+    spans = read_run(tmp_path)
+    assert sum(span.name == c.SPAN_CAPTURE for span in spans) == 1
+    (stats,) = read_export_stats(tmp_path).stats
+    assert stats.spans_local == len(spans) and stats.steps_local == 20

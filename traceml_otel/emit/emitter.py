@@ -211,6 +211,9 @@ class Emitter(ExportShutdown):
                 self.local.write(spans)
             except OSError as error:
                 self._local_failed(error)
+            else:  # counted now: a capture's span often comes after the last step's batch
+                self.stats.spans_local = self.local.spans_written
+                self.stats_file.mark_dirty()
         if self.shipper is not None:
             try:
                 self.shipper.offer(spans)
