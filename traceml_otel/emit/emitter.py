@@ -211,9 +211,8 @@ class Emitter(ExportShutdown):
                 self.local.write(spans)
             except OSError as error:
                 self._local_failed(error)
-            else:  # counted now: a capture's span often comes after the last step's batch
-                self.stats.spans_local = self.local.spans_written
-                self.stats_file.mark_dirty()
+            self._count_local()  # now: a capture's span often comes after the last step's batch
+            self.stats_file.mark_dirty()
         if self.shipper is not None:
             try:
                 self.shipper.offer(spans)
@@ -286,8 +285,7 @@ class Emitter(ExportShutdown):
                 self.local.write_encoded(encoded.spans_json, encoded.spans, encoded.steps)
             except OSError as error:
                 self._local_failed(error)
-            self.stats.spans_local = self.local.spans_written if self.local else self.stats.spans_local
-            self.stats.steps_local = self.local.steps_written if self.local else self.stats.steps_local
+            self._count_local()
         if self.table is not None:
             self.table.write_lines(encoded.rows, encoded.steps)
         if self.live is not None:
@@ -309,10 +307,16 @@ class Emitter(ExportShutdown):
         self.ledger.take_rejected(self.metrics)
         self.stats_file.write(self.stats)
 
+    def _count_local(self) -> None:
+        """Copy the local copy's counts into the statistics (after a failure, the last ones stay)."""
+        local = self.local
+        if local is not None:
+            self.stats.spans_local, self.stats.steps_local = local.spans_written, local.steps_written
+
     def _local_failed(self, error: OSError) -> None:
+        self._count_local()
         local, self.local = self.local, None
         assert local is not None
-        self.stats.spans_local, self.stats.steps_local = local.spans_written, local.steps_written
         try:
             local.close()
         except OSError:
