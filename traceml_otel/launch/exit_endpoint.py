@@ -6,14 +6,20 @@ parent sees both (launch/child_watch.py). When ``traceml run`` saw a rank fail a
 Prometheus (``TRACEML_PROMETHEUS_PORT``), the launcher serves, once every rank exited, on this node's
 first rank port (the one every PodMonitor scrapes) for the ranks' linger
 (``TRACEML_PROMETHEUS_LINGER_S``), the one series ``traceml_run_first_failure`` with that rank's job
-and run labels, so ``TraceMLJobFailed`` fires with the rank and how it ended. It says so on stderr; a
-busy port or unusable settings skip it with a line, never an error.
+and run labels, so ``TraceMLJobFailed`` fires with the rank and how it ended.
+
+The launcher always says on stderr which rank failed first, whether it serves it or not. The port can
+still be held when it tries: a rank stopped after the failure lingers for the last scrape in its own
+emitter process, and that endpoint already serves the series (it reads the manifest). The line then
+says the rank's endpoint has it; any other holder, or unusable settings, skip the serving with a
+line, never an error.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 
 from traceml_otel.errors import SettingsError
@@ -36,12 +42,15 @@ class _FirstFailureCollector:
 
 
 def serve_first_failure(first: FirstFailure, env: Mapping[str, str], rank: int) -> float:
-    """Serve the first failure on ``rank``'s port for the ranks' linger; the seconds it served (0: not)."""
+    """Say on stderr which rank failed first, and serve it on ``rank``'s port for the ranks' linger;
+    the seconds it served (0: not served)."""
+    said = f"traceml: rank {first.rank} failed first ({first.how})"
     try:
         settings = load_settings({**env, "RANK": str(rank), "LOCAL_RANK": "0"})
     except SettingsError:
-        return 0.0
-    if not settings.prometheus_port or settings.prometheus_linger_s <= 0:
+        settings = None
+    if settings is None or not settings.prometheus_port or settings.prometheus_linger_s <= 0:
+        _say(said)
         return 0.0
     from prometheus_client import CollectorRegistry
 
@@ -56,12 +65,14 @@ def serve_first_failure(first: FirstFailure, env: Mapping[str, str], rank: int) 
     try:
         server = serve_registry(registry, endpoint, ScrapeLog())
     except OSError as error:
-        print(f"traceml: cannot serve rank {first.rank}'s failure on port {endpoint.port} "
-              f"({error.strerror or error}); the manifest has it", file=sys.stderr, flush=True)
+        if _already_served(endpoint.address, endpoint.port):
+            _say(f"{said}; a rank's endpoint still lingering on port {endpoint.port} serves it")
+        else:
+            _say(f"{said}; cannot serve it on port {endpoint.port} ({error.strerror or error}); "
+                 "the manifest has it")
         return 0.0
     linger = settings.prometheus_linger_s
-    print(f"traceml: rank {first.rank} failed first ({first.how}); keeping the metrics endpoint up "
-          f"{linger:.0f} s so the stack sees it", file=sys.stderr, flush=True)
+    _say(f"{said}; keeping the metrics endpoint up {linger:.0f} s so the stack sees it")
     started = time.monotonic()
     try:
         time.sleep(linger)
@@ -69,3 +80,25 @@ def serve_first_failure(first: FirstFailure, env: Mapping[str, str], rank: int) 
         server.shutdown()
         server.server_close()
     return time.monotonic() - started
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _already_served(address: str, port: int) -> bool:
+    """Whether the endpoint holding ``address:port`` serves ``traceml_run_first_failure`` (one read,
+    bounded by time and size)."""
+    host = f"[{address}]" if ":" in address else address
+    if host in ("0.0.0.0", "[::]"):
+        host = "127.0.0.1"
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=_PROBE_TIMEOUT_S) as reply:
+            page = reply.read(_PROBE_MAX_BYTES)
+    except (OSError, ValueError):
+        return False
+    return b"traceml_run_first_failure{" in page
+
+
+_PROBE_TIMEOUT_S = 1.0
+_PROBE_MAX_BYTES = 4 << 20
