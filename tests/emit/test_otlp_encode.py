@@ -69,6 +69,15 @@ def test_the_otlp_request_is_byte_identical_to_the_sdk_encoders() -> None:
     assert again == ours
 
 
+def test_a_request_of_a_full_batch_is_byte_identical_too() -> None:
+    """Thousands of spans: the enclosing messages' lengths take three-byte varints."""
+    spans = _spans() * 400
+    sdk = encode_spans([ReadableSpanFactory(RESOURCE, SCOPE).convert(span) for span in spans])
+    encoder = SpanEncoder(RESOURCE, SCOPE)
+    ours = encoder.request([encoder.encode(span) for span in spans])
+    assert len(ours) > 1 << 20 and ours == sdk.SerializeToString()
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf"])
 def test_the_sdk_exporter_sends_our_bytes_and_the_receiver_decodes_the_same_spans(
     protocol: str, monkeypatch: pytest.MonkeyPatch,
