@@ -302,3 +302,59 @@ def test_a_batch_of_collective_steps_counts_and_times_every_step() -> None:
     assert duration.attributes == {c.ATTR_JOB: "run-x", c.ATTR_RUN_ID: "run-x", c.ATTR_RANK: 3,
                                    c.ATTR_COLLECTIVE_SOURCE: "ddp", c.ATTR_COLLECTIVE_KIND: "all_reduce"}
     assert {e.trace_id for e in duration.exemplars} == {spans.step.trace_id}
+
+
+@pytest.mark.parametrize("exemplars", ["trace_based", "always_on", "always_off"])
+@pytest.mark.parametrize("temporality", [DELTA, CUMULATIVE])
+def test_a_column_at_a_time_leaves_the_same_series_as_one_at_a_time(exemplars: str,
+                                                                    temporality: AggregationTemporality) -> None:
+    """``record_many`` (the step metrics' batch path) against ``record`` of each value in order, on
+    random batches: boundaries hit exactly, zeros, a NaN, an infinity or a negative among them, steps
+    sampled or not, several keys, and more keys than the cardinality limit."""
+    import random
+
+    rng = random.Random(7)
+    boundaries = c.DURATION_BUCKETS_S
+    odd = [math.nan, math.inf, -1.0, -0.0, 0.0, *boundaries[:4], 1e308]
+
+    def one_batch() -> list[tuple[str, list[float], list[tuple[int, int] | None]]]:
+        batches = []
+        for key in rng.sample(["forward", "backward", "optimizer", "h2d"], rng.randint(1, 4)):
+            size = rng.randint(1, 40)
+            values = [rng.choice(odd) if rng.random() < 0.05 else rng.lognormvariate(-6, 2)
+                      for _ in range(size)]
+            mode = rng.random()
+            ids: list[tuple[int, int] | None] = [
+                (rng.getrandbits(128), rng.getrandbits(64)) if mode < 0.4 or (mode < 0.7 and rng.random() < 0.5)
+                else None for _ in range(size)]
+            batches.append((key, values, ids))
+        return batches
+
+    one_by_one = HistogramGroup(temporality, exemplars)
+    columns = HistogramGroup(temporality, exemplars)
+    seq = one_by_one.histogram(BUCKETED, "s", "d", boundaries, attributes_of)
+    col = columns.histogram(BUCKETED, "s", "d", boundaries, attributes_of)
+    seq_sum = one_by_one.histogram(SUM_ONLY, "s", "d", (), attributes_of)
+    col_sum = columns.histogram(SUM_ONLY, "s", "d", (), attributes_of)
+    now = 1_000_000_000
+    for interval in range(30):
+        for _ in range(5):
+            now += 1000
+            for key, values, ids in one_batch():
+                for a, b in ((seq, col), (seq_sum, col_sum)):
+                    for value, pair in zip(values, ids, strict=True):
+                        a.record(key, value, now, *(pair or (None, None)))
+                    b.record_many(key, values, now, ids)
+        now += 1000
+        assert one_by_one.collect(now) == columns.collect(now), interval
+    assert seq.rejected == col.rejected > 0
+
+
+def test_a_column_at_a_time_overflows_the_same_keys() -> None:
+    one_by_one, columns = HistogramGroup(DELTA, "always_on"), HistogramGroup(DELTA, "always_on")
+    seq = one_by_one.histogram(BUCKETED, "s", "d", c.DURATION_BUCKETS_S, attributes_of)
+    col = columns.histogram(BUCKETED, "s", "d", c.DURATION_BUCKETS_S, attributes_of)
+    for k in range(CARDINALITY_LIMIT + 5):
+        seq.record(f"p{k}", 0.01 * (k % 7), 5)
+        col.record_many(f"p{k}", [0.01 * (k % 7)], 5, [None])
+    assert one_by_one.collect(10) == columns.collect(10)

@@ -42,6 +42,9 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from opentelemetry.sdk.environment_variables import OTEL_METRICS_EXEMPLAR_FILTER
@@ -144,6 +147,45 @@ class HistogramAccumulator:
             # the measurement's attributes: the point's, but for the overflow series
             measured = self._attributes_of(key) if series.attributes is OVERFLOW_ATTRIBUTES else None
             series.exemplars[index] = (value, time_ns, trace_id, span_id, measured)
+
+    def record_many(self, key: Hashable, values: Sequence[float], time_ns: int,
+                    ids: Sequence[tuple[int, int] | None]) -> None:
+        """:meth:`record` of each value in order, all at ``time_ns``, each with its sampled step's
+        (trace id, span id) or ``None``: the same series afterwards, a column at a time (the buckets
+        by ``map``, the sum by ``reduce`` in order, so it is the same float)."""
+        if not values:
+            return
+        total = sum(values)  # NaN when any value is: then min and max are not to be trusted
+        if not (total == total and min(values) >= 0.0 and max(values) < math.inf):
+            for value, pair in zip(values, ids, strict=True):
+                self.record(key, value, time_ns, *(pair or (None, None)))
+            return
+        series = self._series.get(key)
+        if series is None:
+            series = self._new_series(key, time_ns)
+        indices = list(map(bisect_left, repeat(self._boundaries), values))
+        counts = series.counts
+        for index in indices:
+            counts[index] += 1
+        series.sum = reduce(add, values, series.sum)
+        low, high = min(values), max(values)
+        if low < series.min:
+            series.min = low
+        if high > series.max:
+            series.max = high
+        untraced = ids.count(None)
+        if (untraced == 0 and self._traced) or (untraced == len(ids) and self._untraced):
+            last = dict(zip(indices, range(len(values)), strict=True))  # each bucket's latest one
+        elif untraced == len(ids) or not self._traced:  # (always_on is traced too)
+            return
+        else:
+            last = {index: position for position, (index, pair) in enumerate(zip(indices, ids, strict=True))
+                    if (self._traced if pair is not None else self._untraced)}
+        measured = self._attributes_of(key) if series.attributes is OVERFLOW_ATTRIBUTES else None
+        exemplars = series.exemplars
+        for index, position in last.items():
+            pair = ids[position]
+            exemplars[index] = (values[position], time_ns, *(pair or (None, None)), measured)
 
     def _new_series(self, key: Hashable, time_ns: int) -> _Series:
         self._started = True

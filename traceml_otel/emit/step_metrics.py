@@ -58,6 +58,11 @@ __all__ = [
 SCRAPE_REPLY_GRACE_S = 0.5
 """After the linger, how long the endpoint stays up to finish a reply it is still sending."""
 
+_Ids = tuple[int, int] | None
+"""A sampled step's (trace id, span id): its measurements' exemplar context; ``None``: not sampled."""
+_Column = tuple[list[float], list[_Ids]]
+"""One histogram series' values of a batch, in step order, and each one's exemplar context."""
+
 
 def _make_metric_exporter(protocol: str):
     if protocol == "grpc":
@@ -228,70 +233,87 @@ class StepMetrics:
         return self._provider is not None or self._prometheus is not None
 
     def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans | EncodedStep, bool]]) -> None:
-        """Record a batch of (record, spans, exemplar) steps: the histograms per step, the counters
-        (steps, samples, tokens, collective calls and bytes) once for the batch: the same totals, and
-        each SDK ``add`` costs ~10 µs."""
+        """Record a batch of (record, spans, exemplar) steps: the histograms a series at a time, the
+        counters (steps, samples, tokens, collective calls and bytes) once for the batch: the same
+        totals, and each SDK ``add`` costs ~10 µs."""
         steps = list(steps)
         records = [record for record, _, _ in steps]
-        if self.records_steps:
+        if self.records_steps:  # else no OTLP metrics and no scrape endpoint: nothing would read it
             self.state.time.account.add_steps(records)
-        for record, spans, exemplar in steps:
-            self._record_step(record, spans, exemplar)
+            self._record_steps(steps)
         self._add_counts(records)
 
     def record(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
-        if self.records_steps:
-            self.state.time.account.add_step(record)
-        self._record_step(record, spans, exemplar)
-        self._add_counts([record])
+        self.record_batch([(record, spans, exemplar)])
 
-    def _record_step(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool) -> None:
-        """The live state, the scrape path and the histograms of one step (the time account is fed
-        by the caller; the counters wait for :meth:`_add_counts`)."""
-        if not self.records_steps:
-            return  # no OTLP metrics and no scrape endpoint: nothing would ever read it
-        on_gpu = record.gpu_duration_ns is not None
-        step_s = (record.gpu_duration_ns if on_gpu else record.traced_cpu_ns) * NS
-        wait_s: float | None = None
-        if record.input_wait_ns is not None:
-            wait_s = (record.input_wait_gpu_ns if on_gpu and record.input_wait_gpu_ns is not None
-                      else record.input_wait_ns) * NS
-            self.state.last_wait_s = wait_s
-        self.state.last_step_end_s = record.end_ns * NS
-        memory = None
-        if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
-            memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
-            pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
-            self._pending_peaks = memory if pending is None else (max(pending[0], memory[0]),
-                                                                  max(pending[1], memory[1]))
-        phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
-        collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
-        if self._prometheus is not None:
+    def _record_steps(self, steps: list[tuple[StepRecord, StepSpans | EncodedStep, bool]]) -> None:
+        """The live state, the scrape path and the histograms of a batch's steps (the time account is
+        fed by the caller; the counters wait for :meth:`_add_counts`). Each histogram series gets its
+        values in step order in one :meth:`~.HistogramAccumulator.record_many`."""
+        prometheus = self._prometheus
+        state = self.state
+        ids_column: list[_Ids] = []
+        step_values: list[float] = []
+        waits: _Column = ([], [])
+        phase_columns: dict[str, _Column] = {}
+        collective_columns: dict[tuple[Any, tuple[str, str]], _Column] = {}
+        for record, spans, exemplar in steps:
+            on_gpu = record.gpu_duration_ns is not None
+            step_s = (record.gpu_duration_ns if on_gpu else record.traced_cpu_ns) * NS
             ids = (spans.trace_id, spans.span_id) if exemplar else None
-            self._prometheus.record(step_s, phases, wait_s, memory, ids)
-            self._prometheus.record_work(record.samples, record.tokens)
-            self._prometheus.record_collectives(collectives)
-        if self._provider is None or self._histograms is None:
-            return
-        trace_id, span_id = (spans.trace_id, spans.span_id) if exemplar else (None, None)
-        now_ns = time.time_ns()
-        with self._histograms.lock:
-            self._step.record(None, step_s, now_ns, trace_id, span_id)
+            ids_column.append(ids)
+            step_values.append(step_s)
+            wait_s: float | None = None
+            if record.input_wait_ns is not None:
+                wait_s = (record.input_wait_gpu_ns if on_gpu and record.input_wait_gpu_ns is not None
+                          else record.input_wait_ns) * NS
+                waits[0].append(wait_s)
+                waits[1].append(ids)
+            memory = None
+            if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
+                memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
+                pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
+                self._pending_peaks = memory if pending is None else (max(pending[0], memory[0]),
+                                                                      max(pending[1], memory[1]))
+            phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
             for phase, seconds in phases:
-                self._phase.record(phase, seconds, now_ns, trace_id, span_id)
-            if wait_s is not None:
-                self._wait.record(None, wait_s, now_ns, trace_id, span_id)
+                column = phase_columns.get(phase)
+                if column is None:
+                    column = phase_columns[phase] = ([], [])
+                column[0].append(seconds)
+                column[1].append(ids)
+            collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
             for one in collectives:
                 key = (one.source, one.kind)
-                if one.seconds is not None:
-                    self._collective.record(key, one.seconds, now_ns, trace_id, span_id)
-                if one.exposed is not None:
-                    self._collective_exposed.record(key, one.exposed, now_ns, trace_id, span_id)
-        for one in collectives:
-            totals = self._pending_collectives.setdefault((one.source, one.kind), [0, 0])
-            totals[0] += one.calls
-            totals[1] += one.nbytes
+                for histogram, value in ((self._collective, one.seconds),
+                                         (self._collective_exposed, one.exposed)):
+                    if value is not None:
+                        column = collective_columns.setdefault((histogram, key), ([], []))
+                        column[0].append(value)
+                        column[1].append(ids)
+                totals = self._pending_collectives.setdefault(key, [0, 0])
+                totals[0] += one.calls
+                totals[1] += one.nbytes
+            if prometheus is not None:
+                prometheus.record(step_s, phases, wait_s, memory, ids)
+                prometheus.record_work(record.samples, record.tokens)
+                prometheus.record_collectives(collectives)
+        if waits[0]:
+            state.last_wait_s = waits[0][-1]
+        if steps:
+            state.last_step_end_s = steps[-1][0].end_ns * NS
+        histograms = self._histograms if self._provider is not None else None
+        if histograms is None or not steps:
+            return
+        now_ns = time.time_ns()
+        with histograms.lock:
+            self._step.record_many(None, step_values, now_ns, ids_column)
+            for phase, (values, ids_of) in phase_columns.items():
+                self._phase.record_many(phase, values, now_ns, ids_of)
+            self._wait.record_many(None, waits[0], now_ns, waits[1])
+            for (histogram, key), (values, ids_of) in collective_columns.items():
+                histogram.record_many(key, values, now_ns, ids_of)
 
     def _add_counts(self, records: list[StepRecord]) -> None:
         """The step, sample, token and pending collective counters, one SDK ``add`` per series, and
