@@ -257,3 +257,32 @@ def test_a_batch_counts_exactly_what_step_by_step_recording_counts() -> None:
     assert [p.value for p in batched[c.METRIC_TOKENS]] == [300]
     for name in (c.METRIC_STEP_DURATION, c.METRIC_STEP_INPUT_WAIT):
         assert sum(p.count for p in batched[name]) == sum(p.count for p in one_by_one[name]) > 0
+
+
+@pytest.mark.parametrize("otlp", [False, True])
+def test_a_ddp_step_is_recorded_with_or_without_otlp_metrics(otlp: bool) -> None:
+    """A step with collectives (a DDP rank's) on the scrape path alone, and with OTLP metrics too
+    (CI once saw the scrape-only batch path reach for the OTLP collective histograms)."""
+    from traceml_otel.step_records import CollectiveTiming
+
+    port = free_port()
+    reader = InMemoryMetricReader() if otlp else None
+    metrics = StepMetrics(Resource.create({}), LABELS, None, PrometheusEndpoint(port), metric_reader=reader)
+    try:
+        batch = []
+        for n in range(3):
+            record, _ = step(n)
+            record = replace(record, collectives=(
+                CollectiveTiming("all_reduce", "ddp", record.start_ns + S // 100, record.start_ns + S // 50,
+                                 4096, False),))
+            batch.append((record, BUILDER.build(record), True))
+        metrics.record_batch(batch)
+        _, families = scrape(port)
+        calls = {s.name: s.value for s in families["traceml_collective_calls"].samples}
+        assert calls == {"traceml_collective_calls_total": 3}
+        if reader is not None:
+            points = otlp_points(reader)
+            assert [p.count for p in points[c.METRIC_COLLECTIVE_DURATION]] == [3]
+            assert [p.value for p in points[c.METRIC_COLLECTIVE_CALLS]] == [3]
+    finally:
+        metrics.linger(0)

@@ -253,6 +253,7 @@ class StepMetrics:
         values in step order in one :meth:`~.HistogramAccumulator.record_many`."""
         prometheus = self._prometheus
         state = self.state
+        histograms = self._histograms if self._provider is not None else None
         ids_column: list[_Ids] = []
         step_values: list[float] = []
         waits: _Column = ([], [])
@@ -286,12 +287,13 @@ class StepMetrics:
             collectives = [collective_sample(span, on_gpu) for span in spans.collectives]
             for one in collectives:
                 key = (one.source, one.kind)
-                for histogram, value in ((self._collective, one.seconds),
-                                         (self._collective_exposed, one.exposed)):
-                    if value is not None:
-                        column = collective_columns.setdefault((histogram, key), ([], []))
-                        column[0].append(value)
-                        column[1].append(ids)
+                if histograms is not None:  # (no OTLP metrics: the scrape path alone)
+                    for histogram, value in ((self._collective, one.seconds),
+                                             (self._collective_exposed, one.exposed)):
+                        if value is not None:
+                            column = collective_columns.setdefault((histogram, key), ([], []))
+                            column[0].append(value)
+                            column[1].append(ids)
                 totals = self._pending_collectives.setdefault(key, [0, 0])
                 totals[0] += one.calls
                 totals[1] += one.nbytes
@@ -303,7 +305,6 @@ class StepMetrics:
             state.last_wait_s = waits[0][-1]
         if steps:
             state.last_step_end_s = steps[-1][0].end_ns * NS
-        histograms = self._histograms if self._provider is not None else None
         if histograms is None or not steps:
             return
         now_ns = time.time_ns()
