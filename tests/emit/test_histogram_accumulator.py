@@ -306,8 +306,8 @@ def test_a_batch_of_collective_steps_counts_and_times_every_step() -> None:
 
 @pytest.mark.parametrize("exemplars", ["trace_based", "always_on", "always_off"])
 @pytest.mark.parametrize("temporality", [DELTA, CUMULATIVE])
-def test_a_column_at_a_time_leaves_the_same_series_as_one_at_a_time(exemplars: str,
-                                                                    temporality: AggregationTemporality) -> None:
+def test_a_column_at_a_time_leaves_the_same_series_as_one_at_a_time(
+        exemplars: str, temporality: AggregationTemporality) -> None:
     """``record_many`` (the step metrics' batch path) against ``record`` of each value in order, on
     random batches: boundaries hit exactly, zeros, a NaN, an infinity or a negative among them, steps
     sampled or not, several keys, and more keys than the cardinality limit."""
@@ -325,8 +325,8 @@ def test_a_column_at_a_time_leaves_the_same_series_as_one_at_a_time(exemplars: s
                       for _ in range(size)]
             mode = rng.random()
             ids: list[tuple[int, int] | None] = [
-                (rng.getrandbits(128), rng.getrandbits(64)) if mode < 0.4 or (mode < 0.7 and rng.random() < 0.5)
-                else None for _ in range(size)]
+                (rng.getrandbits(128), rng.getrandbits(64))
+                if mode < 0.4 or (mode < 0.7 and rng.random() < 0.5) else None for _ in range(size)]
             batches.append((key, values, ids))
         return batches
 

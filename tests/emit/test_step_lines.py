@@ -16,6 +16,7 @@ from traceml_otel.emit.emitter import Emitter
 from traceml_otel.emit.local_copy import span_json
 from traceml_otel.emit.spans import RankInfo, StepSpanBuilder, StepSpans
 from traceml_otel.emit.step_lines import StepLines
+from traceml_otel.emit.step_run import resolve_records
 from traceml_otel.emit.step_table import csv_line, step_row
 from traceml_otel.step_records import PhaseTiming, StepRecord
 from traceml_otel.wire.hello import Hello
@@ -99,8 +100,8 @@ def _fast(rows: list[list[object]], seed: int, batch: int = 64) -> tuple[str, st
                 roots = [(int(span["traceId"], 16), int(span["spanId"], 16), span["attributes"][2])
                          for span in json.loads("[" + text + "]") if "parentSpanId" not in span]
                 assert [(built.trace_id, built.span_id) for built in encoded.built] == [r[:2] for r in roots]
-                assert [record.step for record in encoded.records] == [int(r[2]["value"]["intValue"])
-                                                                       for r in roots]
+                records = resolve_records(encoded.records, encoded.built)  # (a run's: decoded)
+                assert [record.step for record in records] == [int(r[2]["value"]["intValue"]) for r in roots]
                 assert sum(built.count for built in encoded.built) == encoded.spans
                 for built in encoded.built:  # steps built as span objects: the text's own spans
                     if isinstance(built, StepSpans):

@@ -57,6 +57,7 @@ from traceml_otel.emit.stats_file import StatsFile
 from traceml_otel.emit.step_lines import EncodedSteps, StepLines
 from traceml_otel.emit.step_metrics import PrometheusEndpoint, RankLabels, StepMetrics
 from traceml_otel.emit.step_protobuf import EncodedStep, fill_kept
+from traceml_otel.emit.step_run import resolve_records
 from traceml_otel.emit.step_table import StepTable
 from traceml_otel.emit.trainer_cpu import TrainerCpuSampler
 from traceml_otel.step_records import StepRecord
@@ -92,7 +93,7 @@ class Emitter(ExportShutdown):
         self.metrics: StepMetrics | None = None
         self.drain_s = float(hello.shutdown_timeout_s)
         """The trainer's ``TRACEML_SHUTDOWN_TIMEOUT_S``: all OTLP export at shutdown fits in it."""
-        self._export_backlog: deque[tuple[list[StepRecord], list[StepSpans | EncodedStep]]] = deque()
+        self._export_backlog: deque[tuple[list[StepRecord | None], list[StepSpans | EncodedStep]]] = deque()
         self._export_backlog_spans = 0
         run_dir = Path(hello.run_dir) if hello.run_dir else None
         stats_path = None  # a link planted at the run folder: nothing written through it
@@ -338,10 +339,11 @@ class Emitter(ExportShutdown):
                 steps = [spans if isinstance(spans, EncodedStep) else spans.all() for spans in built]
                 decisions = None
                 if self.budget is not None:  # a decision per step, before any span is encoded
-                    if self.capture_notices is not None and records:  # steps around captures are kept
+                    decoded = resolve_records(records, built)  # (the budget's steps are decoded already)
+                    if self.capture_notices is not None and decoded:  # steps around captures are kept
                         self.capture_notices.before_decide(self.budget, self.capture_triggers,
-                                                           records[0].step)
-                    decisions = self.budget.decide(records, [spans.trace_id for spans in built],
+                                                           decoded[0].step)
+                    decisions = self.budget.decide(decoded, [spans.trace_id for spans in built],
                                                    [len(spans) for spans in steps])
                     if self.budget.lowest_probability < 1.0:  # else every step went: nothing to say
                         self.stats.otlp_sample_probability = self.budget.lowest_probability
@@ -355,7 +357,7 @@ class Emitter(ExportShutdown):
             self.ledger.skip(EXPORT_TURNED_OFF, span_count(built))
         self._record_metrics(records, built, sampled)
 
-    def _record_metrics(self, records: list[StepRecord], built: list[StepSpans | EncodedStep],
+    def _record_metrics(self, records: list[StepRecord | None], built: list[StepSpans | EncodedStep],
                         sampled: list[bool]) -> None:
         if self.metrics is not None:
             try:
@@ -367,7 +369,7 @@ class Emitter(ExportShutdown):
         else:
             self.stats.metrics_skipped_steps += len(records)
 
-    def _skip_export(self, reason: str, records: list[StepRecord],
+    def _skip_export(self, reason: str, records: list[StepRecord | None],
                      built: list[StepSpans | EncodedStep]) -> None:
         if self.stats.otlp_endpoint is not None:
             self.ledger.skip(reason, span_count(built))

@@ -55,14 +55,14 @@ class ExportShutdown:
     drain_s: float
     linger_s: float
     local_rank: int
-    _export_backlog: deque[tuple[list[StepRecord], list[StepSpans | EncodedStep]]]
+    _export_backlog: deque[tuple[list[StepRecord | None], list[StepSpans | EncodedStep]]]
     _export_backlog_spans: int
     export_next: Callable[[], None]
     warn: Callable[[str], None]
     write_stats: Callable[[], None]
     _announce_linger: Callable[[float], None]
-    _record_metrics: Callable[[list[StepRecord], list[StepSpans | EncodedStep], list[bool]], None]
-    _skip_export: Callable[[str, list[StepRecord], list[StepSpans | EncodedStep]], None]
+    _record_metrics: Callable[[list[StepRecord | None], list[StepSpans | EncodedStep], list[bool]], None]
+    _skip_export: Callable[[str, list[StepRecord | None], list[StepSpans | EncodedStep]], None]
     _retire_shipper: Callable[..., None]
 
     def finish_export(self) -> None:

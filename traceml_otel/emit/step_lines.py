@@ -73,6 +73,7 @@ from traceml_otel.emit.step_columns import (
     value_texts,
 )
 from traceml_otel.emit.step_protobuf import EncodedStep, PendingFill, StepProtobuf
+from traceml_otel.emit.step_run import StepRun
 from traceml_otel.emit.step_shapes import PLAIN_KEY, runs
 from traceml_otel.emit.step_table import PHASE_SLOT, csv_line, row_template, step_row
 from traceml_otel.step_records import StepRecord
@@ -121,11 +122,13 @@ class EncodedSteps:
     """Spans in ``spans_json``."""
     steps: int = 0
     """Steps in ``spans_json`` (and lines in ``rows``)."""
-    records: list[StepRecord] = field(default_factory=list)
+    records: list[StepRecord | None] = field(default_factory=list)
     built: list[StepSpans | EncodedStep] = field(default_factory=list)
     """With ``keep_spans``: each step's record and its span objects, with the ids its text has; a
     templated shape's steps as :class:`EncodedStep` instead (their spans' OTLP protobuf, when
-    :attr:`StepLines.otlp` is set, and the ids)."""
+    :attr:`StepLines.otlp` is set, and the ids). Without the span budget a templated run's records
+    are left to its :class:`~traceml_otel.emit.step_run.StepRun` (``None`` here, the run on the
+    ``EncodedStep``: :func:`~traceml_otel.emit.step_run.resolve_records` decodes them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +282,14 @@ class StepLines:
         out.spans += len(rows) * stride
         out.steps += len(rows)
         if not keep_spans:
+            return
+        lazy = parts is None and not self.defer_protobuf and (self.otlp is None or shape.protobuf is not None)
+        if lazy:  # the metrics and the time account read the run's columns (emit/step_run.py)
+            run = StepRun(rows, anchor_ns, columns)
+            encoded = shape.protobuf.fill(flat) if shape.protobuf is not None else repeat(())
+            out.records += [None] * len(rows)
+            out.built += map(EncodedStep, map(int, trace_ids, repeat(16)), map(int, step_ids, repeat(16)),
+                             repeat(stride), encoded, repeat(()), repeat(None), range(len(rows)), repeat(run))
             return
         if parts is None:
             _number_calls(rows, flat, calls)  # the decoder's per-row numbering, done once for the run

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from traceml_otel.emit.prometheus_scrape import PrometheusEndpoint, PrometheusSt
 from traceml_otel.emit.run_end import exit_of, linger_seconds
 from traceml_otel.emit.spans import StepSpans
 from traceml_otel.emit.step_protobuf import EncodedStep
+from traceml_otel.emit.step_run import RunMeasures, StepRun, exemplar_ids, resolve_records, run_segments
 from traceml_otel.step_records import StepRecord
 
 __all__ = [
@@ -232,20 +234,74 @@ class StepMetrics:
         """Whether steps recorded here are ever read (an OTLP metric reader or a scrape endpoint)."""
         return self._provider is not None or self._prometheus is not None
 
-    def record_batch(self, steps: Iterable[tuple[StepRecord, StepSpans | EncodedStep, bool]]) -> None:
+    def record_batch(self, steps: Iterable[tuple[StepRecord | None, StepSpans | EncodedStep, bool]]) -> None:
         """Record a batch of (record, spans, exemplar) steps: the histograms a series at a time, the
         counters (steps, samples, tokens, collective calls and bytes) once for the batch: the same
-        totals, and each SDK ``add`` costs ~10 µs."""
+        totals, and each SDK ``add`` costs ~10 µs. A step whose record is ``None`` is read from its
+        run's columns (:mod:`traceml_otel.emit.step_run`); the scrape path decodes it."""
         steps = list(steps)
-        records = [record for record, _, _ in steps]
-        if self.records_steps:  # else no OTLP metrics and no scrape endpoint: nothing would read it
-            self.state.time.account.add_steps(records)
-            self._record_steps(steps)
-        self._add_counts(records)
+        if not self.records_steps:  # no OTLP metrics and no scrape endpoint: nothing would read them
+            self._add_counts(len(steps), [], [])
+            return
+        if self._prometheus is not None:  # the scrape path reads a record per step
+            records = resolve_records([record for record, _, _ in steps], [built for _, built, _ in steps])
+            steps = [(record, built, exemplar)
+                     for record, (_, built, exemplar) in zip(records, steps, strict=True)]
+        samples: list[int] = []
+        tokens: list[int] = []
+        for run, first, part in run_segments(steps):
+            if run is None:
+                records = [record for record, _, _ in part]
+                self.state.time.account.add_steps(records)
+                self._record_steps(part)
+                samples += [r.samples for r in records if r.samples is not None]
+                tokens += [r.tokens for r in records if r.tokens is not None]
+            else:
+                stop = first + len(part)
+                self.state.time.account.add_run(run, first, stop)
+                measures = self._record_run(run, first, stop, exemplar_ids(part))
+                samples += [n for n in measures.samples[first:stop] if n is not None]
+                tokens += [n for n in measures.tokens[first:stop] if n is not None]
+        self._add_counts(len(steps), samples, tokens)
 
     def record(self, record: StepRecord, spans: StepSpans | EncodedStep, exemplar: bool = True) -> None:
         """Record one step; the step span becomes the exemplar's trace context when ``exemplar``."""
         self.record_batch([(record, spans, exemplar)])
+
+    def _record_run(self, run: StepRun, first: int, stop: int, ids: list[_Ids]) -> RunMeasures:
+        """The live state and the OTLP histograms of a run's steps ``first`` to ``stop``, a column at a
+        time: what :meth:`_record_steps` records of their records (no scrape path here)."""
+        measures, part = run.measures(), slice(first, stop)
+        state = self.state
+        waits: list[float | None] = measures.waits[part]
+        wait_ids = ids
+        if None in waits:
+            kept = [(wait, pair) for wait, pair in zip(waits, ids, strict=True) if wait is not None]
+            waits, wait_ids = [wait for wait, _ in kept], [pair for _, pair in kept]
+        if waits:
+            state.last_wait_s = waits[-1]
+        state.last_step_end_s = measures.end_ns[stop - 1] * NS
+        if measures.peaks is not None:
+            high = (max(measures.peaks[0][part]), max(measures.peaks[1][part]))
+            pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
+            self._pending_peaks = high if pending is None else (max(pending[0], high[0]),
+                                                                max(pending[1], high[1]))
+        calls: dict[str, list[list[float]]] = {}  # a phase's calls, in call order
+        for name, seconds in measures.phases:
+            calls.setdefault(name, []).append(seconds[part])
+        histograms = self._histograms
+        assert histograms is not None
+        now_ns = time.time_ns()
+        with histograms.lock:
+            self._step.record_many(None, measures.step_seconds[part], now_ns, ids)
+            for name, columns in calls.items():
+                if len(columns) == 1:
+                    self._phase.record_many(name, columns[0], now_ns, ids)
+                else:  # step by step, call by call, as a step at a time records them
+                    self._phase.record_many(name, list(chain.from_iterable(zip(*columns, strict=True))),
+                                            now_ns, [pair for pair in ids for _ in columns])
+            self._wait.record_many(None, waits, now_ns, wait_ids)
+        return measures
 
     def _record_steps(self, steps: list[tuple[StepRecord, StepSpans | EncodedStep, bool]]) -> None:
         """The live state, the scrape path and the histograms of a batch's steps (the time account is
@@ -316,20 +372,18 @@ class StepMetrics:
             for (histogram, key), (values, ids_of) in collective_columns.items():
                 histogram.record_many(key, values, now_ns, ids_of)
 
-    def _add_counts(self, records: list[StepRecord]) -> None:
+    def _add_counts(self, steps: int, samples: list[int], tokens: list[int]) -> None:
         """The step, sample, token and pending collective counters, one SDK ``add`` per series, and
         the batch's CUDA peaks into the interval peaks."""
         if self._pending_peaks is not None:
             self._allocated.update(self._pending_peaks[0])
             self._reserved.update(self._pending_peaks[1])
             self._pending_peaks = None
-        if self._provider is None or not records:
+        if self._provider is None or not steps:
             return
-        self._steps.add(len(records), self._attributes)
-        samples = [r.samples for r in records if r.samples is not None]
+        self._steps.add(steps, self._attributes)
         if samples:
             self._samples.add(sum(samples), self._attributes)
-        tokens = [r.tokens for r in records if r.tokens is not None]
         if tokens:
             self._tokens.add(sum(tokens), self._attributes)
         pending, self._pending_collectives = self._pending_collectives, {}

@@ -34,6 +34,7 @@ from traceml_otel.emit.otlp_encode import (
     varint,
 )
 from traceml_otel.emit.spans import SpanData, StepSpans
+from traceml_otel.emit.step_run import StepRun
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
@@ -57,7 +58,10 @@ class EncodedStep:
     """Under the span budget, the run its protobuf is filled from once the budget keeps it
     (:func:`fill_kept`); a step the budget drops is never filled."""
     index: int = 0
-    """The step's row in ``pending``'s run."""
+    """The step's row in ``pending``'s run, or in ``run``."""
+    run: StepRun | None = None
+    """Without the span budget, the run whose columns the metrics and the time account read instead
+    of a record (:mod:`traceml_otel.emit.step_run`)."""
 
     def __len__(self) -> int:
         return self.count

@@ -26,10 +26,13 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from functools import reduce
+from operator import add
 from pathlib import Path
 from typing import Any
 
 from traceml_otel import contract as c
+from traceml_otel.emit.step_run import RunMeasures, StepRun
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.hang_record import STATE_HUNG
@@ -154,6 +157,27 @@ class LiveTimeAccount:
             if self.record is not None:
                 for record in records:
                     self._count_flops(record)
+
+    def add_run(self, run: StepRun, first: int, stop: int) -> None:
+        """:meth:`add_steps` of ``run``'s steps ``first`` to ``stop``, from its columns when no step
+        needs one at a time (else from its records)."""
+        if self._first_begin is None or self._steps < self._redone_steps():
+            self.add_steps(run.records()[first:stop])
+            return
+        self.poll()
+        if self._stall_known():
+            for record in run.records()[first:stop]:
+                self.add_step(record)
+            return
+        measures, part = run.measures(), slice(first, stop)
+        with self._lock:  # sums of ints: the floats add_steps adds up one step at a time
+            self._steps += stop - first
+            self._add(c.TIME_STEP_INPUT_WAIT, float(sum(measures.wait_ns[part])) * _NS)
+            self._add(c.TIME_BETWEEN_STEPS, float(sum(measures.between_ns[part])) * _NS)
+            self._add(c.TIME_STEP_BLOCK, float(sum(measures.block_ns[part])) * _NS)
+            self._last_end = max(self._last_end or 0.0, max(0, *measures.end_ns[part]) * _NS)
+            if self.record is not None:
+                self._count_run_flops(measures, part)
 
     def end(self, at: float | None = None) -> None:
         """Telemetry shut down at ``at`` (Unix seconds, default now): the rest is ``shutdown``."""
@@ -289,6 +313,29 @@ class LiveTimeAccount:
         if per_step is not None:
             self.flops += per_step
             self.flops_steps += 1
+
+
+    def _count_run_flops(self, measures: RunMeasures, part: slice) -> None:
+        """:meth:`_count_flops` of each step of a run's part (the same floats, added in order)."""
+        record = self.record
+        assert record is not None
+        flops = record.flops
+        steps, tokens, samples = measures.steps[part], measures.tokens[part], measures.samples[part]
+        skip = flops.measured_step  # counting slowed that step down: left out of MFU
+        values: list[float]
+        if flops.declared_sum is not None and flops.declared_steps > 0:
+            per_step = flops.declared_sum / flops.declared_steps
+            values = [per_step for step in steps if step != skip]
+        elif flops.measured is not None:
+            values = [flops.measured for step in steps if step != skip]
+        elif flops.per_token is not None and tokens and tokens[0] is not None:  # one shape: all or none
+            values = [flops.per_token * n for step, n in zip(steps, tokens, strict=True) if step != skip]
+        elif flops.per_sample is not None and samples and samples[0] is not None:
+            values = [flops.per_sample * n for step, n in zip(steps, samples, strict=True) if step != skip]
+        else:
+            return
+        self.flops = reduce(add, values, self.flops)
+        self.flops_steps += len(values)
 
 
 def _parts_ns(record: StepRecord) -> tuple[int, int, int, int]:
