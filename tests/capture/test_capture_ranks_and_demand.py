@@ -33,14 +33,17 @@ def test_rank_that_turns_straggler_is_captured_and_its_peer_is_not(tmp_path: Pat
     result = subprocess.run(
         _launch("--nproc-per-node", "2", str(LOOPS), "--", "--loop", "straggler", "--steps", "240",
                 "--sleep", "0.003", "--width", "768"),
-        env=_env(tmp_path), capture_output=True, text=True, timeout=400)  # default settings
+        # Default settings but the spike trigger's factor: on the loaded CI machine the other tests' bursts
+        # made real, recurring spikes (rank 0 once: 4.5 x its p95; rank 1 once: 5.1 x at step 116, four
+        # steps before it turns straggler), and a spike capture takes the rank's one capture of the
+        # interval, so the straggler's was refused. The spike trigger has its own tests.
+        env=_env(tmp_path, TRACEML_CAPTURE_SPIKE_K="1000"), capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     summaries, problems = read_summaries(run_dir)
     assert not problems
     seen = [(s.rank, s.reason, s.detail) for s in summaries]
-    # The straggler capture is rank 1's alone. On a loaded machine rank 0 once took a spike capture
-    # (a step 4.5 x its p95, recurring): a spike of its own, never the straggler's.
+    # The straggler capture is rank 1's alone (a spike capture would be a rank's own, never the straggler's).
     assert {s.rank for s in summaries if s.reason != "spike"} == {1}, seen
     (capture,) = [s for s in summaries if s.rank == 1 and s.reason == "straggler"]
     assert "this rank's own work rose" in capture.detail

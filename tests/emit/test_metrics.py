@@ -286,3 +286,44 @@ def test_a_ddp_step_is_recorded_with_or_without_otlp_metrics(otlp: bool) -> None
             assert [p.value for p in points[c.METRIC_COLLECTIVE_CALLS]] == [3]
     finally:
         metrics.linger(0)
+
+
+def test_the_first_failure_is_read_soon_after_it_is_written(tmp_path) -> None:
+    """A rank that ended before the launcher wrote the first failure sees it within a fraction of a
+    second (a survivor's end and the failure should reach the same scrape)."""
+    from traceml_otel.emit.first_failure import READ_EVERY_S, FirstFailureWatch
+    from traceml_otel.wire.manifest import Manifest, write_manifest
+
+    manifest = Manifest(run_id="r", world_size=2)
+    write_manifest(tmp_path, manifest)
+    watch = FirstFailureWatch(tmp_path)
+    assert watch() is None
+    write_manifest(tmp_path, replace(manifest, first_failure_rank=1, first_failure="SIGKILL"))
+    assert watch() is None  # read again only after READ_EVERY_S
+    time.sleep(READ_EVERY_S + 0.05)
+    assert watch() == (1, "SIGKILL")
+    assert READ_EVERY_S <= 0.25
+
+
+def test_a_bad_end_under_traceml_run_reaches_a_scrape_with_its_first_failure() -> None:
+    """A survivor's end (an exception, a SIGTERM) reads as running until the launcher's first failure is
+    read, for at most FIRST_FAILURE_WAIT_S; a clean end and a direct launch's end show at once."""
+    from traceml_otel.emit.live_state import FIRST_FAILURE_WAIT_S, LiveState
+
+    found: list[tuple[int, str]] = []
+    state = LiveState(LABELS, lambda: 0)
+    state.first_failure = lambda: found[0] if found and state.ended else None
+    state.first_failure_expected = True
+    state.exit, state.ended, state.ended_at = exit_of("exception RuntimeError"), 1, time.monotonic()
+    assert state.end_for_scrape() == (None, 0, None)
+    assert state.end_hold_s == FIRST_FAILURE_WAIT_S
+    found.append((1, "SIGKILL"))
+    assert state.end_for_scrape() == (("exception", "RuntimeError"), 1, (1, "SIGKILL"))
+    found.clear()
+    state.ended_at = time.monotonic() - FIRST_FAILURE_WAIT_S  # none came in time: the end shows anyway
+    assert state.end_for_scrape() == (("exception", "RuntimeError"), 1, None)
+    state.ended_at = time.monotonic()
+    state.exit = exit_of("ok")
+    assert state.end_for_scrape() == (("clean", ""), 1, None) and state.end_hold_s == 0
+    state.exit, state.first_failure_expected = exit_of("SIGTERM"), False  # a direct launch: no launcher
+    assert state.end_for_scrape() == (("signal", "SIGTERM"), 1, None) and state.end_hold_s == 0

@@ -4,7 +4,12 @@
 (launch/child_watch.py) before it stops the other ranks. Their emitters, lingering for the last
 scrape, read it here and export it, so the stack names a rank killed outright (SIGKILL, the OOM
 killer), whose own endpoint went silent, instead of the survivors' collective errors. Read only after
-this rank's end, at most once a second, bounded by the manifest reader's size limit.
+this rank's end, at most every :data:`READ_EVERY_S`, bounded by the manifest reader's size limit.
+
+A survivor often ends a moment before the launcher has written the failure (its next collective fails
+at once; the elastic agent polls its workers). Its end and failed status then reach the stack before
+the first failure does, and until a read finds it, the stack can only page for a missing rank, without
+naming how it ended: the read is repeated often, so the two reach a scrape together or nearly.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from pathlib import Path
 
 from traceml_otel.wire.manifest import read_manifest
 
-READ_EVERY_S = 1.0
+READ_EVERY_S = 0.2
+"""A small JSON file, and only after the end: a 1 s period once left a whole short-profile scrape
+(1 s) between the end and the first failure, which paged twice (first without the reason)."""
 
 
 class FirstFailureWatch:

@@ -8,6 +8,7 @@ read the same :class:`LiveState`, so both carry one metric set (docs/telemetry.m
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,9 @@ from traceml_otel.emit.time_metrics import LiveTimeAccount, TimeInstruments
 from traceml_otel.step_records import PhaseTiming
 
 NS = 1e-9
+FIRST_FAILURE_WAIT_S = 2.0
+"""How long a bad end under ``traceml run`` waits for the launcher's first failure before scrapes show it
+(:meth:`LiveState.end_for_scrape`); the agent polls its ranks every 0.1 s."""
 """Seconds per nanosecond."""
 
 
@@ -83,8 +87,30 @@ class LiveState:
         """Seconds without progress and the phase, from the rank's hang record (emit/hang_events.py)."""
         self.first_failure: Callable[[], tuple[int, str] | None] = lambda: None
         """The launcher's first failure (rank, how), read after the end (emit/first_failure.py)."""
+        self.first_failure_expected = False
+        """Under ``traceml run``, whose launcher names the rank that failed first in the manifest."""
         self.time = TimeInstruments(LiveTimeAccount())
         """The time counters and MFU inputs (emit/time_metrics.py)."""
+
+    def end_for_scrape(self) -> tuple[tuple[str, str] | None, int, tuple[int, str] | None]:
+        """(exit, ended, first failure) as a scrape shows them. A rank that ended badly under ``traceml
+        run`` reads as running until the launcher's first failure is read, for at most
+        :data:`FIRST_FAILURE_WAIT_S` after its end: a survivor of a killed rank often ends a moment
+        before the launcher has written which rank failed first, and a scrape in between showed a failed
+        run with a missing rank and no first failure (a page without the cause, then a second page with
+        it). The OTLP path exports at its end, after the wait, and is not held back."""
+        first = self.first_failure()
+        if (self.first_failure_expected and first is None and self.exit is not None
+                and self.exit[0] != "clean" and self.ended_at is not None
+                and time.monotonic() - self.ended_at < FIRST_FAILURE_WAIT_S):
+            return None, 0, None
+        return self.exit, self.ended, first
+
+    @property
+    def end_hold_s(self) -> float:
+        """How long scrapes may read a bad end as running (:meth:`end_for_scrape`): the linger adds it."""
+        bad = self.exit is not None and self.exit[0] != "clean"
+        return FIRST_FAILURE_WAIT_S if self.first_failure_expected and bad else 0.0
 
     def info_labels(self) -> dict[str, str]:
         """Label values of the info series (Prometheus names, without run id and rank)."""

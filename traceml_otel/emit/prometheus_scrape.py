@@ -282,7 +282,8 @@ class PrometheusStepMetrics:
               self._reserved.take())
         gauge("traceml_step_last_timestamp_seconds", "Unix time at which the last step ended",
               state.last_step_end_s)
-        gauge("traceml_run_ended", "1 once this rank ended and said so, else 0", state.ended)
+        exit_status, ended, first = state.end_for_scrape()
+        gauge("traceml_run_ended", "1 once this rank ended and said so, else 0", ended)
         gauge("traceml_world_size", "Ranks in the job", state.labels.world_size or None)
         seconds, phase = state.stalled()
         stalled = GaugeMetricFamily("traceml_progress_stalled_seconds",
@@ -291,12 +292,11 @@ class PrometheusStepMetrics:
         stalled.add_metric([*values, phase], seconds)
         families.append(stalled)
         families += state.time.prometheus_families(keys, values)
-        if state.exit is not None:
+        if exit_status is not None:
             end = GaugeMetricFamily("traceml_run_exit", "Always 1 once the rank ended; labels say how",
                                     labels=[*keys, EXIT_STATUS_LABEL, EXIT_REASON_LABEL])
-            end.add_metric([*values, *state.exit], 1)
+            end.add_metric([*values, *exit_status], 1)
             families.append(end)
-        first = state.first_failure()
         if first is not None:
             failure = GaugeMetricFamily(
                 "traceml_run_first_failure", "Always 1 after the end once the launcher saw a rank fail first",

@@ -18,6 +18,7 @@ so the SDK's exporter still sends them; the counters and gauges are the SDK's.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from itertools import chain
@@ -50,6 +51,7 @@ from traceml_otel.emit.run_end import exit_of, linger_seconds
 from traceml_otel.emit.spans import StepSpans
 from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.emit.step_run import RunMeasures, StepRun, exemplar_ids, resolve_records, run_segments
+from traceml_otel.settings import TRACEML_LAUNCHER
 from traceml_otel.step_records import StepRecord
 
 __all__ = [
@@ -412,6 +414,7 @@ class StepMetrics:
         self.state.time.account.path = Path(run_dir) / c.time_file_name(rank)
         watch = FirstFailureWatch(Path(run_dir))
         self.state.first_failure = lambda: watch() if self.state.ended else None
+        self.state.first_failure_expected = bool(os.environ.get(TRACEML_LAUNCHER))  # under traceml run
         self.state.time.account.hang = hang
 
     def set_device(self, index: int, uuid: str | None) -> None:
@@ -455,6 +458,8 @@ class StepMetrics:
         prometheus = self._prometheus
         started = time.monotonic()
         linger_s = linger_seconds(minimum_s, prometheus.scrapes.longest_interval_s)
+        if linger_s > 0:  # a bad end is seen once its first failure is read (LiveState.end_for_scrape)
+            linger_s += self.state.end_hold_s
         end = (self.state.ended_at or started) + linger_s
         if announce is not None and end - started >= 1.0:
             announce(end - started)

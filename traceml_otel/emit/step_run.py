@@ -20,15 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import sub
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from traceml_otel.emit.step_columns import NS, StepColumns
 from traceml_otel.step_records import StepRecord
 from traceml_otel.wire.step_row import decode_step
 from traceml_otel.wire.step_schema import SLOT
-
-if TYPE_CHECKING:
-    from traceml_otel.emit.step_protobuf import EncodedStep
 
 _STEP, _START, _END, _GPU = SLOT["step"], SLOT["start_ns"], SLOT["end_ns"], SLOT["gpu_duration_ns"]
 _WAIT, _WAIT_GPU, _PREFETCH = SLOT["input_wait_ns"], SLOT["input_wait_gpu_ns"], SLOT["prefetch_h2d_ns"]
@@ -162,6 +159,11 @@ def run_segments(steps: Sequence[tuple[StepRecord | None, Any, bool]],
     return segments
 
 
-def exemplar_ids(steps: list[tuple[Any, EncodedStep, bool]]) -> list[tuple[int, int] | None]:
+class _Ids(Protocol):
+    trace_id: int
+    span_id: int
+
+
+def exemplar_ids(steps: list[tuple[Any, _Ids, bool]]) -> list[tuple[int, int] | None]:
     """Each step's exemplar context: its trace and step span id when its trace was sent."""
     return [(built.trace_id, built.span_id) if exemplar else None for _, built, exemplar in steps]
