@@ -51,7 +51,7 @@ from traceml_otel.emit.run_end import exit_of, linger_seconds
 from traceml_otel.emit.spans import StepSpans
 from traceml_otel.emit.step_protobuf import EncodedStep
 from traceml_otel.emit.step_run import RunMeasures, StepRun, exemplar_ids, resolve_records, run_segments
-from traceml_otel.settings import TRACEML_LAUNCHER
+from traceml_otel.settings import launcher_name
 from traceml_otel.step_records import StepRecord
 
 __all__ = [
@@ -414,7 +414,7 @@ class StepMetrics:
         self.state.time.account.path = Path(run_dir) / c.time_file_name(rank)
         watch = FirstFailureWatch(Path(run_dir))
         self.state.first_failure = lambda: watch() if self.state.ended else None
-        self.state.first_failure_expected = bool(os.environ.get(TRACEML_LAUNCHER))  # under traceml run
+        self.state.first_failure_expected = launcher_name(os.environ) == "traceml run"
         self.state.time.account.hang = hang
 
     def set_device(self, index: int, uuid: str | None) -> None:
