@@ -1,5 +1,7 @@
 """Training with a fast loader, and every 20 steps an unmarked validation pass (model.eval(),
-torch.no_grad(), a slow validation DataLoader) between steps, not inside ``outside_step``.
+torch.no_grad(), a slow validation DataLoader) between steps, not inside ``outside_step``. The model is
+big enough that the training loader's fetch stays a small share of a step on a loaded machine too (with
+a quarter of the compute, a loaded CI machine once read 15 % input wait: INPUT_BOUND).
 
 ``--explicit`` traces each step with ``trace_step(model)``; without it the loop is traced zero-code.
 ``--careless``: the validation pass forgets ``model.eval()`` and ``torch.no_grad()`` (gradients on,
@@ -42,8 +44,8 @@ def main() -> None:
     train = DataLoader(TensorDataset(torch.randn(args.steps * 32, 256), torch.randn(args.steps * 32, 1)),
                        batch_size=32)
     validation = DataLoader(SlowValidation(), batch_size=8)
-    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, 1))
+    model = nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                          nn.Linear(2048, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     for i, (x, y) in enumerate(train):
         if args.explicit:
