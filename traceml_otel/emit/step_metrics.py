@@ -284,10 +284,7 @@ class StepMetrics:
             state.last_wait_s = waits[-1]
         state.last_step_end_s = measures.end_ns[stop - 1] * NS
         if measures.peaks is not None:
-            high = (max(measures.peaks[0][part]), max(measures.peaks[1][part]))
-            pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
-            self._pending_peaks = high if pending is None else (max(pending[0], high[0]),
-                                                                max(pending[1], high[1]))
+            self._note_peaks((max(measures.peaks[0][part]), max(measures.peaks[1][part])))
         calls: dict[str, list[list[float]]] = {}  # a phase's calls, in call order
         for name, seconds in measures.phases:
             calls.setdefault(name, []).append(seconds[part])
@@ -332,9 +329,7 @@ class StepMetrics:
             memory = None
             if record.peak_allocated_bytes is not None and record.peak_reserved_bytes is not None:
                 memory = (record.peak_allocated_bytes, record.peak_reserved_bytes)
-                pending = self._pending_peaks  # the batch's maxima: the interval peaks move once a batch
-                self._pending_peaks = memory if pending is None else (max(pending[0], memory[0]),
-                                                                      max(pending[1], memory[1]))
+                self._note_peaks(memory)
             phases = [(p.phase, phase_seconds(p, on_gpu)) for p in record.phases]
             for phase, seconds in phases:
                 column = phase_columns.get(phase)
@@ -373,6 +368,13 @@ class StepMetrics:
             self._wait.record_many(None, waits[0], now_ns, waits[1])
             for (histogram, key), (values, ids_of) in collective_columns.items():
                 histogram.record_many(key, values, now_ns, ids_of)
+
+    def _note_peaks(self, peaks: tuple[int, int]) -> None:
+        """Fold (allocated, reserved) CUDA peaks into the batch's maxima (the interval peaks move once a
+        batch, in :meth:`_add_counts`)."""
+        pending = self._pending_peaks
+        self._pending_peaks = peaks if pending is None else (max(pending[0], peaks[0]),
+                                                             max(pending[1], peaks[1]))
 
     def _add_counts(self, steps: int, samples: list[int], tokens: list[int]) -> None:
         """The step, sample, token and pending collective counters, one SDK ``add`` per series, and

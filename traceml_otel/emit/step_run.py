@@ -159,11 +159,11 @@ def run_segments(steps: Sequence[tuple[StepRecord | None, Any, bool]],
     return segments
 
 
-class _Ids(Protocol):
+class _HasIds(Protocol):
     trace_id: int
     span_id: int
 
 
-def exemplar_ids(steps: list[tuple[Any, _Ids, bool]]) -> list[tuple[int, int] | None]:
+def exemplar_ids(steps: list[tuple[Any, _HasIds, bool]]) -> list[tuple[int, int] | None]:
     """Each step's exemplar context: its trace and step span id when its trace was sent."""
     return [(built.trace_id, built.span_id) if exemplar else None for _, built, exemplar in steps]
