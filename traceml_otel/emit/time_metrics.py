@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from functools import reduce
+from itertools import repeat
 from operator import add
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from traceml_otel.step_records import StepRecord
 from traceml_otel.wire._json import RecordError
 from traceml_otel.wire.hang_record import STATE_HUNG
 from traceml_otel.wire.peak_flops import table_peak
-from traceml_otel.wire.time_record import TimeRecord, read_time_record
+from traceml_otel.wire.time_record import FlopsRecord, TimeRecord, read_time_record
 
 POLL_S = 1.0
 STALL_MARGIN_S = 2 * POLL_S
@@ -295,47 +296,37 @@ class LiveTimeAccount:
 
     def _count_flops(self, step: StepRecord) -> None:
         """Add this step's model FLOPs when the program declared or measured them (docs/goodput.md)."""
-        record = self.record
-        if record is None:
-            return
-        flops = record.flops
-        if flops.measured_step is not None and step.step == flops.measured_step:
-            return  # counting slowed that step down; its FLOPs and time are left out of MFU
-        per_step: float | None = None
-        if flops.declared_sum is not None and flops.declared_steps > 0:
-            per_step = flops.declared_sum / flops.declared_steps
-        elif flops.measured is not None:
-            per_step = flops.measured
-        elif flops.per_token is not None and step.tokens is not None:
-            per_step = flops.per_token * step.tokens
-        elif flops.per_sample is not None and step.samples is not None:
-            per_step = flops.per_sample * step.samples
-        if per_step is not None:
-            self.flops += per_step
-            self.flops_steps += 1
-
+        if self.record is not None:
+            per_step = _step_flops(self.record.flops, step.step, step.tokens, step.samples)
+            if per_step is not None:
+                self.flops += per_step
+                self.flops_steps += 1
 
     def _count_run_flops(self, measures: RunMeasures, part: slice) -> None:
         """:meth:`_count_flops` of each step of a run's part (the same floats, added in order)."""
-        record = self.record
-        assert record is not None
-        flops = record.flops
-        steps, tokens, samples = measures.steps[part], measures.tokens[part], measures.samples[part]
-        skip = flops.measured_step  # counting slowed that step down: left out of MFU
-        values: list[float]
-        if flops.declared_sum is not None and flops.declared_steps > 0:
-            per_step = flops.declared_sum / flops.declared_steps
-            values = [per_step for step in steps if step != skip]
-        elif flops.measured is not None:
-            values = [flops.measured for step in steps if step != skip]
-        elif flops.per_token is not None and tokens and tokens[0] is not None:  # one shape: all or none
-            values = [flops.per_token * n for step, n in zip(steps, tokens, strict=True) if step != skip]
-        elif flops.per_sample is not None and samples and samples[0] is not None:
-            values = [flops.per_sample * n for step, n in zip(steps, samples, strict=True) if step != skip]
-        else:
-            return
+        assert self.record is not None
+        flops = self.record.flops
+        values = [value for value in map(_step_flops, repeat(flops), measures.steps[part],
+                                         measures.tokens[part], measures.samples[part])
+                  if value is not None]
         self.flops = reduce(add, values, self.flops)
         self.flops_steps += len(values)
+
+
+def _step_flops(flops: FlopsRecord, step: int, tokens: int | None, samples: int | None) -> float | None:
+    """One step's model FLOPs by the time record's ``flops`` (declared, measured, per token or per
+    sample); ``None`` when unknown, and for the measured step (counting slowed it: left out of MFU)."""
+    if flops.measured_step is not None and step == flops.measured_step:
+        return None
+    if flops.declared_sum is not None and flops.declared_steps > 0:
+        return flops.declared_sum / flops.declared_steps
+    if flops.measured is not None:
+        return flops.measured
+    if flops.per_token is not None and tokens is not None:
+        return flops.per_token * tokens
+    if flops.per_sample is not None and samples is not None:
+        return flops.per_sample * samples
+    return None
 
 
 def _parts_ns(record: StepRecord) -> tuple[int, int, int, int]:
