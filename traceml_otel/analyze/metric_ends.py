@@ -72,7 +72,15 @@ def _hang(ends: RunEnds) -> Finding:
 def _failed(ends: RunEnds, failed: list[RankExit], hung: bool) -> Finding:
     evidence: list[Evidence] = []
     first_seen = ends.first_failure
-    if first_seen is not None and first_seen[0] not in {e.rank for e in failed}:  # the launcher's view
+    own = None if first_seen is None else next((e for e in failed if e.rank == first_seen[0]), None)
+    if own is not None:  # the launcher saw it fail first, and it said how: the others are consequences
+        how = own.reason or own.status
+        others = [e.rank for e in failed if e is not own] + [r for r in ends.vanished if r != own.rank]
+        also = f"; {_ranks(others)} ended or went silent after it (likely a consequence)" if others else ""
+        why = f"Rank {own.rank} ended with {how} ({own.status}), the first rank traceml run saw fail{also}."
+        title = f"The run failed: rank {own.rank} ended with {how}"
+        evidence += [Evidence("failed_rank", own.rank, "rank"), Evidence("exception_type", how)]
+    elif first_seen is not None:  # the launcher's view: the rank could not say how it ended
         rank, how = first_seen
         others = [e.rank for e in failed]
         reasons = ", ".join(sorted({e.reason or e.status for e in failed}))
