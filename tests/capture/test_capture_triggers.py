@@ -96,6 +96,27 @@ def test_a_peer_slowed_by_the_straggler_sharing_its_cpu_asks_nothing(tmp_path: P
         "straggler"]
 
 
+def test_spikes_of_a_peer_waiting_for_the_straggler_are_its_shadow_and_ask_nothing(tmp_path: Path) -> None:
+    # The clean-clone CI's shape: after rank 1 turned straggler, rank 0 waited ~40 ms a step for it and
+    # its own work spiked 3 x its p95 (7.7 against 2.5 ms) every 15 steps, a shared CPU's doing.
+    rng = random.Random(3)
+    def ordinary(wait: float) -> tuple[float, float]:
+        return 2.0 + rng.random() * 0.4, wait
+    shadowed = [ordinary(1.0) for _ in range(120)]
+    shadowed += [(7.7, 40.0) if step % 15 == 0 else ordinary(40.0) for step in range(120, 300)]
+    assert _run(tmp_path, shadowed, world=2, interval_s=0.0).fired == []
+    (own := tmp_path / "own").mkdir()  # the same spikes with short waits are the rank's own
+    ownspikes = [ordinary(1.0) for _ in range(120)]
+    ownspikes += [(7.7, 1.0) if step % 15 == 0 else ordinary(1.0) for step in range(120, 300)]
+    fired = _run(own, ownspikes, world=2, interval_s=0.0).fired
+    assert fired and fired[0].reason == "spike" and fired[0].every == 15, fired
+    (large := tmp_path / "large").mkdir()  # a spike larger than the waits is the rank's own, waits or not
+    larger = [ordinary(1.0) for _ in range(120)]
+    larger += [(60.0, 40.0) if step % 15 == 0 else ordinary(40.0) for step in range(120, 300)]
+    fired = _run(large, larger, world=2, interval_s=0.0).fired
+    assert fired and fired[0].reason == "spike" and fired[0].every == 15, fired
+
+
 def test_emitter_asks_at_most_max_and_once_per_interval(tmp_path: Path) -> None:
     durations = [(30.0 if step % 5 == 4 else 1.0, 0.0) for step in range(400)]
     assert len(_run(tmp_path, durations, interval_s=0.0, max_per_rank=2).fired) == 2

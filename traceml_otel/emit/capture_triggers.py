@@ -13,7 +13,8 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
   they are alike: a run that repeats its slow step only three times has no fourth to wait for.
   Spikes without a period are captured at once, from the fourth, only while they are dense
   (:data:`DENSE_SPIKES`): the steps after a lone spike are ordinary ones, and a capture spent on them
-  would leave none for the period.
+  would leave none for the period. A spike smaller than the rank's median wait for its peers (last 16
+  steps) is that slower peer's shadow, as for drift below, and is not counted.
 - **drift**: the median busy time of the last 16 steps > ``TRACEML_CAPTURE_DRIFT`` (1.5) x the median of
   the 200 before them. In a distributed run whose collectives this rank times, its reason is
   **straggler**: its own work grew, not its waits. A rank whose median wait in those 16 steps is at
@@ -266,10 +267,19 @@ class CaptureTriggers:
             return True
         return False
 
+    def _in_a_peers_shadow(self, rise: float) -> bool:
+        """Whether this rank of a distributed run (its collectives timed) waits for a slower peer, over
+        its last steps, at least as long as its own work rose by ``rise`` s: that rise is the peer's
+        shadow (a shared CPU or memory bus), not the rank's own anomaly."""
+        return (self.world_size > 1 and self._collectives and len(self.recent_waits) > 0
+                and statistics.median(self.recent_waits) >= rise)
+
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
         """A spike alone: captured where the next is due once a period shows (the third spike, or the
         second when the first two are the only ones and alike); without a period, at once from the
-        fourth if spikes are dense."""
+        fourth if spikes are dense. A spike in a slower peer's shadow is not this rank's: left out."""
+        if self._in_a_peers_shadow(busy - p95):
+            return
         self.spikes = [*self.spikes[-(SPIKES_KEPT - 1):], step]
         self.spike_sizes = [*self.spike_sizes[-(SPIKES_KEPT - 1):], busy]
         self.wasted["spike"] += max(0.0, busy - statistics.median(self.baseline))
@@ -302,8 +312,8 @@ class CaptureTriggers:
             self._slow_level = before
             self.wasted["drift"] += sum(b - before for b in self.recent if b > before)
         straggler = self.world_size > 1 and self._collectives
-        if straggler and statistics.median(self.recent_waits) >= now - before:
-            return  # it waits for a slower peer longer than its own work grew: that peer's shadow
+        if self._in_a_peers_shadow(now - before):
+            return
         reason = "straggler" if straggler else "drift"
         what = "this rank's own work" if straggler else "the rank's busy time"
         if self._request(reason, f"step {step}: {what} rose to {now * 1e3:.1f} ms a step (median of "
