@@ -13,8 +13,9 @@ def _run(done: list[int], means: list[float]) -> MetricRun:
 
 
 def test_each_bucket_stands_for_the_steps_done_in_it() -> None:
-    assert per_step_series((3, 3, 7), (1.0, 2.0, 3.0)) == ([0, 1, 2, 3, 4, 5, 6], [1.0] * 3 + [3.0] * 4)
-    steps, series = per_step_series((100_000, 250_000), (1.0, 2.0), limit=1000)
+    assert per_step_series((3, 3, 7), (1.0, 2.0, 3.0)) == ([0, 1, 2, 3, 4, 5, 6], [1.0] * 3 + [3.0] * 4,
+                                                         [0] * 3 + [2] * 4)
+    steps, series, _ = per_step_series((100_000, 250_000), (1.0, 2.0), limit=1000)
     assert len(steps) == len(series) == 1000 and steps[:2] == [0, 250] and series[-1] == 2.0
 
 
@@ -31,3 +32,21 @@ def test_a_long_run_in_few_buckets_is_judged_like_the_spans() -> None:
 
 def test_a_short_run_is_still_not_judged() -> None:
     assert _drift(_run([10, 20, 30], [0.01, 0.01, 0.01])).kind is DriftKind.NOT_ENOUGH_STEPS
+
+
+def test_a_healthy_run_in_few_noisy_buckets_is_stable() -> None:
+    # The clean-clone CI's healthy_long under a changing load: a 1,500-step run in 8 buckets whose
+    # means wander by a few tenths of a ms. The baseline band holds one bucket (6.6 ms), the recent
+    # band one (7.75 ms): +17 %, while the steps' own medians moved 1 %. One bucket's noise (from
+    # successive buckets' differences) makes that change no drift.
+    done = [round(1500 * (i + 1) / 8) for i in range(8)]
+    means = [0.0079, 0.0066, 0.0072, 0.0081, 0.0074, 0.0079, 0.0070, 0.00775]
+    drift = _drift(_run(done, means))
+    assert drift.change is not None and drift.change > 0.10
+    assert drift.kind is DriftKind.STABLE, drift
+
+
+def test_a_clear_slowdown_in_few_noisy_buckets_is_still_slowing() -> None:
+    done = [round(1500 * (i + 1) / 8) for i in range(8)]
+    means = [0.0079, 0.0076, 0.0078, 0.0081, 0.0150, 0.0155, 0.0148, 0.0152]
+    assert _drift(_run(done, means)).kind is DriftKind.SLOWING

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Sequence
+from itertools import pairwise
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import DriftAnalysis, RankSeries, WorstStep
@@ -74,8 +75,13 @@ def warmup_steps(series: Sequence[float]) -> int:
     return skip
 
 
-def detect_drift(steps: Sequence[int], series: Sequence[float]) -> DriftAnalysis:
-    """Compare the early baseline with the recent level; find where the recent level began."""
+def detect_drift(steps: Sequence[int], series: Sequence[float],
+                 buckets: Sequence[int] | None = None) -> DriftAnalysis:
+    """Compare the early baseline with the recent level; find where the recent level began.
+
+    ``buckets``: for a series made of time buckets' means (from metrics: each step of a bucket holds
+    its bucket's mean), each step's bucket. The noise is then judged over the buckets, the independent
+    values, not over steps that repeat one value (they have no spread: any 10 % move read as drift)."""
     n = len(series)
     if n < t.DRIFT_MIN_STEPS:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
@@ -91,7 +97,11 @@ def detect_drift(steps: Sequence[int], series: Sequence[float]) -> DriftAnalysis
     change = recent / baseline - 1.0 if baseline > 0 else 0.0
     kind = DriftKind.STABLE
     since = None
-    if _is_drift(baseline, recent, change, early, late):
+    if buckets is None:
+        noise = (_median_error(early) ** 2 + _median_error(late) ** 2) ** 0.5
+    else:
+        noise = _bucket_noise(series, buckets, skip, base_hi, recent_lo)
+    if _is_drift(baseline, recent, change, noise, late):
         kind = DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
         since = steps[_onset(series, skip, band // 2)]
     return DriftAnalysis(
@@ -105,13 +115,35 @@ def detect_drift(steps: Sequence[int], series: Sequence[float]) -> DriftAnalysis
     )
 
 
-def _is_drift(
-    baseline: float, recent: float, change: float, early: Sequence[float], late: Sequence[float]
-) -> bool:
+def _bucket_noise(series: Sequence[float], buckets: Sequence[int], skip: int, base_hi: int,
+                  recent_lo: int) -> float:
+    """The standard error of the difference of the two bands' levels when each bucket's mean stands for
+    its steps: one bucket's noise, the robust spread of successive buckets' differences after the
+    warm-up over the square root of 2 (a level shift is one large difference among many: it does not
+    inflate it), over the square root of each band's bucket count."""
+    means = _one_per_bucket(series[skip:], buckets[skip:])
+    if len(means) < 2:
+        return 0.0
+    one = 1.4826 * statistics.median(abs(b - a) for a, b in pairwise(means)) / 2 ** 0.5
+    early = len(set(buckets[skip:base_hi]))
+    late = len(set(buckets[recent_lo:]))
+    return one * (1 / early + 1 / late) ** 0.5
+
+
+def _one_per_bucket(series: Sequence[float], buckets: Sequence[int]) -> list[float]:
+    values: list[float] = []
+    last = None
+    for value, bucket in zip(series, buckets, strict=True):
+        if bucket != last:
+            values.append(value)
+            last = bucket
+    return values
+
+
+def _is_drift(baseline: float, recent: float, change: float, noise: float, late: Sequence[float]) -> bool:
     """Large, beyond the bands' noise, and held over both halves of the recent band."""
     if abs(change) < t.DRIFT_CHANGE or baseline <= 0:
         return False
-    noise = (_median_error(early) ** 2 + _median_error(late) ** 2) ** 0.5
     if abs(recent - baseline) < t.DRIFT_NOISE_Z * noise:
         return False
     half = len(late) // 2

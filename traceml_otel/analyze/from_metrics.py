@@ -159,27 +159,31 @@ def analyze_metrics(run: MetricRun, window: str = "") -> RunAnalysis:
 def _drift(run: MetricRun) -> DriftAnalysis:
     if not run.step_time_series:
         return DriftAnalysis(DriftKind.NOT_ENOUGH_STEPS)
-    return detect_drift(*per_step_series(run.step_points, run.step_time_series))
+    steps, series, buckets = per_step_series(run.step_points, run.step_time_series)
+    return detect_drift(steps, series, buckets)
 
 
 def per_step_series(
     done: tuple[int, ...] | list[int], means: tuple[float, ...] | list[float], limit: int = MAX_DRIFT_STEPS,
-) -> tuple[list[int], list[float]]:
+) -> tuple[list[int], list[float], list[int]]:
     """The drift's step axis from time buckets: ``done[i]`` steps were done by the end of bucket ``i``
     (median over ranks) and ``means[i]`` is the bucket's mean step time; each step done in a bucket
-    gets its mean, numbered as the span reader numbers steps (from 0). A bucket with no step done adds
+    gets its mean, numbered as the span reader numbers steps (from 0), and the bucket's index (the
+    drift's noise is judged over buckets, the independent values). A bucket with no step done adds
     none. Beyond ``limit`` steps each point stands for ``ceil(steps / limit)`` steps (bounded memory)."""
     total = max(done, default=0)
     stride = max(1, -(-total // limit))
     steps: list[int] = []
     series: list[float] = []
+    buckets: list[int] = []
     previous = 0
-    for count, mean in zip(done, means, strict=False):
+    for bucket, (count, mean) in enumerate(zip(done, means, strict=False)):
         for number in range(previous + (-previous) % stride, count, stride):
             steps.append(number)
             series.append(mean)
+            buckets.append(bucket)
         previous = max(previous, count)
-    return steps, series
+    return steps, series, buckets
 
 
 def _between_steps_line(run: MetricRun) -> tuple[str, ...]:
