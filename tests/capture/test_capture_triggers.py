@@ -145,6 +145,17 @@ def test_rare_spikes_without_a_period_wait_for_it_and_dense_ones_are_captured_at
     assert fired and fired[0].at_step < 80, fired
 
 
+def test_three_of_many_noise_spikes_on_a_lattice_are_no_period() -> None:
+    # A loaded machine's healthy loop: 20 noise spikes at random steps, three of which (1000, 9488,
+    # 17976) happen to lie 8,488 steps apart, once read "recurs every 8488 steps".
+    rng = random.Random(5)
+    noise = sorted({*rng.sample(range(1001, 17975), 17), 1000, 9488, 17976})
+    assert noise[-1] == 17976 and period(noise, [10.0] * len(noise)) is None
+    # The same three with up to 6 noise spikes between them still make the period.
+    few = sorted({1000, 9488, 17976, *rng.sample(range(1001, 17975), 6)})
+    assert period(few, [10.0] * len(few)) == 8488
+
+
 def test_a_period_survives_a_slow_first_run_and_a_spike_the_load_hid() -> None:
     # The first svd of a run is slower (warm-up: 94 ms against 45-67 ms later, measured under load),
     # and a loaded machine's inflated p95 can hide one occurrence: the period still shows.

@@ -8,7 +8,7 @@ be captured for it. Triggers, after a warm-up of :data:`WARMUP_STEPS` steps (``d
 - **spike**: busy > ``TRACEML_CAPTURE_SPIKE_K`` (3) x the p95 of the last 100 ordinary steps (spikes do
   not enter that baseline) and 5 ms more, alone (slow steps in a row are a new level: drift's business).
   A spike one period after an earlier one and one or two after another, the three of about one size
-  (:data:`ALIKE`; noise spikes in between do not matter), is captured where the next one is due
+  (:data:`ALIKE`; up to 6 noise spikes in between do not matter), is captured where the next one is due
   (``at_step``, ``every``); so is the second of the rank's first two spikes when no other came and
   they are alike: a run that repeats its slow step only three times has no fourth to wait for.
   Spikes without a period are captured at once, from the fourth, only while they are dense
@@ -78,6 +78,10 @@ SPIKES_KEPT = 32
 ALIKE = 3.0
 """Spikes one period apart are taken for one cause only when their busy times are within this factor
 (a loaded machine's svd every 40th step: its first run 94 ms, the later ones 45-67 ms)."""
+LATTICE_NOISE_MAX = 6
+"""Other spikes allowed between the three that make a period. Among many noise spikes some three fall on
+a lattice by chance (a loaded machine's healthy loop once read "recurs every 8,488 steps", three of 32
+spikes): a cause that recurs is most of the spikes around it, noise that happens to line up is not."""
 DENSE_SPIKES = 2.0
 """Spikes without a period are captured at once only when the last four came, on average, at least
 every this many capture lengths (``TRACEML_CAPTURE_STEPS``): then the captured steps likely hold one."""
@@ -135,11 +139,11 @@ def busy_and_residual(row: Sequence[Any]) -> tuple[float, float, bool]:
 
 def period(spikes: Sequence[int], sizes: Sequence[float] | None = None) -> int | None:
     """The period of the last spike, when an earlier one sits one period before it and another one or
-    two periods before that (a step off either way; a spike the load hid may leave that hole; spikes
-    of noise in between do not matter), else ``None``. With ``sizes`` (each spike's busy time), the
-    three must be alike (the largest at most :data:`ALIKE` x the smallest): one cause recurring costs
-    about the same each time (its first run slower, from warm-up), and noise spikes that happen to
-    fall on a lattice mostly do not."""
+    two periods before that (a step off either way; a spike the load hid may leave that hole; up to
+    :data:`LATTICE_NOISE_MAX` spikes of noise in between do not matter), else ``None``. With ``sizes``
+    (each spike's busy time), the three must be alike (the largest at most :data:`ALIKE` x the
+    smallest): one cause recurring costs about the same each time (its first run slower, from
+    warm-up), and noise spikes that happen to fall on a lattice mostly do not."""
     last = spikes[-1]
     for i in range(len(spikes) - 2, -1, -1):
         earlier = spikes[i]
@@ -148,6 +152,8 @@ def period(spikes: Sequence[int], sizes: Sequence[float] | None = None) -> int |
             continue
         for j in range(i - 1, -1, -1):
             if not any(abs(earlier - k * gap - spikes[j]) <= 1 for k in (1, 2)):
+                continue
+            if len(spikes) - j - 3 > LATTICE_NOISE_MAX:  # the spikes between the three, not theirs
                 continue
             if sizes is None or _alike(sizes[-1], sizes[i], sizes[j]):
                 return gap
