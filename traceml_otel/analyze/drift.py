@@ -15,7 +15,8 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import groupby, pairwise
+from operator import itemgetter
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.findings import DriftAnalysis, RankSeries, WorstStep
@@ -121,23 +122,14 @@ def _bucket_noise(series: Sequence[float], buckets: Sequence[int], skip: int, ba
     its steps: one bucket's noise, the robust spread of successive buckets' differences after the
     warm-up over the square root of 2 (a level shift is one large difference among many: it does not
     inflate it), over the square root of each band's bucket count."""
-    means = _one_per_bucket(series[skip:], buckets[skip:])
+    means = [next(group)[0] for _, group in groupby(zip(series[skip:], buckets[skip:], strict=True),
+                                                    key=itemgetter(1))]
     if len(means) < 2:
         return 0.0
     one = 1.4826 * statistics.median(abs(b - a) for a, b in pairwise(means)) / 2 ** 0.5
     early = len(set(buckets[skip:base_hi]))
     late = len(set(buckets[recent_lo:]))
     return one * (1 / early + 1 / late) ** 0.5
-
-
-def _one_per_bucket(series: Sequence[float], buckets: Sequence[int]) -> list[float]:
-    values: list[float] = []
-    last = None
-    for value, bucket in zip(series, buckets, strict=True):
-        if bucket != last:
-            values.append(value)
-            last = bucket
-    return values
 
 
 def _is_drift(baseline: float, recent: float, change: float, noise: float, late: Sequence[float]) -> bool:

@@ -75,7 +75,7 @@ def _failed(ends: RunEnds, failed: list[RankExit], hung: bool) -> Finding:
     own = None if first_seen is None else next((e for e in failed if e.rank == first_seen[0]), None)
     if own is not None:  # the launcher saw it fail first, and it said how: the others are consequences
         how = own.reason or own.status
-        others = [e.rank for e in failed if e is not own] + [r for r in ends.vanished if r != own.rank]
+        others = [e.rank for e in failed if e is not own] + list(ends.vanished)  # it exited: never vanished
         also = f"; {_ranks(others)} ended or went silent after it (likely a consequence)" if others else ""
         why = f"Rank {own.rank} ended with {how} ({own.status}), the first rank traceml run saw fail{also}."
         title = f"The run failed: rank {own.rank} ended with {how}"

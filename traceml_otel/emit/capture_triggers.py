@@ -277,8 +277,13 @@ class CaptureTriggers:
         """Whether this rank of a distributed run (its collectives timed) waits for a slower peer, over
         its last steps, at least as long as its own work rose by ``rise`` s: that rise is the peer's
         shadow (a shared CPU or memory bus), not the rank's own anomaly."""
-        return (self.world_size > 1 and self._collectives and len(self.recent_waits) > 0
+        return (self._distributed and len(self.recent_waits) > 0
                 and statistics.median(self.recent_waits) >= rise)
+
+    @property
+    def _distributed(self) -> bool:
+        """A rank of a distributed run whose collectives it times (a slower work is then a straggler's)."""
+        return self.world_size > 1 and self._collectives
 
     def _spike_seen(self, step: int, busy: float, p95: float) -> None:
         """A spike alone: captured where the next is due once a period shows (the third spike, or the
@@ -317,7 +322,7 @@ class CaptureTriggers:
         if self._slow_level is None:  # the slow steps so far count as wasted, and those after them
             self._slow_level = before
             self.wasted["drift"] += sum(b - before for b in self.recent if b > before)
-        straggler = self.world_size > 1 and self._collectives
+        straggler = self._distributed
         if self._in_a_peers_shadow(now - before):
             return
         reason = "straggler" if straggler else "drift"

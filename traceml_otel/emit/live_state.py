@@ -18,10 +18,10 @@ from traceml_otel.emit.time_metrics import LiveTimeAccount, TimeInstruments
 from traceml_otel.step_records import PhaseTiming
 
 NS = 1e-9
+"""Seconds per nanosecond."""
 FIRST_FAILURE_WAIT_S = 2.0
 """How long a bad end under ``traceml run`` waits for the launcher's first failure before scrapes show it
 (:meth:`LiveState.end_for_scrape`); the agent polls its ranks every 0.1 s."""
-"""Seconds per nanosecond."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +100,7 @@ class LiveState:
         run with a missing rank and no first failure (a page without the cause, then a second page with
         it). The OTLP path exports at its end, after the wait, and is not held back."""
         first = self.first_failure()
-        if (self.first_failure_expected and first is None and self.exit is not None
-                and self.exit[0] != "clean" and self.ended_at is not None
-                and time.monotonic() - self.ended_at < FIRST_FAILURE_WAIT_S):
+        if first is None and self.ended_at is not None and time.monotonic() - self.ended_at < self.end_hold_s:
             return None, 0, None
         return self.exit, self.ended, first
 
