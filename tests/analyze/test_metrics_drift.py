@@ -50,3 +50,21 @@ def test_a_clear_slowdown_in_few_noisy_buckets_is_still_slowing() -> None:
     done = [round(1500 * (i + 1) / 8) for i in range(8)]
     means = [0.0079, 0.0076, 0.0078, 0.0081, 0.0150, 0.0155, 0.0148, 0.0152]
     assert _drift(_run(done, means)).kind is DriftKind.SLOWING
+
+
+def test_a_run_whose_load_lifted_is_judged_on_each_bands_own_noise() -> None:
+    # The clean-clone CI's healthy_long again: under a heavy load at first (~20 ms steps whose bucket
+    # means wandered by a quarter), then alone (3.3 ms). The slow steps fill many time buckets, the quick
+    # ones few; the spans read SPEEDING_UP (-83 %), the metrics once STABLE (-85 %): the slow buckets'
+    # noise, taken as every bucket's, hid the change. Noise is a share of each band's level.
+    slow = [0.022, 0.017, 0.029, 0.019, 0.026, 0.015, 0.024, 0.031, 0.018, 0.023, 0.016, 0.027, 0.021]
+    quick = [0.0034, 0.0033, 0.0035]
+    means = slow + quick
+    per_bucket = [int(1 / m) for m in slow] + [0] * len(quick)
+    per_bucket[len(slow):] = [(1500 - sum(per_bucket)) // 3] * 3
+    done = [sum(per_bucket[: i + 1]) for i in range(len(means))]
+    drift = _drift(_run(done, means))
+    assert drift.change is not None and drift.change < -0.8
+    assert drift.kind is DriftKind.SPEEDING_UP, drift
+    aa = _drift(_run(done, [*slow, 0.021, 0.024, 0.019]))  # the same buckets, no lift: no drift
+    assert aa.kind is DriftKind.STABLE, aa
