@@ -56,8 +56,11 @@ def test_a_user_script_with_an_svd_every_40th_step_gets_it_captured_and_named(tm
 
 def test_a_user_script_with_an_item_per_step_gets_the_sync_captured_and_cited(tmp_path: Path) -> None:
     run_dir, captures, _ = _run(tmp_path, "user_item_metric.py")
-    capture = captures[0]
-    assert capture.reason == "residual", (capture.reason, capture.detail)
+    # On a loaded machine (a CI run beside other work) three descheduling spikes may line up first and
+    # take a spike capture ("recurs every 54 steps"); the residual is still captured and cited.
+    residual_captures = [c for c in captures if c.reason == "residual"]
+    assert residual_captures, [(c.reason, c.detail) for c in captures]
+    capture = residual_captures[0]
     assert {"aten::item", "aten::_local_scalar_dense"} & {op.name for op in capture.syncs}, capture.syncs
     step = analyze_path([run_dir]).step
     residual = [f for f in (step.primary, *step.issues) if f.kind == StepKind.RESIDUAL_HEAVY]
