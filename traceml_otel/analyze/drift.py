@@ -28,6 +28,8 @@ from traceml_otel.analyze.window import StepWindow
 
 MAX_POINTS = 400
 """Points per rank kept for the step-time chart."""
+MAD_TO_SD = 1.4826
+"""A median absolute deviation times this is a robust standard deviation (Gaussian noise)."""
 
 
 def typical(values: Sequence[float]) -> float:
@@ -57,7 +59,7 @@ def step_series(
 def _spread(values: Sequence[float]) -> float:
     """The scaled median absolute deviation (a robust standard deviation)."""
     median = statistics.median(values)
-    return 1.4826 * statistics.median(abs(v - median) for v in values)
+    return MAD_TO_SD * statistics.median(abs(v - median) for v in values)
 
 
 def _median_error(values: Sequence[float]) -> float:
@@ -132,7 +134,7 @@ def _bucket_noise(series: Sequence[float], buckets: Sequence[int], skip: int, ea
     ratios = [math.log(b / a) for a, b in pairwise(means) if a > 0 and b > 0]
     if not ratios:
         return 0.0
-    relative = 1.4826 * statistics.median(abs(r) for r in ratios) / 2 ** 0.5
+    relative = MAD_TO_SD * statistics.median(abs(r) for r in ratios) / 2 ** 0.5
     variance = 0.0
     for (lo, hi), level in zip((early, late), levels, strict=True):
         variance += (relative * level) ** 2 / len(set(buckets[lo:hi]))

@@ -57,13 +57,13 @@ def time_text(analysis: RunAnalysis) -> list[str]:
         goodput = "-" if account.goodput is None else f"{account.goodput * 100:.1f} %"
         lines += [f"Where the job's time went (all ranks, {account.wall_s:.1f} rank-seconds; "
                   f"goodput {goodput})"]
-        shown = [(name, seconds) for name, seconds in account.categories
+        shown = [(name, category_label(name), seconds) for name, seconds in account.categories
                  if seconds >= 0.0005 or name in ("startup", "shutdown")]
-        width = max([28, *(len(category_label(name)) for name, _ in shown)])  # one column for all
-        for name, seconds in shown:
+        width = max([28, *(len(label) for _, label, _ in shown)])  # one column for all
+        for name, label, seconds in shown:
             mark = "*" if name in PRODUCTIVE else " "
             share = _percent(seconds, account.wall_s)
-            lines.append(f"  {mark} {category_label(name):{width}s} {seconds:10.2f} s  {share:>8s}")
+            lines.append(f"  {mark} {label:{width}s} {seconds:10.2f} s  {share:>8s}")
         lines.append("  (* productive: goodput's numerator)")
         lines += [f"  {strip_control(f.text)}: {strip_control(f.advice)}" for f in account.findings]
         lines += [f"  note: {strip_control(note)}" for note in account.notes[:5]]
