@@ -68,3 +68,23 @@ def test_a_run_whose_load_lifted_is_judged_on_each_bands_own_noise() -> None:
     assert drift.kind is DriftKind.SPEEDING_UP, drift
     aa = _drift(_run(done, [*slow, 0.021, 0.024, 0.019]))  # the same buckets, no lift: no drift
     assert aa.kind is DriftKind.STABLE, aa
+
+
+def test_a_stable_verdict_from_few_buckets_says_what_it_rests_on() -> None:
+    # The clean-clone CI's healthy_long once more: 1,500 steps in ~6 s at 2 s buckets, the load lifting
+    # in the middle one. The span reader's 300 steps a band read SPEEDING_UP (-61 %); the metrics' one
+    # or two buckets a band cannot tell that from their wander, and the report says so.
+    from traceml_otel.analyze.drift import detect_drift
+    from traceml_otel.report.units import drift_sentence
+
+    done = [420, 900, 1500]
+    drift = _drift(_run(done, [0.0086, 0.0081, 0.0048]))
+    assert drift.kind is DriftKind.STABLE and drift.change is not None and drift.change < -0.4
+    assert drift.band_buckets == (2, 1)
+    sentence = drift_sentence(drift)
+    assert "time buckets (2 early, 1 recent)" in sentence and "within their wander" in sentence
+    twenty = _drift(_run([round(1500 * (i + 1) / 20) for i in range(20)], [0.010] * 20))
+    assert twenty.band_buckets == (4, 4)  # 300-step bands over 75-step buckets
+    steps = detect_drift(list(range(1500)), [0.0086] * 750 + [0.0034] * 750)
+    assert steps.kind is DriftKind.SPEEDING_UP and steps.band_buckets is None
+    assert "time buckets" not in drift_sentence(steps)

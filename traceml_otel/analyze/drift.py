@@ -101,10 +101,12 @@ def detect_drift(steps: Sequence[int], series: Sequence[float],
     change = recent / baseline - 1.0 if baseline > 0 else 0.0
     kind = DriftKind.STABLE
     since = None
+    band_buckets = None
     if buckets is None:
         noise = (_median_error(early) ** 2 + _median_error(late) ** 2) ** 0.5
     else:
         noise = _bucket_noise(series, buckets, skip, (base_lo, base_hi), (recent_lo, n), (baseline, recent))
+        band_buckets = (len(set(buckets[base_lo:base_hi])), len(set(buckets[recent_lo:n])))
     if _is_drift(baseline, recent, change, noise, late):
         kind = DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
         since = steps[_onset(series, skip, band // 2)]
@@ -116,6 +118,7 @@ def detect_drift(steps: Sequence[int], series: Sequence[float],
         since_step=since,
         baseline_steps=(steps[base_lo], steps[base_hi - 1]),
         recent_steps=(steps[recent_lo], steps[-1]),
+        band_buckets=band_buckets,
     )
 
 

@@ -206,6 +206,9 @@ class DriftAnalysis:
     """The reference (steady) segment's step range."""
     from_segment: bool = False
     """The kind comes from a slow or fast period that ends the run, not from the bands' test."""
+    band_buckets: tuple[int, int] | None = None
+    """From metrics: the time buckets the baseline and recent bands rest on (their independent
+    values); None when judged on steps."""
 
 
 @dataclass(frozen=True, slots=True)

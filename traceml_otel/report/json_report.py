@@ -159,6 +159,7 @@ def report_json(
             "segment_change": drift.segment_change,
             "reference_steps": list(drift.reference_steps) if drift.reference_steps else None,
             "from_segment": drift.from_segment,
+            "band_buckets": list(drift.band_buckets) if drift.band_buckets else None,
         },
         **events_json(analysis),
         **captures_json(analysis),

@@ -119,6 +119,11 @@ def drift_sentence(drift: DriftAnalysis) -> str:
     levels = (f"typical step {seconds(drift.recent_s)} recently vs {seconds(drift.baseline_s)} early "
               f"({signed_percent(drift.change)}; medians without spikes, not the means above)")
     if drift.kind is DriftKind.STABLE and drift.change is not None and abs(drift.change) >= DRIFT_CHANGE:
+        if drift.band_buckets is not None:
+            early, recent = drift.band_buckets
+            return (f"no sustained drift: {levels}; from metrics it rests on time buckets ({early} early, "
+                    f"{recent} recent) and the change is within their wander or not held through the "
+                    "recent ones (the span reader judges each step)")
         return (f"no sustained drift: {levels}; the change is within the step-to-step noise or not held "
                 "through the recent steps")
     text = f"{drift.kind.lower().replace('_', ' ')}: {levels}"
