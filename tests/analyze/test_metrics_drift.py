@@ -3,9 +3,11 @@ of 1,497 steps seen in 20 buckets was once "fewer than 50 aligned steps"."""
 
 from __future__ import annotations
 
+from traceml_otel.analyze.drift import detect_drift
 from traceml_otel.analyze.from_metrics import _drift, per_step_series
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.sources.prometheus import MetricRun
+from traceml_otel.report.units import drift_sentence
 
 
 def _run(done: list[int], means: list[float]) -> MetricRun:
@@ -74,9 +76,6 @@ def test_a_stable_verdict_from_few_buckets_says_what_it_rests_on() -> None:
     # The clean-clone CI's healthy_long once more: 1,500 steps in ~6 s at 2 s buckets, the load lifting
     # in the middle one. The span reader's 300 steps a band read SPEEDING_UP (-61 %); the metrics' one
     # or two buckets a band cannot tell that from their wander, and the report says so.
-    from traceml_otel.analyze.drift import detect_drift
-    from traceml_otel.report.units import drift_sentence
-
     done = [420, 900, 1500]
     drift = _drift(_run(done, [0.0086, 0.0081, 0.0048]))
     assert drift.kind is DriftKind.STABLE and drift.change is not None and drift.change < -0.4

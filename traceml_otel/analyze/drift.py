@@ -105,8 +105,8 @@ def detect_drift(steps: Sequence[int], series: Sequence[float],
     if buckets is None:
         noise = (_median_error(early) ** 2 + _median_error(late) ** 2) ** 0.5
     else:
-        noise = _bucket_noise(series, buckets, skip, (base_lo, base_hi), (recent_lo, n), (baseline, recent))
         band_buckets = (len(set(buckets[base_lo:base_hi])), len(set(buckets[recent_lo:n])))
+        noise = _bucket_noise(series, buckets, skip, band_buckets, (baseline, recent))
     if _is_drift(baseline, recent, change, noise, late):
         kind = DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
         since = steps[_onset(series, skip, band // 2)]
@@ -122,26 +122,24 @@ def detect_drift(steps: Sequence[int], series: Sequence[float],
     )
 
 
-def _bucket_noise(series: Sequence[float], buckets: Sequence[int], skip: int, early: tuple[int, int],
-                  late: tuple[int, int], levels: tuple[float, float]) -> float:
+def _bucket_noise(series: Sequence[float], buckets: Sequence[int], skip: int, counts: tuple[int, int],
+                  levels: tuple[float, float]) -> float:
     """The standard error of the difference of the two bands' levels when each bucket's mean stands for
     its steps.
 
     One bucket's relative noise is the robust spread of the log ratios of successive buckets' means
     after the warm-up, over the square root of 2 (a level shift is one large ratio among many: it does
     not inflate it). Step times stretch with the load, so each band's noise is that share of its own
-    level, over the square root of its bucket count: a run whose load lifted half-way (many noisy slow
-    buckets, then few quick ones) is judged on the quick band's small noise, not the slow band's."""
+    level, over the square root of its bucket count (``counts``: the baseline's and the recent band's):
+    a run whose load lifted half-way (many noisy slow buckets, then few quick ones) is judged on the
+    quick band's small noise, not the slow band's."""
     means = [next(group)[0] for _, group in groupby(zip(series[skip:], buckets[skip:], strict=True),
                                                     key=itemgetter(1))]
     ratios = [math.log(b / a) for a, b in pairwise(means) if a > 0 and b > 0]
     if not ratios:
         return 0.0
     relative = MAD_TO_SD * statistics.median(abs(r) for r in ratios) / 2 ** 0.5
-    variance = 0.0
-    for (lo, hi), level in zip((early, late), levels, strict=True):
-        variance += (relative * level) ** 2 / len(set(buckets[lo:hi]))
-    return variance ** 0.5
+    return sum((relative * level) ** 2 / count for count, level in zip(counts, levels, strict=True)) ** 0.5
 
 
 def _is_drift(baseline: float, recent: float, change: float, noise: float, late: Sequence[float]) -> bool:
