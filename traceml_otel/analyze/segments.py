@@ -2,7 +2,8 @@
 
 The window's step series (per aligned step, the median over ranks of the step time, and the median
 over up to :data:`SHARE_RANKS` ranks of the input-wait and residual shares) is cut into segments by
-change-point detection (``ruptures``' PELT on an L2 cost). The penalty is scaled to the series' own
+change-point detection (``ruptures``' PELT on an L2 cost, computed from prefix sums:
+:mod:`~traceml_otel.analyze.segment_cost`). The penalty is scaled to the series' own
 noise, so a steady run gives one segment whatever its noise:
 
 - each signal is reduced to at most :data:`MAX_POINTS` block medians (long runs), then passed through a
@@ -132,6 +133,8 @@ def change_points(signals: Sequence[Sequence[float]]) -> list[int]:
     import numpy as np
     import ruptures
 
+    from traceml_otel.analyze.segment_cost import PrefixSumL2Cost
+
     n = len(signals[0])
     size = max(1, -(-n // MAX_POINTS))
     columns = []
@@ -148,7 +151,8 @@ def change_points(signals: Sequence[Sequence[float]]) -> list[int]:
     if points < 2 * shortest:
         return []
     penalty = PENALTY_PER_SIGNAL * math.log(points) * len(signals)
-    ends = ruptures.Pelt(model="l2", min_size=shortest, jump=1).fit(matrix).predict(pen=penalty)
+    search = ruptures.Pelt(custom_cost=PrefixSumL2Cost(), min_size=shortest, jump=1)
+    ends = search.fit(matrix).predict(pen=penalty)
     return [min(n, end * size) for end in ends[:-1]]
 
 
