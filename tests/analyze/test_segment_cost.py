@@ -9,7 +9,7 @@ import pytest
 import ruptures
 from ruptures.exceptions import NotEnoughPoints
 
-from traceml_otel.analyze.segment_cost import PrefixSumL2Cost
+from traceml_otel.analyze.segment_cost import prefix_sum_l2_cost
 
 
 def _series(rng: random.Random, points: int, columns: int) -> np.ndarray:
@@ -35,7 +35,7 @@ def test_pelt_cuts_the_same_places_as_with_ruptures_l2(seed: int) -> None:
     penalty = 4.0 * np.log(points) * matrix.shape[1]
     shortest = max(3, -(-points // 20))
     theirs = ruptures.Pelt(model="l2", min_size=shortest, jump=1).fit(matrix).predict(pen=penalty)
-    search = ruptures.Pelt(custom_cost=PrefixSumL2Cost(), min_size=shortest, jump=1)
+    search = ruptures.Pelt(custom_cost=prefix_sum_l2_cost(), min_size=shortest, jump=1)
     ours = search.fit(matrix).predict(pen=penalty)
     assert ours == theirs
 
@@ -44,10 +44,10 @@ def test_each_segments_cost_matches_and_a_short_one_is_refused() -> None:
     rng = random.Random(7)
     matrix = _series(rng, 120, 3)
     reference = ruptures.costs.CostL2().fit(matrix)
-    cost = PrefixSumL2Cost().fit(matrix)
+    cost = prefix_sum_l2_cost().fit(matrix)
     for start, end in [(0, 120), (0, 1), (5, 6), (3, 90), (60, 120), (119, 120)]:
         assert cost.error(start, end) == pytest.approx(reference.error(start, end), rel=1e-9, abs=1e-6)
-    flat = PrefixSumL2Cost().fit(np.full(10, 3.5))
+    flat = prefix_sum_l2_cost().fit(np.full(10, 3.5))
     assert flat.error(0, 10) == 0.0  # never negative from rounding
     with pytest.raises(NotEnoughPoints):
         cost.error(4, 4)

@@ -133,7 +133,7 @@ def change_points(signals: Sequence[Sequence[float]]) -> list[int]:
     import numpy as np
     import ruptures
 
-    from traceml_otel.analyze.segment_cost import PrefixSumL2Cost
+    from traceml_otel.analyze.segment_cost import prefix_sum_l2_cost
 
     n = len(signals[0])
     size = max(1, -(-n // MAX_POINTS))
@@ -151,7 +151,7 @@ def change_points(signals: Sequence[Sequence[float]]) -> list[int]:
     if points < 2 * shortest:
         return []
     penalty = PENALTY_PER_SIGNAL * math.log(points) * len(signals)
-    search = ruptures.Pelt(custom_cost=PrefixSumL2Cost(), min_size=shortest, jump=1)
+    search = ruptures.Pelt(custom_cost=prefix_sum_l2_cost(), min_size=shortest, jump=1)
     ends = search.fit(matrix).predict(pen=penalty)
     return [min(n, end * size) for end in ends[:-1]]
 
