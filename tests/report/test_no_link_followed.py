@@ -10,7 +10,7 @@ import pytest
 
 from tests.synthetic_runs import SyntheticStep, write_run
 from traceml_otel.cli.analyze import diagnose_run_directory
-from traceml_otel.cli.run import _diagnosis
+from traceml_otel.cli.run_diagnosis import diagnose_in_child
 from traceml_otel.emit.local_copy import LocalCopyWriter
 from traceml_otel.launch.export_report import render_export_report
 from traceml_otel.settings import diagnosis_memory_mb
@@ -63,9 +63,9 @@ def test_a_link_planted_at_the_run_folder_is_not_written_through(tmp_path: Path)
 def test_the_end_of_run_diagnosis_has_a_memory_budget(run_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRACEML_DIAGNOSIS_MEMORY_MB", "30")  # far below what Python needs to analyse
     assert diagnosis_memory_mb() == 30
-    text = _diagnosis(run_dir, html=False)
+    text = diagnose_in_child(run_dir, html=False)
     assert text.startswith("traceml: no diagnosis: it needed more than its memory budget of 30 MiB "
                            "(TRACEML_DIAGNOSIS_MEMORY_MB)"), text
     monkeypatch.delenv("TRACEML_DIAGNOSIS_MEMORY_MB")
     assert diagnosis_memory_mb() >= 2048
-    assert _diagnosis(run_dir, html=False).startswith("traceml-otel diagnosis")
+    assert diagnose_in_child(run_dir, html=False).startswith("traceml-otel diagnosis")

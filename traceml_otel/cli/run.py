@@ -6,22 +6,24 @@ import argparse
 import difflib
 import importlib.util
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceml_otel.cli.common import EXIT_ERROR
 from traceml_otel.cli.parser import CommandParser
-from traceml_otel.errors import SettingsError, TracemlError
+from traceml_otel.cli.run_diagnosis import DiagnosisProcess, diagnose_in_child, start_diagnosis
+from traceml_otel.errors import SettingsError
 from traceml_otel.sanitize import one_line
 from traceml_otel.settings import (
-    TRACEML_DIAGNOSIS_MEMORY_MB,
-    diagnosis_memory_mb,
     live_interval_s,
     live_mode,
 )
+
+if TYPE_CHECKING:
+    from traceml_otel.launch.launcher import LaunchOptions
 
 
 def _at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -124,12 +126,7 @@ def run_run(args: argparse.Namespace) -> int:
         print("traceml run: PyTorch is not installed in this environment; install the torch build for"
               " your machine (traceml analyze and compare work without it)", file=sys.stderr)
         return EXIT_ERROR
-    from traceml_otel.launch.export_report import (
-        FINAL_WAIT_EXTRA_S,
-        render_export_report,
-        wait_for_final_exports,
-    )
-    from traceml_otel.launch.launcher import LaunchOptions, launch, ranks_shutdown_timeout_s
+    from traceml_otel.launch.launcher import LaunchOptions
 
     script_args = list(args.script_args)
     problem = _script_problem(args)
@@ -152,6 +149,24 @@ def run_run(args: argparse.Namespace) -> int:
         hang_action=args.hang_action, auto_attach=not args.no_auto_attach, max_restarts=args.max_restarts,
         resume=args.resume,
     )
+    diagnosis = None if args.no_report else start_diagnosis()  # imports the analyzer while the job runs
+    try:
+        return _launch_and_report(args, options, diagnosis)
+    finally:
+        if diagnosis is not None:
+            diagnosis.close()
+
+
+def _launch_and_report(args: argparse.Namespace, options: LaunchOptions,
+                       diagnosis: DiagnosisProcess | None) -> int:
+    """Run the job, then print its diagnosis (from ``diagnosis``, started with the job) and the account."""
+    from traceml_otel.launch.export_report import (
+        FINAL_WAIT_EXTRA_S,
+        render_export_report,
+        wait_for_final_exports,
+    )
+    from traceml_otel.launch.launcher import launch, ranks_shutdown_timeout_s
+
     code, run_dir = launch(options)
     print()
     exports = wait_for_final_exports(run_dir, ranks_shutdown_timeout_s() + FINAL_WAIT_EXTRA_S)
@@ -165,7 +180,8 @@ def run_run(args: argparse.Namespace) -> int:
         return code
     if not args.no_report and run_dir.exists():
         began = time.monotonic()
-        text = _diagnosis(run_dir, args.html_report)
+        text = diagnosis.report(run_dir, args.html_report) if diagnosis else diagnose_in_child(
+            run_dir, args.html_report)
         print(text)
         _bill_diagnosis(run_dir, time.monotonic() - began)
     print(render_export_report(run_dir, exports))
@@ -211,61 +227,6 @@ def _script_problem(args: argparse.Namespace) -> str | None:
         reason = "is a directory" if Path(args.script).is_dir() else "not found"
         return f"script {args.script} {reason}"
     return None
-
-
-def _diagnosis(run_dir: Path, html: bool) -> str:
-    """The end-of-run diagnosis, made in a child process under an address-space budget
-    (``TRACEML_DIAGNOSIS_MEMORY_MB``): whatever the run folder holds, the launcher survives and
-    returns the script's exit code."""
-    budget_mb = diagnosis_memory_mb()
-    command = [sys.executable, "-c", _CHILD, "--diagnose", str(run_dir), str(budget_mb)]
-    try:
-        child = subprocess.run(command + (["--html"] if html else []), stdout=subprocess.PIPE, timeout=None)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
-    text = child.stdout[:_MAX_REPORT_BYTES].decode("utf-8", "replace")
-    if child.returncode == _OUT_OF_BUDGET:
-        return (f"traceml: no diagnosis: it needed more than its memory budget of {budget_mb} MiB "
-                f"({TRACEML_DIAGNOSIS_MEMORY_MB}); run `traceml analyze {run_dir}` for it")
-    if child.returncode != 0:
-        return text + (f"traceml: could not diagnose {run_dir}: the diagnosis process ended with code "
-                       f"{child.returncode}; run `traceml analyze {run_dir}` for it")
-    return text
-
-
-_OUT_OF_BUDGET = 3
-_CHILD = "import sys; from traceml_otel.cli.run import diagnose_child; sys.exit(diagnose_child(sys.argv[1:]))"
-_MAX_REPORT_BYTES = 16 << 20
-
-
-def diagnose_child(argv: list[str]) -> int:
-    """The diagnosis process (``--diagnose RUN_DIR BUDGET_MB [--html]``): the report on stdout. (The
-    analyzer is imported here, before the budget, and never by the launcher.)"""
-    from traceml_otel.cli.analyze import diagnose_run_directory
-
-    run_dir, budget_mb, html = Path(argv[1]), int(argv[2]), "--html" in argv[3:]
-    try:
-        import resource
-
-        limit = budget_mb << 20
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard),
-                                                hard))
-    except (ImportError, ValueError, OSError):
-        pass
-    try:
-        text = diagnose_run_directory(run_dir, html=html)
-    except MemoryError:
-        return _OUT_OF_BUDGET
-    except (TracemlError, OSError) as error:
-        text = f"traceml: could not diagnose {run_dir}: {type(error).__name__}: {error}"
-    except Exception as error:  # the launcher survives a bug too; it says it is one
-        text = (f"traceml: could not diagnose {run_dir}: internal error (a bug in traceml-otel; please "
-                f"report it): {type(error).__name__}: {error}")
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    return 0
-
 
 
 def _run_parser() -> argparse.ArgumentParser:
