@@ -37,8 +37,6 @@ MAX_REQUEST_BYTES = 1 << 16
 """The most the waiting child reads from its stdin (the run folder and the format)."""
 WARM_NICE = 10
 """The niceness of the thread that imports the analyzer while the job runs."""
-CLOSE_WAIT_S = 5.0
-"""How long a cancelled child has to exit before it is killed."""
 
 _CHILD = ("import sys; from traceml_otel.cli.run_diagnosis import diagnose_child; "
           "sys.exit(diagnose_child(sys.argv[1:]))")
@@ -84,7 +82,8 @@ class DiagnosisProcess:
         return _Finished(output, returncode)
 
     def close(self) -> None:
-        """End the child if it still waits (no report wanted, or the launcher is leaving)."""
+        """End the child if it still waits (no report wanted, or the launcher is leaving): it holds
+        nothing but imported modules, so it is killed rather than waited for (it may still be importing)."""
         process = self._process
         for stream in (process.stdin, process.stdout):
             if stream is not None and not stream.closed:
@@ -92,11 +91,9 @@ class DiagnosisProcess:
                     stream.close()
                 except OSError:
                     pass
-        try:
-            process.wait(timeout=CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
-            process.wait()
+        process.wait()
 
 
 def start_diagnosis(budget_mb: int | None = None) -> DiagnosisProcess | None:
