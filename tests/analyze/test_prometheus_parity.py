@@ -186,6 +186,17 @@ def _near_the_drift_threshold(report: dict) -> bool:
     return abs(abs(report["drift"]["change"] or 0.0) - 0.10) < 0.04
 
 
+def _straddle_the_drift_threshold(spans: dict, metrics: dict) -> bool:
+    """One reader calls a move drift and the other stable, both changes the same way and within 4 points
+    of drift's 10 %: the steps' median and the time buckets' means fall either side of it. (CI: a healthy
+    paced run whose machine's load lifted, spans SPEEDING_UP at -10.4 %, metrics STABLE at -9.1 %.)"""
+    kinds = {spans["drift"]["kind"], metrics["drift"]["kind"]}
+    sign = {"SLOWING": 1.0, "SPEEDING_UP": -1.0}.get(next(iter(kinds - {"STABLE"}), ""), 0.0)
+    changes = [report["drift"]["change"] or 0.0 for report in (spans, metrics)]
+    return (len(kinds) == 2 and "STABLE" in kinds and sign != 0.0 and all(c * sign > 0 for c in changes)
+            and all(_near_the_drift_threshold(r) for r in (spans, metrics)))
+
+
 def _shares(report: dict) -> dict[str, float | None]:
     return {s["name"]: s["share"] for s in report["phases"] if s["name"] in SHARES}
 
@@ -232,7 +243,8 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     metrics = _prometheus_report(parity, name, capsys)
     _assert_same_diagnosis(spans, metrics)
     if not spans["drift"]["from_segment"] and _same_baseline(spans, metrics):  # segments: span reader's
-        assert _drift_text(metrics)[0] == _drift_text(spans)[0], (spans["drift"], metrics["drift"])
+        if not _straddle_the_drift_threshold(spans, metrics):
+            assert _drift_text(metrics)[0] == _drift_text(spans)[0], (spans["drift"], metrics["drift"])
         if not any(_near_the_drift_threshold(r) for r in (spans, metrics)):  # -7 % and -11 % straddle it
             assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
     if name == "healthy_long":  # judged from both, not "fewer than 50 aligned steps"
