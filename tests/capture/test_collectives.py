@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from traceml_otel.capture.recorder import StepRecorder
 def world(tmp_path: Path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     yield
+    gc.collect()  # a test's DDP model (its reducer holds the group) dies before the group, never after
     dist.destroy_process_group()
 
 

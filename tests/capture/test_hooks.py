@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -170,6 +171,8 @@ def test_ddp_wrapper_forward_counted_once(recorder_and_hooks, tmp_path) -> None:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
         _train_steps(recorder, forward, ddp, [torch.ones(2, 4)] * 2, optimizer, steps=2)
     finally:
+        ddp = optimizer = None  # the reducer holds the group: it dies first (a reducer freed by a later
+        gc.collect()  # garbage collection joined the destroyed gloo group's threads and hung a CI worker)
         dist.destroy_process_group()
     for record in sink.records():
         assert [p.phase for p in record.phases].count("forward") == 1

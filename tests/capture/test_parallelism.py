@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,6 +16,7 @@ from traceml_otel.capture.parallelism import WrapperRegistry, detect_parallelism
 def process_group(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     yield
+    gc.collect()  # a test's DDP model (its reducer holds the group) dies before the group, never after
     dist.destroy_process_group()
 
 
