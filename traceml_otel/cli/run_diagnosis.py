@@ -19,6 +19,7 @@ that is gone by the end (killed, crashed) is replaced by a fresh one, started th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -147,7 +148,7 @@ def diagnose_child(argv: list[str]) -> int:
         run_dir, html = Path(str(asked["run_dir"])), bool(asked["html"])
     else:
         run_dir, budget_mb, html = Path(argv[1]), int(argv[2]), "--html" in argv[3:]
-        _import_analyzer()
+        import traceml_otel.cli.analyze  # noqa: F401  # before the budget; ruptures only if a search runs
         _take_budget(budget_mb)
     from traceml_otel.cli.analyze import diagnose_run_directory
 
@@ -166,7 +167,8 @@ def diagnose_child(argv: list[str]) -> int:
 
 
 def _import_analyzer() -> None:
-    """The analyzer and the libraries its change-point search loads (before the memory budget)."""
+    """The analyzer and the libraries its change-point search loads (the waiting child, before its
+    memory budget)."""
     import traceml_otel.cli.analyze  # noqa: F401
 
     try:
@@ -181,8 +183,6 @@ def _import_analyzer_quietly() -> None:
 
     def work() -> None:
         try:
-            import os
-
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WARM_NICE)
         except (AttributeError, OSError):
             pass
