@@ -181,3 +181,25 @@ def test_ranks_waiting_for_a_peers_outside_step_block_are_no_stall() -> None:
     steps = [s._replace(traced_cpu=s.traced_cpu - 8.0) if s.rank == 1 and s.step == 30 else s for s in steps]
     analysis = _analyze(steps)
     assert analysis.stalls.events == ()
+
+
+@pytest.mark.parametrize("end", [0.0048, 0.0035])
+def test_a_slow_patch_holding_most_time_never_turns_the_runs_end_into_speeding_up(end: float) -> None:
+    """Ten 200 ms steps of one slow rank among ~370 of 3.5 ms hold most of the training time, so that
+    patch is the reference segment and the ordinary steps read "fast period" against it. Drift is
+    the end against the early steps: a slower end (4.8 ms) is SLOWING, an ordinary one STABLE, never
+    SPEEDING_UP (a real 2-rank run once read "speeding up: 4.1 ms recently vs 3.2 ms early (+30%)")."""
+    levels = [0.0035] * 350 + [end] * 34
+    analysis = _analyze(_steps(levels, noise=0.03, spikes=0.0, seed=3,
+                               slow_rank={n: 0.2 for n in range(150, 160)}))
+    found = analysis.segments
+    patch = found.segments[found.reference]
+    assert patch.first_step <= 150 <= patch.last_step and patch.typical_s > 0.1, found.segments
+    drift = analysis.drift
+    assert str(drift.kind) == ("SLOWING" if end > 0.004 else "STABLE"), drift
+    text = render_text(analysis)
+    assert "speeding up" not in text
+    if end > 0.004:
+        assert drift.from_segment and drift.since_step is not None and abs(drift.since_step - 350) <= 10
+        assert "against the early steps" in text.replace("\n           ", " "), text
+        assert report_json(analysis)["drift"]["segment_typical_s"] == pytest.approx(end, rel=0.1)

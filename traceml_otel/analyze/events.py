@@ -9,7 +9,7 @@ from dataclasses import replace
 from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis
 from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
 from traceml_otel.analyze.recurrence import StragglerRecurrence
-from traceml_otel.analyze.segments import FAST, SLOW, STEADY, WARM_UP, SegmentAnalysis
+from traceml_otel.analyze.segments import FAST, SEGMENT_CHANGE, SLOW, STEADY, WARM_UP, SegmentAnalysis
 from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
 from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
 
@@ -117,8 +117,25 @@ def with_segment(drift: DriftAnalysis, segments: SegmentAnalysis | None) -> Drif
     ends_the_run = last.last_step == segments.segments[-1].last_step
     speed_changed = last.label in (SLOW, FAST)  # a phase-mix change is no change of speed
     if kind in (DriftKind.STABLE, DriftKind.NOT_ENOUGH_STEPS) and ends_the_run and speed_changed:
-        kind = DriftKind.SLOWING if last.change > 0 else DriftKind.SPEEDING_UP
+        kind = _segment_direction(last.typical_s, last.change, drift.baseline_s) or kind
     return replace(drift, kind=kind, since_step=last.first_step if kind != drift.kind else drift.since_step,
                    segment_steps=(last.first_step, last.last_step), segment_start_unix=last.start_unix,
-                   segment_change=last.change, reference_steps=(ref.first_step, ref.last_step),
-                   from_segment=kind != drift.kind)
+                   segment_change=last.change, segment_typical_s=last.typical_s,
+                   reference_steps=(ref.first_step, ref.last_step), from_segment=kind != drift.kind)
+
+
+def _segment_direction(typical_s: float, change: float, baseline_s: float | None) -> DriftKind | None:
+    """Which way a slow or fast period that ends the run moved the run's speed, or ``None`` (no drift).
+
+    Drift is the recent steps against the early ones, so where the bands measured an early level the
+    period is judged against it, by the size a segment needs to differ (``SEGMENT_CHANGE``, 25 %): the
+    reference segment holds most of the training time, and that may be a slow patch in the middle (ten
+    200 ms steps among 370 of 4 ms), against which the run's ordinary end reads "fast" and a slower end
+    read "speeding up". Only without an early level (too few steps for the bands) is the period's
+    change against the reference used."""
+    if baseline_s is None or baseline_s <= 0:
+        return DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
+    against_early = typical_s / baseline_s - 1.0
+    if abs(against_early) < SEGMENT_CHANGE:
+        return None
+    return DriftKind.SLOWING if against_early > 0 else DriftKind.SPEEDING_UP

@@ -202,6 +202,8 @@ class DriftAnalysis:
     """When that segment began (Unix seconds)."""
     segment_change: float | None = None
     """By how much: its typical step time against the reference segment's."""
+    segment_typical_s: float | None = None
+    """Its typical step time (seconds): against ``baseline_s``, its change against the early steps."""
     reference_steps: tuple[int, int] | None = None
     """The reference (steady) segment's step range."""
     from_segment: bool = False

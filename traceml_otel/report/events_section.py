@@ -50,8 +50,15 @@ def drift_segment(drift: DriftAnalysis) -> str:
     a, b = drift.segment_steps
     ra, rb = drift.reference_steps
     since = f" (from {_clock(drift.segment_start_unix)} UTC)" if drift.segment_start_unix else ""
-    return (f"segment steps {a}-{b}{since} changed by {signed_percent(drift.segment_change, 0)} against the "
-            f"steady segment, steps {ra}-{rb}")
+    against_ref = f"{signed_percent(drift.segment_change, 0)} against the steady segment, steps {ra}-{rb}"
+    typical, early = drift.segment_typical_s, drift.baseline_s
+    if typical is not None and early and drift.segment_change is not None and (
+            (typical > early) != (drift.segment_change > 0)):
+        # The reference is a slow or fast patch (it holds most of the training time): the period's
+        # change against the early steps is the drift's, the one against the reference points the other way.
+        return (f"segment steps {a}-{b}{since} runs at {seconds(typical)} a step, "
+                f"{signed_percent(typical / early - 1.0, 0)} against the early steps ({against_ref})")
+    return f"segment steps {a}-{b}{since} changed by {against_ref}"
 
 
 def events_text(analysis: RunAnalysis) -> list[str]:

@@ -157,6 +157,7 @@ def report_json(
             "segment_steps": list(drift.segment_steps) if drift.segment_steps else None,
             "segment_start_time": drift.segment_start_unix,
             "segment_change": drift.segment_change,
+            "segment_typical_s": drift.segment_typical_s,
             "reference_steps": list(drift.reference_steps) if drift.reference_steps else None,
             "from_segment": drift.from_segment,
             "band_buckets": list(drift.band_buckets) if drift.band_buckets else None,
