@@ -1,6 +1,7 @@
 """Advice that fits the run: the INPUT_BOUND "Next" line, from the DataLoader settings and CPU count
 each rank recorded once (``traceml.dataloader.*``, ``traceml.host.cpus``); and no mixed-precision
-advice to a run already in reduced precision (``precision`` in ``rank-R.time.json``).
+advice to a run already in reduced precision (``precision`` in ``rank-R.time.json``); and the
+workers-fill-every-CPU tip checked against the workers' measured CPU use (``rank-R.cpu.json``).
 
 Without recorded settings (a plain iterable, or an older run) the generic advice stands.
 """
@@ -10,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_otel.analyze.findings import Finding
-from traceml_otel.analyze.kinds import Clock
+from traceml_otel.analyze.findings import Evidence, Finding
+from traceml_otel.analyze.kinds import Clock, StepKind
 from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import RankHost
+from traceml_otel.wire.cpu_record import CpuRecord
 
 COMPUTE_ADVICE = (
     "The time goes into the model itself. Gains come from the model: mixed precision, torch.compile, "
@@ -49,6 +51,14 @@ CHEAPER_IN_MEMORY = (
     "one by one: fetch whole batches at once (index the tensors with a batch of indices, e.g. a "
     "BatchSampler as the sampler with batch_size=None, or slice them yourself)"
 )
+
+
+SATURATED = "its workers already take every CPU, so the CPUs are the limit"
+"""The INPUT_BOUND tip where the workers and the training loop are as many as the CPUs (counted)."""
+IDLE_CPU_SHARE = 0.75
+"""Below this much of a CPU used per DataLoader worker (``rank-R.cpu.json``: the machine's busy time
+beside the training process's), the workers that count as filling every CPU were not using them: they
+wait (storage, network, sleeps), and more of them overlap the waits."""
 
 
 def _loader_of(hosts: Sequence[RankHost]) -> RankHost | None:
@@ -93,7 +103,7 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     if workers == 0:
         tips.append(_first_workers(cpus))
     elif saturated:
-        tips.append(f"its workers already take every CPU, so the CPUs are the limit: {cheaper}")
+        tips.append(f"{SATURATED}: {cheaper}")
     else:
         more = f" (up to about {cpus - 1})" if cpus is not None else ""
         tips.append(f"try more workers{more}")
@@ -123,3 +133,58 @@ def for_precision(analysis: RunAnalysis, precision: str) -> RunAnalysis:
                    issues=tuple(fitted(f) for f in analysis.step.issues))
     memory = replace(analysis.memory, findings=tuple(fitted(f) for f in analysis.memory.findings))
     return replace(analysis, step=step, memory=memory)
+
+
+def worker_cpu_use(records: Sequence[CpuRecord], hosts: Sequence[RankHost]) -> float | None:
+    """How much of a CPU each DataLoader worker used while a single-process job trained: the machine's
+    busy CPU time beside the training process's own, over the workers (first to last sample of
+    ``rank-R.cpu.json``; other processes on the machine count as the workers', so a busy machine never
+    reads as idle workers). ``None`` where it cannot be told: more than one rank (the machine's CPUs
+    are shared by ranks on nodes we cannot tell apart), no workers, no ``/proc/stat``, one sample, or a
+    process confined to fewer CPUs than its machine has (``taskset``, a cpuset)."""
+    if len(records) != 1 or len(hosts) != 1:
+        return None
+    record, host = records[0], hosts[0]
+    workers = host.num_workers
+    if not workers:
+        return None
+    samples = [s for s in record.samples if s[5] >= 0]
+    if record.machine_cpus <= 0 or host.cpus != record.machine_cpus or len(samples) < 2:
+        return None
+    elapsed = samples[-1][1] - samples[0][1]
+    if elapsed <= 0:
+        return None
+    busy = (samples[-1][5] - samples[0][5]) / elapsed  # CPUs' worth busy, the whole machine
+    trainer = (samples[-1][4] - samples[0][4]) / elapsed  # the training process (its threads)
+    return max(0.0, busy - trainer) / workers
+
+
+def for_cpu_use(analysis: RunAnalysis, use: float | None) -> RunAnalysis:
+    """The analysis with the INPUT_BOUND advice checked against the workers' measured CPU use (``use``:
+    :func:`worker_cpu_use`). The settings alone count the workers as filling every CPU once they are as
+    many as the CPUs beside the training loop; a loader that mostly waits (reading storage, the network,
+    sleeping) leaves those CPUs idle, and then more workers do help."""
+    if use is None:
+        return analysis
+    measured = f"about {use:.0%} of a CPU per worker, measured"
+
+    def checked(finding: Finding) -> Finding:
+        if finding.kind != StepKind.INPUT_BOUND:
+            return finding
+        if use >= IDLE_CPU_SHARE:
+            text = f"{SATURATED} ({measured}): "
+        else:
+            text = (f"its workers count as filling every CPU, yet they used {measured}: they wait more "
+                    "than they compute (storage, network, sleeps), so more workers overlap those waits; "
+                    "also ")
+        for tip in (SATURATED[0].upper() + SATURATED[1:] + ": ", SATURATED + ": "):
+            if tip in finding.next:
+                told = text[0].upper() + text[1:] if tip[0].isupper() else text
+                return replace(finding, next=finding.next.replace(tip, told, 1),
+                               evidence=(*finding.evidence, Evidence("worker_cpu_use", round(use, 3),
+                                                                     "ratio")))
+        return finding
+
+    step = replace(analysis.step, primary=checked(analysis.step.primary),
+                   issues=tuple(checked(f) for f in analysis.step.issues))
+    return replace(analysis, step=step)

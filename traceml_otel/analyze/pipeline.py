@@ -113,13 +113,19 @@ def analyze_path(
 
 
 def _with_cpu_samples(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
-    """Add the training thread's CPU wait and on-CPU shares (``rank-R.cpu.json``) to the run's noise."""
-    if run_dir is None or analysis.noise is None:
+    """Add the training thread's CPU wait and on-CPU shares (``rank-R.cpu.json``) to the run's noise,
+    and check the INPUT_BOUND advice against the workers' measured CPU use."""
+    if run_dir is None:
         return analysis
+    from traceml_otel.analyze.advice import for_cpu_use, worker_cpu_use
     from traceml_otel.analyze.compare_noise import read_cpu_records, with_cpu
 
     records, _ = read_cpu_records(run_dir, analysis.run.run_id)
-    return replace(analysis, noise=with_cpu(analysis.noise, records)) if records else analysis
+    if not records:
+        return analysis
+    if analysis.noise is not None:
+        analysis = replace(analysis, noise=with_cpu(analysis.noise, records))
+    return for_cpu_use(analysis, worker_cpu_use(records, analysis.hosts))
 
 
 def _with_time_accounting(
