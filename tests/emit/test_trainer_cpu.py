@@ -4,6 +4,8 @@ record, each sample's step count from the step rows that cover it, bounded, writ
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -11,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from traceml_otel.emit import trainer_cpu
-from traceml_otel.emit.trainer_cpu import TrainerCpuSampler, read_process_cpu, read_thread_cpu
+from traceml_otel.emit.trainer_cpu import (
+    TrainerCpuSampler,
+    read_children_cpu,
+    read_process_cpu,
+    read_thread_cpu,
+)
 from traceml_otel.wire.cpu_record import read_cpu_record
 from traceml_otel.wire.time_record import TimeRecord, write_time_record
 
@@ -145,3 +152,35 @@ def test_a_thread_the_trainer_does_not_have_is_dropped_and_the_record_read_again
     sampler.sample()
     sampler.close()
     assert sampler.tid == threading.get_native_id() and sampler.samples
+
+
+def test_the_childrens_cpu_counts_live_and_reaped_children_but_the_excluded_one() -> None:
+    """A child that burns CPU (a DataLoader worker) counts while it lives and after it is reaped; the
+    excluded one (the emitter) never does; a process that is gone reads as nothing."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children"):
+        pytest.skip("this kernel does not list a thread's children (CONFIG_PROC_CHILDREN)")
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n" \
+           "time.sleep(30)"
+
+    def on_cpu(exclude: int) -> int:
+        reading = read_children_cpu(os.getpid(), exclude)
+        assert reading is not None and reading[1] >= 0
+        return reading[0]
+
+    before = on_cpu(-1)
+    worker = subprocess.Popen([sys.executable, "-c", burn])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and on_cpu(idle.pid) - before < 0.4e9:
+            time.sleep(0.05)
+        live = on_cpu(idle.pid) - before
+        assert 0.4e9 <= live < 2.0e9, live  # the worker's 0.4 s and its start-up; not the idle one's
+        worker.kill()
+        worker.wait()
+        assert on_cpu(idle.pid) - before >= live - 0.02e9  # reaped: in cutime
+    finally:
+        for process in (worker, idle):
+            process.kill()
+            process.wait()
+    assert read_children_cpu(2**22 + 7, exclude=-1) is None

@@ -8,6 +8,7 @@ Without recorded settings (a plain iterable, or an older run) the generic advice
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -55,9 +56,11 @@ CHEAPER_IN_MEMORY = (
 
 SATURATED = "its workers already take every CPU, so the CPUs are the limit"
 """The INPUT_BOUND tip where the workers and the training loop are as many as the CPUs (counted)."""
+MIN_READ_SPAN_NS = 1_000_000_000
+"""The children's readings must span this long (they are taken about once a second)."""
 IDLE_CPU_SHARE = 0.75
-"""Below this much of a CPU used per DataLoader worker (``rank-R.cpu.json``: the machine's busy time
-beside the training process's), the workers that count as filling every CPU were not using them: they
+"""Below this much of a CPU used per DataLoader worker (``rank-R.cpu.json``, :func:`worker_cpu_use`),
+the workers that count as filling every CPU were not using them: they
 wait (storage, network, sleeps), and more of them overlap the waits."""
 
 
@@ -136,27 +139,43 @@ def for_precision(analysis: RunAnalysis, precision: str) -> RunAnalysis:
 
 
 def worker_cpu_use(records: Sequence[CpuRecord], hosts: Sequence[RankHost]) -> float | None:
-    """How much of a CPU each DataLoader worker used while a single-process job trained: the machine's
-    busy CPU time beside the training process's own, over the workers (first to last sample of
-    ``rank-R.cpu.json``; other processes on the machine count as the workers', so a busy machine never
-    reads as idle workers). ``None`` where it cannot be told: more than one rank (the machine's CPUs
-    are shared by ranks on nodes we cannot tell apart), no workers, no ``/proc/stat``, one sample, or a
-    process confined to fewer CPUs than its machine has (``taskset``, a cpuset)."""
+    """How much of a CPU each DataLoader worker used while the ranks trained (the median over ranks), or
+    ``None`` where it cannot be told (no workers, no readings).
+
+    Measured (``rank-R.cpu.json``'s children's on-CPU and CPU-wait time: the trainer's child processes
+    but its emitter, between the first and the last reading; a worker that waited for a CPU wanted it)
+    where the kernel lists them; else, for a single-process
+    job only, the machine's busy CPU time beside the training process (other processes on the machine
+    count as the workers' there, so a busy machine never reads as idle workers; ranks sharing a node
+    cannot be told apart, and a process confined to fewer CPUs than its machine has is not judged)."""
+    workers = {host.rank: host.num_workers for host in hosts if host.num_workers}
+    direct = [use for use in (_children_use(r, workers.get(r.rank)) for r in records) if use is not None]
+    if direct:
+        return statistics.median(direct)
     if len(records) != 1 or len(hosts) != 1:
         return None
     record, host = records[0], hosts[0]
-    workers = host.num_workers
-    if not workers:
-        return None
+    count = workers.get(record.rank)
     samples = [s for s in record.samples if s[5] >= 0]
-    if record.machine_cpus <= 0 or host.cpus != record.machine_cpus or len(samples) < 2:
+    if not count or record.machine_cpus <= 0 or host.cpus != record.machine_cpus or len(samples) < 2:
         return None
     elapsed = samples[-1][1] - samples[0][1]
     if elapsed <= 0:
         return None
     busy = (samples[-1][5] - samples[0][5]) / elapsed  # CPUs' worth busy, the whole machine
     trainer = (samples[-1][4] - samples[0][4]) / elapsed  # the training process (its threads)
-    return max(0.0, busy - trainer) / workers
+    return max(0.0, busy - trainer) / count
+
+
+def _children_use(record: CpuRecord, workers: int | None) -> float | None:
+    """One rank's workers' CPU per worker, on-CPU plus waiting for a CPU (a worker held off by a busy
+    machine wanted it), from its children's readings (``None``: too few readings)."""
+    readings = [(s[1], s[6], max(0, s[7])) for s in record.samples if len(s) > 7 and s[6] >= 0]
+    if not workers or len(readings) < 2 or readings[-1][0] - readings[0][0] < MIN_READ_SPAN_NS:
+        return None
+    (began, cpu_first, wait_first), (ended, cpu_last, wait_last) = readings[0], readings[-1]
+    wanted = max(0, cpu_last - cpu_first) + max(0, wait_last - wait_first)
+    return wanted / (ended - began) / workers
 
 
 def for_cpu_use(analysis: RunAnalysis, use: float | None) -> RunAnalysis:
@@ -166,17 +185,17 @@ def for_cpu_use(analysis: RunAnalysis, use: float | None) -> RunAnalysis:
     sleeping) leaves those CPUs idle, and then more workers do help."""
     if use is None:
         return analysis
-    measured = f"about {use:.0%} of a CPU per worker, measured"
+    share = f"{use:.0%}"
 
     def checked(finding: Finding) -> Finding:
         if finding.kind != StepKind.INPUT_BOUND:
             return finding
         if use >= IDLE_CPU_SHARE:
-            text = f"{SATURATED} ({measured}): "
+            text = f"{SATURATED} (measured: each worker on a CPU or waiting for one {share} of the time): "
         else:
-            text = (f"its workers count as filling every CPU, yet they used {measured}: they wait more "
-                    "than they compute (storage, network, sleeps), so more workers overlap those waits; "
-                    "also ")
+            text = (f"its workers count as filling every CPU, yet each was on a CPU or waiting for one only "
+                    f"{share} of the time (measured): they wait more than they compute (storage, network, "
+                    "sleeps), so more workers overlap those waits; also ")
         for tip in (SATURATED[0].upper() + SATURATED[1:] + ": ", SATURATED + ": "):
             if tip in finding.next:
                 told = text[0].upper() + text[1:] if tip[0].isupper() else text

@@ -14,7 +14,10 @@ run-queue wait ns) without touching that process. The thread id comes from the r
 ``CONFIG_SCHEDSTATS``) it reads ``utime + stime`` from ``/proc/<pid>/task/<tid>/stat`` (clock ticks, no
 wait); without ``/proc`` nothing is recorded and compare says so. Each sample also holds the
 trainer's process CPU (``/proc/<pid>/stat``) and the machine's busy CPU time (``/proc/stat``): what
-the other processes ran beside the training thread, which slows even its on-CPU time.
+the other processes ran beside the training thread, which slows even its on-CPU time; and, about once a
+second (:data:`CHILDREN_EVERY_S`), the on-CPU and CPU-wait time of the trainer's child processes but
+the emitter (its DataLoader workers: :func:`read_children_cpu`), which tells the analysis whether the
+workers computed (or wanted a CPU) or waited on reads.
 
 A sample's step count is the steps that had ended by its time, worked out from the step rows as they
 arrive (both sides read ``CLOCK_MONOTONIC``); a sample waits for the rows that cover it, at most
@@ -45,6 +48,11 @@ INTERVAL_S = 0.1
 """Time between two samples at the start (doubles each time the samples are thinned)."""
 MAX_SAMPLES = 2048
 WRITE_EVERY_S = 10.0
+CHILDREN_EVERY_S = 1.0
+"""The children's CPU (DataLoader workers) is read at most this often; the samples between hold -1."""
+MAX_THREADS = 1024
+MAX_CHILDREN = 256
+"""Threads whose children are listed, and children read, per sample (bounded on any process)."""
 RESOLVE_AFTER_S = 2.0
 """A sample no step row has covered for this long takes the steps seen so far (the trainer flushes
 its rows at least every 250 ms while steps end: a longer silence is a pause, not a late row)."""
@@ -80,6 +88,33 @@ def _ticks(path: str) -> int | None:
         return None
 
 
+def read_children_cpu(pid: int | str, exclude: int) -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) of process ``pid``'s child processes but ``exclude`` (the
+    emitter): the live ones (listed in ``/proc/PID/task/TID/children`` of each of its threads; their
+    ``schedstat``) and the reaped ones (its ``cutime + cstime``, on-CPU only: their wait is gone with
+    them); ``None`` where the kernel does not list children (no ``CONFIG_PROC_CHILDREN``) or ``pid`` is
+    gone. The wait tells a worker that wanted a CPU (a busy machine) from one that slept (reads)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        reaped = int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17), clock ticks
+        reaped = reaped * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        children: set[int] = set()
+        for tid in os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
+                children.update(int(child) for child in listed.read().split())
+    except (OSError, ValueError, IndexError):
+        return None
+    children.discard(exclude)
+    on_cpu, wait = reaped, 0
+    for child in sorted(children)[:MAX_CHILDREN]:
+        reading = read_thread_cpu(child, child)  # the worker's main thread (a gone one: counted once reaped)
+        if reading is not None:
+            on_cpu += reading[1]
+            wait += max(0, reading[2])
+    return on_cpu, wait
+
+
 def read_machine_busy() -> int:
     """CPU time (ns) all CPUs of the machine spent busy since boot, from ``/proc/stat``; -1 without it."""
     try:
@@ -103,9 +138,13 @@ class TrainerCpuSampler:
         self._clock = clock
         self.interval_s = interval_s
         self.tid: int | None = None
-        self.samples: list[tuple[int, int, int, int, int, int]] = []
-        self._pending: deque[tuple[int, int, int, int, int]] = deque()
-        """Read, waiting for their step count: (monotonic ns, on-CPU, wait, process CPU, machine busy)."""
+        self.samples: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self._pending: deque[tuple[int, int, int, int, int, int, int]] = deque()
+        """Read, waiting for their step count: (monotonic ns, on-CPU, wait, process CPU, machine busy,
+        children's on-CPU, children's CPU wait)."""
+        self._children_read = -(10**18)
+        """When the children's CPU was last read (every :data:`CHILDREN_EVERY_S`; -1 in the samples
+        between)."""
         self.source = ""
         self.thinned = 0
         self.steps_closed = 0
@@ -160,7 +199,11 @@ class TrainerCpuSampler:
             self.tid = None  # the record is read again
             return
         self.source = reading[0]
-        self._pending.append((now, reading[1], reading[2], read_process_cpu(self.pid), read_machine_busy()))
+        children: tuple[int, int] | None = None
+        if now - self._children_read >= CHILDREN_EVERY_S * 1e9:
+            self._children_read, children = now, read_children_cpu(self.pid, os.getpid())
+        self._pending.append((now, reading[1], reading[2], read_process_cpu(self.pid), read_machine_busy(),
+                              *(children or (-1, -1))))
         while self._pending and (self._pending[0][0] <= self._last_end_ns
                                  or now - self._pending[0][0] >= RESOLVE_AFTER_S * 1e9):
             sample = self._pending.popleft()  # covered by rows already seen, or no step since
@@ -194,9 +237,8 @@ class TrainerCpuSampler:
                        "a busier machine from slower code for this run")
 
     # --- internals --------------------------------------------------------------------------------
-    def _keep(self, steps: int, sample: tuple[int, int, int, int, int]) -> None:
-        at, on_cpu, wait, process, busy = sample
-        self.samples.append((steps, at, on_cpu, wait, process, busy))
+    def _keep(self, steps: int, sample: tuple[int, int, int, int, int, int, int]) -> None:
+        self.samples.append((steps, *sample))
         if len(self.samples) >= MAX_SAMPLES:
             kept = self.samples[::2]
             if kept[-1] is not self.samples[-1]:

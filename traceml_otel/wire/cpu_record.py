@@ -3,9 +3,14 @@
 Written by :mod:`traceml_otel.emit.trainer_cpu` (the rank's emitter, every 10 s and at the end,
 atomically); read by ``traceml compare`` through :mod:`traceml_otel.analyze.compare_noise` to tell a
 busier machine from slower code. Each sample is cumulative: ``[steps_closed, monotonic_ns,
-thread_on_cpu_ns, thread_cpu_wait_ns, process_cpu_ns, machine_busy_ns]``; ``thread_cpu_wait_ns`` is
-``-1`` where the kernel gives no run-queue wait (``source`` ``stat``), ``machine_busy_ns`` (all CPUs'
-busy time, ``/proc/stat``) ``-1`` without ``/proc/stat``.
+thread_on_cpu_ns, thread_cpu_wait_ns, process_cpu_ns, machine_busy_ns, children_cpu_ns,
+children_wait_ns]``;
+``thread_cpu_wait_ns`` is ``-1`` where the kernel gives no run-queue wait (``source`` ``stat``),
+``machine_busy_ns`` (all CPUs' busy time, ``/proc/stat``) ``-1`` without ``/proc/stat``,
+``children_cpu_ns`` and ``children_wait_ns`` (the on-CPU and run-queue wait time of the trainer's child
+processes but its emitter: DataLoader workers, live, and reaped for the on-CPU time; read about once a
+second) ``-1`` in the samples between, where the kernel does not list a thread's children, and in
+rows of older records (five or six values).
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ def cpu_file_name(rank: int) -> str:
 @dataclass(frozen=True, slots=True)
 class CpuRecord:
     """One rank's CPU samples: ``(steps, monotonic_ns, on_cpu_ns, cpu_wait_ns, process_cpu_ns,
-    machine_busy_ns)``."""
+    machine_busy_ns, children_cpu_ns, children_wait_ns)``."""
 
     run_id: str
     rank: int
     source: str
     """``schedstat`` (on-CPU and run-queue wait) or ``stat`` (on-CPU in clock ticks, no wait)."""
-    samples: tuple[tuple[int, int, int, int, int, int], ...]
+    samples: tuple[tuple[int, int, int, int, int, int, int, int], ...]
     thinned: int = 0
     """How many times the sampler halved its samples (each time its interval doubled)."""
     machine_cpus: int = 0
@@ -59,19 +64,19 @@ def write_cpu_record(path: Path, record: CpuRecord) -> None:
 def read_cpu_record(path: Path) -> CpuRecord:
     """Read one ``rank-R.cpu.json`` (bounded); raises :class:`RecordError` when malformed.
 
-    Rows that are not five or six integers, or that go backwards, are left out."""
+    Rows that are not five to eight integers, or that go backwards, are left out; missing values are -1."""
     data = read_json_object(path)
     rank = as_int(data.get("rank"))
     version = data.get("cpu_record_version")
     if rank is None or rank < 0 or not isinstance(version, int) or isinstance(version, bool):
         raise RecordError(f"{path.name}: not a CPU record (no rank or version)")
     raw = data.get("samples")
-    rows: list[tuple[int, int, int, int, int, int]] = []
+    rows: list[tuple[int, int, int, int, int, int, int, int]] = []
     for item in raw[:MAX_CPU_SAMPLES] if isinstance(raw, list) else []:
-        values = [as_int(v) for v in item] if isinstance(item, list) and len(item) in (5, 6) else []
+        values = [as_int(v) for v in item] if isinstance(item, list) and len(item) in (5, 6, 7, 8) else []
         if not values or any(v is None for v in values):
             continue
-        values += [-1] * (6 - len(values))
+        values += [-1] * (8 - len(values))
         row = tuple(int(v) for v in values if v is not None)
         if rows and (row[0] < rows[-1][0] or row[1] <= rows[-1][1] or row[2] < rows[-1][2]):
             continue
