@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.compare_interval import LOADED_CV_PER_WAIT, RUN_TO_RUN_CV, Interval
-from traceml_otel.analyze.compare_noise import FAST_QUANTILE
+from traceml_otel.analyze.compare_noise import FAST_QUANTILE, MIN_BLOCKS
 from traceml_otel.analyze.compare_sides import fast_interval, intervals, side_runs, wait_share
 
 if TYPE_CHECKING:
@@ -77,8 +77,9 @@ def judged_time(
                      "(A1 A2 A3 --against B1 B2 B3) to measure it")
     decider = wall
     if cpu is None:
-        notes.append("CPU wait not recorded on both sides (rank-R.cpu.json): a busier machine cannot be told "
-                     "from slower code")
+        notes.append("CPU wait not measured on both sides (rank-R.cpu.json missing, or fewer than "
+                     f"{MIN_BLOCKS} of its 0.1 s windows within the compared steps: a run that short): "
+                     "a busier machine cannot be told from slower code")
     else:
         use_cpu, text = _contention(a, b, wall, cpu, unit)
         notes.append(text)
