@@ -184,3 +184,39 @@ def test_the_childrens_cpu_counts_live_and_reaped_children_but_the_excluded_one(
             process.kill()
             process.wait()
     assert read_children_cpu(2**22 + 7, exclude=-1) is None
+
+
+def test_the_childrens_cpu_counts_grandchildren_as_a_forkserver_makes_them() -> None:
+    """Under the ``forkserver`` start method (Python 3.14's default on Linux) DataLoader workers are
+    children of the server process, not of the trainer: a grandchild that burns CPU counts."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children"):
+        pytest.skip("this kernel does not list a thread's children (CONFIG_PROC_CHILDREN)")
+    burn = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n" \
+           "time.sleep(30)"
+    server = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', {burn!r}])\ntime.sleep(30)")
+    before = read_children_cpu(os.getpid(), exclude=-1)
+    assert before is not None
+    parent = subprocess.Popen([sys.executable, "-c", server])
+    try:
+        deadline = time.monotonic() + 20
+        used = 0
+        while time.monotonic() < deadline and used < 0.4e9:
+            reading = read_children_cpu(os.getpid(), exclude=-1)
+            assert reading is not None
+            used = reading[0] - before[0]
+            time.sleep(0.05)
+        assert used >= 0.4e9, used
+    finally:
+        for child in _children_of(parent.pid):
+            os.kill(child, 9)
+        parent.kill()
+        parent.wait()
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listed:
+            return [int(child) for child in listed.read().split()]
+    except OSError:
+        return []

@@ -64,8 +64,12 @@ def test_workers_that_wait_are_told_to_add_workers(tmp_path: Path) -> None:
 
 
 @small_machine
-def test_workers_that_compute_are_told_the_cpus_are_the_limit(tmp_path: Path) -> None:
-    run = traceml_run(tmp_path, "loader_cpu_use.py", "--steps", "150", "--computes")
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
+def test_workers_that_compute_are_told_the_cpus_are_the_limit(tmp_path: Path, start_method: str) -> None:
+    """Also where the workers are not the trainer's children but its forkserver's (Python 3.14's
+    default start method on Linux): read as idle, they would be told to multiply."""
+    run = traceml_run(tmp_path, "loader_cpu_use.py", "--steps", "150", "--computes", "--start-method",
+                      start_method)
     advice, evidence = _advice(run)
     assert "CPUs are the limit (measured: each worker on a CPU or waiting for one" in advice, advice
     assert "more workers" not in advice, advice

@@ -142,7 +142,7 @@ def worker_cpu_use(records: Sequence[CpuRecord], hosts: Sequence[RankHost]) -> f
     """How much of a CPU each DataLoader worker used while the ranks trained (the median over ranks), or
     ``None`` where it cannot be told (no workers, no readings).
 
-    Measured (``rank-R.cpu.json``'s children's on-CPU and CPU-wait time: the trainer's child processes
+    Measured (``rank-R.cpu.json``'s children's on-CPU and CPU-wait time: the trainer's descendants
     but its emitter, between the first and the last reading; a worker that waited for a CPU wanted it)
     where the kernel lists them; else, for a single-process
     job only, the machine's busy CPU time beside the training process (other processes on the machine

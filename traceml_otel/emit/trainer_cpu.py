@@ -15,9 +15,9 @@ run-queue wait ns) without touching that process. The thread id comes from the r
 wait); without ``/proc`` nothing is recorded and compare says so. Each sample also holds the
 trainer's process CPU (``/proc/<pid>/stat``) and the machine's busy CPU time (``/proc/stat``): what
 the other processes ran beside the training thread, which slows even its on-CPU time; and, about once a
-second (:data:`CHILDREN_EVERY_S`), the on-CPU and CPU-wait time of the trainer's child processes but
-the emitter (its DataLoader workers: :func:`read_children_cpu`), which tells the analysis whether the
-workers computed (or wanted a CPU) or waited on reads.
+second (:data:`CHILDREN_EVERY_S`), the on-CPU and CPU-wait time of the trainer's descendant processes
+but the emitter (its DataLoader workers, also under a ``forkserver``: :func:`read_children_cpu`),
+which tells the analysis whether the workers computed (or wanted a CPU) or waited on reads.
 
 A sample's step count is the steps that had ended by its time, worked out from the step rows as they
 arrive (both sides read ``CLOCK_MONOTONIC``); a sample waits for the rows that cover it, at most
@@ -52,7 +52,7 @@ CHILDREN_EVERY_S = 1.0
 """The children's CPU (DataLoader workers) is read at most this often; the samples between hold -1."""
 MAX_THREADS = 1024
 MAX_CHILDREN = 256
-"""Threads whose children are listed, and children read, per sample (bounded on any process)."""
+"""Threads of one process whose children are listed, and processes read, per reading (bounded)."""
 RESOLVE_AFTER_S = 2.0
 """A sample no step row has covered for this long takes the steps seen so far (the trainer flushes
 its rows at least every 250 ms while steps end: a longer silence is a pause, not a late row)."""
@@ -89,30 +89,46 @@ def _ticks(path: str) -> int | None:
 
 
 def read_children_cpu(pid: int | str, exclude: int) -> tuple[int, int] | None:
-    """(on-CPU ns, run-queue wait ns) of process ``pid``'s child processes but ``exclude`` (the
-    emitter): the live ones (listed in ``/proc/PID/task/TID/children`` of each of its threads; their
-    ``schedstat``) and the reaped ones (its ``cutime + cstime``, on-CPU only: their wait is gone with
-    them); ``None`` where the kernel does not list children (no ``CONFIG_PROC_CHILDREN``) or ``pid`` is
-    gone. The wait tells a worker that wanted a CPU (a busy machine) from one that slept (reads)."""
+    """(on-CPU ns, run-queue wait ns) of process ``pid``'s descendants but ``exclude`` (the emitter)
+    and its own: the live ones (listed in ``/proc/PID/task/TID/children`` of each thread, and theirs
+    in turn: a ``forkserver`` start method makes the DataLoader workers children of its server process)
+    with their CPU time (``/proc/CHILD/stat``, every thread) and their main thread's wait
+    (``schedstat``), and the ones each of them reaped (``cutime + cstime``, on-CPU only: their wait is
+    gone with them). ``None`` where the kernel does not list children (no ``CONFIG_PROC_CHILDREN``) or
+    ``pid`` is gone. The wait tells a worker that wanted a CPU (a busy machine) from one that slept."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        reaped = int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17), clock ticks
-        reaped = reaped * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-        children: set[int] = set()
-        for tid in os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
-                children.update(int(child) for child in listed.read().split())
+        on_cpu, children = _reaped_and_children(pid)
     except (OSError, ValueError, IndexError):
         return None
-    children.discard(exclude)
-    on_cpu, wait = reaped, 0
-    for child in sorted(children)[:MAX_CHILDREN]:
-        reading = read_thread_cpu(child, child)  # the worker's main thread (a gone one: counted once reaped)
-        if reading is not None:
-            on_cpu += reading[1]
-            wait += max(0, reading[2])
-    return on_cpu, wait
+    wait = 0
+    seen = {int(pid), exclude}
+    frontier = [child for child in children if child not in seen]
+    while frontier and len(seen) < MAX_CHILDREN:
+        child = frontier.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        try:
+            reaped, grandchildren = _reaped_and_children(child)
+        except (OSError, ValueError, IndexError):
+            continue  # gone since listed: counted once its parent reaps it
+        reading = read_thread_cpu(child, child)
+        on_cpu += reaped + max(0, read_process_cpu(child))
+        wait += max(0, reading[2]) if reading is not None else 0
+        frontier += [grandchild for grandchild in grandchildren if grandchild not in seen]
+    return max(0, on_cpu), wait
+
+
+def _reaped_and_children(pid: int | str) -> tuple[int, list[int]]:
+    """The CPU ns of ``pid``'s reaped children (``cutime + cstime``) and its live children's pids."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    reaped = (int(fields[13]) + int(fields[14])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # fields 16, 17
+    children: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]:
+        with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
+            children += [int(child) for child in listed.read().split()]
+    return reaped, children
 
 
 def read_machine_busy() -> int:

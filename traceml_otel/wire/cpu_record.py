@@ -2,15 +2,15 @@
 
 Written by :mod:`traceml_otel.emit.trainer_cpu` (the rank's emitter, every 10 s and at the end,
 atomically); read by ``traceml compare`` through :mod:`traceml_otel.analyze.compare_noise` to tell a
-busier machine from slower code. Each sample is cumulative: ``[steps_closed, monotonic_ns,
+busier machine from slower code, and by INPUT_BOUND's advice (:mod:`traceml_otel.analyze.advice`) to
+tell computing workers from waiting ones. Each sample is cumulative: ``[steps_closed, monotonic_ns,
 thread_on_cpu_ns, thread_cpu_wait_ns, process_cpu_ns, machine_busy_ns, children_cpu_ns,
-children_wait_ns]``;
-``thread_cpu_wait_ns`` is ``-1`` where the kernel gives no run-queue wait (``source`` ``stat``),
-``machine_busy_ns`` (all CPUs' busy time, ``/proc/stat``) ``-1`` without ``/proc/stat``,
-``children_cpu_ns`` and ``children_wait_ns`` (the on-CPU and run-queue wait time of the trainer's child
-processes but its emitter: DataLoader workers, live, and reaped for the on-CPU time; read about once a
-second) ``-1`` in the samples between, where the kernel does not list a thread's children, and in
-rows of older records (five or six values).
+children_wait_ns]``; ``thread_cpu_wait_ns`` is ``-1`` where the kernel gives no run-queue wait
+(``source`` ``stat``), ``machine_busy_ns`` (all CPUs' busy time, ``/proc/stat``) ``-1`` without
+``/proc/stat``, ``children_cpu_ns`` and ``children_wait_ns`` (the on-CPU and run-queue wait time of the
+trainer's descendant processes but its emitter: DataLoader workers, live, and reaped for the on-CPU
+time; read about once a second) ``-1`` in the samples between, where the kernel does not list a
+thread's children, and in rows of older records (five or six values).
 """
 
 from __future__ import annotations
