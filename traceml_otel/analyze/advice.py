@@ -60,8 +60,8 @@ MIN_READ_SPAN_NS = 1_000_000_000
 """The children's readings must span this long (they are taken about once a second)."""
 IDLE_CPU_SHARE = 0.75
 """Below this much of a CPU used per DataLoader worker (``rank-R.cpu.json``, :func:`worker_cpu_use`),
-the workers that count as filling every CPU were not using them: they
-wait (storage, network, sleeps), and more of them overlap the waits."""
+the workers that count as filling every CPU were not using them: they wait (storage, network,
+sleeps), and more of them overlap the waits."""
 
 
 def _loader_of(hosts: Sequence[RankHost]) -> RankHost | None:
@@ -144,10 +144,10 @@ def worker_cpu_use(records: Sequence[CpuRecord], hosts: Sequence[RankHost]) -> f
 
     Measured (``rank-R.cpu.json``'s children's on-CPU and CPU-wait time: the trainer's descendants
     but its emitter, between the first and the last reading; a worker that waited for a CPU wanted it)
-    where the kernel lists them; else, for a single-process
-    job only, the machine's busy CPU time beside the training process (other processes on the machine
-    count as the workers' there, so a busy machine never reads as idle workers; ranks sharing a node
-    cannot be told apart, and a process confined to fewer CPUs than its machine has is not judged)."""
+    where the kernel lists them; else, for a single-process job only, the machine's busy CPU time
+    beside the training process (other processes on the machine count as the workers' there, so a busy
+    machine never reads as idle workers; ranks sharing a node cannot be told apart, and a process
+    confined to fewer CPUs than its machine has is not judged)."""
     workers = {host.rank: host.num_workers for host in hosts if host.num_workers}
     direct = [use for use in (_children_use(r, workers.get(r.rank)) for r in records) if use is not None]
     if direct:
