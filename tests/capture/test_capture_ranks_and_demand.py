@@ -86,12 +86,14 @@ def test_traceml_capture_against_a_running_job(tmp_path: Path) -> None:
     assert capture.cost_s > 0 and capture.train_s > 0
     assert f"(cost the training thread at most {capture.cost_s:.2f} s, " in done.stdout, done.stdout
     assert "cost the training thread at most" in stderr
-    # Within 2 steps of the request: the first captured step opened at most 2 steps after the one open
-    # when the request was written (steps here take ~0.15 s; the poller looks every 0.2 s).
+    # Soon after the request: the poller looks every 0.2 s and arms the next step (steps here take
+    # ~0.15 s), so the first captured step opens well within a second of the request, loaded machine
+    # or not (a CI run saw 3 steps, 0.45 s; the bound is not tight on purpose).
     starts = {int(r["step"]): int(r["start_unix_nano"]) / 1e9 for r in csv.DictReader(
         (run_dir / "rank-0.steps.csv").open())}
     before = max(step for step, start in starts.items() if start <= request["requested_unix"])
-    assert capture.steps[0] <= before + 2, (before, capture.steps, sorted(starts)[-3:])
+    assert capture.steps[0] > before, (before, capture.steps)  # never a step that began before it
+    assert starts[capture.steps[0]] - request["requested_unix"] < 1.5, (before, capture.steps)
     assert took < 30, took  # request to summary on disk, export included, on a loaded machine
 
 
