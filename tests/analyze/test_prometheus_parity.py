@@ -173,12 +173,14 @@ def _drift_text(report: dict) -> tuple[str, bool]:
     return drift["kind"], drift["kind"] == "STABLE" and abs(drift["change"] or 0.0) >= 0.10
 
 
-def _same_baseline(spans: dict, metrics: dict) -> bool:
+def _same_baseline(spans: dict, metrics: dict, within: float = 0.25) -> bool:
     """Both engines saw the same early level (within 25 %). A time bucket's mean holds the warm-up steps
     the span reader skips, so on a loaded machine (a healthy run whose step time moved with the load) the
-    metrics' baseline was once 15.5 ms against the steps' 4.5 ms: their drifts then judge other levels."""
+    metrics' baseline was once 15.5 ms against the steps' 4.5 ms: their drifts then judge other levels.
+    ``within=0.10``: close enough that the baselines alone cannot move a change across drift's 10 %
+    (a CI run: 10.7 against 12.7 ms, both STABLE, -1.5 % and -15 %)."""
     a, b = spans["drift"]["baseline_s"], metrics["drift"]["baseline_s"]
-    return a is None or b is None or abs(b / a - 1.0) <= 0.25
+    return a is None or b is None or abs(b / a - 1.0) <= within
 
 
 def _near_the_drift_threshold(report: dict) -> bool:
@@ -245,7 +247,8 @@ def test_prometheus_gives_the_span_readers_verdict(parity: Parity, name: str, ca
     if not spans["drift"]["from_segment"] and _same_baseline(spans, metrics):  # segments: span reader's
         if not _straddle_the_drift_threshold(spans, metrics):
             assert _drift_text(metrics)[0] == _drift_text(spans)[0], (spans["drift"], metrics["drift"])
-        if not any(_near_the_drift_threshold(r) for r in (spans, metrics)):  # -7 % and -11 % straddle it
+        if not any(_near_the_drift_threshold(r) for r in (spans, metrics)) and _same_baseline(
+                spans, metrics, within=0.10):  # -7 % and -11 % straddle it
             assert _drift_text(metrics) == _drift_text(spans), (spans["drift"], metrics["drift"])
     if name == "healthy_long":  # judged from both, not "fewer than 50 aligned steps"
         assert metrics["drift"]["kind"] != "NOT_ENOUGH_STEPS", metrics["drift"]
