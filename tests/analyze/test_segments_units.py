@@ -78,6 +78,29 @@ def test_compile_steady_then_forty_percent_slower_is_three_segments_verdict_of_t
         assert "Segments and events" in render_html(analysis)
 
 
+@pytest.mark.parametrize("slow_s", [0.9, 0.0])
+def test_a_one_off_slow_step_never_makes_its_segment_the_reference(slow_s: float) -> None:
+    """Step 5 takes 0.9 s more (a checkpoint saved inside the step: no stall, under a second) among 384
+    steps of 2-3 ms, and holds most of the raw training time; the segment around it is still its first
+    20 steps at their pace, so the reference (the verdict) is the run's ordinary steps, never that one
+    step's forward. Without it the verdict is the same. (A compile at step 0 leaves as start-up first.)"""
+    levels = [0.003] * 20 + [0.002] * 364
+    residual = [0.05] * 20 + [0.30] * 364  # the ordinary steps spend 30 % outside the phases
+    steps = _steps(levels, residual=residual, noise=0.03, spikes=0.0, seed=4)
+    steps = [s._replace(traced_cpu=s.traced_cpu + slow_s, phase_cpu=(s.phase_cpu[0] + slow_s,
+                                                                      *s.phase_cpu[1:]))
+             if s.step == 5 else s for s in steps]
+    analysis = _analyze(steps)
+    assert analysis.window.startup_steps == 0 and analysis.stalls.events == ()
+    found = analysis.segments
+    reference = found.segments[found.reference]
+    assert reference.first_step >= 15 and reference.typical_s < 0.0025, found.segments
+    assert str(analysis.step.primary.kind) == "RESIDUAL_HEAVY" == reference.verdict
+    if slow_s:
+        assert found.segments[0].seconds > 0.5 * sum(s.seconds for s in found.segments)  # raw time: step 5
+        assert "the verdict of steps" in render_text(analysis)
+
+
 def test_a_phase_mix_change_at_the_same_speed_is_a_segment_but_not_drift() -> None:
     """The last third spends 35 % outside the phases at the same step time: a ``phase mix changed``
     segment, while the step time did not move, so drift stays STABLE (it once read SPEEDING_UP)."""

@@ -19,8 +19,10 @@ noise, so a steady run gives one segment whatever its noise:
   least apart first), so a cut only stays where a user would see a different run.
 
 Each segment is diagnosed with the step-time rules on its own steps. The segment holding most of the
-training time is the reference (``steady``; segments at the same level, under the thresholds above apart,
-count their time together, then the largest of them); the run's primary verdict is its verdict. The others are
+training time at its typical pace (steps x median step: :func:`typical_seconds`, so that one slow
+step cannot make the steps around it the reference) is the reference (``steady``; segments at the same
+level, under the thresholds above apart, count their time together, then the largest of them); the
+run's primary verdict is its verdict. The others are
 labelled ``warm-up`` (the first segment, slower), ``slow period`` or ``fast period`` (by their typical
 step time against the reference), or ``phase mix changed`` (same speed, other shares).
 """
@@ -97,7 +99,8 @@ class SegmentAnalysis:
 
     segments: tuple[Segment, ...]
     reference: int
-    """Index of the segment holding most of the training time (the run's primary verdict)."""
+    """Index of the segment holding most of the training time at its typical pace (the run's primary
+    verdict)."""
     method: str = ""
 
     @property
@@ -281,9 +284,10 @@ def segment_series(
     parts = list(pairwise(edges))
     seconds = [sum(series[a:b]) for a, b in parts]
     levels = [(statistics.median(series[a:b]), _mean(inputs[a:b]), _mean(residuals[a:b])) for a, b in parts]
-    alike = [sum(t for t, other in zip(seconds, levels, strict=True) if _differ(level, other) < 1.0)
+    typical = typical_seconds([b - a for a, b in parts], [level[0] for level in levels])
+    alike = [sum(t for t, other in zip(typical, levels, strict=True) if _differ(level, other) < 1.0)
              for level in levels]  # segments at the same level hold their training time together
-    reference = max(range(len(parts)), key=lambda i: (alike[i], seconds[i]))
+    reference = max(range(len(parts)), key=lambda i: (alike[i], typical[i]))
     ref_level = statistics.median(series[parts[reference][0]:parts[reference][1]])
     ref_shares = (_mean(inputs[slice(*parts[reference])]), _mean(residuals[slice(*parts[reference])]))
     out = []
@@ -311,6 +315,14 @@ def segment_series(
             title=diagnosis.primary.title if diagnosis else "",
         ))
     return SegmentAnalysis(tuple(out), reference, method)
+
+
+def typical_seconds(steps: Sequence[int], typical_s: Sequence[float]) -> list[float]:
+    """Each segment's training time at its typical pace (steps x median step), what the reference is
+    chosen by: a step or two far slower than their segment (a checkpoint saved inside a step, 0.9 s
+    among 2 ms steps, which would hold most of a short run's raw time) weigh no more than their
+    segment's pace, while a sustained slow period weighs all its time."""
+    return [n * t for n, t in zip(steps, typical_s, strict=True)]
 
 
 def _sub_window(window: StepWindow, a: int, b: int) -> StepWindow:

@@ -8,6 +8,7 @@ from html import escape
 
 from traceml_otel.analyze.findings import DriftAnalysis
 from traceml_otel.analyze.run_analysis import RunAnalysis
+from traceml_otel.analyze.segments import typical_seconds
 from traceml_otel.report.units import seconds, signed_percent
 
 MAX_ROWS = 12
@@ -32,13 +33,16 @@ def segment_rows(analysis: RunAnalysis) -> list[tuple[str, ...]]:
 
 
 def verdict_scope(analysis: RunAnalysis) -> str:
-    """``steps 15-199, the steady segment with 61 % of the training time (see Segments)``, or empty."""
+    """``steps 15-199, the steady segment with 61% of the training time at its typical step (see
+    Segments)``, or empty."""
     found = analysis.segments
     if found is None or len(found.segments) < 2:
         return ""
     ref = found.segments[found.reference]
-    total = sum(s.seconds for s in found.segments)
-    share = f" with {ref.seconds / total:.0%} of the training time" if total > 0 else ""
+    typical = typical_seconds([s.steps for s in found.segments], [s.typical_s for s in found.segments])
+    total = sum(typical)
+    share = (f" with {typical[found.reference] / total:.0%} of the training time at its typical step"
+             if total > 0 else "")
     return (f"the verdict of steps {ref.first_step}-{ref.last_step}, the {ref.label} segment{share} (see "
             "Segments); the table below averages the whole window")
 
@@ -66,8 +70,8 @@ def events_text(analysis: RunAnalysis) -> list[str]:
     lines: list[str] = []
     rows = segment_rows(analysis)
     if rows:
-        lines.append("Segments (where the step time or phase mix changed; * holds most training time and "
-                     "gives the verdict)")
+        lines.append("Segments (where the step time or phase mix changed; * holds most training time at its "
+                     "typical step and gives the verdict)")
         for mark, steps, span, typical, change, label, verdict in rows[:MAX_ROWS]:
             lines.append(f"  {mark} steps {steps:<12} {span:<24} {typical:>9} {change:>6}  {label:<18} "
                          f"{verdict}")
