@@ -53,6 +53,9 @@ def test_analyze_formats_windows_and_output(
         "steps": 20,
         "requested": "last 20 steps",
         "left_out_steps": 0,
+        "startup_steps": 0,  # a window of the last steps has no start-up
+        "startup_last_step": None,
+        "startup_s": 0.0,
     }
     assert report["primary_diagnosis"]["kind"] == "INPUT_BOUND"
     assert run_analyze(args(str(run_dir), "--step-range", "0:29")) == 0

@@ -109,6 +109,10 @@ def test_compile_steady_then_slower_third_gives_three_segments_on_a_real_job(tmp
     assert report["primary_diagnosis"]["kind"] == steady["verdict"]
     assert 0.25 <= segments[2]["change"] <= 0.6
     assert "Segments" in stdout
+    # step 0's one-off compile (80 base steps) is start-up: left out of the means, said under the header
+    window = report["window"]
+    assert (window["startup_steps"], window["startup_last_step"]) == (1, 0), window
+    assert "start-up: step 0 took" in stdout
 
 
 @pytest.mark.parametrize("hog", [False, True])

@@ -40,6 +40,23 @@ def test_live_verdict_is_the_analyzers(tmp_path: Path, wait: float, traced: floa
     assert snap.verdict_why == analysis.step.primary.why
 
 
+def test_a_compile_step_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_path: Path) -> None:
+    """In the first 100 steps the live window starts at step 0: its 15 s compile is no part of the live
+    verdict either (the ordinary steps wait 0.08 s of 0.13: INPUT_BOUND, not the compile's forward)."""
+    lines = {rank: [_line(i, 15.0 if i == 0 else 0.05, 0.08).replace(",1,", f",{rank},", 1)
+                    for i in range(60)] for rank in (0, 1)}
+    for rank, rank_lines in lines.items():
+        window = _window(tmp_path, rank)
+        window.add(["".join(rank_lines)], len(rank_lines))
+        window.publish()
+    snap = snapshot(LiveFolder(tmp_path).read())
+    steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
+    analysis = analyze_run(LoadedRun("r", steps, "test"))
+    assert analysis.window.startup_steps == 1
+    assert snap.verdict == str(analysis.step.primary.kind) == "INPUT_BOUND"
+    assert snap.verdict_why == analysis.step.primary.why
+
+
 def _record(rank: int, now: float, **changes: object) -> LiveRecord:
     base = dict(run_id="big", rank=rank, seq=5, written_at=now - 0.5, world_size=1024, steps=500 + rank % 7,
                 last_step_at=now - 0.2, step_median_s=0.1 + rank * 1e-5, step_p95_s=0.12, window_steps=100,

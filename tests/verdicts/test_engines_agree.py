@@ -57,7 +57,8 @@ def test_skipped_updates_read_alike_by_both_engines(tmp_path: Path, mode: str) -
     report = _both_engines(run.run_dir)
     accumulation = report["accumulation"]
     assert accumulation["skipped_updates"] == 20 and accumulation["micro_steps"] == 0, accumulation
-    assert accumulation["optimizer_updates"] == 80, accumulation
+    startup = report["window"]["startup_steps"]  # a first step 10x the others leaves the window (not a skip)
+    assert startup <= 4 and accumulation["optimizer_updates"] == 80 - startup, accumulation
 
 
 def test_input_wait_inside_the_step_read_alike_by_both_engines(tmp_path: Path) -> None:

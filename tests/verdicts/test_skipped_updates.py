@@ -23,7 +23,9 @@ def test_gradscaler_skipping_every_fifth_update(tmp_path: Path, mode: str) -> No
     assert [s.attributes["traceml.optimizer.steps"] for s in steps] == [0 if i % 5 == 4 else 1
                                                                           for i in range(100)]
     accumulation = run.report["accumulation"]
-    assert accumulation["optimizer_updates"] == 80 and accumulation["skipped_updates"] == 20, accumulation
+    startup = run.report["window"]["startup_steps"]  # a first step 10x the others leaves the window
+    assert startup <= 4 and accumulation["optimizer_updates"] == 80 - startup, accumulation  # (no skip)
+    assert accumulation["skipped_updates"] == 20, accumulation
     assert accumulation["micro_steps"] == 0, accumulation
     assert "20 skipped updates" in run.stdout
     assert "accumulation" not in run.stdout.lower(), run.stdout

@@ -60,6 +60,7 @@ from traceml_otel.analyze.stalls import (
     stall_candidate,
     stall_events,
 )
+from traceml_otel.analyze.startup_steps import startup_steps
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import StepWindow
 from traceml_otel.sanitize import redact_argv
@@ -97,6 +98,8 @@ def analyze_tables(
     selected = len(window_numbers)
     window_numbers = _without_stalled(con, window_numbers, stalls)
     window_numbers = _without_captured(con, window_numbers, captures, chosen)
+    if numbers and window_info.first_step == numbers[0]:  # a window from the run's first step
+        window_numbers, window_info = _without_startup(con, window_numbers, window_info)
     window_info = replace(window_info, left_out_steps=selected - len(window_numbers))
     clock, parallelism = _clock_and_parallelism(con)
     metrics, detail_notes = _rank_metrics(con, clock, ranks, window_numbers)
@@ -231,6 +234,22 @@ def _without_captured(con: Any, window_numbers: list[int], captures: Sequence[Ca
         return window_numbers  # a run made mostly of captured steps keeps them
     con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in window_numbers if n in drop])
     return kept
+
+
+def _without_startup(con: Any, window_numbers: list[int], info: WindowInfo) -> tuple[list[int], WindowInfo]:
+    """As the span reader: the leading start-up steps (:func:`~traceml_otel.analyze.startup_steps.
+    startup_steps`, on each step's median over ranks, from SQL) leave the window and view ``w``."""
+    times = dict(con.execute(
+        "SELECT step, median(coalesce(input_wait_cpu, 0.0) + traced_cpu) FROM w WHERE traced_cpu IS NOT NULL "
+        "GROUP BY step").fetchall())
+    series = [times.get(n) for n in window_numbers]
+    startup = startup_steps(series)
+    if not startup:
+        return window_numbers, info
+    con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in window_numbers[:startup]])
+    return window_numbers[startup:], replace(
+        info, startup_steps=startup, startup_last_step=window_numbers[startup - 1],
+        startup_s=sum(t for t in series[:startup] if t is not None))
 
 
 def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:

@@ -302,5 +302,11 @@ class WindowInfo:
     steps: int
     requested: str = ""
     left_out_steps: int = 0
-    """Aligned steps left out of the per-step means: those a stall interrupted and those a deep
-    capture slowed (the ranks' step counts are of the steps kept)."""
+    """Aligned steps left out of the per-step means: those a stall interrupted, those a deep capture
+    slowed and the start-up steps (the ranks' step counts are of the steps kept)."""
+    startup_steps: int = 0
+    """Leading steps left out as start-up (a compile, first allocations:
+    :mod:`~traceml_otel.analyze.startup_steps`); counted in ``left_out_steps`` too."""
+    startup_last_step: int | None = None
+    startup_s: float = 0.0
+    """Their step time (median over ranks, summed), seconds."""

@@ -27,6 +27,7 @@ from traceml_otel.report.units import (
     seconds,
     signed_percent,
     size,
+    startup_text,
     table_rows,
     throughput_sentence,
     trace_link,
@@ -84,6 +85,8 @@ def _header(analysis: RunAnalysis) -> str:
     chips.append(f"{analysis.clock} clock")
     chips.append(f"{run.spans_read:,} spans")
     command = f'<div class="mono muted">{_e(run.command)}</div>' if run.command else ""
+    if startup := startup_text(window):
+        command += f'<div class="muted">start-up: {_e(startup)}</div>'
     return (
         f"<header><h1>Run {_e(run.run_id or '(unknown)')}</h1>"
         f'<div class="muted">source: <span class="mono">{_e(run.source)}</span></div>{command}'

@@ -19,6 +19,7 @@ from traceml_otel.report.units import (
     percent,
     seconds,
     size,
+    startup_text,
     step_sources_text,
     table_rows,
     throughput_gap,
@@ -58,6 +59,8 @@ def _header(analysis: RunAnalysis) -> list[str]:
     ]
     if run.step_sources:
         lines.append(f"steps found by: {step_sources_text(run.step_sources)}")
+    if startup := startup_text(window):
+        lines += textwrap.wrap(f"start-up: {startup}", WIDTH, subsequent_indent="  ")
     return lines
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traceml_otel.analyze.communication_rules import byte_size
-from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, Throughput
+from traceml_otel.analyze.findings import Accumulation, DriftAnalysis, RankMetrics, Throughput, WindowInfo
 from traceml_otel.analyze.kinds import DriftKind
 from traceml_otel.analyze.run_analysis import RunAnalysis
+from traceml_otel.analyze.startup_steps import STARTUP_FACTOR
 from traceml_otel.analyze.thresholds import DRIFT_CHANGE, DRIFT_MIN_STEPS
 from traceml_otel.sanitize import strip_control
 
@@ -221,3 +222,15 @@ STEP_SOURCE_TEXT = {
 def step_sources_text(sources: tuple[str, ...]) -> str:
     """How the steps were found, in words: ``inference from the loop's own calls (...)``."""
     return "; ".join(STEP_SOURCE_TEXT.get(source) or strip_control(source)[:40] for source in sources[:4])
+
+
+def startup_text(window: WindowInfo) -> str:
+    """``steps 0-1 took 15.8 s, each 10x or more the run's median step (a compile, first allocations):
+    left out of the means and the verdict``, or empty."""
+    if not window.startup_steps or window.first_step is None:
+        return ""
+    last = window.startup_last_step
+    one = last == window.first_step
+    steps = f"step {last}" if one else f"steps {window.first_step}-{last}"
+    return (f"{steps} took {seconds(window.startup_s)}, {'' if one else 'each '}{STARTUP_FACTOR:g}x or more "
+            "the run's median step (a compile, first allocations): left out of the means and the verdict")

@@ -1,0 +1,54 @@
+"""Start-up steps: the leading steps far slower than the run's typical step, left out of the verdict.
+
+A run's first steps compile (``torch.compile``: seconds to minutes in step 0's forward), allocate and
+autotune. They say nothing about the steady run, yet a whole-window mean takes them in: a 15.8 s
+compile step among 383 steps of 2 ms was 96 % of a real run's step time, and the run read
+COMPUTE_BOUND (the compile's forward) where its ordinary steps waited 16 % of their time for input.
+
+The leading steps whose step time (input wait + traced, CPU clock, median over the ranks) is at least
+:data:`STARTUP_FACTOR` times the window's median step are left out of the per-step means, as stalls and
+captured steps are, and the report says which and how long they took. Only leading ones, at most
+:data:`MAX_SHARE` of the window: a slow step later in the run is the run's own (a spike, a slow period)
+and stays in. Both engines hand their per-step series to :func:`startup_steps`, so they agree.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from traceml_otel.analyze.window import StepWindow
+
+STARTUP_FACTOR = 10.0
+"""A leading step this many times the window's median step time, or more, is start-up (a compile, first
+allocations), never the run's typical work; ordinary noise and spikes stay well under it."""
+MIN_STEPS = 20
+"""Windows shorter than this keep every step (too few to tell the typical step)."""
+MAX_SHARE = 0.1
+"""At most this share of the window's steps is start-up (the warm-up drift skips is as long)."""
+
+
+def startup_steps(series: Sequence[float | None]) -> int:
+    """How many leading steps of ``series`` (each aligned step's time, in step order; ``None`` where
+    unknown) are start-up: each at least :data:`STARTUP_FACTOR` x the median of the known times."""
+    known = [value for value in series if value is not None and value > 0]
+    if len(series) < MIN_STEPS or len(known) < MIN_STEPS:
+        return 0
+    typical = statistics.median(known)
+    limit = int(len(series) * MAX_SHARE)
+    count = 0
+    for value in series[:limit]:
+        if value is None or value < STARTUP_FACTOR * typical:
+            break
+        count += 1
+    return count
+
+
+def step_times(window: StepWindow) -> list[float | None]:
+    """Each aligned step's time in ``window`` (input wait + traced, CPU clock), the median over ranks;
+    ``None`` where no rank timed it (the series :func:`startup_steps` reads, from records)."""
+    out: list[float | None] = []
+    for column in zip(*window.per_rank, strict=True):
+        times = [(s.input_wait_cpu or 0.0) + s.traced_cpu for s in column if s.traced_cpu is not None]
+        out.append(statistics.median(times) if times else None)
+    return out
