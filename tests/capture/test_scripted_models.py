@@ -3,7 +3,8 @@
 With ``trace_step(scripted)`` torch refuses our forward hooks. ``ForwardHooks.watch`` then hooks
 nothing and says so (the session warns once per model, naming it), every step is still recorded
 with its other phases, and a plain ``nn.Module`` around the scripted one is timed as usual.
-(Zero-code tracing of such a model: ``tests/zero_code/test_scripted_models.py``.)
+(Zero-code tracing of such a model: ``tests/zero_code/test_scripted_models.py``.) And a model given to
+``trace_step`` compiled (``torch.compile``): no global-hook warning from torch.
 """
 
 from __future__ import annotations
@@ -139,3 +140,30 @@ def test_step_inference_never_raises_into_the_loop(capsys) -> None:
     recorder.flush()
     assert len(sink.records()) == 4 and errors  # every update a step; the errors counted
     assert capsys.readouterr().err.count("step inference ignored ValueError") == 1
+
+
+def test_trace_step_of_a_compiled_model_raises_no_global_hook_warning(tmp_path: Path) -> None:
+    """``trace_step(torch.compile(model))`` in a fresh process: model discovery's global hooks would be
+    in place at the wrapper's first call, where torch warns that global hooks "fire an extra time"
+    (pointing at our forward timing); discovery does not start for such a model, its forward is timed."""
+    result = _python("""
+        import warnings
+        import torch
+        import traceml_otel as traceml
+        warnings.simplefilter("always")
+        traceml.init(mode="auto")
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        compiled = torch.compile(model, backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            with traceml.trace_step(compiled):
+                optimizer.zero_grad()
+                compiled(torch.randn(2, 4)).sum().backward()
+                optimizer.step()
+    """, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "global hooks" not in result.stderr, result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    spans = read_run(run_dir)
+    assert sum(s.name == c.SPAN_STEP for s in spans) == 6
+    assert sum(s.name == "traceml.forward" for s in spans) == 6  # one timed forward a step, none twice

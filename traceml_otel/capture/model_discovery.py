@@ -17,8 +17,10 @@ counter of the forward timing is shared by every timed model.
 
 ``torch.compile``: code Dynamo compiled guards on the global module hooks there were, so adding or
 removing them around it recompiles it. Discovery never starts in a process where Dynamo has compiled
-anything, and stops for good, before the compile, when a ``torch.compile(module)`` wrapper
-is called during it (as step inference's warm-up does). The models of such a process are timed when
+anything, nor when the model given to ``trace_step`` is such a wrapper (its first call compiles, and
+torch warns there that global hooks "fire an extra time", pointing at our forward timing), and stops
+for good, before the compile, when a ``torch.compile(module)`` wrapper is called during it (as step
+inference's warm-up does). The models of such a process are timed when
 they are given to ``trace_step``.
 """
 
@@ -84,6 +86,8 @@ class ModelDiscovery:
             self._inside = set()
         self._traced_class = model_class(traced) if isinstance(traced, torch.nn.Module) else None
         self._until = self._recorder.step + DISCOVERY_STEPS
+        if isinstance(traced, torch.nn.Module) and _is_compiled_wrapper(traced):
+            self._compiled = True  # it compiles at its first call: torch warns of any global hook there
         if self._handles or self._compiled or _dynamo_in_use():
             return
         self._depth = 0
