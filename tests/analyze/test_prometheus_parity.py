@@ -191,12 +191,18 @@ def _near_the_drift_threshold(report: dict) -> bool:
 def _straddle_the_drift_threshold(spans: dict, metrics: dict) -> bool:
     """One reader calls a move drift and the other stable, both changes the same way and within 4 points
     of drift's 10 %: the steps' median and the time buckets' means fall either side of it. (CI: a healthy
-    paced run whose machine's load lifted, spans SPEEDING_UP at -10.4 %, metrics STABLE at -9.1 %.)"""
+    paced run whose machine's load lifted, spans SPEEDING_UP at -10.4 %, metrics STABLE at -9.1 %.)
+    Or the stable one moved past 10 % too and its noise test kept it stable: each reader judges the noise
+    on its own series (steps against time buckets), so a move near that test's edge may fall either side
+    of it. (CI: spans SPEEDING_UP at -15.6 %, metrics STABLE at -11.7 %, a load change on a healthy run.)"""
     kinds = {spans["drift"]["kind"], metrics["drift"]["kind"]}
     sign = {"SLOWING": 1.0, "SPEEDING_UP": -1.0}.get(next(iter(kinds - {"STABLE"}), ""), 0.0)
     changes = [report["drift"]["change"] or 0.0 for report in (spans, metrics)]
-    return (len(kinds) == 2 and "STABLE" in kinds and sign != 0.0 and all(c * sign > 0 for c in changes)
-            and all(_near_the_drift_threshold(r) for r in (spans, metrics)))
+    if len(kinds) != 2 or "STABLE" not in kinds or sign == 0.0 or not all(c * sign > 0 for c in changes):
+        return False
+    stable = spans if spans["drift"]["kind"] == "STABLE" else metrics
+    return (all(_near_the_drift_threshold(r) for r in (spans, metrics))
+            or abs(stable["drift"]["change"] or 0.0) >= 0.10)
 
 
 def _shares(report: dict) -> dict[str, float | None]:

@@ -129,7 +129,7 @@ def analyze_tables(
     step = (diagnose_steps(reference.first_step, reference.last_step) if reference is not None else
             diagnose_step_time(metrics, clock, parallelism, source=source, hosts=hosts, extra_caps=caps))
     repeated = _recurrence(con, clock, ranks, window_numbers, parallelism)
-    step = with_recurrence(step, repeated)
+    step = with_recurrence(step, repeated, lambda rank: _worst(con, clock, rank))
     analysis = RunAnalysis(
         run=info,
         window=window_info,
@@ -380,10 +380,12 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
     return [[row[i] for row in rows] for i in range(width)]
 
 
-def _worst(con: Any, clock: Clock) -> tuple[Any, ...]:
+def _worst(con: Any, clock: Clock, rank: int | None = None) -> tuple[Any, ...]:
+    """The window's slowest (rank, step) records, as ``drift.worst_steps``; ``rank``: that rank's only."""
+    rows = "w" if rank is None else f"(SELECT * FROM w WHERE rank = {int(rank)})"
     found = con.execute(f"""
         SELECT {", ".join(f"w.{name}" for name in COLUMNS)}, x.seconds FROM w
-        JOIN ({WORST.format(rows=measured_rows(clock, "w"), count=t.WORST_STEPS)}) x
+        JOIN ({WORST.format(rows=measured_rows(clock, rows), count=t.WORST_STEPS)}) x
             ON w.rank = x.rank AND w.step = x.step
         ORDER BY x.seconds DESC, w.rank DESC, w.step DESC""").fetchall()
     return tuple(describe_worst(step_timing(row[:-1]), row[-1], clock) for row in found)

@@ -16,7 +16,7 @@ from traceml_otel.analyze.evidence import (
     run_findings,
     step_failures,
 )
-from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunInfo, StepDiagnosis
+from traceml_otel.analyze.findings import Accumulation, RankMetrics, RunInfo, StepDiagnosis, WorstStep
 from traceml_otel.analyze.measures import COMPONENTS, rank_metrics, summarize, throughput
 from traceml_otel.analyze.memory import diagnose_memory
 from traceml_otel.analyze.recurrence import recurrence
@@ -111,7 +111,12 @@ def analyze_run(
     step = diagnose(reference) if reference is not window else diagnose_step_time(
         ranks, clock, parallelism, source=loaded.source, hosts=loaded.hosts, extra_caps=caps)
     repeated = recurrence(window, metrics_of, lambda found: straggler_of(found, parallelism))
-    step = with_recurrence(step, repeated)
+    def rank_worst(rank: int) -> tuple[WorstStep, ...]:  # one rank's slowest steps
+        i = window.ranks.index(rank)
+        return worst_steps(StepWindow((rank,), window.step_numbers, (window.per_rank[i],)),
+                           [window_seconds[i]], clock)
+
+    step = with_recurrence(step, repeated, rank_worst)
     run_seconds = (
         window_seconds
         if window is run

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import pairwise
 
-from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis
+from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis, WorstStep
 from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
-from traceml_otel.analyze.recurrence import StragglerRecurrence
+from traceml_otel.analyze.recurrence import NONE, StragglerRecurrence, culprit_of
 from traceml_otel.analyze.segments import FAST, SEGMENT_CHANGE, SLOW, STEADY, WARM_UP, SegmentAnalysis
 from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
 from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
@@ -86,10 +87,16 @@ def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding]) -> 
                                            for f in account.findings))
 
 
-def with_recurrence(step: StepDiagnosis, found: StragglerRecurrence | None) -> StepDiagnosis:
-    """``step`` with the straggler findings saying whether the culprit is chronic, rotating or transient."""
-    if found is None or found.pattern == "none":
+def with_recurrence(step: StepDiagnosis, found: StragglerRecurrence | None,
+                    rank_worst: Callable[[int], Sequence[WorstStep]] = lambda rank: ()) -> StepDiagnosis:
+    """``step`` with the straggler findings saying whether the culprit is chronic, rotating or transient;
+    or, where no window has a straggler once its spike steps are left out, that the gap is made of a
+    few slow steps of the culprit (``rank_worst(rank)``: that rank's slowest steps)."""
+    if found is None:
         return step
+    if found.pattern == NONE:
+        return replace(step, primary=_spike_made(step.primary, found, rank_worst),
+                       issues=tuple(_spike_made(f, found, rank_worst) for f in step.issues))
 
     def add(finding: Finding) -> Finding:
         if not str(finding.kind).endswith("STRAGGLER"):
@@ -102,6 +109,35 @@ def with_recurrence(step: StepDiagnosis, found: StragglerRecurrence | None) -> S
         )
 
     return replace(step, primary=add(step.primary), issues=tuple(add(f) for f in step.issues))
+
+
+def _spike_made(finding: Finding, found: StragglerRecurrence,
+                rank_worst: Callable[[int], Sequence[WorstStep]]) -> Finding:
+    """A whole-run straggler that no window has without its spike steps: one rank's few slow steps (a
+    checkpoint or an evaluation on rank 0 inside the step, every N steps) that the others wait for.
+    Said as such, with the culprit's slowest steps, so it is never read as a rank slower at every step."""
+    culprit = culprit_of(finding)
+    if culprit is None:
+        return finding
+    own = list(rank_worst(culprit))
+    longest = max((w.step_time for w in own), default=0.0)
+    own = sorted((w for w in own if w.step_time >= longest / 2), key=lambda w: w.step)  # the spikes alike
+    steps = ", ".join(f"{w.step} ({w.step_time * 1e3:.0f} ms)" for w in own)
+    apart = sorted({b.step - a.step for a, b in pairwise(own)})
+    spacing = f", {apart[0]} steps apart" if len(apart) == 1 else ""
+    named = f": rank {culprit}'s slowest steps are {steps}{spacing}" if own else ""
+    return replace(
+        finding,
+        why=(f"{finding.why} Over the run: no window of {found.window_steps} steps has a straggler once its "
+             f"few slowest steps are left out, so the gap is in a few steps, not in every step{named}."),
+        next=(f"{finding.next} Rank {culprit} does extra work in a few steps (a checkpoint, an evaluation or "
+              "logging on one rank, inside the step) and the others wait for it at the next collective: "
+              "move that work out of the step (traceml.outside_step), make it asynchronous, or share it "
+              "among the ranks."),
+        evidence=(*finding.evidence, Evidence("recurrence", NONE), Evidence("windows", found.windows),
+                  Evidence("window_steps", found.window_steps),
+                  Evidence("spike_steps", str([w.step for w in own]))),
+    )
 
 
 def with_segment(drift: DriftAnalysis, segments: SegmentAnalysis | None) -> DriftAnalysis:
