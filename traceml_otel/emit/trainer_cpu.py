@@ -97,7 +97,7 @@ def read_children_cpu(pid: int | str, exclude: int) -> tuple[int, int] | None:
     gone with them). ``None`` where the kernel does not list children (no ``CONFIG_PROC_CHILDREN``) or
     ``pid`` is gone. The wait tells a worker that wanted a CPU (a busy machine) from one that slept."""
     try:
-        on_cpu, children = _reaped_and_children(pid)
+        on_cpu, _, children = _stat_and_children(pid)
     except (OSError, ValueError, IndexError):
         return None
     wait = 0
@@ -109,26 +109,29 @@ def read_children_cpu(pid: int | str, exclude: int) -> tuple[int, int] | None:
             continue
         seen.add(child)
         try:
-            reaped, grandchildren = _reaped_and_children(child)
+            reaped, own, grandchildren = _stat_and_children(child)
         except (OSError, ValueError, IndexError):
             continue  # gone since listed: counted once its parent reaps it
         reading = read_thread_cpu(child, child)
-        on_cpu += reaped + max(0, read_process_cpu(child))
+        on_cpu += reaped + own
         wait += max(0, reading[2]) if reading is not None else 0
         frontier += [grandchild for grandchild in grandchildren if grandchild not in seen]
     return max(0, on_cpu), wait
 
 
-def _reaped_and_children(pid: int | str) -> tuple[int, list[int]]:
-    """The CPU ns of ``pid``'s reaped children (``cutime + cstime``) and its live children's pids."""
+def _stat_and_children(pid: int | str) -> tuple[int, int, list[int]]:
+    """From one read of ``/proc/PID/stat``: the CPU ns of ``pid``'s reaped children (``cutime + cstime``)
+    and its own (``utime + stime``, every thread); then its live children's pids."""
     with open(f"/proc/{pid}/stat", "rb") as stat:
         fields = stat.read().rsplit(b")", 1)[1].split()
-    reaped = (int(fields[13]) + int(fields[14])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # fields 16, 17
+    tick = os.sysconf("SC_CLK_TCK")
+    reaped = (int(fields[13]) + int(fields[14])) * 1_000_000_000 // tick  # fields 16, 17
+    own = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // tick  # fields 14, 15
     children: list[int] = []
     for tid in os.listdir(f"/proc/{pid}/task")[:MAX_THREADS]:
         with open(f"/proc/{pid}/task/{tid}/children", "rb") as listed:
             children += [int(child) for child in listed.read().split()]
-    return reaped, children
+    return reaped, own, children
 
 
 def read_machine_busy() -> int:
