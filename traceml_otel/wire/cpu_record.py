@@ -27,6 +27,13 @@ MAX_MACHINE_CPUS = 1 << 16
 """Samples read from one file (the sampler keeps at most 2,048)."""
 
 
+ROW_FIELDS = ("steps", "monotonic_ns", "on_cpu_ns", "cpu_wait_ns", "process_cpu_ns", "machine_busy_ns",
+              "children_cpu_ns", "children_wait_ns")
+"""A sample's values in order; older records' rows hold the first :data:`OLDEST_ROW_FIELDS` (the rest
+read as -1: not measured)."""
+OLDEST_ROW_FIELDS = 5
+
+
 def cpu_file_name(rank: int) -> str:
     """Name of one rank's CPU samples (``rank-R.cpu.json``) inside the run directory."""
     return f"rank-{rank}.cpu.json"
@@ -73,10 +80,11 @@ def read_cpu_record(path: Path) -> CpuRecord:
     raw = data.get("samples")
     rows: list[tuple[int, int, int, int, int, int, int, int]] = []
     for item in raw[:MAX_CPU_SAMPLES] if isinstance(raw, list) else []:
-        values = [as_int(v) for v in item] if isinstance(item, list) and len(item) in (5, 6, 7, 8) else []
+        known = isinstance(item, list) and OLDEST_ROW_FIELDS <= len(item) <= len(ROW_FIELDS)
+        values = [as_int(v) for v in item] if known else []
         if not values or any(v is None for v in values):
             continue
-        values += [-1] * (8 - len(values))
+        values += [-1] * (len(ROW_FIELDS) - len(values))
         row = tuple(int(v) for v in values if v is not None)
         if rows and (row[0] < rows[-1][0] or row[1] <= rows[-1][1] or row[2] < rows[-1][2]):
             continue
