@@ -16,6 +16,7 @@ A profiler the user already runs is never doubled: the capture is refused, said 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,6 +36,9 @@ FIRST_STEP = 5
 """No capture covers a rank's first steps: ``torch.profiler``'s Python tracer at times garbles the names
 of what runs for the first time in a process (its events then cannot be read back), and first steps
 are warm-up anyway."""
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+QUIET_KINETO = "6"
+"""Above kineto's highest level (USDT, 5): none of its messages (``docs/captures.md``)."""
 
 
 class CaptureHost(Protocol):
@@ -191,6 +195,11 @@ class ProfilerCapture:
 
     def _start_profiler(self) -> tuple[Any, tuple[str, ...]]:
         from torch.profiler import ProfilerActivity, profile
+
+        # torch's profiler library (kineto) prints "USDT: ... profiler_start" and "profiler_stop" lines
+        # to stderr at every start at its default level: a capture must not write into the user's
+        # output. It reads the level at its first start; one the user set is kept.
+        os.environ.setdefault(KINETO_LOG_LEVEL, QUIET_KINETO)
 
         activities = [ProfilerActivity.CPU]
         names = ["cpu"]
