@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import time
 from pathlib import Path
@@ -13,10 +14,12 @@ from tests.emit.test_live_summary import _line
 from traceml_otel.analyze.diagnose import analyze_run
 from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
 from traceml_otel.emit.live_summary import LiveWindow, parse_table_line
+from traceml_otel.emit.step_table import csv_line
 from traceml_otel.launch.live_panel import render_panel
 from traceml_otel.launch.live_view import LineSplitter
 from traceml_otel.report.live_view import LiveFolder, flag_sentences, live_line, snapshot
 from traceml_otel.wire.live_record import LiveHang, LiveRecord
+from traceml_otel.wire.step_table import COLUMNS
 
 
 def _window(tmp_path: Path, rank: int) -> LiveWindow:
@@ -53,8 +56,34 @@ def test_a_compile_step_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_p
     steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
     analysis = analyze_run(LoadedRun("r", steps, "test"))
     assert analysis.window.startup_steps == 1
-    assert snap.verdict == str(analysis.step.primary.kind) == "INPUT_BOUND"
+    assert snap.verdict == str(analysis.step.primary.kind) == "RESIDUAL_HEAVY"  # 1/8 of each step
     assert snap.verdict_why == analysis.step.primary.why
+
+
+def _stalled_line(step: int, rank: int, culprit: bool) -> str:
+    """A 7 s step: the culprit's outside the phases (a slow read), the peer's waiting in backward."""
+    line = _line(step, 7.05, 0.001).replace(",1,", f",{rank},", 1)
+    values = dict(zip(COLUMNS, next(csv.reader([line])), strict=True))
+    values.update(cpu_forward="0.0125", cpu_backward="0.025" if culprit else "7.0", cpu_optimizer="0.006")
+    return csv_line([values[name] or None for name in COLUMNS])
+
+
+def test_a_resolved_stall_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_path: Path) -> None:
+    """Rank 1 stops 7 s in step 120 and goes on; rank 0 waits for it. For the next 100 steps the live
+    window holds that step: as in the analyzer, it is a stall, never a straggler (it once read
+    "STRAGGLER: rank 1 holds the others back" on the panel until the step left the window)."""
+    lines = {rank: [_line(i, 0.05, 0.001).replace(",1,", f",{rank},", 1) if i != 120
+                    else _stalled_line(i, rank, culprit=rank == 1) for i in range(150)] for rank in (0, 1)}
+    for rank, rank_lines in lines.items():
+        window = _window(tmp_path, rank)
+        window.add(["".join(rank_lines)], len(rank_lines))
+        window.publish()
+    snap = snapshot(LiveFolder(tmp_path).read())
+    steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
+    analysis = analyze_run(LoadedRun("r", steps, "test"), WindowSpec(last=100))
+    assert analysis.stalls.events and 120 in analysis.stalls.stalled_steps()
+    assert "STRAGGLER" not in str(analysis.step.primary.kind)
+    assert snap.verdict == str(analysis.step.primary.kind) == "RESIDUAL_HEAVY"  # 1/8 of each step
 
 
 def _record(rank: int, now: float, **changes: object) -> LiveRecord:

@@ -185,11 +185,15 @@ class LiveWindow:
         steps = self._window_steps()
         from traceml_otel.analyze.kinds import Clock  # imported here: the emitter starts without the analyzer
         from traceml_otel.analyze.measures import rank_metrics
+        from traceml_otel.analyze.stalls import rank_candidates
         from traceml_otel.analyze.startup_steps import startup_steps
 
         if self.steps <= WINDOW_STEPS:  # the window still starts at the run's first step: as the analyzer,
             steps = steps[startup_steps([  # its start-up steps (a compile) are no part of the verdict
                 None if s.traced_cpu is None else (s.input_wait_cpu or 0.0) + s.traced_cpu for s in steps]):]
+        stalled = {stall.step for stall in rank_candidates(self.base.rank, steps)}
+        if stalled:  # as the analyzer: a stall is an event, never a slow step (nor, resolved, a straggler)
+            steps = [s for s in steps if s.step not in stalled]
         clock = Clock.GPU if steps and all(s.has_gpu_timing() for s in steps) else Clock.CPU
         fields: dict[str, object] = {}
         if steps:
