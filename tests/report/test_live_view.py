@@ -56,7 +56,7 @@ def test_a_compile_step_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_p
     steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
     analysis = analyze_run(LoadedRun("r", steps, "test"))
     assert analysis.window.startup_steps == 1
-    assert snap.verdict == str(analysis.step.primary.kind) == "RESIDUAL_HEAVY"  # 1/8 of each step
+    assert snap.verdict == str(analysis.step.primary.kind) == "INPUT_BOUND"
     assert snap.verdict_why == analysis.step.primary.why
 
 
