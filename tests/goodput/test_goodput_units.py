@@ -264,3 +264,22 @@ def test_the_framework_callbacks_say_where_a_resumed_run_started(monkeypatch) ->
     assert 'resumed_at(getattr(state, "global_step", 0))' in (callbacks / "hf_trainer.py").read_text()
     lightning = (callbacks / "lightning_callback.py").read_text()
     assert 'resumed_at(getattr(trainer, "global_step", 0))' in lightning
+
+
+def test_start_up_steps_are_billed_to_start_up_not_goodput() -> None:
+    """The analyzer's start-up steps (a compile step 0 of 10 s among 1 s steps) move from the step
+    categories to ``startup``; the categories still add up to the wall time, and goodput drops."""
+    steps, t = [], T0 + 2.0
+    for number in range(10):
+        traced = 10.0 if number == 0 else 1.0
+        steps.append(_step(number, t, traced, wait=0.5))
+        t += traced + 0.5
+    plain = account_time(steps, {0: _plain_record()})
+    billed = account_time(steps, {0: _plain_record()}, startup_through=0)
+    assert plain is not None and billed is not None
+    before, after = dict(plain.ranks[0].categories), dict(billed.ranks[0].categories)
+    assert after["startup"] == pytest.approx(before["startup"] + 10.5)  # its block and its input wait
+    assert after["step.forward"] == pytest.approx(before["step.forward"] - 5.0)
+    assert sum(after.values()) == pytest.approx(billed.ranks[0].wall_s)
+    assert billed.goodput is not None and plain.goodput is not None
+    assert billed.goodput == pytest.approx(plain.goodput - 10.0 / billed.wall_s)

@@ -160,7 +160,8 @@ def _with_time_accounting(
     account = account_time(steps, records, hangs, launcher.start_time if launcher else None,
                            launcher.end_time if launcher else None,
                            stalls=_stall_intervals(analysis, {h.rank for h in hangs}),
-                           after_end_s=(launcher.diagnosis_s or 0.0) if launcher else 0.0)
+                           after_end_s=(launcher.diagnosis_s or 0.0) if launcher else 0.0,
+                           startup_through=analysis.window.startup_last_step)
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
     from traceml_otel.analyze.events import stalled_advice

@@ -5,7 +5,8 @@ end, ``outside_step`` totals), its hang record (stalled time) and the manifest (
 Per rank the timeline is cut at the first step's input fetch and the last step's end:
 
 - ``startup``: from the launch to the first step's input fetch, less ``outside_step`` time and
-  stalls there;
+  stalls there; and the start-up steps the analyzer left out of its means (a ``torch.compile`` step 0:
+  :mod:`~traceml_otel.analyze.startup_steps`);
 - ``step.*``: each step's input wait plus its block, split as the diagnosis splits it;
 - ``outside.<kind>``: each ``outside_step`` kind;
 - ``between_steps``: the rest of the training window (code between steps that nothing named);
@@ -292,9 +293,10 @@ def _place_left_out(
 def account_rank(
     rank: int, steps: Sequence[StepTiming], record: TimeRecord | None, hang: object | None,
     launched_at: float | None, manifest_end: float | None, stall_events: Sequence[tuple[float, float]] = (),
-    after_end_s: float = 0.0,
+    after_end_s: float = 0.0, startup_through: int | None = None,
 ) -> tuple[RankTime, list[str]]:
     """One rank's account (see the module docstring) and notes about what it had to assume.
+    ``startup_through``: the last of the run's start-up steps (a compile), billed to ``startup``.
 
     ``launched_at``/``manifest_end``: when ``traceml run`` started and ended (``None`` for a direct
     launch); with them a rank's start-up includes the launcher's and its shutdown lasts to the job's end.
@@ -338,6 +340,12 @@ def account_rank(
     window = last - first
     between = window - sum(builder.parts) - middle - max(0.0, stalled - stall_start - stall_end - stall_steps)
     startup = (first - start) - before - stall_start
+    if startup_through is not None:  # the start-up steps (analyze/startup_steps.py): a compile is no goodput
+        early = [_step_parts(step) for step in steps if step.step <= startup_through]
+        for index in range(len(parts)):
+            moved = min(parts[index], sum(p[index] for p in early))
+            parts[index] -= moved
+            startup += moved
     restarts = redone = 0.0
     if record is not None and record.restart > 0 and record.process_start and record.process_start > start:
         gaps, startups, redone = _restarts(builder.spans, record, start)
@@ -430,11 +438,13 @@ def account_time(
     steps: Iterable[StepTiming], records: dict[int, TimeRecord], hangs: Iterable[object] = (),
     launched_at: float | None = None, manifest_end: float | None = None,
     stalls: dict[int, list[tuple[float, float]]] | None = None, after_end_s: float = 0.0,
+    startup_through: int | None = None,
 ) -> TimeAccount | None:
     """The job's account: every rank that has steps or a time record; ``None`` when none has either.
 
     ``stalls``: per rank, the intervals of the analyzer's stall events (billed to ``stalled``);
-    ``after_end_s``: telemetry's own time after the job's end (``traceml run``'s diagnosis)."""
+    ``after_end_s``: telemetry's own time after the job's end (``traceml run``'s diagnosis);
+    ``startup_through``: the last start-up step the analyzer left out (billed to ``startup``)."""
     by_rank: dict[int, list[StepTiming]] = defaultdict(list)
     for step in steps:
         by_rank[step.rank].append(step)
@@ -443,7 +453,7 @@ def account_time(
     for rank in sorted(set(by_rank) | set(records)):
         rank_time, rank_notes = account_rank(rank, by_rank.get(rank, ()), records.get(rank),
                                              hang_by_rank.get(rank), launched_at, manifest_end,
-                                             (stalls or {}).get(rank, ()), after_end_s)
+                                             (stalls or {}).get(rank, ()), after_end_s, startup_through)
         notes.extend(rank_notes)
         if rank_time.wall_s > 0:
             ranks.append(rank_time)
