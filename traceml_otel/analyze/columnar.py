@@ -60,7 +60,7 @@ from traceml_otel.analyze.stalls import (
     stall_candidate,
     stall_events,
 )
-from traceml_otel.analyze.startup_steps import startup_steps
+from traceml_otel.analyze.startup_steps import with_startup
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import StepWindow
 from traceml_otel.sanitize import redact_argv
@@ -242,14 +242,11 @@ def _without_startup(con: Any, window_numbers: list[int], info: WindowInfo) -> t
     times = dict(con.execute(
         "SELECT step, median(coalesce(input_wait_cpu, 0.0) + traced_cpu) FROM w WHERE traced_cpu IS NOT NULL "
         "GROUP BY step").fetchall())
-    series = [times.get(n) for n in window_numbers]
-    startup = startup_steps(series)
-    if not startup:
-        return window_numbers, info
-    con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in window_numbers[:startup]])
-    return window_numbers[startup:], replace(
-        info, startup_steps=startup, startup_last_step=window_numbers[startup - 1],
-        startup_s=sum(t for t in series[:startup] if t is not None))
+    info = with_startup(info, window_numbers, [times.get(n) for n in window_numbers])
+    startup = info.startup_steps
+    if startup:
+        con.executemany("INSERT INTO stalled VALUES (?)", [(n,) for n in window_numbers[:startup]])
+    return window_numbers[startup:], info
 
 
 def _views(con: Any, run_id: str, spec: WindowSpec) -> tuple[list[int], list[int], list[int], WindowInfo]:

@@ -25,7 +25,7 @@ from traceml_otel.analyze.run_analysis import RunAnalysis
 from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.analyze.segments import reference_window, segment_window
 from traceml_otel.analyze.stalls import find_stalls
-from traceml_otel.analyze.startup_steps import startup_steps, step_times
+from traceml_otel.analyze.startup_steps import step_times, with_startup
 from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import (
     StepWindow,
@@ -69,13 +69,9 @@ def analyze_run(
     if kept.steps * 2 >= window.steps:  # a run made mostly of captured steps keeps them
         window = kept
     starts_the_run = bool(run.step_numbers) and window_info.first_step == run.step_numbers[0]
-    times = step_times(window) if starts_the_run else []
-    startup = startup_steps(times)
-    if startup:  # a compile, first allocations: never the run's typical step
-        window_info = replace(window_info, startup_steps=startup,
-                              startup_last_step=window.step_numbers[startup - 1],
-                              startup_s=sum(t for t in times[:startup] if t is not None))
-        window = without_steps(window, window.step_numbers[:startup])
+    if starts_the_run:  # a compile, first allocations: never the run's typical step
+        window_info = with_startup(window_info, window.step_numbers, step_times(window))
+        window = without_steps(window, window.step_numbers[:window_info.startup_steps])
     window_info = replace(window_info, left_out_steps=selected - window.steps)
     clock = select_clock(window)
     parallelism = window_parallelism(window)

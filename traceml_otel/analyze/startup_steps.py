@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
+from traceml_otel.analyze.findings import WindowInfo
+from traceml_otel.analyze.run_model import StepTiming
 from traceml_otel.analyze.window import StepWindow
 
 STARTUP_FACTOR = 10.0
@@ -44,11 +47,26 @@ def startup_steps(series: Sequence[float | None]) -> int:
     return count
 
 
+def with_startup(info: WindowInfo, numbers: Sequence[int], series: Sequence[float | None]) -> WindowInfo:
+    """``info`` with the start-up steps of a window that begins at the run's first step: ``numbers``
+    its step numbers, ``series`` their times (both engines; ``info.startup_steps`` says how many)."""
+    count = startup_steps(series)
+    if not count:
+        return info
+    return replace(info, startup_steps=count, startup_last_step=numbers[count - 1],
+                   startup_s=sum(t for t in series[:count] if t is not None))
+
+
+def step_time(step: StepTiming) -> float | None:
+    """One rank's step time as start-up is judged on: input wait + traced, CPU clock (``None``: untimed)."""
+    return None if step.traced_cpu is None else (step.input_wait_cpu or 0.0) + step.traced_cpu
+
+
 def step_times(window: StepWindow) -> list[float | None]:
-    """Each aligned step's time in ``window`` (input wait + traced, CPU clock), the median over ranks;
-    ``None`` where no rank timed it (the series :func:`startup_steps` reads, from records)."""
+    """Each aligned step's :func:`step_time` in ``window``, the median over ranks; ``None`` where no rank
+    timed it (the series :func:`startup_steps` reads, from records)."""
     out: list[float | None] = []
     for column in zip(*window.per_rank, strict=True):
-        times = [(s.input_wait_cpu or 0.0) + s.traced_cpu for s in column if s.traced_cpu is not None]
+        times = [t for s in column if (t := step_time(s)) is not None]
         out.append(statistics.median(times) if times else None)
     return out

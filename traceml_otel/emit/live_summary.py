@@ -186,11 +186,10 @@ class LiveWindow:
         from traceml_otel.analyze.kinds import Clock  # imported here: the emitter starts without the analyzer
         from traceml_otel.analyze.measures import rank_metrics
         from traceml_otel.analyze.stalls import rank_candidates
-        from traceml_otel.analyze.startup_steps import startup_steps
+        from traceml_otel.analyze.startup_steps import startup_steps, step_time
 
         if self.steps <= WINDOW_STEPS:  # the window still starts at the run's first step: as the analyzer,
-            steps = steps[startup_steps([  # its start-up steps (a compile) are no part of the verdict
-                None if s.traced_cpu is None else (s.input_wait_cpu or 0.0) + s.traced_cpu for s in steps]):]
+            steps = steps[startup_steps([step_time(s) for s in steps]):]  # start-up steps are no verdict
         stalled = {stall.step for stall in rank_candidates(self.base.rank, steps)}
         if stalled:  # as the analyzer: a stall is an event, never a slow step (nor, resolved, a straggler)
             steps = [s for s in steps if s.step not in stalled]
