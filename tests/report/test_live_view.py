@@ -6,13 +6,14 @@ import csv
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from tests.emit.test_live_summary import _line
 from traceml_otel.analyze.diagnose import analyze_run
-from traceml_otel.analyze.run_model import LoadedRun, WindowSpec
+from traceml_otel.analyze.run_model import LoadedRun, StepTiming, WindowSpec
 from traceml_otel.emit.live_summary import LiveWindow, parse_table_line
 from traceml_otel.emit.step_table import csv_line
 from traceml_otel.launch.live_panel import render_panel
@@ -27,16 +28,26 @@ def _window(tmp_path: Path, rank: int) -> LiveWindow:
                       dropped=lambda: 0, degraded=lambda: [], hang=lambda: None, warn=lambda m: None)
 
 
-@pytest.mark.parametrize(("wait", "traced"), [(0.08, 0.05), (0.001, 0.1)])
-def test_live_verdict_is_the_analyzers(tmp_path: Path, wait: float, traced: float) -> None:
-    lines = {rank: [_line(i, traced * (1 + 0.3 * rank), wait).replace(",1,", f",{rank},", 1)
-                    for i in range(150)] for rank in (0, 1)}
+def _rank_line(step: int, traced: float, wait: float, rank: int) -> str:
+    return _line(step, traced, wait).replace(",1,", f",{rank},", 1)
+
+
+def _published(tmp_path: Path, lines: dict[int, list[str]]) -> tuple[Any, tuple[StepTiming, ...]]:
+    """Each rank's table lines through its emitter's live window: the viewer's snapshot of the records,
+    and the same lines as the analyzer's step records."""
     for rank, rank_lines in lines.items():
         window = _window(tmp_path, rank)
         window.add(["".join(rank_lines)], len(rank_lines))
         window.publish()
-    snap = snapshot(LiveFolder(tmp_path).read())
     steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
+    return snapshot(LiveFolder(tmp_path).read()), steps
+
+
+@pytest.mark.parametrize(("wait", "traced"), [(0.08, 0.05), (0.001, 0.1)])
+def test_live_verdict_is_the_analyzers(tmp_path: Path, wait: float, traced: float) -> None:
+    lines = {rank: [_rank_line(i, traced * (1 + 0.3 * rank), wait, rank)
+                    for i in range(150)] for rank in (0, 1)}
+    snap, steps = _published(tmp_path, lines)
     assert {s.rank for s in steps} == {0, 1}
     analysis = analyze_run(LoadedRun("r", steps, "test"), WindowSpec(last=100))
     assert snap.verdict == str(analysis.step.primary.kind)
@@ -46,14 +57,9 @@ def test_live_verdict_is_the_analyzers(tmp_path: Path, wait: float, traced: floa
 def test_a_compile_step_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_path: Path) -> None:
     """In the first 100 steps the live window starts at step 0: its 15 s compile is no part of the live
     verdict either (the ordinary steps wait 0.08 s of 0.13: INPUT_BOUND, not the compile's forward)."""
-    lines = {rank: [_line(i, 15.0 if i == 0 else 0.05, 0.08).replace(",1,", f",{rank},", 1)
+    lines = {rank: [_rank_line(i, 15.0 if i == 0 else 0.05, 0.08, rank)
                     for i in range(60)] for rank in (0, 1)}
-    for rank, rank_lines in lines.items():
-        window = _window(tmp_path, rank)
-        window.add(["".join(rank_lines)], len(rank_lines))
-        window.publish()
-    snap = snapshot(LiveFolder(tmp_path).read())
-    steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
+    snap, steps = _published(tmp_path, lines)
     analysis = analyze_run(LoadedRun("r", steps, "test"))
     assert analysis.window.startup_steps == 1
     assert snap.verdict == str(analysis.step.primary.kind) == "INPUT_BOUND"
@@ -62,7 +68,7 @@ def test_a_compile_step_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp_p
 
 def _stalled_line(step: int, rank: int, culprit: bool) -> str:
     """A 7 s step: the culprit's outside the phases (a slow read), the peer's waiting in backward."""
-    line = _line(step, 7.05, 0.001).replace(",1,", f",{rank},", 1)
+    line = _rank_line(step, 7.05, 0.001, rank)
     values = dict(zip(COLUMNS, next(csv.reader([line])), strict=True))
     values.update(cpu_forward="0.0125", cpu_backward="0.025" if culprit else "7.0", cpu_optimizer="0.006")
     return csv_line([values[name] or None for name in COLUMNS])
@@ -72,14 +78,9 @@ def test_a_resolved_stall_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp
     """Rank 1 stops 7 s in step 120 and goes on; rank 0 waits for it. For the next 100 steps the live
     window holds that step: as in the analyzer, it is a stall, never a straggler (it once read
     "STRAGGLER: rank 1 holds the others back" on the panel until the step left the window)."""
-    lines = {rank: [_line(i, 0.05, 0.001).replace(",1,", f",{rank},", 1) if i != 120
+    lines = {rank: [_rank_line(i, 0.05, 0.001, rank) if i != 120
                     else _stalled_line(i, rank, culprit=rank == 1) for i in range(150)] for rank in (0, 1)}
-    for rank, rank_lines in lines.items():
-        window = _window(tmp_path, rank)
-        window.add(["".join(rank_lines)], len(rank_lines))
-        window.publish()
-    snap = snapshot(LiveFolder(tmp_path).read())
-    steps = tuple(t for rank_lines in lines.values() for line in rank_lines if (t := parse_table_line(line)))
+    snap, steps = _published(tmp_path, lines)
     analysis = analyze_run(LoadedRun("r", steps, "test"), WindowSpec(last=100))
     assert analysis.stalls.events and 120 in analysis.stalls.stalled_steps()
     assert "STRAGGLER" not in str(analysis.step.primary.kind)
