@@ -6,7 +6,6 @@ import csv
 import io
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -18,7 +17,7 @@ from traceml_otel.emit.live_summary import LiveWindow, parse_table_line
 from traceml_otel.emit.step_table import csv_line
 from traceml_otel.launch.live_panel import render_panel
 from traceml_otel.launch.live_view import LineSplitter
-from traceml_otel.report.live_view import LiveFolder, flag_sentences, live_line, snapshot
+from traceml_otel.report.live_view import LiveFolder, LiveSnapshot, flag_sentences, live_line, snapshot
 from traceml_otel.wire.live_record import LiveHang, LiveRecord
 from traceml_otel.wire.step_table import COLUMNS
 
@@ -32,7 +31,7 @@ def _rank_line(step: int, traced: float, wait: float, rank: int) -> str:
     return _line(step, traced, wait).replace(",1,", f",{rank},", 1)
 
 
-def _published(tmp_path: Path, lines: dict[int, list[str]]) -> tuple[Any, tuple[StepTiming, ...]]:
+def _published(tmp_path: Path, lines: dict[int, list[str]]) -> tuple[LiveSnapshot, tuple[StepTiming, ...]]:
     """Each rank's table lines through its emitter's live window: the viewer's snapshot of the records,
     and the same lines as the analyzer's step records."""
     for rank, rank_lines in lines.items():
