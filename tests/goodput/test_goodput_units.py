@@ -101,6 +101,31 @@ def test_every_stall_of_a_rank_counts_once_where_it_happened() -> None:
     assert again == pytest.approx(got)  # overlapping episodes count once
 
 
+@pytest.mark.parametrize("state", ["resolved", "hung"])
+def test_quiet_work_after_the_last_step_is_shutdown_unless_the_rank_ended_hung(state: str) -> None:
+    # 10 steps end at T0+20 (the last); a final save not marked outside_step runs to the rank's end at
+    # T0+30 and the watchdog reported it 5 s in. Resolved at the clean end: shutdown, as in the live
+    # counters. Still hung (the rank was killed stuck there): stalled.
+    steps = [_step(number, T0 + 5.5 + 1.5 * number, 1.0, wait=0.5) for number in range(10)]
+    last_end = T0 + 5.5 + 1.5 * 9 + 1.0
+    resolved = T0 + 30.0 if state == "resolved" else None
+    hang = HangRecord(rank=0, world_size=1, run_id="r", state=state, timeout_s=5.0, step=10, in_step=False,
+                      phase="between steps", written_at=resolved or last_end + 5.0,
+                      stalled_s=(resolved or last_end + 5.0) - last_end, resolved_at=resolved)
+    account = account_time(steps, {0: _plain_record()}, [hang])
+    got = dict(account.ranks[0].categories)
+    stuck = T0 + 30 - last_end
+    said = [n for n in account.notes if "without progress after its last step" in n]
+    if state == "resolved":
+        assert got["stalled"] == 0.0 and got["shutdown"] == pytest.approx(stuck)
+        assert said == [f"rank 0: {stuck:.1f} s without progress after its last step (the hang watchdog "
+                        "reported it; the rank came out of it and ended): work of its shutdown, billed to "
+                        'shutdown; name a final save with traceml.outside_step("checkpoint")']
+    else:
+        assert got["stalled"] == pytest.approx(stuck) and got["shutdown"] == pytest.approx(0.0) and not said
+    assert sum(got.values()) == pytest.approx(30.0)
+
+
 def test_stalls_beyond_the_records_list_still_count() -> None:
     for left_out_s, between, in_steps in ((1.5, 0.5, 15.0), (4.0, 0.0, 13.0)):  # the rest from the steps
         steps, hang = _two_stalls(left_out_s=left_out_s)

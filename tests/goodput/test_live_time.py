@@ -4,6 +4,7 @@ redone steps after a restart, the first-zero report, and both metric paths. No s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -64,15 +65,42 @@ def test_a_stall_after_the_last_step_is_counted_live_and_carved_from_the_next_ga
     hang = SimpleNamespace(record=None)
     account = LiveTimeAccount(tmp_path, 0, hang=hang)
     account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
-    hang.record = HangRecord(rank=0, world_size=1, run_id="r", state="resolved", stalled_s=1.0, timeout_s=1.0,
-                             step=1, in_step=False, phase="between", detected_at=T0 + 4,
-                             written_at=T0 + 4.0, resolved_at=T0 + 8.0)
-    assert dict(account.totals())["stalled"] == pytest.approx(5.0)  # counted before the next step
+    hang.record = HangRecord(rank=0, world_size=1, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0,
+                             step=1, in_step=False, phase="between", detected_at=T0 + 4, written_at=T0 + 4.0)
+    account._stall_closed = (T0 + 4, T0 + 6.0)  # as if read while hung, 2 s before the resolution
+    assert dict(account.totals())["stalled"] == pytest.approx(3.0)  # counted while it lasts
+    hang.record = replace(hang.record, state="resolved", written_at=T0 + 8.0, stalled_s=5.0,
+                          resolved_at=T0 + 8.0)
+    # resolved, with no step after it yet: the next step (stalled) or the end (shutdown) places the rest
+    assert dict(account.totals())["stalled"] == pytest.approx(3.0)
     account.add_step(_step(1, T0 + 9.0, T0 + 10.0, 0.5, 7.0))
     got = dict(account.totals())
     assert got["stalled"] == pytest.approx(5.0)  # not twice
     assert got["between_steps"] == pytest.approx(1.5)  # 7 s gap - 0.5 s wait - 5 s stall
     assert got["step.input_wait"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("state", ["resolved", "hung"])
+def test_quiet_work_after_the_last_step_is_shutdown_unless_the_rank_ended_hung(tmp_path: Path,
+                                                                               state: str) -> None:
+    # A final save not marked outside_step outlasts the hang timeout: the watchdog reports it, and
+    # resolves it when the rank ends cleanly (shutdown); a rank that ended still hung stalled there.
+    _record(tmp_path, outside=())
+    account = LiveTimeAccount(tmp_path, 0, hang=SimpleNamespace(record=None))
+    account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
+    resolved = T0 + 6.0 if state == "resolved" else None
+    account.hang.record = HangRecord(
+        rank=0, world_size=1, run_id="r", state=state, stalled_s=2.0, timeout_s=1.0, step=1, in_step=False,
+        phase="between steps", detected_at=T0 + 4.0, written_at=resolved or T0 + 4.0, resolved_at=resolved)
+    if resolved:
+        account.hang.record = replace(account.hang.record, stalled_s=4.0)  # from T0+2 to T0+6
+    account.end(at=T0 + 6.5)
+    got = dict(account.totals())
+    if state == "resolved":
+        assert got.get("stalled", 0.0) == pytest.approx(0.0) and got["shutdown"] == pytest.approx(4.5)
+    else:
+        assert got["stalled"] == pytest.approx(4.5) and got["shutdown"] == pytest.approx(0.0)
+    assert sum(got.values()) == pytest.approx(6.5)
 
 
 def test_a_stall_still_called_hung_ends_with_the_step_that_shows_progress(tmp_path: Path) -> None:

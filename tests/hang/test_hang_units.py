@@ -74,7 +74,8 @@ def test_a_record_survives_the_round_trip_and_stays_bounded(tmp_path: Path) -> N
     big = HangRecord(rank=3, world_size=4, run_id="r", state="hung", stalled_s=1.0, timeout_s=1.0, step=1,
                      in_step=False, phase="input",
                      threads=tuple(ThreadStack(f"t{i}", i == 0, frames) for i in range(100)),
-                     earlier=tuple(StallEpisode(1e12 + i, 1e9, 10**15, True, "p" * 99) for i in range(200)))
+                     earlier=tuple(StallEpisode(1e12 + i, 1e9, 10**15, True, "p" * 99, "w" * 999)
+                                   for i in range(200)))
     path = write_hang_record(tmp_path, big)
     assert path.name == "rank-3.hang.json" and path.stat().st_size < 1 << 20  # the read limit
     back = decode_hang_record(json.loads(path.read_text()))
@@ -84,7 +85,8 @@ def test_a_record_survives_the_round_trip_and_stays_bounded(tmp_path: Path) -> N
 
 
 def episode(at: float, stalled: float = 70.0) -> StallEpisode:
-    return StallEpisode(progress_at=at, stalled_s=stalled, step=int(at) % 100, in_step=True, phase="forward")
+    return StallEpisode(progress_at=at, stalled_s=stalled, step=int(at) % 100, in_step=True, phase="forward",
+                        where=f"train.py:{int(at) % 97}")
 
 
 def test_earlier_stalls_round_trip_and_older_records_still_read() -> None:

@@ -199,7 +199,8 @@ def _stalls(con: Any, hangs: Sequence[HangRecord]) -> StallAnalysis:
             step = step_timing(row)
             excess, backward = typical[(step.rank, step.step)]
             candidates.append(stall_candidate(step.rank, step, excess, backward or 0.0))
-    return stall_events(candidates, hangs)
+    last_steps = dict(con.execute("SELECT rank, max(step) FROM r GROUP BY rank").fetchall()) if hangs else {}
+    return stall_events(candidates, hangs, last_steps)
 
 
 def _without_stalled(con: Any, window_numbers: list[int], stalls: StallAnalysis) -> list[int]:

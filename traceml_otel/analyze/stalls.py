@@ -15,14 +15,16 @@ busy elsewhere (in an ``outside_step`` block such as a checkpoint, which is neve
 unless a hang watchdog declared it.
 
 The event is a ``HANG`` when a rank's hang watchdog declared a stall overlapping it (its ``rank-R.hang.json``,
-resolved or not), and then carries the culprit's ``file:line``; otherwise a ``STALL``. Hang records that
-no step shows (a stall after the last step, a run killed while hung) are events of their own.
+resolved or not), and then carries the culprit's ``file:line`` (the overlapping stall's own: an earlier
+episode keeps its place); otherwise a ``STALL``. Hang records that no step shows (a run killed while
+hung, also after its last step) are events of their own; a stall after its last step that the rank came
+out of is quiet work at its end (shutdown), no event.
 Stalled steps are left out of the per-step means the rules read; their time is billed to ``stalled``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_otel.analyze.kinds import Clock
@@ -140,12 +142,44 @@ def rank_candidates(rank: int, steps: Sequence[StepTiming]) -> list[RankStall]:
     return found
 
 
-def _record_intervals(record: HangRecord) -> list[tuple[float, float, int]]:
-    """(start, end, step) of every stall a hang record names."""
-    out = [(e.progress_at, e.resolved_at, e.step) for e in record.earlier]
+@dataclass(frozen=True, slots=True)
+class _RecordStall:
+    """One stall a hang record names: its own (current or last) or an earlier episode."""
+
+    start: float
+    end: float
+    step: int
+    where: str
+    """``file:line`` of this stall (an episode's own place, not the record's latest)."""
+    own: bool
+
+
+def _record_intervals(record: HangRecord) -> list[_RecordStall]:
+    """Every stall a hang record names."""
+    out = [_RecordStall(e.progress_at, e.resolved_at, e.step, e.where, False) for e in record.earlier]
     if record.written_at and record.stalled_s > 0:
         end = record.resolved_at or record.written_at
-        out.append((record.written_at - record.stalled_s, max(end, record.written_at), record.step))
+        where = record.location.where() if record.location is not None else ""
+        out.append(_RecordStall(record.written_at - record.stalled_s, max(end, record.written_at),
+                                record.step, where, True))
+    return out
+
+
+def before_the_end(records: Sequence[HangRecord], last_steps: Mapping[int, int]) -> list[HangRecord]:
+    """The records less the stalls a rank came out of after its last step (``last_steps``: each rank's
+    last step number): quiet work at the end (a final save not marked ``outside_step``) the rank ended
+    cleanly after, billed to shutdown (:mod:`~traceml_otel.analyze.time_accounting`), never a ``HANG``.
+    A record still hung there (a rank killed stuck in its teardown) stays."""
+    out = []
+    for record in records:
+        last = last_steps.get(record.rank)
+        if last is None:
+            out.append(record)
+            continue
+        earlier = tuple(e for e in record.earlier if e.step <= last)
+        if record.state != STATE_HUNG and record.step > last and not record.in_step:
+            record = replace(record, stalled_s=0.0)
+        out.append(replace(record, earlier=earlier) if len(earlier) != len(record.earlier) else record)
     return out
 
 
@@ -157,26 +191,33 @@ def _event(parts: list[RankStall], records: Sequence[HangRecord]) -> StallEvent:
     culprits = [p for p in parts if not p.waited] or parts
     lead = max(culprits, key=lambda p: p.seconds)
     start, end = min(p.start for p in parts), max(p.start + p.seconds for p in parts)
-    hit = [r for r in records if any(_overlaps(a, b, start, end) for a, b, _ in _record_intervals(r))]
+    stalls = {r.rank: [i for i in _record_intervals(r) if _overlaps(i.start, i.end, start, end)]
+              for r in records}
+    hit = [r for r in records if stalls[r.rank]]
     kind, location, ranks, resolved = STALL, "", tuple(sorted({p.rank for p in culprits})), True
     if hit:
         kind = HANG
-        resolved = all(r.state != STATE_HUNG for r in hit)
+        # an earlier episode has ended; the record's own stall has when the record says so
+        resolved = all(not (i.own and r.state == STATE_HUNG) for r in hit for i in stalls[r.rank])
         verdict = combine([replace(r, state=STATE_HUNG) for r in hit])
         if verdict is not None and verdict.culprits:
             ranks = tuple(verdict.culprits) if not set(ranks) & set(verdict.culprits) else ranks
             location = verdict.location
-        own = next((r for r in hit if r.rank == ranks[0] and r.location is not None), None)
-        if own is not None and own.location is not None:
-            location = own.location.where()
+        own = next((i for i in stalls.get(ranks[0], ()) if i.where), None)
+        if own is not None:
+            location = own.where
+        elif any(not i.own for i in stalls.get(ranks[0], ())):
+            location = ""  # an earlier episode of a record that kept no place for it
     waiting = tuple(sorted({p.rank for p in parts} - set(ranks)))
     return StallEvent(kind, start, lead.seconds, lead.step, ranks, waiting, location, resolved, tuple(parts))
 
 
 def find_stalls(window: StepWindow, records: Sequence[HangRecord] = ()) -> StallAnalysis:
     """Stall events of ``window`` (its ranks' steps) and of the hang records no step shows."""
+    last_steps = {rank: max(s.step for s in steps)
+                  for rank, steps in zip(window.ranks, window.per_rank, strict=True) if steps}
     return stall_events([c for rank, steps in zip(window.ranks, window.per_rank, strict=True)
-                         for c in rank_candidates(rank, steps)], records)
+                         for c in rank_candidates(rank, steps)], records, last_steps)
 
 
 def stall_candidate(rank: int, step: StepTiming, excess: float, typical_backward: float) -> RankStall:
@@ -186,8 +227,15 @@ def stall_candidate(rank: int, step: StepTiming, excess: float, typical_backward
     return RankStall(rank, step.step, end - excess, excess, _waited(step, excess, typical_backward))
 
 
-def stall_events(found: Sequence[RankStall], records: Sequence[HangRecord] = ()) -> StallAnalysis:
-    """Candidates overlapping in time grouped into events, with the hang records no step shows."""
+def stall_events(
+    found: Sequence[RankStall], records: Sequence[HangRecord] = (),
+    last_steps: Mapping[int, int] | None = None,
+) -> StallAnalysis:
+    """Candidates overlapping in time grouped into events, with the hang records no step shows.
+    ``last_steps``: each rank's last step number; stalls a rank came out of after it are no events
+    (:func:`before_the_end`)."""
+    if last_steps:
+        records = before_the_end(records, last_steps)
     candidates = sorted(found, key=lambda c: (c.start, c.rank, c.step))
     groups: list[list[RankStall]] = []
     for cand in candidates:
@@ -207,29 +255,29 @@ def stall_events(found: Sequence[RankStall], records: Sequence[HangRecord] = ())
 
 def _record_only(records: Sequence[HangRecord], events: Sequence[StallEvent]) -> list[StallEvent]:
     """Events from hang records whose stalls no step-based event covers (grouped by overlap)."""
-    loose: list[tuple[float, float, int, HangRecord]] = []
+    loose: list[tuple[_RecordStall, HangRecord]] = []
     for record in records:
-        for a, b, step in _record_intervals(record):
-            if not any(_overlaps(a, b, e.start, e.start + e.seconds) for e in events):
-                loose.append((a, b, step, record))
-    loose.sort(key=lambda item: item[0])
+        for stall in _record_intervals(record):
+            if not any(_overlaps(stall.start, stall.end, e.start, e.start + e.seconds) for e in events):
+                loose.append((stall, record))
+    loose.sort(key=lambda item: item[0].start)
     out: list[StallEvent] = []
-    group: list[tuple[float, float, int, HangRecord]] = []
+    group: list[tuple[_RecordStall, HangRecord]] = []
     for item in [*loose, None]:
-        if item is not None and (not group or item[0] < max(g[1] for g in group)):
+        if item is not None and (not group or item[0].start < max(g[0].end for g in group)):
             group.append(item)
             continue
         if group:
-            recs = list({g[3].rank: g[3] for g in group}.values())
+            recs = list({g[1].rank: g[1] for g in group}.values())
             verdict = combine([replace(r, state=STATE_HUNG) for r in recs])
             ranks = tuple(verdict.culprits) if verdict and verdict.culprits else tuple(r.rank for r in recs)
-            start, end = min(g[0] for g in group), max(g[1] for g in group)
-            lead = next((g for g in group if g[3].rank == ranks[0]), group[0])
-            parts = tuple(RankStall(g[3].rank, g[2], g[0], g[1] - g[0], g[3].rank not in ranks)
-                          for g in group)
-            out.append(StallEvent(HANG, start, end - start, lead[2], ranks,
-                                  tuple(sorted({r.rank for r in recs} - set(ranks))),
-                                  verdict.location if verdict else "",
-                                  all(r.state != STATE_HUNG for r in recs), parts))
+            start, end = min(g[0].start for g in group), max(g[0].end for g in group)
+            lead = next((g[0] for g in group if g[1].rank == ranks[0]), group[0][0])
+            location = verdict.location if verdict and lead.own else lead.where
+            parts = tuple(RankStall(r.rank, g.step, g.start, g.end - g.start, r.rank not in ranks)
+                          for g, r in group)
+            out.append(StallEvent(HANG, start, end - start, lead.step, ranks,
+                                  tuple(sorted({r.rank for r in recs} - set(ranks))), location,
+                                  all(not (g.own and r.state == STATE_HUNG) for g, r in group), parts))
         group = [item] if item is not None else []
     return out

@@ -174,24 +174,48 @@ def _cut_at_step(
 
 
 def _stall_intervals(
-    hang: object, end: float, spans: Sequence[tuple[float, float, int]],
+    hang: object, end: float, spans: Sequence[tuple[float, float, int]], last: float,
 ) -> list[tuple[float, float]]:
     """Every stall the hang record names: its earlier resolved episodes, and its own from the last
-    progress the watchdog saw to the resolution (or the rank's end), each cut at its step."""
+    progress the watchdog saw to the resolution (or the rank's end), each cut at its step. A resolved
+    stall ends by the rank's ``last`` step end: quiet work after the last step that the rank came out
+    of (a final save not marked ``outside_step``, a slow exit) is shutdown; a record still hung at the
+    end (a rank killed while stuck in its teardown) stays stalled."""
     earlier = getattr(hang, "earlier", ()) or ()
     wanted = {getattr(hang, "step", None), *(e.step for e in earlier)}  # only the stalls' steps are looked up
     steps: dict[int, tuple[float, float]] = {}
     for begin, step_end, step in spans:
         if step in wanted:
             steps.setdefault(step, (begin, step_end))
-    intervals = [_cut_at_step(e.progress_at, e.resolved_at, e.step, e.in_step, steps) for e in earlier]
+    intervals = [_cut_at_step(e.progress_at, min(e.resolved_at, last), e.step, e.in_step, steps)
+                 for e in earlier]
     written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
     if written and stalled is not None and stalled > 0:
         resolved = getattr(hang, "resolved_at", None)
-        stop = max(written, resolved if resolved else end)
+        stop = min(max(written, resolved), last) if resolved else max(written, end)
         intervals.append(_cut_at_step(written - stalled, stop, getattr(hang, "step", None),
                                       getattr(hang, "in_step", False), steps))
     return intervals
+
+
+def _quiet_after_last_step(rank: int, hang: object, last: float) -> str | None:
+    """A note for the stalls after the rank's ``last`` step end that it came out of (billed to
+    ``shutdown`` by :func:`_stall_intervals`), with their place; ``None`` when there are none."""
+    quiet: list[tuple[float, str]] = [(e.resolved_at - max(e.progress_at, last), e.where)
+                                      for e in getattr(hang, "earlier", ()) or () if e.resolved_at > last]
+    resolved, stalled = getattr(hang, "resolved_at", None), getattr(hang, "stalled_s", 0.0) or 0.0
+    if resolved and resolved > last and stalled > 0:
+        location = getattr(hang, "location", None)
+        where = location.where() if location is not None else ""
+        quiet.append((resolved - max(resolved - stalled, last), where))
+    seconds = sum(s for s, _ in quiet)
+    if seconds < 0.05:
+        return None
+    places = sorted({where for _, where in quiet if where})
+    at = f", at {', '.join(places[:3])}" if places else ""
+    return (f"rank {rank}: {seconds:.1f} s without progress after its last step{at} (the hang watchdog "
+            "reported it; the rank came out of it and ended): work of its shutdown, billed to shutdown; "
+            'name a final save with traceml.outside_step("checkpoint")')
 
 
 def _merged(intervals: Iterable[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
@@ -329,7 +353,10 @@ def account_rank(
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
     middle = max(0.0, sum(o.seconds for o in outside) - before - after)
-    found = _stall_intervals(hang, end, builder.spans) if hang is not None else []
+    found = _stall_intervals(hang, end, builder.spans, last) if hang is not None else []
+    quiet = _quiet_after_last_step(rank, hang, last) if hang is not None else None
+    if quiet:
+        notes.append(quiet)
     stalls = _merged([*found, *stall_events], start, end)  # the analyzer's stall events too (stalls.py)
     parts = list(builder.parts)
     stalled = sum(b - a for a, b in stalls)

@@ -409,7 +409,8 @@ class HangWatchdog:
         # written_at - stalled_s stays the last progress (the time accounting and the hang span read it)
         stalled = max(0.0, now - (hang.written_at - hang.stalled_s))
         self._write(replace(hang, state=STATE_RESOLVED, resolved_at=now, written_at=now, stalled_s=stalled))
-        episode = StallEpisode(now - stalled, stalled, hang.step, hang.in_step, hang.phase)
+        where = hang.location.where() if hang.location is not None else ""
+        episode = StallEpisode(now - stalled, stalled, hang.step, hang.in_step, hang.phase, where)
         self.episodes, self.episodes_left_out, self.episodes_left_out_s = bounded_episodes(
             (*self.episodes, episode), self.episodes_left_out, self.episodes_left_out_s)
         if self.announce:

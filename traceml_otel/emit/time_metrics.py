@@ -14,7 +14,8 @@ its category (``docs/goodput.md``, "On the metric paths"):
 - ``stalled``: while the hang watchdog reports a stall, carved out of the next step's parts;
 - ``redone_steps``: the steps of a restarted attempt that redo steps an earlier attempt had done
   (``traceml.resume_from(step)``), moved out of ``step.block`` and ``step.input_wait``;
-- ``shutdown``: from the last step's end to telemetry's end, less ``outside_step`` time after it.
+- ``shutdown``: from the last step's end to telemetry's end, less ``outside_step`` time after it and
+  any stall still hung at the end (a stall there that resolved is quiet work of the shutdown).
 
 Counters only grow. Each reader reports a category at 0 the first time it sees it (:class:`FirstZero`),
 so ``rate()`` sees a first evaluation or the start-up instead of a series that starts high.
@@ -192,7 +193,7 @@ class LiveTimeAccount:
                 self._add(c.TIME_STARTUP, max(0.0, self._startup(at) - self._stall_in(None, at)))
             else:
                 after = sum(o.after_last_step_s for o in self.record.outside) if self.record else 0.0
-                stalled = self._stall_in(self._last_end, at)
+                stalled = self._stall_after_last_step(self._last_end, at)
                 self._add(c.TIME_SHUTDOWN, max(0.0, at - self._last_end - after - stalled))
 
     # --- outputs ------------------------------------------------------------------------------
@@ -283,9 +284,23 @@ class LiveTimeAccount:
         self._stall_counted_until = max(self._stall_counted_until, high)
         return high - low
 
+    def _stall_after_last_step(self, last_end: float, at: float) -> float:
+        """At the end: the stall after the last step that counts as ``stalled``. The rank came out of a
+        resolved one (quiet work after its last step: a final save, a slow exit), so what was not yet
+        counted live is shutdown, as in the analyzer; a stall still hung counts to the end."""
+        record = getattr(self.hang, "record", None)
+        if record is None or record.resolved_at is None:
+            return self._stall_in(last_end, at)
+        since = record.written_at - record.stalled_s
+        return max(0.0, min(self._stall_counted_until, at) - max(last_end, since))
+
     def _count_live_stall(self) -> None:
-        """A stall after the last step, counted as it goes (the next step or the end carves it out)."""
-        self._stall_in(self._last_end, time.time())
+        """A stall after the last step, counted as it goes (the next step or the end carves it out).
+        A resolved one waits for the next step (then it is stalled) or the end (then it is shutdown);
+        after the end nothing more is counted (the endpoint's linger is no stall)."""
+        record = getattr(self.hang, "record", None)
+        if not self._ended and (record is None or record.resolved_at is None):
+            self._stall_in(self._last_end, time.time())
 
     def _redone_steps(self) -> int:
         """How many of this attempt's first steps redo an earlier attempt's (0 when not resumed)."""

@@ -7,13 +7,15 @@ analyzer read it (:mod:`traceml_otel.wire.hang_verdict` combines the ranks' reco
 
 Every field is bounded: at most :data:`MAX_THREADS` threads of :data:`MAX_FRAMES` frames each, and
 strings cut at :data:`MAX_TEXT` characters (function names at 100), and at most
-:data:`MAX_EARLIER_EPISODES` earlier stall episodes (at most about 150 bytes each; beyond them a count and
+:data:`MAX_EARLIER_EPISODES` earlier stall episodes (at most about 300 bytes each; beyond them a count and
 their total seconds), so a record stays under the 1 MiB read limit (about 720 KB at worst; a few KiB
 usually).
 
 The record describes the current (or last) stall. A rank that stalled, recovered and stalls again
 keeps its earlier resolved stalls in ``earlier`` (version 2; a version-1 record has none and reads as
 such, and a version-1 reader ignores the field), so the time accounting counts every declared stall.
+Each episode keeps where the training thread was stuck (``where``, ``train.py:23``; absent from records of
+earlier releases, read as unknown), so a report names each stall's own place, not the last one's.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ MAX_THREADS = 32
 MAX_FRAMES = 40
 MAX_TEXT = 200
 MAX_GROUPS = 16
+MAX_WHERE = 120
+"""Characters kept of an episode's ``file:line``."""
 MAX_EARLIER_EPISODES = 64
 """Earlier stall episodes kept in a record (the most recent); older ones are counted, not listed."""
 
@@ -96,6 +100,8 @@ class StallEpisode:
     """The step it stalled in (``in_step``), else the next one."""
     in_step: bool
     phase: str = ""
+    where: str = ""
+    """``train.py:23``: where the training thread was stuck (its record's location); empty when unknown."""
 
     @property
     def resolved_at(self) -> float:
@@ -177,7 +183,8 @@ def _frame_json(frame: StackFrame | None) -> dict[str, Any] | None:
 
 def _episode_json(episode: StallEpisode) -> dict[str, Any]:
     return {"progress_at": round(episode.progress_at, 3), "stalled_s": round(episode.stalled_s, 3),
-            "step": episode.step, "in_step": episode.in_step, "phase": episode.phase[:40]}
+            "step": episode.step, "in_step": episode.in_step, "phase": episode.phase[:40],
+            "where": _text(episode.where)[:MAX_WHERE]}
 
 
 def encode_hang_record(record: HangRecord) -> str:
@@ -245,7 +252,7 @@ def _episode(raw: object) -> StallEpisode | None:
     if since is None or stalled is None or stalled <= 0:
         return None
     return StallEpisode(since, stalled, as_int(raw.get("step")) or 0, raw.get("in_step") is True,
-                        as_str(raw.get("phase"), 40) or "")
+                        as_str(raw.get("phase"), 40) or "", as_str(raw.get("where"), MAX_WHERE) or "")
 
 
 def _episodes(value: dict[str, Any]) -> tuple[tuple[StallEpisode, ...], int, float]:
