@@ -243,3 +243,46 @@ def test_several_runs_whose_means_wander_are_judged_by_their_fast_steps() -> Non
         if decider is not None and decider.name.startswith("fast"):
             assert any("fast steps" in n for n in notes) and 0.10 < change.change < 0.20
     assert caught >= 9 and by_fast >= 5 and alarms == 0, (caught, by_fast, alarms)
+
+
+def _contended_side(rng: np.random.Generator, step: float, on_cpu: float, wait: float, others: float,
+                    label: str) -> object:
+    """A run of 300 steps of ``step`` s (wall) and ``on_cpu`` s on-CPU, waiting ``wait`` of its wall
+    time for a CPU, beside ``others`` of the machine's 2 CPUs busy with work outside the run."""
+    from traceml_otel.analyze.compare_noise import RunNoise
+    from traceml_otel.analyze.compare_summary import RunSummary
+
+    starts = tuple(range(0, 300, 10))
+    means = tuple(float(v) for v in step * np.exp(rng.normal(0, 0.01, 30)))
+    cpu = tuple(float(v) for v in on_cpu * np.exp(rng.normal(0, 0.01, 30)))
+    noise = RunNoise("batch means", 300, 0, 10, means, starts, tuple(s + 9 for s in starts), cpu, "schedstat",
+                     tuple([1.0 + 2 * others] * 30), wait, 2, (), tuple([2 * others] * 30))
+    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 300, step, (), None, noise=noise)
+
+
+@pytest.mark.parametrize(("others_b", "wait_b", "verdict"), [
+    (0.5, 0.45, "INCONCLUSIVE"),  # a hog beside B: its spinning threads' on-CPU time rose with the wall
+    (0.05, 0.02, "REGRESSION"),  # the same slowdown on an equally quiet machine: the code's
+    (0.5, 0.03, "REGRESSION"),  # other work beside B, but B never waited for a CPU: the code's
+])
+def test_a_slower_run_beside_other_work_that_waited_for_a_cpu_is_not_judged(
+        others_b: float, wait_b: float, verdict: str) -> None:
+    """An A/A pair whose second run shared the machine with a CPU hog: torch's intra-op threads spun
+    while waiting for a CPU, so its wall (+600 %) and on-CPU (+3,700 %) time both rose. That is the
+    machine's load, not the code: INCONCLUSIVE, said in a note (it was REGRESSION, "the code's work
+    changed"); the same change without the other work or without the waiting stays a REGRESSION."""
+    from traceml_otel.analyze.compare_noise import noise_from_json, noise_json
+    from traceml_otel.analyze.compare_policy import compare_runs
+
+    rng = np.random.default_rng(5)
+    a = _contended_side(rng, 0.0123, 0.0005, 0.02, 0.04, "a")
+    b = _contended_side(rng, 0.0866, 0.019, wait_b, others_b, "b")
+    comparison = compare_runs(a, b)
+    assert comparison.verdict == verdict, (comparison.verdict, comparison.notes)
+    said = [n for n in comparison.notes if "shared the machine with other work" in n]
+    assert bool(said) == (verdict == "INCONCLUSIVE"), comparison.notes
+    if said:
+        assert "the second run" in said[0] and "50 % of its CPUs busy outside" in said[0]
+        assert "waited for a CPU 45 %" in said[0]
+    noise = b.noise  # type: ignore[attr-defined]
+    assert noise_from_json(noise_json(noise)) == noise  # the other work survives the report

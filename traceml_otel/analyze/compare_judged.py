@@ -11,18 +11,29 @@ its on-CPU interval is shown beside it, and:
   threshold in the direction the wall time points, the code's work changed: the on-CPU interval
   decides;
 - when the on-CPU time moved with the wall time, the code changed. A wall change that waiting for a
-  CPU does not explain (more sleep, I/O or device time) stays the code's.
+  CPU does not explain (more sleep, I/O or device time) stays the code's;
+- except when the slower side ran beside other work (a share of the machine's CPUs at least
+  :data:`OTHER_WORK_GAP` more than the faster side's, outside the training processes) and waited for a
+  CPU at least :data:`WAIT_GAP` more of its time: a contended machine inflates on-CPU time too (parallel
+  runtimes spin while their peer threads wait for a CPU: torch's intra-op threads made a hog's A/A
+  pair +3,759 % on-CPU), so neither interval can tell the code from the load: inconclusive, said.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.compare_interval import LOADED_CV_PER_WAIT, RUN_TO_RUN_CV, Interval
 from traceml_otel.analyze.compare_noise import FAST_QUANTILE, MIN_BLOCKS
-from traceml_otel.analyze.compare_sides import fast_interval, intervals, side_runs, wait_share
+from traceml_otel.analyze.compare_sides import (
+    fast_interval,
+    intervals,
+    other_work_share,
+    side_runs,
+    wait_share,
+)
 
 if TYPE_CHECKING:
     from traceml_otel.analyze.compare_summary import RunSummary
@@ -48,6 +59,12 @@ def interval_text(interval: Interval) -> str:
     """``+3.1 % (±6.0 %)``."""
     return f"{signed(interval.change)} (±{interval.half_width * 100:.1f} %)"
 
+
+OTHER_WORK_GAP = 0.25
+"""The slower side's other work (CPUs busy outside its training processes, a share of the machine) at
+least this much above the faster side's is a different machine load, not the code's change alone."""
+WAIT_GAP = 0.10
+"""... together with waiting for a CPU at least this much more of its wall time."""
 
 CONTENTION_EXPLAINS = 0.5
 """A wall change counts as the machine's when the change in time waited for a CPU per unit of work is
@@ -76,6 +93,13 @@ def judged_time(
                      "run-to-run variation one run cannot show; give several runs per side "
                      "(A1 A2 A3 --against B1 B2 B3) to measure it")
     decider = wall
+    confounded = _confounded(a, b, wall, cpu)
+    if confounded is not None:
+        notes.append(confounded)
+        change = Change(point.name, wall.before, wall.after, wall.change, "inconclusive")
+        decider = replace(wall, verdict="inconclusive",
+                          method=f"{wall.method}; not judged: the machine's load differed between the sides")
+        return change, decider, wall, cpu, notes
     if cpu is None:
         notes.append("CPU wait not measured on both sides (rank-R.cpu.json missing, or fewer than "
                      f"{MIN_BLOCKS} of its 0.1 s windows within the compared steps: a run that short): "
@@ -97,6 +121,27 @@ def judged_time(
                     decider.verdict in ("regression", "improvement")
                     and abs(decider.change) >= t.COMPARE_TIME_MATERIAL)
     return change, decider, wall, cpu, notes
+
+
+def _confounded(a: RunSummary, b: RunSummary, wall: Interval, cpu: Interval | None) -> str | None:
+    """Why the change cannot be told from the machine's load (``None`` when it can): the slower side
+    ran beside other work and waited for a CPU, and its on-CPU time moved with its wall time."""
+    if cpu is None or wall.verdict not in ("regression", "improvement") or cpu.verdict != wall.verdict:
+        return None
+    slower, faster = (b, a) if wall.change > 0 else (a, b)
+    others, others_faster = other_work_share(slower), other_work_share(faster)
+    waited, waited_faster = wait_share(slower), wait_share(faster)
+    if others is None or others_faster is None or waited is None or waited_faster is None:
+        return None
+    if others - others_faster < OTHER_WORK_GAP or waited - waited_faster < WAIT_GAP:
+        return None
+    which = "second" if slower is b else "first"
+    return (f"the {which} run shared the machine with other work ({others * 100:.0f} % of its CPUs busy "
+            f"outside the training processes, against {others_faster * 100:.0f} %) and waited for a CPU "
+            f"{waited * 100:.0f} % of its wall time (against {waited_faster * 100:.0f} %): a contended "
+            "machine slows on-CPU time too (parallel runtimes spin while their threads wait for a CPU), so "
+            f"the wall change {interval_text(wall)} and the on-CPU change {interval_text(cpu)} cannot be "
+            "told from the load: not judged; compare runs on equally quiet machines")
 
 
 def _contention(a: RunSummary, b: RunSummary, wall: Interval, cpu: Interval, unit: str) -> tuple[bool, str]:

@@ -71,6 +71,10 @@ class RunNoise:
     """Per block of ``block_means``: its :data:`FAST_QUANTILE` step time (seconds; empty: not recorded).
     Interference from the rest of the machine only adds time, so a run's fast steps move with its code
     and far less with the machine's moods than its mean does."""
+    cpu_block_others: tuple[float, ...] = ()
+    """Per block of ``cpu_block_means``: CPUs that work outside the training process and its children
+    kept busy (another job, a hog); ``cpu_block_load`` less the process's own other threads and its
+    DataLoader workers. Empty when the process's CPU was not recorded."""
 
     @property
     def mean(self) -> float:
@@ -164,24 +168,29 @@ def with_cpu(noise: RunNoise, records: Sequence[CpuRecord]) -> RunNoise:
     if not series:
         return noise
     series.sort(key=lambda item: float(np.mean(item[0])))
-    cpu, load, wait, source, cpus = series[(len(series) - 1) // 2]
+    cpu, load, wait, source, cpus, others = series[(len(series) - 1) // 2]
     return replace(noise, cpu_block_means=cpu, cpu_block_load=load, cpu_source=source, wait_share_run=wait,
-                   machine_cpus=cpus)
+                   machine_cpus=cpus, cpu_block_others=others)
 
 
 def _cpu_series(
     record: CpuRecord, first: int, end: int
-) -> tuple[tuple[float, ...], tuple[float, ...], float | None, str, int] | None:
+) -> tuple[tuple[float, ...], tuple[float, ...], float | None, str, int, tuple[float, ...]] | None:
     """(on-CPU s/step per block, the rest of the machine's busy CPUs per block, share of wall time
-    waited for a CPU, source, the machine's CPU count) of one rank's samples."""
+    waited for a CPU, source, the machine's CPU count, CPUs busy outside the process per block) of one
+    rank's samples."""
     rows = [r for r in record.samples if first <= r[0] <= end]
     if len(rows) < MIN_BLOCKS + 1 or record.source not in ("schedstat", "stat"):
         return None
-    windows = []  # (steps, wall ns, wait ns, cpu ns, machine busy ns)
+    unknown = -(10**18)
+    windows = []  # (steps, wall ns, wait ns, cpu ns, machine busy ns, the process's and its children's ns)
     pending = None
     for before, after in pairwise(rows):
+        own = unknown
+        if min(before[4], after[4]) >= 0:
+            own = after[4] - before[4] + (after[6] - before[6] if min(before[6], after[6]) >= 0 else 0)
         delta = (after[0] - before[0], after[1] - before[1], after[3] - before[3], after[2] - before[2],
-                 after[5] - before[5] if before[5] >= 0 and after[5] >= 0 else -(10**18))
+                 after[5] - before[5] if before[5] >= 0 and after[5] >= 0 else unknown, own)
         if pending is not None:
             delta = tuple(x + y for x, y in zip(pending, delta, strict=True))
         if delta[0] <= 0 or delta[1] <= 0:
@@ -192,18 +201,21 @@ def _cpu_series(
     if len(windows) < MIN_BLOCKS:
         return None
     size = max(1, math.ceil(len(windows) / MAX_BLOCKS))
-    cpu, load = [], []
+    cpu, load, others = [], [], []
     for start in range(0, len(windows) - size + 1, size):
         group = windows[start:start + size]
         on_cpu = sum(w[3] for w in group)
         cpu.append(on_cpu / sum(w[0] for w in group) / 1e9)
         load.append(max(0.0, (sum(w[4] for w in group) - on_cpu) / sum(w[1] for w in group)))
+        outside = sum(w[4] for w in group) - sum(w[5] for w in group)  # busy CPUs less the process tree's
+        others.append(max(0.0, outside / sum(w[1] for w in group)))
     total_wall = sum(w[1] for w in windows)
     waited = record.source == "schedstat" and total_wall > 0
     share = sum(w[2] for w in windows) / total_wall if waited else None
     known_load = tuple(load) if all(w[4] >= 0 for w in windows) else ()
+    known_others = tuple(others) if known_load and all(w[5] >= 0 for w in windows) else ()
     return (tuple(cpu), known_load, None if share is None else min(1.0, share), record.source,
-            record.machine_cpus)
+            record.machine_cpus, known_others)
 
 
 def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
@@ -217,6 +229,7 @@ def noise_json(noise: RunNoise | None) -> dict[str, object] | None:
         "on_cpu_means_s": list(noise.cpu_block_means), "machine_load_cpus": list(noise.cpu_block_load),
         "cpu_wait_share": noise.wait_share_run, "cpu_source": noise.cpu_source or None,
         "machine_cpus": noise.machine_cpus or None, "block_fast_s": list(noise.block_fast),
+        "other_work_cpus": list(noise.cpu_block_others),
     }
 
 
@@ -254,6 +267,9 @@ def noise_from_json(raw: object) -> RunNoise | None:
         raise NoiseFormatError("noise.block_fast_s and block_means_s of different lengths")
     if load and len(load) != len(cpus):
         raise NoiseFormatError("noise.machine_load_cpus and on_cpu_means_s of different lengths")
+    others = floats("other_work_cpus", 4096.0)
+    if others and len(others) != len(cpus):
+        raise NoiseFormatError("noise.other_work_cpus and on_cpu_means_s of different lengths")
     size = raw.get("block_size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1 or len(means) < MIN_BLOCKS:
         raise NoiseFormatError("noise.block_size or block_means_s malformed")
@@ -272,5 +288,5 @@ def noise_from_json(raw: object) -> RunNoise | None:
         str(raw.get("method", METHOD))[:40], steps if isinstance(steps, int) else len(means) * size,
         warmup if isinstance(warmup, int) else 0, size, means, firsts, lasts, cpus,
         source[:20] if isinstance(source, str) else "", load, None if share is None else float(share),
-        machine_cpus, fast,
+        machine_cpus, fast, others,
     )

@@ -98,6 +98,19 @@ def machine_share(noise: RunNoise) -> float | None:
     return min(1.0, sum(noise.cpu_block_load) / len(noise.cpu_block_load) / noise.machine_cpus)
 
 
+def other_work_share(side: RunSummary) -> float | None:
+    """The side's mean share of the machine's CPUs that work outside its training processes kept busy
+    (``None``: not recorded on every run)."""
+    shares = []
+    for run in side_runs(side):
+        noise = run.noise
+        if noise is None or not noise.cpu_block_others or noise.machine_cpus <= 0:
+            return None
+        busy = sum(noise.cpu_block_others) / len(noise.cpu_block_others)
+        shares.append(min(1.0, busy / noise.machine_cpus))
+    return _mean(shares)
+
+
 def side_runs(side: RunSummary) -> tuple[RunSummary, ...]:
     return side.members or (side,)
 
