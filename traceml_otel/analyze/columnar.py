@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from traceml_otel.analyze import thresholds as t
+from traceml_otel.analyze.busy_gaps import GapCpu
 from traceml_otel.analyze.captures import export_windows, profiled_steps
 from traceml_otel.analyze.columnar_recurrence import table_recurrence
 from traceml_otel.analyze.columnar_segments import table_segments
@@ -56,6 +57,7 @@ from traceml_otel.analyze.stalls import (
     STALL_FACTOR,
     STALL_MIN_S,
     STALL_PERCENTILE,
+    RankStall,
     StallAnalysis,
     stall_candidate,
     stall_events,
@@ -65,6 +67,7 @@ from traceml_otel.analyze.telemetry_health import confidence_caps
 from traceml_otel.analyze.window import StepWindow
 from traceml_otel.sanitize import redact_argv
 from traceml_otel.wire.capture_record import CaptureSummary
+from traceml_otel.wire.cpu_record import CpuRecord
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
@@ -83,18 +86,21 @@ def analyze_tables(
     con: Any, source: str, *, service: str = "", run_id: str | None = None, spec: WindowSpec | None = None,
     manifest: Manifest | None = None, export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (),
     want_steps: bool = False, hangs: Sequence[HangRecord] = (), captures: Sequence[CaptureSummary] = (),
+    cpu: Sequence[CpuRecord] = (),
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
     """Diagnose the run in ``con``'s ``steps`` table; with ``want_steps`` also returns the run's rows as
     records when there are at most :data:`DETAIL_ROWS` of them (``None`` otherwise), for the time
     account. ``hangs``: the ranks' hang records, which turn a stall into a ``HANG`` event with a place.
     Stalls are found in SQL (:data:`~traceml_otel.analyze.columnar_sql.STALL_CANDIDATES`) and their
     steps left out of the window, as the span reader does; so are the steps the run folder's deep
-    ``captures`` slowed, where peers wait for them (:func:`_without_captured`)."""
+    ``captures`` slowed, where peers wait for them (:func:`_without_captured`). ``cpu``: the ranks' CPU
+    samples, which tell a long gap the training thread worked through from a stall (analyze/busy_gaps.py)."""
     chosen, others = _choose_run(con, run_id, manifest.run_id if manifest is not None else None)
     if chosen:
         export_stats = [s for s in export_stats if not s.run_id or s.run_id == chosen]
     ranks, numbers, window_numbers, window_info = _views(con, chosen, spec or WindowSpec())
-    stalls = _stalls(con, [h for h in hangs if not h.run_id or not chosen or h.run_id == chosen])
+    stalls = _stalls(con, [h for h in hangs if not h.run_id or not chosen or h.run_id == chosen],
+                     [r for r in cpu if not r.run_id or not chosen or r.run_id == chosen])
     selected = len(window_numbers)
     window_numbers = _without_stalled(con, window_numbers, stalls)
     window_numbers = _without_captured(con, window_numbers, captures, chosen)
@@ -182,7 +188,7 @@ def _recurrence(con: Any, clock: Clock, ranks: list[int], window_numbers: list[i
     return recurrence(detail, metrics_of, rule)
 
 
-def _stalls(con: Any, hangs: Sequence[HangRecord]) -> StallAnalysis:
+def _stalls(con: Any, hangs: Sequence[HangRecord], cpu: Sequence[CpuRecord] = ()) -> StallAnalysis:
     """The run's stall events: the candidates from SQL, grouped as the span reader groups them."""
     found = con.execute(STALL_CANDIDATES.format(
         skip=SKIP_STEPS, percentile=STALL_PERCENTILE, factor=STALL_FACTOR, minimum=STALL_MIN_S,
@@ -200,7 +206,15 @@ def _stalls(con: Any, hangs: Sequence[HangRecord]) -> StallAnalysis:
             excess, backward = typical[(step.rank, step.step)]
             candidates.append(stall_candidate(step.rank, step, excess, backward or 0.0))
     last_steps = dict(con.execute("SELECT rank, max(step) FROM r GROUP BY rank").fetchall()) if hangs else {}
-    return stall_events(candidates, hangs, last_steps)
+    busy = None
+    if cpu and candidates:
+        gap_cpu = GapCpu(cpu)
+
+        def busy(cand: RankStall) -> float | None:  # steps ended before the candidate's: its gap's count
+            (ended,) = con.execute("SELECT count(*) FROM r WHERE rank = ? AND step < ?",
+                                   [cand.rank, cand.step]).fetchone()
+            return gap_cpu.share(cand.rank, int(ended))
+    return stall_events(candidates, hangs, last_steps, busy)
 
 
 def _without_stalled(con: Any, window_numbers: list[int], stalls: StallAnalysis) -> list[int]:

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
+from traceml_otel.analyze.busy_gaps import GapCpu
 from traceml_otel.analyze.communication_split import split_communication, with_split
 from traceml_otel.analyze.drift import detect_drift, rank_series, step_series, worst_steps
 from traceml_otel.analyze.events import median_series, stall_findings, with_recurrence, with_segment
@@ -37,6 +38,7 @@ from traceml_otel.analyze.window import (
     without_steps,
 )
 from traceml_otel.sanitize import redact_argv
+from traceml_otel.wire.cpu_record import CpuRecord
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
@@ -45,11 +47,13 @@ from traceml_otel.wire.manifest import Manifest
 def analyze_run(
     loaded: LoadedRun, spec: WindowSpec | None = None, manifest: Manifest | None = None,
     export_stats: Sequence[ExportStats] = (), notes: Sequence[str] = (), hangs: Sequence[HangRecord] = (),
-    captured: Collection[int] = (),
+    captured: Collection[int] = (), cpu: Sequence[CpuRecord] = (),
 ) -> RunAnalysis:
     """Diagnose ``loaded`` over the window ``spec`` (default: the whole run).
 
     ``hangs``: the ranks' hang records (run directory), which turn a stall into a ``HANG`` event with a place.
+    ``cpu``: the ranks' CPU samples, which tell a long gap between steps the training thread worked
+    through (unmarked evaluation) from a stall (analyze/busy_gaps.py).
     ``captured``: the steps a deep capture profiled (on any rank): the profiler slowed them, so they are
     left out of the per-step means as stalls are (never a straggler made by our own capture).
 
@@ -62,7 +66,9 @@ def analyze_run(
     by_rank = group_by_rank(loaded.steps)
     run = aligned_window(by_rank)
     window, window_info = select_window(run, spec)
-    stalls = find_stalls(StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values())), hangs)
+    gap_cpu = GapCpu([r for r in cpu if not r.run_id or r.run_id == loaded.run_id]) if cpu else None
+    every_step = StepWindow(tuple(by_rank), (), tuple(tuple(s) for s in by_rank.values()))
+    stalls = find_stalls(every_step, hangs, gap_cpu)
     selected = window.steps
     window = without_steps(window, stalls.stalled_steps())  # stalls are events, never in a per-step mean
     kept = without_steps(window, captured)  # our own profiler slowed these, never the user's code

@@ -70,6 +70,7 @@ def _analyze(
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
     from traceml_otel.analyze.captures import read_captures
     from traceml_otel.analyze.columnar import analyze_tables
+    from traceml_otel.analyze.compare_noise import read_cpu_records
 
     duckdb = duckdb_module()
     con = load_tables(check, spill)
@@ -78,7 +79,7 @@ def _analyze(
             con, f"{run_dir} (step tables, columnar engine)", service=", ".join(check.services),
             run_id=run_id, spec=window, manifest=manifest, export_stats=export_stats, notes=notes,
             want_steps=any(run_dir.glob("rank-*.time.json")), hangs=_hang_records(run_dir),
-            captures=read_captures(run_dir, "").captures)
+            captures=read_captures(run_dir, "").captures, cpu=read_cpu_records(run_dir, "")[0])
     except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
         raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
     finally:

@@ -72,8 +72,10 @@ def stall_findings(stalls: StallAnalysis) -> tuple[Finding, ...]:
     return tuple(found)
 
 
-def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding]) -> TimeAccount | None:
-    """``account`` whose ``stalled`` advice names only the stall findings the report holds."""
+def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding],
+                   waited_for_work: bool = False) -> TimeAccount | None:
+    """``account`` whose ``stalled`` advice names only the stall findings the report holds
+    (``waited_for_work``: ranks waited for a peer's unmarked work between steps, said in a note)."""
     if account is None:
         return None
     kinds = [kind for kind in (RunKind.HANG, RunKind.STALL) if any(f.kind == kind for f in findings)]
@@ -81,6 +83,11 @@ def stalled_advice(account: TimeAccount | None, findings: Sequence[Finding]) -> 
         names = " and ".join(str(k) for k in kinds)
         advice = (f"ranks made no progress: see the {names} finding{'s' if len(kinds) > 1 else ''} for when, "
                   "which rank and where")
+        if waited_for_work:
+            advice += ", and the note on the long gaps that were work"
+    elif waited_for_work:
+        advice = ("ranks waited for a peer's unmarked work between steps (see the note on the long gaps that "
+                  "were work): mark it with traceml.outside_step, or run it on every rank")
     else:
         advice = "ranks made no progress: the ranks' rank-R.hang.json records say where they stopped"
     return replace(account, findings=tuple(replace(f, advice=advice) if f.category == STALLED else f

@@ -22,6 +22,7 @@ from traceml_otel.analyze.run_model import StepTiming, WindowSpec
 from traceml_otel.analyze.sources.base import ReadLog, SpanSource
 from traceml_otel.analyze.sources.files import FileSpanSource
 from traceml_otel.analyze.stalls import HANG
+from traceml_otel.wire.cpu_record import CpuRecord
 from traceml_otel.wire.export_stats import ExportStats, ExportStatsRead, read_export_stats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest, ManifestRead, read_manifest
@@ -105,8 +106,9 @@ def analyze_path(
         loaded = source.load()
         hangs = _run_hangs(run_dir, loaded.run_id)
         captures = NO_CAPTURES if run_dir is None else read_captures(run_dir, loaded.run_id)  # read once
-        analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs,
-                               captured_steps(captures.captures, loaded.steps))
+        captured = captured_steps(captures.captures, loaded.steps)
+        analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs, captured,
+                               _run_cpu(run_dir, loaded.run_id))
     analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
     analysis = _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
     return with_captures(analysis, captures)
@@ -164,10 +166,25 @@ def _with_time_accounting(
                            startup_through=analysis.window.startup_last_step)
     if account is not None and problems:
         account = replace(account, notes=(*problems[:5], *account.notes))
+    if account is not None and analysis.stalls.busy_gaps:  # long gaps that were work: between steps
+        from traceml_otel.analyze.busy_gaps import busy_gaps_note
+
+        stalls = analysis.stalls
+        said = busy_gaps_note(stalls.busy_gaps, stalls.busy_gaps_left_out, bool(stalls.waited_for_work))
+        account = replace(account, notes=(said, *account.notes))
     from traceml_otel.analyze.events import stalled_advice
 
-    account = stalled_advice(account, analysis.run_findings)
+    account = stalled_advice(account, analysis.run_findings, bool(analysis.stalls.waited_for_work))
     return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
+
+
+def _run_cpu(run_dir: Path | None, run_id: str) -> list[CpuRecord]:
+    """The run folder's CPU samples of ``run_id`` (none outside a run folder)."""
+    if run_dir is None:
+        return []
+    from traceml_otel.analyze.compare_noise import read_cpu_records
+
+    return read_cpu_records(run_dir, run_id)[0]
 
 
 def _run_hangs(run_dir: Path | None, run_id: str) -> list[HangRecord]:
@@ -190,6 +207,8 @@ def _stall_intervals(analysis: RunAnalysis, recorded: set[int]) -> dict[int, lis
             if event.kind == HANG and part.rank in recorded:
                 continue
             out.setdefault(part.rank, []).append((part.start, part.start + part.seconds))
+    for part in analysis.stalls.waited_for_work:  # waiting for a peer's unmarked work between steps
+        out.setdefault(part.rank, []).append((part.start, part.start + part.seconds))
     return out
 
 

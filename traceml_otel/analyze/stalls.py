@@ -24,9 +24,10 @@ Stalled steps are left out of the per-step means the rules read; their time is b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from traceml_otel.analyze.busy_gaps import BUSY_SHARE, BusyGap, GapCpu
 from traceml_otel.analyze.kinds import Clock
 from traceml_otel.analyze.run_model import BACKWARD, StepTiming
 from traceml_otel.analyze.window import StepWindow
@@ -61,6 +62,13 @@ class RankStall:
     seconds: float
     waited: bool
     """The rank was waiting for another (its excess was in collectives)."""
+    gap: float = 0.0
+    """Seconds of the excess that lie between steps (the unnamed time before the step)."""
+
+    @property
+    def between_steps(self) -> bool:
+        """Whether most of the excess lies between steps, not in the step's input wait or block."""
+        return self.gap >= self.seconds / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +94,24 @@ class StallEvent:
 
 @dataclass(frozen=True, slots=True)
 class StallAnalysis:
-    """The events, longest first, and how many more were left out."""
+    """The events, longest first, and how many more were left out; the long gaps that were work."""
 
     events: tuple[StallEvent, ...] = ()
     left_out: int = 0
+    busy_gaps: tuple[BusyGap, ...] = ()
+    """Candidates between steps whose training thread was on a CPU (:mod:`~traceml_otel.analyze.busy_gaps`):
+    no events, their time is between steps; the longest :data:`MAX_EVENTS` kept."""
+    busy_gaps_left_out: int = 0
+    waited_for_work: tuple[RankStall, ...] = ()
+    """Other ranks' waits for a busy gap (a peer's unmarked evaluation) in their next collective: their
+    steps are left out of the per-step means as a stall's are, and the time account bills the waits to
+    ``stalled`` (they made no progress), though no event."""
 
     def stalled_steps(self) -> frozenset[int]:
-        """Step numbers a stall interrupted (on any rank): left out of the per-step means."""
-        return frozenset(p.step for e in self.events for p in e.parts)
+        """Step numbers a stall interrupted (on any rank), or in which ranks waited for a peer's busy
+        gap: left out of the per-step means."""
+        waits = {p.step for p in self.waited_for_work}
+        return frozenset(p.step for e in self.events for p in e.parts) | waits
 
 
 NO_STALLS = StallAnalysis()
@@ -138,7 +156,7 @@ def rank_candidates(rank: int, steps: Sequence[StepTiming]) -> list[RankStall]:
         if excess <= limit:
             continue
         waited = _waited(step, excess, typical_backward)
-        found.append(RankStall(rank, step.step, end - excess, excess, waited))
+        found.append(RankStall(rank, step.step, end - excess, excess, waited, min(g, excess)))
     return found
 
 
@@ -212,30 +230,46 @@ def _event(parts: list[RankStall], records: Sequence[HangRecord]) -> StallEvent:
     return StallEvent(kind, start, lead.seconds, lead.step, ranks, waiting, location, resolved, tuple(parts))
 
 
-def find_stalls(window: StepWindow, records: Sequence[HangRecord] = ()) -> StallAnalysis:
-    """Stall events of ``window`` (its ranks' steps) and of the hang records no step shows."""
-    last_steps = {rank: max(s.step for s in steps)
-                  for rank, steps in zip(window.ranks, window.per_rank, strict=True) if steps}
-    return stall_events([c for rank, steps in zip(window.ranks, window.per_rank, strict=True)
-                         for c in rank_candidates(rank, steps)], records, last_steps)
+def find_stalls(
+    window: StepWindow, records: Sequence[HangRecord] = (), cpu: GapCpu | None = None,
+) -> StallAnalysis:
+    """Stall events of ``window`` (its ranks' steps) and of the hang records no step shows; with the
+    ranks' CPU samples (``cpu``), the long gaps between steps their training threads worked through."""
+    ranked = list(zip(window.ranks, window.per_rank, strict=True))
+    last_steps = {rank: max(s.step for s in steps) for rank, steps in ranked if steps}
+    ended = {(rank, s.step): index  # steps ended before each one: its gap's count in the CPU samples
+             for rank, steps in ranked for index, s in enumerate(sorted(steps, key=_number))}
+    busy = None if cpu is None else (lambda c: cpu.share(c.rank, ended[(c.rank, c.step)]))
+    found = [c for rank, steps in ranked for c in rank_candidates(rank, steps)]
+    return stall_events(found, records, last_steps, busy)
+
+
+def _number(step: StepTiming) -> int:
+    return step.step
 
 
 def stall_candidate(rank: int, step: StepTiming, excess: float, typical_backward: float) -> RankStall:
     """A rank's stall candidate at ``step``, whose span exceeded the rank's typical one by ``excess``
     (the columnar engine finds them in SQL, :data:`~traceml_otel.analyze.columnar_sql.STALL_CANDIDATES`)."""
-    _begin, end, _busy, _gap = _span(step)
-    return RankStall(rank, step.step, end - excess, excess, _waited(step, excess, typical_backward))
+    _begin, end, _busy, gap = _span(step)
+    waited = _waited(step, excess, typical_backward)
+    return RankStall(rank, step.step, end - excess, excess, waited, min(gap, excess))
 
 
 def stall_events(
     found: Sequence[RankStall], records: Sequence[HangRecord] = (),
-    last_steps: Mapping[int, int] | None = None,
+    last_steps: Mapping[int, int] | None = None, busy: Callable[[RankStall], float | None] | None = None,
 ) -> StallAnalysis:
     """Candidates overlapping in time grouped into events, with the hang records no step shows.
     ``last_steps``: each rank's last step number; stalls a rank came out of after it are no events
-    (:func:`before_the_end`)."""
+    (:func:`before_the_end`). ``busy``: a candidate's training thread's on-CPU share (``None``: not
+    known); a candidate between steps that worked is a busy gap, no event (:mod:`.busy_gaps`)."""
     if last_steps:
         records = before_the_end(records, last_steps)
+    found, gaps = _busy_gaps(found, records, busy)
+    waiters = [c for c in found if c.waited and any(_overlaps(g.start, g.start + g.seconds, c.start,
+                                                              c.start + c.seconds) for g in gaps)]
+    found = [c for c in found if c not in waiters]  # they waited for a peer's work: no stall either
     candidates = sorted(found, key=lambda c: (c.start, c.rank, c.step))
     groups: list[list[RankStall]] = []
     for cand in candidates:
@@ -250,7 +284,31 @@ def stall_events(
     events += _record_only(records, events)
     events.sort(key=lambda e: -e.seconds)
     kept = tuple(sorted(events[:MAX_EVENTS], key=lambda e: e.start))
-    return StallAnalysis(kept, max(0, len(events) - MAX_EVENTS))
+    gaps.sort(key=lambda g: -g.seconds)
+    kept_gaps = tuple(sorted(gaps[:MAX_EVENTS], key=lambda g: g.start))
+    return StallAnalysis(kept, max(0, len(events) - MAX_EVENTS), kept_gaps, max(0, len(gaps) - MAX_EVENTS),
+                         tuple(waiters[:MAX_EVENTS * 16]))
+
+
+def _busy_gaps(
+    found: Sequence[RankStall], records: Sequence[HangRecord],
+    busy: Callable[[RankStall], float | None] | None,
+) -> tuple[list[RankStall], list[BusyGap]]:
+    """(the candidates that stay stalls, the gaps between steps the training thread worked through). A
+    gap a hang watchdog declared stays a stall: its record names it."""
+    if busy is None:
+        return list(found), []
+    declared = [(i.start, i.end) for r in records for i in _record_intervals(r)]
+    kept: list[RankStall] = []
+    gaps: list[BusyGap] = []
+    for cand in found:
+        share = busy(cand) if cand.between_steps else None
+        watched = any(_overlaps(a, b, cand.start, cand.start + cand.seconds) for a, b in declared)
+        if share is None or share < BUSY_SHARE or watched:
+            kept.append(cand)
+        else:
+            gaps.append(BusyGap(cand.rank, cand.step, cand.start, cand.seconds, share))
+    return kept, gaps
 
 
 def _record_only(records: Sequence[HangRecord], events: Sequence[StallEvent]) -> list[StallEvent]:
