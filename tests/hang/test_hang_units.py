@@ -254,6 +254,51 @@ def test_outside_step_work_and_slower_steps_are_no_hang(tmp_path: Path) -> None:
     assert watchdog.records_written == 0 and not (tmp_path / "rank-0.hang.json").exists()
 
 
+def _spin(seconds: float, watch: Path | None = None) -> bool:
+    """Work between steps on this thread (an unmarked evaluation); whether ``watch`` existed meanwhile."""
+    end, seen = time.perf_counter() + seconds, False
+    while time.perf_counter() < end:
+        sum(range(100))
+        seen = seen or (watch is not None and watch.exists())
+    return seen
+
+
+def test_work_between_steps_is_no_hang_but_sleep_is_and_so_is_work_that_never_ends(tmp_path: Path) -> None:
+    """An unmarked evaluation (the training thread on a CPU between steps) past the timeout is no hang,
+    and the rank keeps its outside marker meanwhile (its peers waiting in their next collective report
+    none either); a sleep as long is a hang; work past BUSY_LIMIT x the timeout is one, with a note."""
+    from traceml_otel.capture.watchdog import BUSY_LIMIT
+    from traceml_otel.contract import outside_marker_file_name
+
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path, floor_s=0.3)
+    marker = tmp_path / outside_marker_file_name(0)
+    watchdog.start()
+    try:
+        for _ in range(3):
+            recorder.begin_step()
+            recorder.end_step()
+        marked = _spin(1.2, marker)  # 4x the timeout, on a CPU
+        assert watchdog.records_written == 0 and marked, (watchdog.records_written, marked)
+        recorder.begin_step()
+        recorder.end_step()
+        time.sleep(1.2)  # 4x the timeout, asleep: a stall
+        assert watchdog.records_written >= 1 and not marker.exists()
+    finally:
+        watchdog.stop()
+    recorder = StepRecorder(ListSink())
+    watchdog = _watchdog(recorder, tmp_path, floor_s=0.2)
+    watchdog.start()
+    try:
+        for _ in range(3):
+            recorder.begin_step()
+            recorder.end_step()
+        _spin(BUSY_LIMIT * 0.2 + 1.0)  # work that does not come back to training
+        assert watchdog.hang is not None and watchdog.hang.note.startswith("busy between steps for")
+    finally:
+        watchdog.stop()
+
+
 def test_the_monitor_reports_once_and_terminates_when_asked(tmp_path: Path, capsys) -> None:
     ended = []
     monitor = HangMonitor(tmp_path, world_size=2, action="terminate", terminate=lambda: ended.append(1))

@@ -9,7 +9,12 @@ writes ``rank-R.hang.json`` atomically into the run folder, says so once on stde
 watches, and keeps the record fresh while the hang lasts. When steps move again it marks the record
 ``resolved`` and remembers the episode: a later hang's record lists the earlier ones (bounded, see
 :func:`~traceml_otel.wire.hang_record.bounded_episodes`), so every stall is counted. Work inside
-``outside_step`` (evaluation, a checkpoint) is never a hang.
+``outside_step`` (evaluation, a checkpoint) is never a hang. Neither is work between steps that no
+``outside_step`` marks, up to :data:`BUSY_LIMIT` times the timeout: when no step came for half the
+timeout, no step is open, no collective is in flight and the training thread spent at least
+:data:`BUSY_SHARE` of that time on a CPU (:mod:`~traceml_otel.capture.thread_cpu`), it is working (an
+unmarked evaluation); the rank keeps its ``outside`` marker meanwhile, so its peers waiting in their
+next collective do not report a hang either.
 
 A thread cannot run while C code holds the GIL. For that case the watchdog keeps
 ``faulthandler.dump_traceback_later`` armed, re-arming it each tick: if the watchdog itself does not
@@ -38,6 +43,7 @@ from typing import Any
 
 from traceml_otel.capture.progress import CollectiveProgress
 from traceml_otel.capture.recorder import StepRecorder
+from traceml_otel.capture.thread_cpu import ThreadCpuClock
 from traceml_otel.contract import hang_traceback_file_name, outside_marker_file_name
 from traceml_otel.wire._json import write_atomically
 from traceml_otel.wire.hang_record import (
@@ -56,6 +62,12 @@ from traceml_otel.wire.hang_record import (
 )
 
 INTERVALS_KEPT = 64
+BUSY_SHARE = 0.25
+"""The training thread's on-CPU share of a quiet spell between steps from which it is working, not
+stalled (a sleeping, blocked or waiting thread uses next to none; a loaded machine halves a busy one's)."""
+BUSY_LIMIT = 10.0
+"""Work between steps is reported as a hang all the same after this many times the timeout (a loop that
+never comes back to training)."""
 REFRESH_S = 5.0
 """While a hang lasts, the record is rewritten every max(this, half the timeout): its seconds and
 stacks stay current, and 1,024 hung ranks write about 30 files a second at the default timeout."""
@@ -172,6 +184,10 @@ class HangWatchdog:
         self.flight_recorder_note = ""
         self._outside_since: float | None = None
         self._outside_marked = False
+        self._thread_cpu = ThreadCpuClock()
+        self._cpu_at_progress: float | None = None
+        self.busy_between = False
+        """The training thread is working between steps (no step for half the timeout or more)."""
         self.write_failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traceml-hang-watchdog", daemon=True)
@@ -229,9 +245,11 @@ class HangWatchdog:
             try:
                 now_ns = perf_counter_ns()
                 current = (recorder.step, recorder.in_step)
-                self._mark_outside(bool(recorder.outside))
+                self._mark_outside(bool(recorder.outside) or self.busy_between)
                 if recorder.outside or current != beat:
-                    if current != beat and armed and not recorder.outside:
+                    worked, self.busy_between = self.busy_between, False  # work is no step interval
+                    self._cpu_at_progress = self._thread_cpu.read(recorder.owner)
+                    if current != beat and armed and not recorder.outside and not worked:
                         steps = max(1, current[0] - beat[0])
                         self.intervals.append((now_ns - last_ns) / 1e9 / steps)
                     armed = armed or current[1] or current[0] > 0
@@ -249,7 +267,9 @@ class HangWatchdog:
                     continue
                 stalled = (now_ns - last_ns) / 1e9
                 timeout = self.timeout_s() if armed else self.startup_timeout_s
-                if stalled < timeout:
+                if self.hang is None and armed and stalled >= timeout / 2:
+                    self.busy_between = stalled < BUSY_LIMIT * timeout and self._working(stalled)
+                if stalled < timeout or self.busy_between:
                     continue
                 if self.hang is None and self._peer_outside():
                     continue  # a peer's checkpoint or evaluation: the others wait for it, no hang
@@ -259,6 +279,16 @@ class HangWatchdog:
             except Exception as error:  # the watchdog must never take training down
                 self._warn(f"rank {self.rank}: hang watchdog stopped: {type(error).__name__}: {error}")
                 return
+
+    def _working(self, quiet_s: float) -> bool:
+        """Whether the training thread, between steps with no collective in flight, spent at least
+        :data:`BUSY_SHARE` of the last ``quiet_s`` seconds (since the last progress) on a CPU."""
+        recorder = self.recorder
+        if recorder.in_step or (self.progress is not None and self.progress.snapshot()[1]):
+            return False
+        now = self._thread_cpu.read(recorder.owner)
+        since = self._cpu_at_progress
+        return now is not None and since is not None and quiet_s > 0 and (now - since) / quiet_s >= BUSY_SHARE
 
     def _mark_outside(self, outside: bool) -> None:
         """Keep ``rank-R.outside.json`` while this rank is in an ``outside_step`` block longer than half
@@ -274,8 +304,8 @@ class HangWatchdog:
         now = time.monotonic()
         if self._outside_since is None:
             self._outside_since = now
-        if not self._outside_marked and now - self._outside_since >= self.floor_s / 2:
-            kind = self.recorder.outside[-1] if self.recorder.outside else "?"
+        if not self._outside_marked and (self.busy_between or now - self._outside_since >= self.floor_s / 2):
+            kind = self.recorder.outside[-1] if self.recorder.outside else "work between steps"
             text = json.dumps({"rank": self.rank, "kind": str(kind)[:80], "since": time.time()})
             try:
                 write_atomically(self.run_dir / outside_marker_file_name(self.rank), text)
@@ -374,6 +404,9 @@ class HangWatchdog:
     def _report(self, stalled_s: float, timeout_s: float) -> None:
         first = self.hang is None
         record = self.snapshot(stalled_s, timeout_s)
+        if not record.note and first and self._working(stalled_s):  # working past BUSY_LIMIT x the timeout
+            record = replace(record, note=f"busy between steps for {stalled_s:.0f} s (on a CPU, no step, no "
+                                          "collective): unmarked work that has not come back to training")
         if first and self.run_dir is not None:
             from traceml_otel.capture.flight_recorder import dump_flight_recorder
 
