@@ -257,7 +257,8 @@ def _contended_side(rng: np.random.Generator, step: float, on_cpu: float, wait: 
     cpu = tuple(float(v) for v in on_cpu * np.exp(rng.normal(0, 0.01, 30)))
     noise = RunNoise("batch means", 300, 0, 10, means, starts, tuple(s + 9 for s in starts), cpu, "schedstat",
                      tuple([1.0 + 2 * others] * 30), wait, 2, (), tuple([2 * others] * 30))
-    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 300, step, (), None, noise=noise)
+    return RunSummary(label, label, "COMPUTE_BOUND", "info", "cpu", 300, step, (("forward", step / 2),), None,
+                      noise=noise)
 
 
 @pytest.mark.parametrize(("others_b", "wait_b", "verdict"), [
@@ -280,6 +281,8 @@ def test_a_slower_run_beside_other_work_that_waited_for_a_cpu_is_not_judged(
     comparison = compare_runs(a, b)
     assert comparison.verdict == verdict, (comparison.verdict, comparison.notes)
     said = [n for n in comparison.notes if "shared the machine with other work" in n]
+    forward = {p.name: p.verdict for p in comparison.phases}["forward"]
+    assert forward == ("inconclusive" if verdict == "INCONCLUSIVE" else "regression"), comparison.phases
     assert bool(said) == (verdict == "INCONCLUSIVE"), comparison.notes
     if said:
         assert "the second run" in said[0] and "50 % of its CPUs busy outside" in said[0]
