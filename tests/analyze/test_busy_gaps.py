@@ -54,7 +54,7 @@ def _stalls(cpu: list[CpuRecord], *ranks: list[StepTiming], hangs: tuple[HangRec
 def test_an_unmarked_evaluation_between_steps_is_work_not_a_stall() -> None:
     found = _stalls([_samples(0, 0.97)], _steps(0))
     assert found.events == () and [(g.rank, g.step) for g in found.busy_gaps] == [(0, GAP_BEFORE)]
-    assert found.busy_gaps[0].on_cpu_share == pytest.approx(0.97, abs=0.01)
+    assert found.busy_gaps[0].busy_share == pytest.approx(0.97, abs=0.01)
     note = busy_gaps_note(found.busy_gaps)
     assert "1 long gap(s) between steps were work" in note and "rank 0 before step 20 4.0 s" in note
     assert "97 % of each" in note and 'traceml.outside_step("evaluation")' in note and "waits" not in note

@@ -6,8 +6,8 @@ or block) and the rank's CPU samples (``rank-R.cpu.json``, the emitter's reading
 thread's on-CPU time and run-queue wait every 0.1 s, :mod:`~traceml_otel.emit.trainer_cpu`) show the
 thread on a CPU or runnable for one (a loaded machine) for at least :data:`BUSY_SHARE` of that gap, the
 program was busy with work of its own between steps: an evaluation, a checkpoint or a metrics pass
-that no ``outside_step`` names. That is time between steps
-(the time account's ``between_steps``), said with its steps, never a ``STALL`` that "made no progress".
+that no ``outside_step`` names. That is time between steps (the time account's ``between_steps``),
+said with its steps, never a ``STALL`` that "made no progress".
 A thread that sleeps, blocks on I/O or waits in a collective is off the CPU, so a real stall stays one;
 so does any gap a hang watchdog declared, and any gap the samples do not cover (fewer than
 :data:`MIN_WINDOWS` sampler windows, or no samples at all).
@@ -25,7 +25,8 @@ from itertools import pairwise
 from traceml_otel.wire.cpu_record import CpuRecord
 
 BUSY_SHARE = 0.5
-"""On-CPU share of a gap's wall time from which the gap is the program's own work."""
+"""Share of a gap's wall time the training thread was on a CPU or runnable for one, from which the gap
+is the program's own work."""
 MIN_WINDOWS = 3
 """Sampler windows (0.1 s each, more after thinning) a gap needs for its share to be judged."""
 MAX_LISTED = 5
@@ -41,7 +42,8 @@ class BusyGap:
     start: float
     """Unix seconds."""
     seconds: float
-    on_cpu_share: float
+    busy_share: float
+    """The share of the gap its training thread was on a CPU or runnable for one."""
 
 
 class GapCpu:
@@ -78,7 +80,7 @@ def busy_gaps_note(gaps: Sequence[BusyGap], left_out: int = 0, waited: bool = Fa
     where = ", ".join(f"rank {g.rank} before step {g.step} {g.seconds:.1f} s" for g in listed)
     total = len(gaps) + left_out
     more = f" (the longest {len(listed)} of {total})" if total > len(listed) else ""
-    low, high = (round(f(g.on_cpu_share for g in gaps) * 100) for f in (min, max))
+    low, high = (round(f(g.busy_share for g in gaps) * 100) for f in (min, max))
     shares = f"{low} %" if low == high else f"{low}-{high} %"
     return (f"{total} long gap(s) between steps were work, not stalls: the training thread was busy (on or "
             f"waiting for a CPU) for "

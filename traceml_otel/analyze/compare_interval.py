@@ -98,6 +98,9 @@ class Interval:
     method: str
     between_runs: bool
     """The spread between runs was measured (several runs on a side); else only within-run noise."""
+    load_confounded: bool = False
+    """Not judged: the sides' machine loads differed so that the change cannot be told from them
+    (``compare_judged``); the verdict is then inconclusive whatever the bounds say."""
 
     @property
     def half_width(self) -> float:

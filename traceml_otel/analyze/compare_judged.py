@@ -66,8 +66,8 @@ least this much above the faster side's is a different machine load, not the cod
 WAIT_GAP = 0.10
 """... together with waiting for a CPU at least this much more of its wall time."""
 LOAD_NOT_JUDGED = "not judged: the machine's load differed between the sides"
-"""Added to the deciding interval's method when :func:`_confounded` holds (the phases are not judged
-either)."""
+"""Added to the deciding interval's method when :func:`_confounded` holds (it is then
+``load_confounded``, and the phases are not judged either)."""
 
 CONTENTION_EXPLAINS = 0.5
 """A wall change counts as the machine's when the change in time waited for a CPU per unit of work is
@@ -100,7 +100,8 @@ def judged_time(
     if confounded is not None:
         notes.append(confounded)
         change = Change(point.name, wall.before, wall.after, wall.change, "inconclusive")
-        decider = replace(wall, verdict="inconclusive", method=f"{wall.method}; {LOAD_NOT_JUDGED}")
+        decider = replace(wall, verdict="inconclusive", method=f"{wall.method}; {LOAD_NOT_JUDGED}",
+                          load_confounded=True)
         return change, decider, wall, cpu, notes
     if cpu is None:
         notes.append("CPU wait not measured on both sides (rank-R.cpu.json missing, or fewer than "

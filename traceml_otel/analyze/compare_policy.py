@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from traceml_otel.analyze import thresholds as t
 from traceml_otel.analyze.compare_interval import Interval
-from traceml_otel.analyze.compare_judged import LOAD_NOT_JUDGED, Change, judged_time
+from traceml_otel.analyze.compare_judged import Change, judged_time
 from traceml_otel.analyze.compare_summary import PHASES, RunSummary
 from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, SEVERITY_ORDER, Severity
 
@@ -192,7 +192,7 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
         return Comparison(a, b, "INCONCLUSIVE", False, step, memory, diagnosis, phases, tuple(notes),
                           basis, work, usable=False)
     primary, interval, wall, cpu, time_notes = judged_time(a, b, basis, primary)
-    if interval is not None and interval.method.endswith(LOAD_NOT_JUDGED):  # the phases' times too
+    if interval is not None and interval.load_confounded:  # the phases' times cannot be judged either
         phases = tuple(replace(p, verdict="inconclusive", material=False)
                        if p.verdict in ("regression", "improvement") else p for p in phases)
     if basis == "step":

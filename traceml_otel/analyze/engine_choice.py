@@ -24,6 +24,7 @@ from traceml_otel.analyze.sources.step_table import (
     duckdb_module,
     load_tables,
 )
+from traceml_otel.wire.cpu_record import CpuRecord
 from traceml_otel.wire.export_stats import ExportStats
 from traceml_otel.wire.hang_record import HangRecord
 from traceml_otel.wire.manifest import Manifest
@@ -36,10 +37,11 @@ seconds at most, and computes every section)."""
 def try_columnar(
     run_dir: Path | None, engine: str, *, run_id: str | None, service: str | None, window: WindowSpec | None,
     manifest: Manifest | None, export_stats: Sequence[ExportStats], notes: Sequence[str],
+    cpu: Sequence[CpuRecord] = (),
 ) -> tuple[tuple[RunAnalysis, tuple[StepTiming, ...] | None] | None, str]:
     """The columnar analysis of ``run_dir`` (and the run's rows when few), or ``None`` and a note for the
-    report (``""``: nothing worth saying, a small run). Raises :class:`SourceError` when ``engine`` is
-    ``columnar`` and it cannot be used."""
+    report (``""``: nothing worth saying, a small run); ``cpu``: the run folder's CPU samples. Raises
+    :class:`SourceError` when ``engine`` is ``columnar`` and it cannot be used."""
     forced = engine == "columnar"
     try:
         if run_dir is None:
@@ -55,7 +57,7 @@ def try_columnar(
             raise ColumnarUnavailable(check.problem)
         spill = tempfile.mkdtemp(prefix="traceml-duckdb-")
         try:
-            return (_analyze(check, spill, run_dir, run_id, window, manifest, export_stats, notes), "")
+            return (_analyze(check, spill, run_dir, run_id, window, manifest, export_stats, notes, cpu), "")
         finally:
             shutil.rmtree(spill, ignore_errors=True)
     except ColumnarUnavailable as error:
@@ -67,10 +69,10 @@ def try_columnar(
 def _analyze(
     check: TableCheck, spill: str, run_dir: Path, run_id: str | None, window: WindowSpec | None,
     manifest: Manifest | None, export_stats: Sequence[ExportStats], notes: Sequence[str],
+    cpu: Sequence[CpuRecord],
 ) -> tuple[RunAnalysis, tuple[StepTiming, ...] | None]:
     from traceml_otel.analyze.captures import read_captures
     from traceml_otel.analyze.columnar import analyze_tables
-    from traceml_otel.analyze.compare_noise import read_cpu_records
 
     duckdb = duckdb_module()
     con = load_tables(check, spill)
@@ -79,7 +81,7 @@ def _analyze(
             con, f"{run_dir} (step tables, columnar engine)", service=", ".join(check.services),
             run_id=run_id, spec=window, manifest=manifest, export_stats=export_stats, notes=notes,
             want_steps=any(run_dir.glob("rank-*.time.json")), hangs=_hang_records(run_dir),
-            captures=read_captures(run_dir, "").captures, cpu=read_cpu_records(run_dir, "")[0])
+            captures=read_captures(run_dir, "").captures, cpu=cpu)
     except duckdb.Error as error:  # a value past the engine's types (a sum beyond BIGINT): the spans can
         raise ColumnarUnavailable(f"the engine failed ({str(error).splitlines()[0][:300]})") from None
     finally:

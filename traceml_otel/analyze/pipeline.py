@@ -88,14 +88,15 @@ def analyze_path(
     manifest = manifest_read.manifest
     notes = [*([manifest_read.problem] if manifest_read.problem else []), *exports.problems]
     preferred = manifest.run_id if manifest is not None and manifest.run_id else None
+    cpu = _run_cpu(run_dir)  # read once: the stalls (busy gaps) and the run's noise both use them
     if engine != "python":
         from traceml_otel.analyze.engine_choice import try_columnar
 
         done, note = try_columnar(run_dir, engine, run_id=run_id, service=service, window=window,
-                                  manifest=manifest, export_stats=exports.stats, notes=notes)
+                                  manifest=manifest, export_stats=exports.stats, notes=notes, cpu=cpu)
         if done is not None:
             analysis, steps = done
-            analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
+            analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), cpu)
             analysis = _with_time_accounting(analysis, analysis.run.run_id, steps, run_dir, manifest)
             return with_captures(analysis, NO_CAPTURES if run_dir is None
                                  else read_captures(run_dir, analysis.run.run_id))
@@ -107,22 +108,20 @@ def analyze_path(
         hangs = _run_hangs(run_dir, loaded.run_id)
         captures = NO_CAPTURES if run_dir is None else read_captures(run_dir, loaded.run_id)  # read once
         captured = captured_steps(captures.captures, loaded.steps)
-        analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs, captured,
-                               _run_cpu(run_dir, loaded.run_id))
-    analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), run_dir)
+        analysis = analyze_run(loaded, window, manifest, exports.stats, notes, hangs, captured, cpu)
+    analysis = _with_cpu_samples(_with_hang_records(analysis, run_dir, manifest), cpu)
     analysis = _with_time_accounting(analysis, loaded.run_id, loaded.steps, run_dir, manifest)
     return with_captures(analysis, captures)
 
 
-def _with_cpu_samples(analysis: RunAnalysis, run_dir: Path | None) -> RunAnalysis:
-    """Add the training thread's CPU wait and on-CPU shares (``rank-R.cpu.json``) to the run's noise,
-    and check the INPUT_BOUND advice against the workers' measured CPU use."""
-    if run_dir is None:
-        return analysis
+def _with_cpu_samples(analysis: RunAnalysis, cpu: Sequence[CpuRecord]) -> RunAnalysis:
+    """Add the training thread's CPU wait and on-CPU shares (``rank-R.cpu.json``, read by
+    :func:`_run_cpu`) to the run's noise, and check the INPUT_BOUND advice against the workers' measured
+    CPU use."""
     from traceml_otel.analyze.advice import for_cpu_use, worker_cpu_use
-    from traceml_otel.analyze.compare_noise import read_cpu_records, with_cpu
+    from traceml_otel.analyze.compare_noise import with_cpu
 
-    records, _ = read_cpu_records(run_dir, analysis.run.run_id)
+    records = _of_run(cpu, analysis.run.run_id)
     if not records:
         return analysis
     if analysis.noise is not None:
@@ -178,13 +177,19 @@ def _with_time_accounting(
     return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
 
 
-def _run_cpu(run_dir: Path | None, run_id: str) -> list[CpuRecord]:
-    """The run folder's CPU samples of ``run_id`` (none outside a run folder)."""
+def _run_cpu(run_dir: Path | None) -> list[CpuRecord]:
+    """The run folder's CPU samples, of every run in it (none outside a run folder); each use keeps its
+    run's (:func:`_of_run`)."""
     if run_dir is None:
         return []
     from traceml_otel.analyze.compare_noise import read_cpu_records
 
-    return read_cpu_records(run_dir, run_id)[0]
+    return read_cpu_records(run_dir, "")[0]
+
+
+def _of_run(records: Sequence[CpuRecord], run_id: str) -> list[CpuRecord]:
+    """The records of ``run_id`` (a record without a run id is anyone's)."""
+    return [r for r in records if not r.run_id or not run_id or r.run_id == run_id]
 
 
 def _run_hangs(run_dir: Path | None, run_id: str) -> list[HangRecord]:

@@ -24,6 +24,7 @@ Stalled steps are left out of the per-step means the rules read; their time is b
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -237,15 +238,14 @@ def find_stalls(
     ranks' CPU samples (``cpu``), the long gaps between steps their training threads worked through."""
     ranked = list(zip(window.ranks, window.per_rank, strict=True))
     last_steps = {rank: max(s.step for s in steps) for rank, steps in ranked if steps}
-    ended = {(rank, s.step): index  # steps ended before each one: its gap's count in the CPU samples
-             for rank, steps in ranked for index, s in enumerate(sorted(steps, key=_number))}
-    busy = None if cpu is None else (lambda c: cpu.share(c.rank, ended[(c.rank, c.step)]))
     found = [c for rank, steps in ranked for c in rank_candidates(rank, steps)]
+    busy = None
+    if cpu is not None and found:
+        numbers = {rank: sorted(s.step for s in steps) for rank, steps in ranked}
+
+        def busy(cand: RankStall) -> float | None:  # steps ended before the candidate's: its gap's count
+            return cpu.share(cand.rank, bisect_left(numbers[cand.rank], cand.step))
     return stall_events(found, records, last_steps, busy)
-
-
-def _number(step: StepTiming) -> int:
-    return step.step
 
 
 def stall_candidate(rank: int, step: StepTiming, excess: float, typical_backward: float) -> RankStall:

@@ -175,39 +175,43 @@ def _cut_at_step(
 
 def _stall_intervals(
     hang: object, end: float, spans: Sequence[tuple[float, float, int]], last: float,
-) -> list[tuple[float, float]]:
+) -> tuple[list[tuple[float, float]], list[tuple[float, str]]]:
     """Every stall the hang record names: its earlier resolved episodes, and its own from the last
-    progress the watchdog saw to the resolution (or the rank's end), each cut at its step. A resolved
-    stall ends by the rank's ``last`` step end: quiet work after the last step that the rank came out
-    of (a final save not marked ``outside_step``, a slow exit) is shutdown; a record still hung at the
-    end (a rank killed while stuck in its teardown) stays stalled."""
+    progress the watchdog saw to the resolution (or the rank's end), each cut at its step; and the
+    parts of them left out as quiet work after the last step, with their places. A resolved stall ends
+    by the rank's ``last`` step end: quiet work after the last step that the rank came out of (a final
+    save not marked ``outside_step``, a slow exit) is shutdown; a record still hung at the end (a rank
+    killed while stuck in its teardown) stays stalled."""
     earlier = getattr(hang, "earlier", ()) or ()
     wanted = {getattr(hang, "step", None), *(e.step for e in earlier)}  # only the stalls' steps are looked up
     steps: dict[int, tuple[float, float]] = {}
     for begin, step_end, step in spans:
         if step in wanted:
             steps.setdefault(step, (begin, step_end))
-    intervals = [_cut_at_step(e.progress_at, min(e.resolved_at, last), e.step, e.in_step, steps)
-                 for e in earlier]
+    resolved_stalls: list[tuple[float, float, object, bool, str]] = [  # (since, until, step, in it, where)
+        (e.progress_at, e.resolved_at, e.step, e.in_step, e.where) for e in earlier]
+    intervals: list[tuple[float, float]] = []
     written, stalled = getattr(hang, "written_at", 0.0), getattr(hang, "stalled_s", 0.0)
     if written and stalled is not None and stalled > 0:
         resolved = getattr(hang, "resolved_at", None)
-        stop = min(max(written, resolved), last) if resolved else max(written, end)
-        intervals.append(_cut_at_step(written - stalled, stop, getattr(hang, "step", None),
-                                      getattr(hang, "in_step", False), steps))
-    return intervals
+        number, in_step = getattr(hang, "step", None), getattr(hang, "in_step", False)
+        if resolved:
+            location = getattr(hang, "location", None)
+            where = location.where() if location is not None else ""
+            resolved_stalls.append((written - stalled, max(written, resolved), number, in_step, where))
+        else:
+            intervals.append(_cut_at_step(written - stalled, max(written, end), number, in_step, steps))
+    after_last = []
+    for since, stop, number, in_step, where in resolved_stalls:
+        intervals.append(_cut_at_step(since, min(stop, last), number, in_step, steps))
+        if stop > last:
+            after_last.append((stop - max(since, last), where))
+    return intervals, after_last
 
 
-def _quiet_after_last_step(rank: int, hang: object, last: float) -> str | None:
-    """A note for the stalls after the rank's ``last`` step end that it came out of (billed to
-    ``shutdown`` by :func:`_stall_intervals`), with their place; ``None`` when there are none."""
-    quiet: list[tuple[float, str]] = [(e.resolved_at - max(e.progress_at, last), e.where)
-                                      for e in getattr(hang, "earlier", ()) or () if e.resolved_at > last]
-    resolved, stalled = getattr(hang, "resolved_at", None), getattr(hang, "stalled_s", 0.0) or 0.0
-    if resolved and resolved > last and stalled > 0:
-        location = getattr(hang, "location", None)
-        where = location.where() if location is not None else ""
-        quiet.append((resolved - max(resolved - stalled, last), where))
+def _quiet_after_last_step(rank: int, quiet: Sequence[tuple[float, str]]) -> str | None:
+    """A note for the stalls after the rank's last step end that it came out of (``quiet``: their
+    seconds and places, billed to ``shutdown`` by :func:`_stall_intervals`); ``None`` when none."""
     seconds = sum(s for s, _ in quiet)
     if seconds < 0.05:
         return None
@@ -353,8 +357,8 @@ def account_rank(
     before = sum(o.before_first_step_s for o in outside)
     after = sum(o.after_last_step_s for o in outside)
     middle = max(0.0, sum(o.seconds for o in outside) - before - after)
-    found = _stall_intervals(hang, end, builder.spans, last) if hang is not None else []
-    quiet = _quiet_after_last_step(rank, hang, last) if hang is not None else None
+    found, after_last = _stall_intervals(hang, end, builder.spans, last) if hang is not None else ([], [])
+    quiet = _quiet_after_last_step(rank, after_last)
     if quiet:
         notes.append(quiet)
     stalls = _merged([*found, *stall_events], start, end)  # the analyzer's stall events too (stalls.py)

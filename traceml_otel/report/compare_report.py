@@ -82,7 +82,7 @@ def _interval_lines(c: Comparison) -> list[str]:
     for label, interval in (("wall", c.wall), ("on-CPU", c.cpu)):
         if interval is not None:
             decides = "  <- decides" if (label == "on-CPU") == on_cpu else ""
-            if decides and interval.verdict != c.interval.verdict:  # the machines' loads differed (a note)
+            if decides and c.interval.load_confounded:  # the machines' loads differed (a note says how)
                 decides = "  <- not judged: the machine's load differed"
             lines.append(f"{label:<12} {interval_text(interval)}  per {unit}: {interval.verdict}  "
                          f"(95 % interval){decides}")
