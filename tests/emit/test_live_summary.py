@@ -80,3 +80,32 @@ def test_trainer_state_stopped_and_gone() -> None:
 def test_live_records_follow_traceml_live(monkeypatch: pytest.MonkeyPatch, value: str, enabled: bool) -> None:
     monkeypatch.setenv("TRACEML_LIVE", value)
     assert live_records_enabled() is enabled
+
+
+def test_running_goodput_counts_every_block_and_leaves_a_compile_step_out(tmp_path: Path) -> None:
+    """The panel's goodput is the blocks so far over the wall time since the process started (the
+    account's step.block), less a compile step by the analyzer's rule; not the window's mean times the
+    steps (which read 100 % once the last 100 steps ran slower than the run's earlier ones)."""
+    from traceml_otel.wire.step_schema import ROW_FIELDS, SLOT
+    from traceml_otel.wire.time_record import TimeRecord, write_time_record
+
+    def rows(blocks_s: list[float]) -> list[list[object]]:
+        out = []
+        for block in blocks_s:
+            row: list[object] = [None] * ROW_FIELDS
+            row[SLOT["start_ns"]], row[SLOT["end_ns"]] = 0, int(block * 1e9)
+            out.append(row)
+        return out
+
+    started = time.time() - 100.0  # the process started 100 s ago
+    write_time_record(tmp_path, TimeRecord(1, "r", process_start=started, written_at=started))
+    window = LiveWindow(tmp_path, "r", 1, local_rank=1, world_size=2, host="h", trainer_pid=os.getpid(),
+                        dropped=lambda: 0, degraded=lambda: [], hang=lambda: None, warn=lambda m: None)
+    window.count_blocks(rows([8.0]))  # step 0 compiles 8 s
+    assert window.summary().goodput is None  # one step: not told yet
+    window.count_blocks(rows([0.1] * 199) + [["not", "a", "row"]])  # a malformed row is skipped
+    window.count_blocks(rows([0.5] * 100))  # the last 100 steps ran 5x slower
+    goodput = window.summary().goodput
+    assert goodput is not None and abs(goodput - (199 * 0.1 + 100 * 0.5) / 100.0) < 0.01  # 70 %, not 100
+    window.count_blocks(rows([1.0] * 40))
+    assert window.summary().goodput == 1.0  # capped (time placed later, e.g. a clock step, never above)

@@ -179,6 +179,14 @@ def test_mfu_sources_agree_under_accumulation() -> None:
     assert values == pytest.approx([0.4, 0.4, 0.4])
 
 
+def test_mfu_leaves_the_start_up_steps_out() -> None:
+    # Step 0 compiles 6 s, then 40 steps of 0.1 s at 40 % MFU: the compile is start-up, not step time.
+    steps = [_step(0, T0, 6.0), *(_step(n, T0 + 6 + n * 0.1, 0.1) for n in range(1, 41))]
+    record = _record(declared_sum=4e8 * 41, declared_steps=41, peak_flops=1e10)
+    assert analyze_mfu(steps, {0: record}, startup_through=0).mfu == pytest.approx(0.4)
+    assert analyze_mfu(steps, {0: record}).mfu == pytest.approx(4e8 * 41 / 10.0 / 1e10)  # 16 %: diluted
+
+
 def test_impossible_mfu_is_a_data_problem_never_a_number() -> None:
     steps = [_step(n, T0 + n, 0.5) for n in range(4)]
     too_high = analyze_mfu(steps, {0: _record(declared_sum=4e13, declared_steps=4, peak_flops=1e12)})

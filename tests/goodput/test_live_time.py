@@ -74,6 +74,7 @@ def test_a_stall_after_the_last_step_is_counted_live_and_carved_from_the_next_ga
     # resolved, with no step after it yet: the next step (stalled) or the end (shutdown) places the rest
     assert dict(account.totals())["stalled"] == pytest.approx(3.0)
     account.add_step(_step(1, T0 + 9.0, T0 + 10.0, 0.5, 7.0))
+    account.end(at=T0 + 10.0)  # (the first steps' input wait and blocks are counted by then)
     got = dict(account.totals())
     assert got["stalled"] == pytest.approx(5.0)  # not twice
     assert got["between_steps"] == pytest.approx(1.5)  # 7 s gap - 0.5 s wait - 5 s stall
@@ -111,6 +112,7 @@ def test_a_stall_still_called_hung_ends_with_the_step_that_shows_progress(tmp_pa
     account = LiveTimeAccount(tmp_path, 0, hang=SimpleNamespace(record=hung))
     account.add_step(_step(0, T0 + 1.0, T0 + 2.0, 0.0, None))
     account.add_step(_step(1, T0 + 2.5, T0 + 9.0, 0.0, 0.5))  # stalled from T0+3 to its end
+    account.end(at=T0 + 9.0)
     got = dict(account.totals())
     assert got["stalled"] == pytest.approx(6.0) and got["step.block"] == pytest.approx(1.0 + 0.5)
 
@@ -124,6 +126,7 @@ def test_redone_steps_after_a_resume_count_as_lost(tmp_path: Path) -> None:
     for number in range(5):
         account.add_step(_step(number, t + 0.2, t + 1.2, 0.2, None if number == 0 else 0.2))
         t += 1.2
+    account.end(at=t)
     got = dict(account.totals())
     assert got["redone_steps"] == pytest.approx(3 * 1.2)
     assert got["step.block"] == pytest.approx(2.0) and got["step.input_wait"] == pytest.approx(0.4)
@@ -174,20 +177,20 @@ def test_both_paths_carry_the_time_counter_and_the_mfu_inputs(tmp_path: Path) ->
     assert "traceml_peak_flops{" in first and "1e+12" in first
     from tests.emit.test_metrics import step
 
-    for number in range(3):
+    for number in range(20):  # the first 20 steps are counted together (start-up or not)
         record, spans = step(number, 0.25, 0.05)
         metrics.record(record, spans)
     points = otlp()  # its first look (above) reported every category at 0
     blocks = {p.attributes[c.ATTR_TIME_CATEGORY]: p.value for p in points[c.METRIC_TIME]}
-    assert blocks["step.block"] == pytest.approx(0.75) and blocks["outside.evaluation"] == 3.0
+    assert blocks["step.block"] == pytest.approx(5.0) and blocks["outside.evaluation"] == 3.0
     assert [p.value for p in points[c.METRIC_MODEL_FLOPS]] == [0.0]  # first look: 0, then the value
-    assert [p.value for p in otlp()[c.METRIC_MODEL_FLOPS]] == [pytest.approx(3e9)]
+    assert [p.value for p in otlp()[c.METRIC_MODEL_FLOPS]] == [pytest.approx(20e9)]
     assert [p.value for p in points[c.METRIC_PEAK_FLOPS]] == [1e12]
     later = exposition()
-    assert 'traceml_time_category="step.block"} 0.75' in later
+    assert 'traceml_time_category="step.block"} 5.0' in later
     flops = 'traceml_model_flops_total{traceml_job="nightly",traceml_rank="3",traceml_run_id="r1"}'
     assert f"{flops} 0.0" in later  # the scrape's first look at the FLOPs counter
-    assert f"{flops} 3e+09" in exposition()
+    assert f"{flops} 2e+10" in exposition()
 
 
 @pytest.mark.parametrize("stall", [False, True])
@@ -223,3 +226,78 @@ def test_a_batch_counts_what_its_steps_count_one_at_a_time(tmp_path: Path, stall
     assert dict(batched.totals()) == pytest.approx(dict(one.totals()), rel=1e-6, abs=1e-6)
     assert (batched.flops, batched.flops_steps) == pytest.approx((one.flops, one.flops_steps))
     assert one.flops_steps == 300 and (dict(one.totals())["stalled"] > 0) == stall
+
+
+def _steady_steps(first_s: list[float], steps: int, step_s: float = 0.012,
+                  wait_s: float = 0.002) -> tuple[list[StepRecord], float]:
+    """``steps`` steps from T0 + 2 s, the first ones lasting ``first_s``, the rest ``step_s``; and the end."""
+    out, t = [], T0 + 2.0
+    for number in range(steps):
+        block = first_s[number] if number < len(first_s) else step_s
+        out.append(_step(number, t + wait_s, t + wait_s + block, wait_s, None if number == 0 else wait_s))
+        t += wait_s + block
+    return out, t
+
+
+def _steady_run(account: LiveTimeAccount, first_s: list[float], steps: int, step_s: float = 0.012) -> float:
+    records, end = _steady_steps(first_s, steps, step_s)
+    for record in records:
+        account.add_step(record)
+    return end
+
+
+def test_a_compile_step_is_start_up_live_as_in_the_account(tmp_path: Path) -> None:
+    # A torch.compile run: step 0 compiles 6 s, then 300 steps of 12 ms (the docs' real run). The
+    # analyzer bills step 0 to start-up and leaves it out of MFU; the live counters now do the same.
+    _record(tmp_path, outside=(), flops=FlopsRecord(declared_sum=2e9, declared_steps=2, peak_flops=1e12))
+    account = LiveTimeAccount(tmp_path, 0)
+    records, end = _steady_steps([6.0], 300)
+    for record in records[:10]:
+        account.add_step(record)
+    got = dict(account.totals())
+    assert got["step.block"] == 0.0 and account.flops == 0.0  # held: step 0 cannot be told yet
+    for first in range(10, 300, 64):
+        account.add_steps(records[first:first + 64])  # the emitter's batch path
+    got = dict(account.totals())
+    assert got["startup"] == pytest.approx(2.0 + 6.002)  # process start to the first fetch, then step 0
+    assert got["step.block"] == pytest.approx(299 * 0.012, abs=1e-4)
+    assert account.flops_steps == 299 and account.flops == pytest.approx(299e9)
+    account.end(at=end)
+    assert sum(dict(account.totals()).values()) == pytest.approx(end - T0, abs=1e-3)
+
+
+@pytest.mark.parametrize(("first", "startup_steps"), [([], 0), ([0.05], 0), ([6.0, 4.0, 3.0, 2.0], 4)])
+def test_the_live_start_up_steps_follow_the_analyzer_rule(tmp_path: Path, first: list[float],
+                                                          startup_steps: int) -> None:
+    # No slow step, a slow step under 10x, and four leading slow ones: with 30 steps the rule's tenth
+    # (3) is full, so a fourth may still be start-up and nothing is decided; with 50 it is 4.
+    from traceml_otel.analyze.startup_steps import startup_steps as rule
+
+    _record(tmp_path, outside=())
+    account = LiveTimeAccount(tmp_path, 0)
+    records, end = _steady_steps(first, 60)
+    for record in records[:30]:
+        account.add_step(record)
+    assert (dict(account.totals())["step.block"] == 0.0) == (startup_steps == 4)
+    for record in records[30:]:
+        account.add_step(record)
+    times = [(first[n] if n < len(first) else 0.012) + 0.002 for n in range(60)]
+    assert rule(times) == startup_steps
+    got = dict(account.totals())
+    slow = sum(first[:startup_steps]) + 0.002 * startup_steps
+    assert got["startup"] == pytest.approx(2.0 + slow, abs=1e-4)
+    assert got["step.block"] + got["step.input_wait"] == pytest.approx(end - T0 - 2.0 - slow, abs=1e-4)
+
+
+def test_slow_steps_are_decided_after_30_s_and_a_short_run_at_its_end(tmp_path: Path) -> None:
+    _record(tmp_path, outside=())
+    slow = LiveTimeAccount(tmp_path, 0)  # a 200-s compile, then 15-s steps: decided at the third step
+    _steady_run(slow, [200.0], 3, step_s=15.0)
+    assert dict(slow.totals())["startup"] == pytest.approx(2.0 + 200.002, abs=1e-4)
+    assert dict(slow.totals())["step.block"] == pytest.approx(30.0, abs=1e-4)
+    assert dict(slow.totals())["step.input_wait"] == pytest.approx(0.004, abs=1e-4)
+    short = LiveTimeAccount(tmp_path, 0)  # 10 steps: too few for the analyzer; counted as steps at the end
+    end = _steady_run(short, [6.0], 10)
+    assert dict(short.totals())["step.block"] == 0.0
+    short.end(at=end)
+    assert dict(short.totals())["step.block"] == pytest.approx(6.0 + 9 * 0.012, abs=1e-4)

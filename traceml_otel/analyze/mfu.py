@@ -1,9 +1,11 @@
 """Model FLOPs utilisation per rank: achieved model FLOP/s over the device's peak (``docs/goodput.md``).
 
 Achieved FLOP/s = a step's model FLOPs / its time (input wait + block, the wall clock), over every
-step of the rank. The FLOPs come, first found first, from ``trace_step(flops=)`` (their mean per
-declaring step), a ``FlopCounterMode`` count of one whole step (that step's time left out), or
-``declare_flops(per_token=|per_sample=)`` times each step's tokens or samples. All are per traced
+step of the rank but the run's start-up steps (a compile step: :mod:`~traceml_otel.analyze.startup_steps`;
+its time is start-up in the time account, not step time). The FLOPs come, first found first, from
+``trace_step(flops=)`` (their mean per declaring step), a ``FlopCounterMode`` count of one whole
+step (that step's time left out), or ``declare_flops(per_token=|per_sample=)`` times each step's
+tokens or samples. All are per traced
 block, so gradient accumulation (several micro-batches in one block) is counted in full. The peak
 is ``TRACEML_PEAK_FLOPS`` or the table (:mod:`traceml_otel.wire.peak_flops`) for the device and
 ``TRACEML_MFU_DTYPE``; on CPU it must be declared. A value that is not a finite number in
@@ -98,11 +100,14 @@ def rank_mfu(rank: int, steps: list[StepTiming], record: TimeRecord | None) -> R
     return RankMfu(rank, achieved, peak, mfu, source)
 
 
-def analyze_mfu(steps: Iterable[StepTiming], records: Mapping[int, TimeRecord]) -> MfuAnalysis | None:
-    """MFU of every rank that declared or measured FLOPs; ``None`` when none did."""
+def analyze_mfu(steps: Iterable[StepTiming], records: Mapping[int, TimeRecord],
+                startup_through: int | None = None) -> MfuAnalysis | None:
+    """MFU of every rank that declared or measured FLOPs; ``None`` when none did. ``startup_through``:
+    the last of the run's start-up steps, left out."""
     by_rank: dict[int, list[StepTiming]] = defaultdict(list)
     for step in steps:
-        by_rank[step.rank].append(step)
+        if startup_through is None or step.step > startup_through:
+            by_rank[step.rank].append(step)
     ranks = [r for r in (rank_mfu(rank, by_rank.get(rank, []), records.get(rank)) for rank in sorted(records))
              if r is not None]
     if not ranks:

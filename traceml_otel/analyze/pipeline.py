@@ -174,7 +174,8 @@ def _with_time_accounting(
     from traceml_otel.analyze.events import stalled_advice
 
     account = stalled_advice(account, analysis.run_findings, bool(analysis.stalls.waited_for_work))
-    return replace(analysis, time_account=account, mfu=analyze_mfu(steps, records))
+    return replace(analysis, time_account=account,
+                   mfu=analyze_mfu(steps, records, analysis.window.startup_last_step))
 
 
 def _run_cpu(run_dir: Path | None) -> list[CpuRecord]:

@@ -37,8 +37,17 @@ def startup_steps(series: Sequence[float | None]) -> int:
     known = [value for value in series if value is not None and value > 0]
     if len(series) < MIN_STEPS or len(known) < MIN_STEPS:
         return 0
+    return leading_slow(series, int(len(series) * MAX_SHARE))
+
+
+def leading_slow(series: Sequence[float | None], limit: int) -> int:
+    """How many of the first ``limit`` steps of ``series`` are each at least :data:`STARTUP_FACTOR` x
+    the median of its known times, in a row from the first (:func:`startup_steps` without its minimum
+    length: the live time counters decide on slow steps before 20 of them, ``emit/time_metrics.py``)."""
+    known = [value for value in series if value is not None and value > 0]
+    if not known:
+        return 0
     typical = statistics.median(known)
-    limit = int(len(series) * MAX_SHARE)
     count = 0
     for value in series[:limit]:
         if value is None or value < STARTUP_FACTOR * typical:

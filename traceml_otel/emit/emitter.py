@@ -254,6 +254,8 @@ class Emitter(ExportShutdown):
             self.cpu.steps(rows)
         if self.capture_triggers is not None:  # deep captures' triggers (docs/captures.md)
             self.capture_triggers.observe(rows)
+        if self.live is not None:
+            self.live.count_blocks(rows)
         if self._local_outputs_only:
             if self.metrics is None:
                 self.stats.metrics_skipped_steps += len(rows)

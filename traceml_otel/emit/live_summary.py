@@ -19,6 +19,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from operator import itemgetter, sub
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from traceml_otel.wire.live_record import (
     OutsideKind,
     write_live_record,
 )
+from traceml_otel.wire.step_schema import SLOT
 from traceml_otel.wire.step_table import COLUMN_TYPES
 from traceml_otel.wire.time_record import TimeRecord, read_time_record
 
@@ -55,6 +57,9 @@ WINDOW_FIELDS = ("steps", "step_time", "input_wait", "traced", "forward", "backw
 _CONVERT: dict[str, Callable[[str], object]] = {
     "BIGINT": int, "DOUBLE": float, "VARCHAR": str, "BOOLEAN": lambda text: text == "True"}
 _TYPES = tuple(_CONVERT[kind] for _, kind in COLUMN_TYPES)
+_STARTS, _ENDS = itemgetter(SLOT["start_ns"]), itemgetter(SLOT["end_ns"])
+FIRST_STEPS = 20
+"""The first steps whose blocks are kept apart until the start-up rule tells (as the time counters)."""
 
 
 def parse_table_line(line: str) -> StepTiming | None:
@@ -71,6 +76,13 @@ def parse_table_line(line: str) -> StepTiming | None:
         values = [None if text == "" else kind(text) for kind, text in zip(_TYPES, fields, strict=True)]
         return step_timing(values)
     except (ValueError, TypeError):
+        return None
+
+
+def _block_ns(row: Any) -> int | None:
+    try:
+        return int(_ENDS(row) - _STARTS(row))
+    except (TypeError, IndexError, KeyError, ValueError):
         return None
 
 
@@ -134,7 +146,9 @@ class LiveWindow:
         self._parsed: deque[StepTiming] = deque(maxlen=WINDOW_STEPS)
         self._unparsed = 0
         self.steps = 0
-        self.step_seconds_total = 0.0
+        self._block_ns = 0
+        """Every traced block so far (ns), the first steps' apart (:meth:`count_blocks`)."""
+        self._first_blocks_ns: list[int] = []
         self.seq = 0
         self._next_at = 0.0
         self._time: TimeRecord | None = None
@@ -151,6 +165,19 @@ class LiveWindow:
         for chunk in chunks[-WINDOW_STEPS:]:
             self._lines.extend(chunk.splitlines())
         self._unparsed = min(WINDOW_STEPS, self._unparsed + steps)
+
+    def count_blocks(self, rows: list[Any]) -> None:
+        """Add a batch's traced blocks (wire rows) to the running goodput: a column sum, once per batch
+        (the first :data:`FIRST_STEPS` are kept one by one for the start-up rule)."""
+        try:
+            blocks = list(map(sub, map(_ENDS, rows), map(_STARTS, rows)))
+        except (TypeError, IndexError, KeyError):  # a malformed row (the encoder counts it rejected)
+            blocks = [b for row in rows if isinstance(b := _block_ns(row), int)]
+        room = FIRST_STEPS - len(self._first_blocks_ns)
+        if room > 0:
+            self._first_blocks_ns += blocks[:room]
+            blocks = blocks[room:]
+        self._block_ns += sum(blocks)
 
     def maybe_publish(self, force: bool = False) -> None:
         """Rewrite the record when a second has passed (or ``force``)."""
@@ -220,20 +247,26 @@ class LiveWindow:
             seq=self.seq, written_at=time.time(), trainer_state=trainer_state(self.base.trainer_pid),
             ended=ended, end_status=end_status, steps=self.steps, last_step_at=self._last_step_at,
             started_at=started, window_steps=len(steps), clock=clock.value,
-            goodput=self._goodput(started, steps), outside=outside,
+            goodput=self._goodput(started), outside=outside,
             dropped=self._dropped(), degraded=tuple(self._degraded()[:MAX_LIST]), hang=self._hang_state(),
         )
 
-    def _goodput(self, started: float | None, steps: list[StepTiming]) -> float | None:
-        """Steps' share of the wall time since the process started: the window's mean step time times
-        the steps done (a running estimate; ``traceml analyze`` accounts every second at the end)."""
-        if started is None or not steps:
+    def _goodput(self, started: float | None) -> float | None:
+        """Goodput so far: every traced block (the time account's ``step.block``) over the wall time since
+        the process started, less the start-up steps by the analyzer's rule (a compile step; on
+        fewer than :data:`FIRST_STEPS` steps, step 0 when it is 10x their median; ``None`` before 3
+        steps). ``traceml analyze`` accounts
+        every second at the end; here time not yet placed (an open step, the gap after the last)
+        counts as not in a step."""
+        first = self._first_blocks_ns
+        elapsed = time.time() - started if started is not None else 0.0
+        if len(first) < 3 or elapsed <= 0:
             return None
-        seconds = [s.traced_cpu + (s.input_wait_cpu or 0.0) for s in steps if s.traced_cpu is not None]
-        elapsed = time.time() - started
-        if not seconds or elapsed <= 0:
-            return None
-        return min(1.0, statistics.fmean(seconds) * self.steps / elapsed)
+        from traceml_otel.analyze.startup_steps import leading_slow, startup_steps
+
+        startup = startup_steps(first) if len(first) >= FIRST_STEPS else leading_slow(first, 1)
+        productive = self._block_ns + sum(first[startup:])
+        return min(1.0, productive * 1e-9 / elapsed)
 
     def _mfu(self, step_time: float | None) -> float | None:
         flops = self._time.flops if self._time else None

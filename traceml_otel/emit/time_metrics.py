@@ -6,7 +6,11 @@ hang record's stall. From them :class:`LiveTimeAccount` counts each second of th
 its category (``docs/goodput.md``, "On the metric paths"):
 
 - ``startup``: from the process start (or its launcher's) to the first step's input fetch, less
-  ``outside_step`` time and stalls there; counted at the first step;
+  ``outside_step`` time and stalls there; counted at the first step; and the start-up steps (a
+  ``torch.compile`` step 0), by the analyzer's rule (:mod:`traceml_otel.analyze.startup_steps`) on the
+  rank's first steps: their input wait and blocks are held until the rule can tell (at least
+  :data:`~traceml_otel.analyze.startup_steps.MIN_STEPS` steps and a leading run of slow steps that
+  ended within its share), then counted as start-up or as steps;
 - ``step.input_wait`` and ``step.block`` (the traced blocks: goodput's numerator), per step;
 - ``between_steps``: each gap between two steps less its input wait and ``outside_step`` blocks;
 - ``outside.<kind>``: ``outside_step`` time per kind (at most :data:`MAX_OUTSIDE_KINDS`, then
@@ -44,6 +48,10 @@ from traceml_otel.wire.time_record import FlopsRecord, TimeRecord, read_time_rec
 POLL_S = 1.0
 STALL_MARGIN_S = 2 * POLL_S
 """A live stall is counted this much behind, so a hang record read up to this stale never overcounts."""
+HOLD_MAX_STEPS = 2000
+"""The first steps are held for the start-up decision at most this many (then decided as they stand)."""
+HOLD_S = 30.0
+"""Or this long from the first step's fetch (slow steps: the counters do not wait 20 of them)."""
 MAX_OUTSIDE_KINDS = 6
 """``outside_step`` kinds with their own series per rank; later kinds count as ``outside.other``."""
 ALWAYS = (c.TIME_STARTUP, c.TIME_STEP_INPUT_WAIT, c.TIME_STEP_BLOCK, c.TIME_BETWEEN_STEPS, c.TIME_STALLED,
@@ -74,6 +82,9 @@ class LiveTimeAccount:
         self._stall_counted_until = 0.0
         """Stall time up to this Unix time is counted in ``stalled``."""
         self._ended = False
+        self._held: list[tuple[float, float, float, float | None]] | None = []
+        """(step time, input wait, block, model FLOPs) of the first steps while start-up is undecided
+        (``None`` after): a start-up step is neither goodput nor MFU."""
         self.flops = 0.0
         self.flops_steps = 0
 
@@ -116,13 +127,20 @@ class LiveTimeAccount:
                 block = max(0.0, block - self._stall_in(start, end))
             self._steps += 1
             gap[1] += inside
+            self._add(c.TIME_STARTUP, gap[0])
+            self._add(c.TIME_BETWEEN_STEPS, gap[2])
             if self._steps <= self._redone_steps():  # redoes a step an earlier attempt had done
                 self._add(c.TIME_REDONE_STEPS, gap[1] + block)
-                gap[1] = block = 0.0
-            for name, value in zip((c.TIME_STARTUP, c.TIME_STEP_INPUT_WAIT, c.TIME_BETWEEN_STEPS), gap,
-                                   strict=True):
-                self._add(name, value)
-            self._add(c.TIME_STEP_BLOCK, block)
+            elif self._held is not None:  # start-up or not is decided on the first steps together
+                flops = None if self.record is None else _step_flops(
+                    self.record.flops, record.step, record.tokens, record.samples)
+                self._held.append(((wait_ns + inside_ns + block_ns) * _NS, gap[1], block, flops))
+                self._last_end = max(self._last_end or 0.0, end)
+                self._decide_startup()
+                return
+            else:
+                self._add(c.TIME_STEP_INPUT_WAIT, gap[1])
+                self._add(c.TIME_STEP_BLOCK, block)
             self._last_end = max(self._last_end or 0.0, end)
             self._count_flops(record)
 
@@ -130,8 +148,8 @@ class LiveTimeAccount:
         """Count a batch of steps: the same totals as :meth:`add_step` on each, summed in one pass when
         no step needs one at a time (the common case: no stall, not the first step, none redone)."""
         first = 0
-        while first < len(records) and (self._first_begin is None or self._steps < self._redone_steps()):
-            self.add_step(records[first])  # the first step (start-up) and the redone ones, one at a time
+        while first < len(records) and self._one_at_a_time():
+            self.add_step(records[first])  # the first steps (start-up) and the redone ones, one at a time
             first += 1
         records = records[first:]
         if not records:
@@ -163,7 +181,7 @@ class LiveTimeAccount:
     def add_run(self, run: StepRun, first: int, stop: int) -> None:
         """:meth:`add_steps` of ``run``'s steps ``first`` to ``stop``, from its columns when no step
         needs one at a time (else from its records)."""
-        if self._first_begin is None or self._steps < self._redone_steps():
+        if self._one_at_a_time():
             self.add_steps(run.records()[first:stop])
             return
         self.poll()
@@ -189,6 +207,7 @@ class LiveTimeAccount:
             if self._ended:
                 return
             self._ended = True
+            self._decide_startup(final=True)
             if self._last_end is None:  # no step at all: the whole life is start-up
                 self._add(c.TIME_STARTUP, max(0.0, self._startup(at) - self._stall_in(None, at)))
             else:
@@ -240,6 +259,45 @@ class LiveTimeAccount:
 
     def _add(self, name: str, seconds: float) -> None:
         self._seconds[name] = self._seconds.get(name, 0.0) + seconds
+
+    def _one_at_a_time(self) -> bool:
+        """Whether the next step needs :meth:`add_step` (the first, a held one, a redone one)."""
+        return self._first_begin is None or self._held is not None or self._steps < self._redone_steps()
+
+    def _decide_startup(self, final: bool = False) -> None:
+        """Count the held first steps once the analyzer's rule can tell which lead as start-up
+        (:func:`~traceml_otel.analyze.startup_steps.startup_steps`): with enough steps, when the leading
+        slow ones ended before the rule's share ran out (more steps could not make one more start-up);
+        or when they have been held :data:`HOLD_S` (slow steps: the rule on the steps there are, at
+        least 3) or :data:`HOLD_MAX_STEPS`; ``final`` (the end): now, by the analyzer's rule (fewer
+        steps than it judges: none is start-up)."""
+        held = self._held
+        if held is None:
+            return
+        from traceml_otel.analyze.startup_steps import MAX_SHARE, MIN_STEPS, leading_slow, startup_steps
+
+        times = [time for time, _, _, _ in held]
+        if final or len(held) >= HOLD_MAX_STEPS:
+            count = startup_steps(times)
+        elif len(held) >= MIN_STEPS:
+            count = startup_steps(times)
+            if count >= int(len(held) * MAX_SHARE):
+                return  # the leading slow steps fill the share: one more may still be start-up
+        elif len(held) >= 3 and self._last_end is not None and self._first_begin is not None \
+                and self._last_end - self._first_begin >= HOLD_S:
+            count = leading_slow(times, max(1, int(len(held) * MAX_SHARE)))
+        else:
+            return
+        self._held = None
+        for index, (_, wait, block, flops) in enumerate(held):
+            if index < count:
+                self._add(c.TIME_STARTUP, wait + block)
+                continue
+            self._add(c.TIME_STEP_INPUT_WAIT, wait)
+            self._add(c.TIME_STEP_BLOCK, block)
+            if flops is not None:
+                self.flops += flops
+                self.flops_steps += 1
 
     def _stall_known(self) -> bool:
         """Whether the hang record names a stall (:meth:`_stall_interval` is ``None`` otherwise)."""
