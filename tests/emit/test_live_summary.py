@@ -103,7 +103,7 @@ def test_running_goodput_counts_every_block_and_leaves_a_compile_step_out(tmp_pa
                         dropped=lambda: 0, degraded=lambda: [], hang=lambda: None, warn=lambda m: None)
     window.count_blocks(rows([8.0]))  # step 0 compiles 8 s
     assert window.summary().goodput is None  # one step: not told yet
-    window.count_blocks(rows([0.1] * 199) + [["not", "a", "row"]])  # a malformed row is skipped
+    window.count_blocks([*rows([0.1] * 199), ["not", "a", "row"]])  # a malformed row is skipped
     window.count_blocks(rows([0.5] * 100))  # the last 100 steps ran 5x slower
     goodput = window.summary().goodput
     assert goodput is not None and abs(goodput - (199 * 0.1 + 100 * 0.5) / 100.0) < 0.01  # 70 %, not 100

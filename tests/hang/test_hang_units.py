@@ -481,3 +481,33 @@ def test_a_rank_stuck_before_its_first_step_is_a_hang_with_its_own_timeout(tmp_p
     finally:
         watchdog.stop()
         unwatched.stop()
+
+
+def test_a_busy_thread_on_a_crowded_machine_reads_busy_and_a_sleeping_one_does_not() -> None:
+    """The watchdog's reading of the training thread counts the wait for a CPU: beside three busy-loop
+    processes per CPU, a spinning thread gets a CPU about a quarter of the time or less (its on-CPU
+    clock read idle then: an unmarked evaluation reported as a hang), yet it wanted one all along."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from traceml_otel.capture.thread_cpu import ThreadCpuClock
+
+    clock, ident = ThreadCpuClock(), threading.get_ident()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(3 * min(len(os.sched_getaffinity(0)), 8))]
+    try:
+        time.sleep(0.3)
+        before, start = clock.read(ident), time.perf_counter()
+        _spin(0.8)
+        busy = (clock.read(ident) or 0.0) - (before or 0.0)
+        wall = time.perf_counter() - start
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy >= 0.8 * wall, (busy, wall)
+    before = clock.read(ident)
+    time.sleep(0.5)
+    assert (clock.read(ident) or 0.0) - (before or 0.0) < 0.1

@@ -12,9 +12,9 @@ watches, and keeps the record fresh while the hang lasts. When steps move again 
 ``outside_step`` (evaluation, a checkpoint) is never a hang. Neither is work between steps that no
 ``outside_step`` marks, up to :data:`BUSY_LIMIT` times the timeout: when no step came for half the
 timeout, no step is open, no collective is in flight and the training thread spent at least
-:data:`BUSY_SHARE` of that time on a CPU (:mod:`~traceml_otel.capture.thread_cpu`), it is working (an
-unmarked evaluation); the rank keeps its ``outside`` marker meanwhile, so its peers waiting in their
-next collective do not report a hang either.
+:data:`BUSY_SHARE` of that time on a CPU or waiting for one (:mod:`~traceml_otel.capture.thread_cpu`),
+it is working (an unmarked evaluation); the rank keeps its ``outside`` marker meanwhile, so its peers
+waiting in their next collective do not report a hang either.
 
 A thread cannot run while C code holds the GIL. For that case the watchdog keeps
 ``faulthandler.dump_traceback_later`` armed, re-arming it each tick: if the watchdog itself does not
@@ -63,8 +63,9 @@ from traceml_otel.wire.hang_record import (
 
 INTERVALS_KEPT = 64
 BUSY_SHARE = 0.25
-"""The training thread's on-CPU share of a quiet spell between steps from which it is working, not
-stalled (a sleeping, blocked or waiting thread uses next to none; a loaded machine halves a busy one's)."""
+"""The training thread's share of a quiet spell between steps on a CPU or waiting for one from which it is
+working, not stalled (a sleeping, blocked or waiting thread uses next to none; where only the on-CPU time
+is readable, a loaded machine halves a busy one's)."""
 BUSY_LIMIT = 10.0
 """Work between steps is reported as a hang all the same after this many times the timeout (a loop that
 never comes back to training)."""
@@ -282,7 +283,8 @@ class HangWatchdog:
 
     def _working(self, quiet_s: float) -> bool:
         """Whether the training thread, between steps with no collective in flight, spent at least
-        :data:`BUSY_SHARE` of the last ``quiet_s`` seconds (since the last progress) on a CPU."""
+        :data:`BUSY_SHARE` of the last ``quiet_s`` seconds (since the last progress) on or waiting for a
+        CPU."""
         recorder = self.recorder
         if recorder.in_step or (self.progress is not None and self.progress.snapshot()[1]):
             return False
