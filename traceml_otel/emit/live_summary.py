@@ -266,7 +266,7 @@ class LiveWindow:
 
         startup = startup_steps(first) if len(first) >= FIRST_STEPS else leading_slow(first, 1)
         productive = self._block_ns + sum(first[startup:])
-        return min(1.0, productive * 1e-9 / elapsed)
+        return min(1.0, max(0.0, productive * 1e-9 / elapsed))
 
     def _mfu(self, step_time: float | None) -> float | None:
         flops = self._time.flops if self._time else None
