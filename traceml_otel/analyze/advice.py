@@ -88,8 +88,10 @@ def _first_workers(cpus: int | None) -> str:
     return f"load in worker processes: set num_workers to between 2 and {cpus - 1} here"
 
 
-def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
-    """The Next line of INPUT_BOUND for the loader the run actually used."""
+def input_bound_advice(hosts: Sequence[RankHost], clock: Clock, worker_use: float | None = None) -> str:
+    """The Next line of INPUT_BOUND for the loader the run actually used; ``worker_use``: its workers'
+    measured CPU use (:func:`worker_cpu_use`), which decides whether workers that count as filling every
+    CPU really do."""
     host = _loader_of(hosts)
     if host is None:
         return GENERIC_INPUT_ADVICE
@@ -106,7 +108,7 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
     if workers == 0:
         tips.append(_first_workers(cpus))
     elif saturated:
-        tips.append(f"{SATURATED}: {cheaper}")
+        tips.append(_saturated_tip(worker_use, cheaper))
     else:
         more = f" (up to about {cpus - 1})" if cpus is not None else ""
         tips.append(f"try more workers{more}")
@@ -120,6 +122,20 @@ def input_bound_advice(hosts: Sequence[RankHost], clock: Clock) -> str:
         tips.append(cheaper)
     advice = "; ".join(tips)
     return f"{have}. {advice[0].upper()}{advice[1:]}."
+
+
+def _saturated_tip(worker_use: float | None, cheaper: str) -> str:
+    """The tip for workers that count as filling every CPU: the CPUs are the limit, unless their measured
+    use says they mostly wait (then more workers overlap the waits)."""
+    if worker_use is None:
+        return f"{SATURATED}: {cheaper}"
+    share = f"{worker_use:.0%}"
+    if worker_use >= IDLE_CPU_SHARE:
+        return (f"{SATURATED} (measured: each worker on a CPU or waiting for one {share} of the time): "
+                f"{cheaper}")
+    return (f"its workers count as filling every CPU, yet each was on a CPU or waiting for one only {share} "
+            "of the time (measured): they wait more than they compute (storage, network, sleeps), so more "
+            f"workers overlap those waits; also {cheaper}")
 
 
 def for_precision(analysis: RunAnalysis, precision: str) -> RunAnalysis:
@@ -179,30 +195,23 @@ def _children_use(record: CpuRecord, workers: int | None) -> float | None:
 
 
 def for_cpu_use(analysis: RunAnalysis, use: float | None) -> RunAnalysis:
-    """The analysis with the INPUT_BOUND advice checked against the workers' measured CPU use (``use``:
-    :func:`worker_cpu_use`). The settings alone count the workers as filling every CPU once they are as
-    many as the CPUs beside the training loop; a loader that mostly waits (reading storage, the network,
-    sleeping) leaves those CPUs idle, and then more workers do help."""
+    """The analysis with the INPUT_BOUND advice built again with the workers' measured CPU use (``use``:
+    :func:`worker_cpu_use`, read from the run folder after the diagnosis). The settings alone count the
+    workers as filling every CPU once they are as many as the CPUs beside the training loop; a loader
+    that mostly waits (reading storage, the network, sleeping) leaves those CPUs idle, and then more
+    workers do help."""
     if use is None:
         return analysis
-    share = f"{use:.0%}"
+    plain = input_bound_advice(analysis.hosts, analysis.clock)
+    measured = input_bound_advice(analysis.hosts, analysis.clock, use)
+    if measured == plain:  # the workers do not count as filling every CPU: the measure changes nothing
+        return analysis
 
     def checked(finding: Finding) -> Finding:
-        if finding.kind != StepKind.INPUT_BOUND:
+        if finding.kind != StepKind.INPUT_BOUND or finding.next != plain:
             return finding
-        if use >= IDLE_CPU_SHARE:
-            text = f"{SATURATED} (measured: each worker on a CPU or waiting for one {share} of the time): "
-        else:
-            text = (f"its workers count as filling every CPU, yet each was on a CPU or waiting for one only "
-                    f"{share} of the time (measured): they wait more than they compute (storage, network, "
-                    "sleeps), so more workers overlap those waits; also ")
-        for tip in (SATURATED[0].upper() + SATURATED[1:] + ": ", SATURATED + ": "):
-            if tip in finding.next:
-                told = text[0].upper() + text[1:] if tip[0].isupper() else text
-                return replace(finding, next=finding.next.replace(tip, told, 1),
-                               evidence=(*finding.evidence, Evidence("worker_cpu_use", round(use, 3),
-                                                                     "ratio")))
-        return finding
+        return replace(finding, next=measured,
+                       evidence=(*finding.evidence, Evidence("worker_cpu_use", round(use, 3), "ratio")))
 
     step = replace(analysis.step, primary=checked(analysis.step.primary),
                    issues=tuple(checked(f) for f in analysis.step.issues))
