@@ -181,6 +181,29 @@ def test_recurrence_patterns(culprits: list[int | None], pattern: str) -> None:
     assert classify(culprits) == pattern
 
 
+@pytest.mark.parametrize(("culprits", "pattern", "since"), [
+    ([None] * 4 + [1] * 6, CHRONIC, 4),  # slow from window 4 to the end: not a passing event
+    ([None, None, 1, None, 1, 1, None, 1, 1, 1], CHRONIC, 2),  # two thirds from window 2 on
+    ([None] * 7 + [1] * 3, CHRONIC, 7),
+    ([None] * 8 + [1] * 2, TRANSIENT, None),  # two windows: too few to tell
+    ([1, 1] + [None] * 8, TRANSIENT, None),  # it passed
+    ([None, 0, 0, 0, 0, 0, None, 1, 1, 1], ROTATING, None),  # rank 0 before: the slow rank changed
+    ([1] * 10, CHRONIC, None),  # chronic from the start
+])
+def test_a_rank_slow_from_a_window_to_the_end_is_chronic_since_then(
+        culprits: list[int | None], pattern: str, since: int | None) -> None:
+    from traceml_otel.analyze.recurrence import recurrence_of
+
+    starts = [w * 49 for w in range(len(culprits))]
+    found = recurrence_of(culprits, starts, 49)
+    assert found.pattern == pattern
+    assert found.since_step == (None if since is None else starts[since])
+    if since is not None:
+        assert f"since step {starts[since]}" in found.text and "still was at the end" in found.advice
+    elif pattern == TRANSIENT:
+        assert ("the last of them at the run's end" in found.advice) == (culprits[-1] is not None)
+
+
 def test_window_size_is_fixed_at_one_hundred_steps_for_long_runs() -> None:
     assert window_size(300) == 30 and window_size(1000) == 100 and window_size(10**6) == 5000
 

@@ -8,6 +8,9 @@ rank's hiccup is not a slow window), then the rank-straggler rule (measured wait
 the same rule and thresholds as the whole run) names its culprit, or none. Then, over the W windows:
 
 - **chronic**: one rank is the culprit in at least :data:`CHRONIC_SHARE` (two thirds) of the windows;
+  or, from some window on, in two thirds of the windows to the last one and in the last one itself, at
+  least :data:`ONSET_MIN_WINDOWS` of them (a rank that became slow mid-run and still was at the end:
+  chronic since that window's first step, ``since_step``, not a passing event);
 - **transient**: culprits in at most :data:`TRANSIENT_SHARE` (a third) of the windows, or a single rank
   in a minority of them;
 - **rotating**: culprits in more windows than that, shared among two or more ranks, none of them chronic.
@@ -30,16 +33,26 @@ MAX_WINDOWS = 200
 SPIKE_MADS = 3.0
 CHRONIC_SHARE = 2 / 3
 TRANSIENT_SHARE = 1 / 3
+ONSET_MIN_WINDOWS = 3
+"""A run of windows to the end at least this long makes a rank chronic from its first window on."""
 
 CHRONIC, ROTATING, TRANSIENT, NONE = "chronic", "rotating", "transient", "none"
+ONSET, TRANSIENT_AT_END = "onset", "transient at the end"
+"""Not patterns: the advice keys of a chronic straggler that began mid-run (``since_step``) and of a
+transient one whose windows reach the run's end."""
 
 ADVICE = {
     CHRONIC: ("Rank {r} is slow in most windows: the cause stays with it (its host, device, data shard or "
               "placement). Check that node and its input; replace or drain it if it stays slow."),
+    ONSET: ("Rank {r} became slow at step {since} and still was at the end: something changed then on it "
+            "(its host, device, data shard, a job started beside it). Check that node from that time on; "
+            "replace or drain it if it stays slow."),
     ROTATING: ("The slow rank changes from window to window: look at what they share (the network, "
                "storage, a noisy neighbour on the hosts, uneven batches) rather than at one node."),
     TRANSIENT: ("A rank was slow in only a few windows (steps {where}): likely a passing event (a job beside "
                 "it, a slow read, a checkpoint); watch for it again before acting."),
+    TRANSIENT_AT_END: ("A rank was slow in only a few windows (steps {where}), the last of them at the run's "
+                       "end: it may not have passed; watch the next run for it before acting."),
     NONE: "",
 }
 
@@ -60,6 +73,8 @@ class StragglerRecurrence:
     """(rank, windows it was the culprit in), most first."""
     text: str
     advice: str
+    since_step: int | None = None
+    """For a rank chronic from a window on (not from the start): that window's first step."""
 
 
 def kept_indices(slowest: Sequence[float]) -> list[int] | None:
@@ -91,6 +106,28 @@ def window_size(steps: int) -> int:
     return max(MIN_WINDOW_STEPS, steps // MIN_WINDOWS)
 
 
+def onset_window(culprits: Sequence[int | None]) -> int | None:
+    """The first window from which the last window's culprit is the culprit in at least
+    :data:`CHRONIC_SHARE` of the windows to the end, at least :data:`ONSET_MIN_WINDOWS` of them: a rank
+    that became a straggler then and still was one at the end (``None``: none such, or another rank was
+    the culprit in more than :data:`TRANSIENT_SHARE` of the windows before: the slow rank changed, a
+    rotating pattern)."""
+    if not culprits or culprits[-1] is None:
+        return None
+    rank = culprits[-1]
+    found = None
+    mine = 0
+    for index in range(len(culprits) - 1, -1, -1):  # from the end back: the earliest start that holds
+        mine += culprits[index] == rank
+        if culprits[index] == rank and mine >= ONSET_MIN_WINDOWS and mine >= CHRONIC_SHARE * (
+                len(culprits) - index):
+            found = index
+    if found is None:
+        return None
+    others = Counter(c for c in culprits[:found] if c is not None and c != rank)
+    return None if others and max(others.values()) > TRANSIENT_SHARE * found else found
+
+
 def classify(culprits: Sequence[int | None]) -> str:
     """The pattern of per-window culprits (see the module docstring)."""
     windows = len(culprits)
@@ -99,7 +136,7 @@ def classify(culprits: Sequence[int | None]) -> str:
         return NONE
     counts = Counter(named)
     top = counts.most_common(1)[0][1]
-    if top >= CHRONIC_SHARE * windows:
+    if top >= CHRONIC_SHARE * windows or onset_window(culprits) is not None:
         return CHRONIC
     if len(named) <= TRANSIENT_SHARE * windows or len(counts) == 1:
         return TRANSIENT
@@ -154,9 +191,19 @@ def recurrence_of(culprits: Sequence[int | None], starts: Sequence[int], size: i
     pattern = classify(culprits)
     counts = tuple(Counter(c for c in culprits if c is not None).most_common())
     windows = len(culprits)
+    onset = onset_window(culprits) if pattern == CHRONIC else None
+    since = starts[onset] if onset else None  # from the first window: chronic all along
     slow = ", ".join(f"rank {r} in {k}" for r, k in counts[:4]) + (" ..." if len(counts) > 4 else "")
     text = (f"{pattern}: " + (f"{slow} of {windows} windows of {size} steps" if counts
                               else f"no straggler in {windows} windows of {size} steps"))
+    if since is not None and onset is not None:
+        late = culprits[onset:].count(culprits[-1])
+        text = (f"{pattern} since step {since}: rank {culprits[-1]} in {late} of the {windows - onset} "
+                f"windows from there to the end ({slow} of {windows} windows of {size} steps)")
     where = ", ".join(f"{s}-{s + size - 1}" for s, c in zip(starts, culprits, strict=True) if c is not None)
-    advice = ADVICE[pattern].format(r=counts[0][0] if counts else "", where=where[:120])
-    return StragglerRecurrence(pattern, size, windows, tuple(culprits), tuple(starts), counts, text, advice)
+    lead = culprits[-1] if since is not None else (counts[0][0] if counts else "")
+    key = ONSET if since is not None else (
+        TRANSIENT_AT_END if pattern == TRANSIENT and culprits and culprits[-1] is not None else pattern)
+    advice = ADVICE[key].format(r=lead, where=where[:120], since=since)
+    return StragglerRecurrence(pattern, size, windows, tuple(culprits), tuple(starts), counts, text, advice,
+                               since)

@@ -122,7 +122,7 @@ def events_json(analysis: RunAnalysis) -> dict[str, object]:
             "pattern": rec.pattern, "window_steps": rec.window_steps, "windows": rec.windows,
             "culprits": list(rec.culprits), "window_first_steps": list(rec.window_starts),
             "counts": [{"rank": r, "windows": n} for r, n in rec.counts], "text": rec.text,
-            "advice": rec.advice,
+            "advice": rec.advice, "since_step": rec.since_step,
         },
     }
 
