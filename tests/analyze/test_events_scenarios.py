@@ -78,12 +78,18 @@ def test_a_resolved_stall_is_an_event_on_rank_one_billed_to_stalled_and_no_strag
     assert "STALL" in stdout or "HANG" in stdout
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("pattern", ["chronic", "rotating", "transient"])
+@pytest.mark.parametrize(("pattern", "ranks"), [
+    ("chronic", 2), ("chronic", 4), ("rotating", 2), ("rotating", 4), ("transient", 4), ("onset", 2)])
 def test_straggler_recurrence_is_classified(tmp_path: Path, ranks: int, pattern: str) -> None:
-    report, _ = launch(tmp_path, pattern, ranks)
+    report, stdout = launch(tmp_path, pattern, ranks)
     recurrence = report["straggler_recurrence"]
+    if pattern == "onset":  # slow from step 60 (window 4 of 10) to the end: chronic since then, not passing
+        assert recurrence["pattern"] == "chronic", recurrence
+        assert abs(recurrence["since_step"] - 60) <= 15 and recurrence["culprits"][-1] == 1, recurrence
+        assert "chronic since step" in stdout and "likely a passing event" not in stdout
+        return
     assert recurrence["pattern"] == pattern, recurrence
+    assert recurrence["since_step"] is None or pattern != "chronic", recurrence
     culprits = recurrence["culprits"]
     if pattern == "chronic":
         assert recurrence["counts"][0]["rank"] == 1
