@@ -86,6 +86,30 @@ def test_a_resolved_stall_leaves_the_live_verdict_as_it_leaves_the_analyzers(tmp
     assert snap.verdict == str(analysis.step.primary.kind) == "RESIDUAL_HEAVY"  # 1/8 of each step
 
 
+def _backward_line(step: int, rank: int, backward: float) -> str:
+    line = _rank_line(step, 0.1, 0.001, rank)
+    values = dict(zip(COLUMNS, next(csv.reader([line])), strict=True))
+    values.update(cpu_forward="0.02", cpu_backward=str(backward), cpu_optimizer="0.01")
+    return csv_line([values[name] or None for name in COLUMNS])
+
+
+def test_a_straggler_verdict_names_its_rank_on_the_line(tmp_path: Path) -> None:
+    """Rank 0 waits 35 ms a step in backward for rank 1: the panel's verdict is the analyzer's, and the
+    greppable line says which rank (``verdict=STRAGGLER culprit=1``), not only that one straggles."""
+    lines = {rank: [_backward_line(i, rank, 0.06 if rank == 0 else 0.025) for i in range(150)]
+             for rank in (0, 1)}
+    snap, steps = _published(tmp_path, lines)
+    analysis = analyze_run(LoadedRun("r", steps, "test"), WindowSpec(last=100))
+    assert str(analysis.step.primary.kind).endswith("STRAGGLER")
+    assert snap.verdict == str(analysis.step.primary.kind) and snap.culprit == 1
+    fields = dict(part.split("=", 1) for part in live_line(snap).split()[1:])
+    assert fields["culprit"] == "1" and fields["verdict"] == snap.verdict
+    (tmp_path / "healthy").mkdir()
+    even = {rank: [_rank_line(i, 0.05, 0.001, rank) for i in range(150)] for rank in (0, 1)}
+    healthy, _ = _published(tmp_path / "healthy", even)
+    assert healthy.culprit is None and live_line(healthy).endswith(" culprit=-")
+
+
 def _record(rank: int, now: float, **changes: object) -> LiveRecord:
     base = dict(run_id="big", rank=rank, seq=5, written_at=now - 0.5, world_size=1024, steps=500 + rank % 7,
                 last_step_at=now - 0.2, step_median_s=0.1 + rank * 1e-5, step_p95_s=0.12, window_steps=100,

@@ -96,6 +96,8 @@ class LiveSnapshot:
     degraded: tuple[str, ...]
     ended: bool
     clock: str = "cpu"
+    culprit: int | None = None
+    """The rank the verdict names as holding the others back (a straggler verdict), else ``None``."""
 
     @property
     def not_reporting(self) -> tuple[RankFlag, ...]:
@@ -238,11 +240,14 @@ def snapshot(records: dict[int, LiveRecord], now: float | None = None, k: int = 
     medians = sorted(_values(ordered, lambda r: r.step_median_s), key=lambda p: -p[1])
     metrics = [m for m in (rank_metrics_of(r) for r in live) if m is not None]
     verdict, severity, why = "WAITING_FOR_STEPS", "info", "No rank has completed a step yet."
+    culprit = None
     clock = Clock.GPU if live and all(r.clock == "gpu" for r in live) else Clock.CPU
     if metrics:
         parallelism = next((r.parallelism for r in live if r.window_steps), "none")
         primary = diagnose_step_time(metrics, clock, parallelism).primary
         verdict, severity, why = str(primary.kind), str(primary.severity), primary.why
+        culprit = next((int(e.value) for e in primary.evidence if e.name == "culprit_rank"
+                        and isinstance(e.value, int)), None)
     phases = []
     for short, name in PHASES:
         spread = _spread(_values(live, lambda r, n=name: r.window.get(n)))
@@ -275,7 +280,7 @@ def snapshot(records: dict[int, LiveRecord], now: float | None = None, k: int = 
         verdict=verdict, verdict_severity=severity, verdict_why=strip_control(why),
         flags=tuple(f for f in flags if f.state != "ended"), dropped=sum(r.dropped for r in ordered),
         degraded=tuple(strip_control(d) for d in degraded),
-        ended=bool(ordered) and all(r.ended for r in ordered), clock=clock.value,
+        ended=bool(ordered) and all(r.ended for r in ordered), clock=clock.value, culprit=culprit,
     )
 
 
@@ -356,5 +361,6 @@ def live_line(snap: LiveSnapshot) -> str:
         f"waiting={ranks_text(snap.waiting)}",
         "hang=" + (next((f.detail.replace(' ', '_') or 'yes' for f in snap.flags if f.state == 'hung'), "-")),
         f"dropped={snap.dropped}",
+        f"culprit={'-' if snap.culprit is None else snap.culprit}",
     ]
     return strip_control(" ".join(parts))
