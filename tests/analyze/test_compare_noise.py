@@ -289,3 +289,31 @@ def test_a_slower_run_beside_other_work_that_waited_for_a_cpu_is_not_judged(
         assert "waited for a CPU 45 %" in said[0]
     noise = b.noise  # type: ignore[attr-defined]
     assert noise_from_json(noise_json(noise)) == noise  # the other work survives the report
+
+
+def test_phase_rows_are_judged_with_the_noise_of_the_deciding_time() -> None:
+    """An A/A pair of real quickstart runs read INCONCLUSIVE (+-10.6 %) while its phase rows said
+    "improvement" for -5 to -6 % changes (a fixed 3 % threshold, no noise): a phase is part of the step
+    and no steadier than it. Within that noise the rows are inconclusive; a 60 % slower forward is a
+    regression whatever the noise."""
+    from traceml_otel.analyze.compare_policy import compare_runs
+    from traceml_otel.analyze.compare_summary import RunSummary
+
+    rng = np.random.default_rng(5)
+
+    def side(label: str, forward: float, backward: float) -> RunSummary:
+        series = ar1(rng, 300, mean=0.0007, cv=0.06)
+        noise = run_noise(list(range(300)), list(series))
+        phases = (("input_wait", 0.00028), ("forward", forward), ("backward", backward),
+                  ("optimizer", 7.5e-5), ("residual", 7.8e-5))
+        mean = float(np.mean(series))
+        return RunSummary(label, label, "INPUT_BOUND", "critical", "cpu", 300, mean, phases, None, 64.0,
+                          mean / 64, noise=noise)
+
+    same = compare_runs(side("a", 1.08e-4, 1.79e-4), side("b", 1.05e-4, 1.70e-4))
+    rows = {p.name: p.verdict for p in same.phases}
+    assert same.interval is not None and same.interval.half_width > 0.06, same.interval
+    assert rows["backward"] == rows["forward"] == "inconclusive", rows
+    assert not any(p.material for p in same.phases)
+    slower = compare_runs(side("a", 1.08e-4, 1.79e-4), side("b", 1.73e-4, 1.79e-4))
+    assert {p.name: p.verdict for p in slower.phases}["forward"] == "regression", slower.phases

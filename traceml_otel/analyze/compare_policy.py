@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from traceml_otel.analyze import thresholds as t
-from traceml_otel.analyze.compare_interval import Interval
+from traceml_otel.analyze.compare_interval import Interval, judge
 from traceml_otel.analyze.compare_judged import Change, judged_time
 from traceml_otel.analyze.compare_summary import PHASES, RunSummary
 from traceml_otel.analyze.kinds import HEALTHY_KINDS, INCONCLUSIVE_KINDS, SEVERITY_ORDER, Severity
@@ -80,6 +80,17 @@ def _change(
     else:
         verdict = "equivalent"
     return Change(name, before, after, delta, verdict, verdict != "equivalent" and abs(delta) >= material)
+
+
+def _within_noise(phase: Change, half_width: float) -> Change:
+    """A phase's change judged with the noise of the time that decides (its 95 % interval's half width,
+    a floor: a phase is a part of the step and no steadier than the whole): a 5 % change inside a
+    +-10 % noise is no regression or improvement, nor equivalence within 3 %, but inconclusive."""
+    if phase.change is None or phase.verdict == "not compared":
+        return phase
+    verdict = judge(phase.change - half_width, phase.change + half_width)
+    return replace(phase, verdict=verdict, material=verdict in ("regression", "improvement")
+                   and abs(phase.change) >= t.COMPARE_TIME_MATERIAL)
 
 
 def _badness(summary: RunSummary) -> int | None:
@@ -195,6 +206,8 @@ def compare_runs(a: RunSummary, b: RunSummary) -> Comparison:
     if interval is not None and interval.load_confounded:  # the phases' times cannot be judged either
         phases = tuple(replace(p, verdict="inconclusive", material=False)
                        if p.verdict in ("regression", "improvement") else p for p in phases)
+    elif interval is not None:
+        phases = tuple(_within_noise(p, interval.half_width) for p in phases)
     if basis == "step":
         step = primary
     else:
