@@ -128,6 +128,12 @@ def onset_window(culprits: Sequence[int | None]) -> int | None:
     return None if others and max(others.values()) > TRANSIENT_SHARE * found else found
 
 
+def _chronic_by_share(culprits: Sequence[int | None]) -> bool:
+    """One rank is the culprit in at least :data:`CHRONIC_SHARE` of all the windows."""
+    counts = Counter(c for c in culprits if c is not None)
+    return bool(counts) and counts.most_common(1)[0][1] >= CHRONIC_SHARE * len(culprits)
+
+
 def classify(culprits: Sequence[int | None]) -> str:
     """The pattern of per-window culprits (see the module docstring)."""
     windows = len(culprits)
@@ -135,8 +141,7 @@ def classify(culprits: Sequence[int | None]) -> str:
     if not windows or not named:
         return NONE
     counts = Counter(named)
-    top = counts.most_common(1)[0][1]
-    if top >= CHRONIC_SHARE * windows or onset_window(culprits) is not None:
+    if _chronic_by_share(culprits) or onset_window(culprits) is not None:
         return CHRONIC
     if len(named) <= TRANSIENT_SHARE * windows or len(counts) == 1:
         return TRANSIENT
@@ -191,8 +196,8 @@ def recurrence_of(culprits: Sequence[int | None], starts: Sequence[int], size: i
     pattern = classify(culprits)
     counts = tuple(Counter(c for c in culprits if c is not None).most_common())
     windows = len(culprits)
-    onset = onset_window(culprits) if pattern == CHRONIC else None
-    since = starts[onset] if onset else None  # from the first window: chronic all along
+    onset = onset_window(culprits) if pattern == CHRONIC and not _chronic_by_share(culprits) else None
+    since = starts[onset] if onset else None  # chronic over the run's windows: all along
     slow = ", ".join(f"rank {r} in {k}" for r, k in counts[:4]) + (" ..." if len(counts) > 4 else "")
     text = (f"{pattern}: " + (f"{slow} of {windows} windows of {size} steps" if counts
                               else f"no straggler in {windows} windows of {size} steps"))

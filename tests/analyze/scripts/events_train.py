@@ -6,7 +6,7 @@ Scenarios (``EVENTS_STEPS`` steps, ``EVENTS_WINDOW`` steps per straggler window)
 - ``chronic``: rank 1 is slow on every step;
 - ``rotating``: window w's steps are slow on rank ``w % world``;
 - ``transient``: rank 1 is slow in one window only (steps 2 x window to 3 x window - 1);
-- ``onset``: rank 1 is slow from step 4 x window to the end (a rank that became slow mid-run);
+- ``onset``: rank 1 is slow from step 5 x window to the end (a rank that became slow mid-run);
 - ``phases``: every rank compiles (a step 0 of 80 base steps, then slow first steps), steadies, and slows
   by 40 % for its last third (the warm-up holds most of the raw training time);
 - ``healthy``: nothing planted.
@@ -48,7 +48,7 @@ def extra(step: int) -> float:
     if SCENARIO == "transient":
         return SLOW_S if RANK == 1 and window == 2 else 0.0
     if SCENARIO == "onset":
-        return SLOW_S if RANK == 1 and window >= 4 else 0.0
+        return SLOW_S if RANK == 1 and window >= 5 else 0.0
     if SCENARIO == "phases":
         if step == 0:
             return 80 * BASE_S  # a one-off compile (a torch.compile step 0 takes seconds)
