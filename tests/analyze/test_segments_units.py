@@ -55,6 +55,20 @@ def _analyze(steps: list[StepTiming]):  # type: ignore[no-untyped-def]
     return analyze_run(LoadedRun("run", tuple(steps), "test"))
 
 
+def test_a_period_28_percent_slower_is_labelled_the_same_from_either_side() -> None:
+    """A steady part at 60 ms and a last third at 77 ms (+28 %): a real run under load measured this
+    (its planted +40 % diluted by the load) and read "warm-up, steady, steady": the join kept the two
+    apart (+28 % from the faster), but measured from the slower one they were 22 % apart, so the slow
+    third counted the steady part's time as its own, became the reference, and the steady part was no
+    period either. Apart is apart both ways: the steady part is the reference, the end a slow period."""
+    levels = [0.3] * 10 + [0.06] * 88 + [0.0768] * 52
+    for seed in range(3):
+        analysis = _analyze(_steps(levels, noise=0.02, spikes=0.0, seed=seed))
+        segments = analysis.segments.segments
+        assert [s.label for s in segments] == ["warm-up", "steady", "slow period"], segments
+        assert analysis.segments.reference == 1 and segments[2].change == pytest.approx(0.28, abs=0.05)
+
+
 def test_compile_steady_then_forty_percent_slower_is_three_segments_verdict_of_the_steady_one() -> None:
     n = 300
     levels = [0.3] * 15 + [0.1] * 185 + [0.14] * 100

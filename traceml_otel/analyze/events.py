@@ -10,7 +10,7 @@ from itertools import pairwise
 from traceml_otel.analyze.findings import DriftAnalysis, Evidence, Finding, StepDiagnosis, WorstStep
 from traceml_otel.analyze.kinds import DriftKind, RunKind, Severity
 from traceml_otel.analyze.recurrence import NONE, StragglerRecurrence, culprit_of
-from traceml_otel.analyze.segments import FAST, SEGMENT_CHANGE, SLOW, STEADY, WARM_UP, SegmentAnalysis
+from traceml_otel.analyze.segments import FAST, SLOW, STEADY, WARM_UP, SegmentAnalysis, pace_apart
 from traceml_otel.analyze.stalls import HANG, StallAnalysis, StallEvent
 from traceml_otel.analyze.time_accounting import STALLED, TimeAccount
 
@@ -179,6 +179,6 @@ def _segment_direction(typical_s: float, change: float, baseline_s: float | None
     if baseline_s is None or baseline_s <= 0:
         return DriftKind.SLOWING if change > 0 else DriftKind.SPEEDING_UP
     against_early = typical_s / baseline_s - 1.0
-    if abs(against_early) < SEGMENT_CHANGE:
+    if pace_apart(typical_s, baseline_s) < 1.0:
         return None
     return DriftKind.SLOWING if against_early > 0 else DriftKind.SPEEDING_UP
